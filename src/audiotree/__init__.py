@@ -1,0 +1,45 @@
+"""audiotree: balanced, reproducible streams of audio excerpts for ML training.
+
+The top-level namespace is kept light: ``import audiotree`` imports NumPy and
+JAX's pytree utilities but not Grain, torch, or any decoder beyond soundfile.
+``audiotree.sources`` and ``audiotree.transforms`` load on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["AudioTree", "ExcerptConfig", "AudioWriter", "TreeWriter", "sources", "transforms"]
+
+_LAZY = {
+    "AudioTree": ("audiotree.core", "AudioTree"),
+    "ExcerptConfig": ("audiotree.excerpt", "ExcerptConfig"),
+    "AudioWriter": ("audiotree.writers", "AudioWriter"),
+    "TreeWriter": ("audiotree.writers", "TreeWriter"),
+    "sources": ("audiotree.sources", None),
+    "transforms": ("audiotree.transforms", None),
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from audiotree import sources, transforms
+    from audiotree.core import AudioTree
+    from audiotree.excerpt import ExcerptConfig
+    from audiotree.writers import AudioWriter, TreeWriter
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'audiotree' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

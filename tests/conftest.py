@@ -1,0 +1,29 @@
+"""Shared fixtures: every test generates its own audio; nothing is downloaded."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Keep JAX on the CPU and quiet in the test process and every subprocess it starts.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SEEDS_DIR = REPO_ROOT.parent / "shared" / "seeds"
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> dict[str, Path]:
+    """Three groups (speech/music/effects), mixed formats, rates and channels."""
+    from audiotree.synth import CorpusSpec, write_corpus
+
+    root = tmp_path_factory.mktemp("corpus")
+    return write_corpus(root, CorpusSpec(files_per_group=8, min_seconds=1.0, max_seconds=6.0, seed=7))
+
+
+@pytest.fixture(scope="session")
+def python_exe() -> str:
+    return sys.executable

@@ -1,0 +1,20 @@
+"""Helpers shared by test modules (import as ``from helpers import ...``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def run_script(code: str, tmp_path: Path, *, timeout: float = 300, env: dict | None = None):
+    """Runs ``code`` as ``python script.py`` in a fresh interpreter; returns the CompletedProcess."""
+    import subprocess
+
+    script = tmp_path / "script.py"
+    script.write_text(code)
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
