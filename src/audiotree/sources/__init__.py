@@ -1,0 +1,67 @@
+"""Grain datasets of audio excerpts, and the readers of pre-rendered datasets.
+
+Importing this module prepares Grain for plain scripts (see
+:mod:`audiotree.sources._grain_setup`): the documented ``mp_prefetch`` pipelines
+run without ``absl.app.run`` and without a ``__main__`` guard.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from audiotree.errors import AudioReadError
+from audiotree.excerpt import ExcerptConfig
+from audiotree.sources._grain_setup import prepare_grain
+from audiotree.sources.datasets import create_audio_dataset, create_balanced_audio_dataset, shard_dataset
+from audiotree.sources.files import find_audio_files
+from audiotree.sources.loading import OnReadError
+
+__all__ = [
+    "ExcerptConfig",
+    "AudioReadError",
+    "OnReadError",
+    "create_audio_dataset",
+    "create_balanced_audio_dataset",
+    "create_windowed_audio_dataset",
+    "find_audio_files",
+    "shard_dataset",
+    "build_window_lufs_cache",
+    "load_window_lufs",
+    "save_window_lufs",
+    "precompute_window_lufs",
+    "scan_durations",
+    "WindowLufsCache",
+    "WindowConfig",
+    "AudioDataSource",
+    "TreeDataSource",
+]
+
+# Modules loaded on first use, so `import audiotree.sources` stays quick.
+_LAZY = {
+    "create_windowed_audio_dataset": "audiotree.sources.windowed",
+    "build_window_lufs_cache": "audiotree.sources.windowed",
+    "load_window_lufs": "audiotree.sources.windowed",
+    "save_window_lufs": "audiotree.sources.windowed",
+    "precompute_window_lufs": "audiotree.sources.windowed",
+    "scan_durations": "audiotree.sources.windowed",
+    "WindowLufsCache": "audiotree.sources.windowed",
+    "WindowConfig": "audiotree.sources.windowed",
+    "AudioDataSource": "audiotree.sources.audio",
+    "TreeDataSource": "audiotree.sources.tree",
+}
+
+prepare_grain()
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'audiotree.sources' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,321 @@
+"""Dataset builders: a folder of files, or named groups mixed by weight.
+
+Every builder returns a Grain ``MapDataset`` of batch-of-1 ``AudioTree`` items.
+
+Determinism: the file list is sorted; ``shuffle_seed`` fixes the file order
+(reshuffled every epoch) and ``excerpt_seed`` (default: derived from
+``shuffle_seed``) fixes the excerpts. Grain's ``random_map`` gives every
+*global* index its own generator, so ``ds[i]`` is reproducible, a file revisited
+in a later epoch gets a new excerpt, and the stream does not depend on how many
+workers or threads read it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import sys
+import zlib
+from typing import Any, Mapping, Sequence
+
+import grain
+import numpy as np
+
+from audiotree.excerpt import ExcerptConfig, _check_duration, _check_pad_mode
+from audiotree.sources._grain_setup import prepare_grain
+from audiotree.sources.files import SourceSpec, _discover
+from audiotree.sources.loading import ExcerptLoader, StampSource, check_on_read_error
+from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
+from audiotree.sources.mixing import mix_shuffled
+
+__all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "shard_dataset"]
+
+_SEED_MASK = 0x7FFFFFFF
+
+
+def _check_num_epochs(num_epochs: Any) -> None:
+    if num_epochs is None:
+        return
+    if isinstance(num_epochs, bool) or not isinstance(num_epochs, numbers.Integral):
+        raise TypeError(f"num_epochs must be an int or None (None repeats forever), got {num_epochs!r}.")
+    if num_epochs < 1:
+        raise ValueError(f"num_epochs must be >= 1 (or None to repeat forever), got {num_epochs}.")
+
+
+def _check_seed(name: str, seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {seed!r}.")
+    return int(seed)
+
+
+def _check_sample_rate(sample_rate: Any) -> int:
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate <= 0:
+        raise ValueError(f"sample_rate must be a positive int (Hz), got {sample_rate!r}.")
+    return int(sample_rate)
+
+
+def derive_seed_pair(seed: int) -> tuple[int, int]:
+    """(shuffle stream, excerpt stream) seeds from one user seed, full width."""
+    words = np.random.SeedSequence(int(seed)).generate_state(2, dtype=np.uint32)
+    return int(words[0]) & _SEED_MASK, int(words[1]) & _SEED_MASK
+
+
+def derive_group_seed(base: int, name: str, role: str) -> int:
+    """A seed that depends on a group's *name*, so adding groups changes nothing else."""
+    entropy = [int(base), zlib.crc32(name.encode("utf-8")), zlib.crc32(role.encode("utf-8"))]
+    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint32)[0]) & _SEED_MASK
+
+
+def _probe_channels(path: str) -> int | None:
+    from audiotree.errors import AudioReadError
+    from audiotree.io import probe
+
+    try:
+        return probe(path).channels
+    except AudioReadError:
+        return None
+
+
+def _file_dataset(
+    files: list[str], *, shuffle: bool, num_epochs: int | None, shuffle_seed: int, excerpt_seed: int | None,
+    loader: ExcerptLoader,
+) -> grain.MapDataset:
+    shuffle_stream, excerpt_stream = derive_seed_pair(shuffle_seed)
+    if excerpt_seed is not None:
+        excerpt_stream = derive_seed_pair(excerpt_seed)[1]
+    ds = grain.MapDataset.source(files)
+    if shuffle:
+        ds = ds.shuffle(seed=shuffle_stream)
+    ds = ds.repeat(num_epochs)
+    return ds.random_map(loader, seed=excerpt_stream)
+
+
+def _resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, extensions: Any) -> list[str]:
+    if (sources is None) == (filepaths is None):
+        raise ValueError("Pass exactly one of sources= (folders or globs) or filepaths= (a list of files).")
+    if filepaths is not None:
+        files = [os.fspath(p) for p in filepaths]
+        if not files:
+            raise ValueError("filepaths= is empty; pass at least one audio file.")
+        return files
+    files, _ = _discover(sources, extensions, strict=True)
+    return files
+
+
+def create_audio_dataset(
+    sources: SourceSpec | None = None,
+    filepaths: Sequence[str | os.PathLike] | None = None,
+    *,
+    shuffle: bool = True,
+    num_epochs: int | None = 1,
+    shuffle_seed: int = 0,
+    excerpt_seed: int | None = None,
+    sample_rate: int = 44_100,
+    mono: bool = True,
+    duration: float = 1.0,
+    pad_mode: str | None = "constant",
+    extensions: Sequence[str] | None = None,
+    excerpt: ExcerptConfig = ExcerptConfig(),
+    source: str | None = None,
+    channels: int | None = None,
+    on_read_error: str = "raise",
+) -> grain.MapDataset:
+    """One excerpt per file per epoch, as a Grain ``MapDataset``.
+
+    Args:
+      sources: folders, files or globs (see :func:`find_audio_files`); or
+      filepaths: an explicit list of files (order kept). Exactly one is required.
+      shuffle: shuffle the file order (a new permutation every epoch).
+      num_epochs: passes over the files; ``None`` repeats forever
+        (``len(ds) == sys.maxsize``).
+      shuffle_seed, excerpt_seed: see the module docstring.
+      sample_rate: output rate in Hz (soxr resampling of the excerpt only).
+      mono: average channels; ``False`` keeps them and checks that every file
+        has ``channels`` (default: the first file's count).
+      duration: excerpt length in seconds; items are ``(1, C, round(duration*sample_rate))``.
+      pad_mode: ``np.pad`` mode for files shorter than ``duration``; ``None``
+        leaves them short (batching then fails).
+      extensions: file extensions to discover (default: every decodable format).
+      excerpt: how the offset is chosen (:class:`ExcerptConfig`).
+      source: a group name recorded in every item's ``source``.
+      on_read_error: ``"raise"`` an ``AudioReadError`` naming the file, ``"warn"``
+        and drop the item, or ``"skip"`` it silently. Dropped items are removed by
+        ``to_iter_dataset``; random access returns ``None`` for them.
+
+    Raises:
+      FileNotFoundError: a source folder does not exist.
+      RuntimeError: a source holds no audio files.
+      ValueError / TypeError: an invalid argument (named in the message).
+    """
+    prepare_grain()
+    _check_num_epochs(num_epochs)
+    check_on_read_error(on_read_error)
+    _check_duration(duration)
+    _check_pad_mode(pad_mode)
+    sample_rate = _check_sample_rate(sample_rate)
+    shuffle_seed = _check_seed("shuffle_seed", shuffle_seed)
+    if excerpt_seed is not None:
+        excerpt_seed = _check_seed("excerpt_seed", excerpt_seed)
+    if not isinstance(excerpt, ExcerptConfig):
+        raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
+    files = _resolve_files(sources, filepaths, extensions)
+    if not mono and channels is None:
+        channels = _probe_channels(files[0])
+    loader = ExcerptLoader(
+        sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
+        source=source, channels=None if mono else channels, on_read_error=on_read_error,
+    )
+    ds = _file_dataset(
+        files, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
+        loader=loader,
+    )
+    item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=duration)
+    return AudioMapDataset(ds, item_bytes=item_bytes)
+
+
+def _check_weights(weights: Mapping[str, Any] | None, names: Sequence[str]) -> list[float]:
+    weights = dict(weights or {})
+    unknown = sorted(set(weights) - set(names))
+    if unknown:
+        raise ValueError(f"weights name unknown groups {unknown}; the groups are {list(names)}.")
+    out = []
+    for name in names:
+        w = weights.get(name, 1.0)
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
+            raise ValueError(f"Weight for group {name!r} must be a finite number > 0, got {w!r}.")
+        out.append(float(w))
+    return out
+
+
+def create_balanced_audio_dataset(
+    sources: Mapping[str, SourceSpec] | None = None,
+    weights: Mapping[str, float] | None = None,
+    datasets: Mapping[str, grain.MapDataset] | None = None,
+    *,
+    shuffle: bool = True,
+    num_epochs: int | None = None,
+    shuffle_seed: int = 0,
+    excerpt_seed: int | None = None,
+    sample_rate: int = 44_100,
+    mono: bool = True,
+    duration: float | None = None,
+    pad_mode: str | None = "constant",
+    extensions: Sequence[str] | None = None,
+    excerpt: ExcerptConfig = ExcerptConfig(),
+    window: Any = None,
+    channels: int | None = None,
+    on_read_error: str = "raise",
+) -> grain.MapDataset:
+    """A weighted mix of named groups, balanced in every batch.
+
+    Args:
+      sources: ``{group: folders/globs}``; each group becomes a dataset of its
+        files (see :func:`create_audio_dataset`) labelled with the group name.
+      weights: ``{group: weight}``; groups left out weigh 1. Weights are relative.
+      datasets: ``{group: MapDataset}`` of ready items (already ``.repeat()``-ed
+        if the mix should be endless); items are stamped with the group name.
+      num_epochs: ``None`` (default) makes every file group endless. A finite
+        group ends the mix when it runs out relative to its weight.
+      window: a ``WindowConfig`` to sample file groups by window instead of by
+        file (then ``duration`` and a custom ``excerpt`` are not allowed).
+      Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s.
+
+    Groups get seeds derived from their *names*, so adding, removing or
+    reordering groups leaves every other group's stream unchanged. The mix keeps
+    exact proportions and is shuffled in blocks (see
+    :mod:`audiotree.sources.mixing`), so every batch, built before or after
+    ``mp_prefetch`` with any number of workers, holds a random draw of groups.
+    ``item.source`` names each item's group.
+    """
+    prepare_grain()
+    _check_num_epochs(num_epochs)
+    check_on_read_error(on_read_error)
+    sample_rate = _check_sample_rate(sample_rate)
+    shuffle_seed = _check_seed("shuffle_seed", shuffle_seed)
+    if excerpt_seed is not None:
+        excerpt_seed = _check_seed("excerpt_seed", excerpt_seed)
+    if sources is None and datasets is None:
+        raise ValueError("Pass sources= ({group: folders}) and/or datasets= ({group: MapDataset}).")
+    sources = dict(sources or {})
+    datasets = dict(datasets or {})
+    if not sources and not datasets:
+        raise ValueError("sources= and datasets= are both empty; give at least one group.")
+    if window is not None:
+        if excerpt != ExcerptConfig():
+            raise ValueError("window= samples by window; it cannot be combined with a custom excerpt=.")
+        if duration is not None:
+            raise ValueError("window= carries its own duration; do not pass duration= as well.")
+        if on_read_error != "raise":
+            raise ValueError("window= supports only on_read_error='raise'.")
+    duration = 1.0 if duration is None else duration
+    _check_duration(duration)
+    _check_pad_mode(pad_mode)
+    collisions = sorted(set(sources) & set(datasets))
+    if collisions:
+        raise ValueError(f"Group names used in both sources= and datasets=: {collisions}.")
+    names = list(sources) + list(datasets)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"Group names must be non-empty strings, got {name!r}.")
+    group_weights = _check_weights(weights, names)
+
+    excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
+    group_files = {name: _resolve_files(folders, None, extensions) for name, folders in sources.items()}
+    if window is None and not mono and channels is None and group_files:
+        channels = _probe_channels(next(iter(group_files.values()))[0])
+
+    parts: list[grain.MapDataset] = []
+    for name, files in group_files.items():
+        group_shuffle = derive_group_seed(shuffle_seed, name, "shuffle")
+        group_excerpt = derive_group_seed(excerpt_base, name, "excerpt")
+        if window is not None:
+            from audiotree.sources.windowed import windowed_group_dataset
+
+            parts.append(windowed_group_dataset(
+                files, window, name=name, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=group_shuffle,
+                excerpt_seed=group_excerpt, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,
+            ))
+            continue
+        loader = ExcerptLoader(
+            sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
+            source=name, channels=None if mono else channels, on_read_error=on_read_error,
+        )
+        parts.append(_file_dataset(
+            files, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=group_shuffle,
+            excerpt_seed=group_excerpt, loader=loader,
+        ))
+    for name, ds in datasets.items():
+        if not isinstance(ds, grain.MapDataset):
+            raise TypeError(f"datasets[{name!r}] must be a grain.MapDataset, got {type(ds).__name__}.")
+        parts.append(ds.map(StampSource(name)))
+
+    mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"))
+    window_duration = getattr(window, "duration", None)
+    item_duration = float(window_duration) if window_duration is not None else float(duration)
+    item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=item_duration)
+    return AudioMapDataset(mixed, item_bytes=item_bytes)
+
+
+def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapDataset:
+    """Host ``i`` of ``n``'s share of a dataset: items ``i, i + n, i + 2n, ...``.
+
+    ``shard_options`` is a ``grain.sharding.ShardOptions`` (or
+    ``ShardByJaxProcess()``, the default, which reads ``jax.process_index()``
+    and ``jax.process_count()``). Shares are disjoint and together complete; with
+    ``drop_remainder=True`` every host gets the same number of items of a finite
+    dataset. Apply it before ``to_iter_dataset``; the per-index RNG keeps each
+    item identical to the unsharded dataset's.
+    """
+    if shard_options is None:
+        shard_options = grain.sharding.ShardByJaxProcess()
+    index, count = int(shard_options.shard_index), int(shard_options.shard_count)
+    if not 0 <= index < count:
+        raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
+    length = len(ds)
+    if getattr(shard_options, "drop_remainder", False) and length < sys.maxsize:
+        ds = ds[: (length // count) * count]
+    sharded = ds[index::count]
+    if isinstance(ds, AudioMapDataset) and not isinstance(sharded, AudioMapDataset):
+        sharded = AudioMapDataset(sharded, item_bytes=ds.item_bytes)
+    return sharded

@@ -1,0 +1,136 @@
+"""Finding audio files: folders (recursive), globs with ``**``, or single files."""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import warnings
+from pathlib import Path
+from typing import Iterable, Sequence, Union
+
+__all__ = ["find_audio_files", "SourceSpec"]
+
+SourceSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+# Extensions of audio formats in the wild, decodable here or not. Skipping one
+# of these is worth a warning; skipping a ``.txt`` or ``.json`` sidecar is not.
+_AUDIO_LIKE = frozenset(
+    ".wav .wave .flac .mp3 .ogg .oga .opus .aif .aiff .aifc .caf .w64 .rf64 .au .snd "
+    ".m4a .m4b .aac .mp4 .wma .webm .mka .ape .wv .alac .amr .ac3 .dts .mp2 .spx".split()
+)
+_GLOB_MAGIC = ("*", "?", "[")
+
+
+def _normalize_extensions(extensions: Iterable[str] | None) -> frozenset[str]:
+    from audiotree.io.formats import normalize_extension, supported_extensions
+
+    if extensions is None:
+        return frozenset(supported_extensions())
+    if isinstance(extensions, str):
+        extensions = [extensions]
+    return frozenset(normalize_extension(e) for e in extensions)
+
+
+def _as_list(sources: SourceSpec) -> list[str]:
+    if isinstance(sources, (str, os.PathLike)):
+        return [os.fspath(sources)]
+    return [os.fspath(s) for s in sources]
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _walk(directory: str) -> Iterable[str]:
+    for root, dirs, files in os.walk(directory, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not _is_hidden(d))
+        for name in files:
+            if not _is_hidden(name):
+                yield os.path.join(root, name)
+
+
+def _discover(
+    sources: SourceSpec, extensions: Iterable[str] | None, *, strict: bool
+) -> tuple[list[str], dict[str, int]]:
+    """Returns (sorted unique files, files found per source entry).
+
+    A folder or file that does not exist raises ``FileNotFoundError``. A source
+    that yields no audio raises ``RuntimeError`` when ``strict``, else warns.
+    """
+    wanted = _normalize_extensions(extensions)
+    found: set[str] = set()
+    per_source: dict[str, int] = {}
+    skipped: collections.Counter[str] = collections.Counter()
+    skipped_example: dict[str, str] = {}
+    for entry in _as_list(sources):
+        expanded = os.path.expandvars(os.path.expanduser(entry))
+        if any(ch in expanded for ch in _GLOB_MAGIC):
+            matches = sorted(glob.glob(expanded, recursive=True))
+        elif os.path.exists(expanded):
+            matches = [expanded]
+        else:
+            raise FileNotFoundError(
+                f"Audio source '{entry}' does not exist"
+                + (f" (expanded to '{expanded}')" if expanded != entry else "")
+                + "; check the path."
+            )
+        count = 0
+        for match in matches:
+            candidates = _walk(match) if os.path.isdir(match) else [match]
+            for path in candidates:
+                if _is_hidden(os.path.basename(path)):
+                    continue
+                ext = os.path.splitext(path)[1].lower()
+                if ext in wanted:
+                    found.add(path)
+                    count += 1
+                elif ext in _AUDIO_LIKE:
+                    skipped[ext] += 1
+                    skipped_example.setdefault(ext, path)
+        per_source[entry] = count
+        if count == 0:
+            message = (
+                f"Audio source '{entry}' contains no files with extensions {sorted(wanted)}"
+                + (f" (expanded to '{expanded}')" if expanded != entry else "")
+                + "."
+            )
+            if strict:
+                raise RuntimeError("No audio files found: " + message + " Point it at a folder of audio files or pass extensions=.")
+            warnings.warn(message, UserWarning, stacklevel=3)
+    if skipped:
+        detail = ", ".join(f"{n} {ext} (e.g. '{skipped_example[ext]}')" for ext, n in sorted(skipped.items()))
+        hint = (
+            "install the 'av' extra (pip install 'audiotree[av]') to decode them"
+            if any(ext not in _normalize_extensions(None) for ext in skipped)
+            else "pass extensions= to include them"
+        )
+        warnings.warn(f"Skipped audio files not in extensions {sorted(wanted)}: {detail}; {hint}.", UserWarning, stacklevel=3)
+    return sorted(found), per_source
+
+
+def find_audio_files(sources: SourceSpec, extensions: Iterable[str] | None = None) -> list[str]:
+    """Lists audio files under ``sources``, sorted and de-duplicated.
+
+    Args:
+      sources: a folder, file or glob (``**`` allowed), or a list of them;
+        ``~`` and ``$VARS`` are expanded. Folders are walked recursively; hidden
+        files and folders (leading dot) are skipped.
+      extensions: extensions to keep, case-insensitive, dot optional. Default:
+        every format the installed decoders read (soundfile, plus PyAV's if
+        installed). Skipped audio-like files are reported in one warning.
+
+    Returns:
+      Paths as discovered (absolute if the source was), in sorted order, so the
+      result is identical across machines for the same tree.
+
+    Raises:
+      FileNotFoundError: a non-glob source does not exist.
+    """
+    files, _ = _discover(sources, extensions, strict=False)
+    return files
+
+
+def paths_as_str(paths: Iterable[Union[str, os.PathLike]]) -> list[str]:
+    """``os.fspath`` of every entry (keeps the caller's order)."""
+    return [os.fspath(Path(p)) if not isinstance(p, str) else p for p in paths]

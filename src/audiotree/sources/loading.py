@@ -1,0 +1,94 @@
+"""The per-item work of a dataset: one file path and one RNG in, one excerpt out.
+
+Loaders are frozen dataclasses defined at module level, so they pickle with the
+standard library (PyTorch's spawn and forkserver workers) as well as with
+cloudpickle (Grain's workers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Literal
+
+import grain
+import numpy as np
+
+from audiotree.errors import AudioReadError
+from audiotree.excerpt import ExcerptConfig, select_excerpt
+
+__all__ = ["ExcerptLoader", "StampSource", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
+
+OnReadError = Literal["raise", "skip", "warn"]
+ON_READ_ERROR = ("raise", "skip", "warn")
+
+
+def check_on_read_error(value: str) -> None:
+    if value not in ON_READ_ERROR:
+        raise ValueError(f"on_read_error must be one of {ON_READ_ERROR}, got {value!r}.")
+
+
+def handle_read_error(exc: AudioReadError, policy: str) -> None:
+    """Applies an ``on_read_error`` policy: re-raise, warn and drop, or drop."""
+    if policy == "raise":
+        raise exc
+    if policy == "warn":
+        warnings.warn(f"Skipping unreadable audio: {exc}", UserWarning, stacklevel=3)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExcerptLoader(grain.transforms.RandomMap):
+    """Reads one excerpt of a file path with the item's own ``rng``.
+
+    Returns a batch-of-1 ``AudioTree`` ``(1, C, round(duration * sample_rate))``
+    or ``None`` when the file is dropped by ``on_read_error`` or ``on_failure``.
+    """
+
+    sample_rate: int
+    duration: float
+    mono: bool = True
+    pad_mode: str | None = "constant"
+    excerpt: ExcerptConfig = ExcerptConfig()
+    source: str | None = None
+    channels: int | None = None
+    on_read_error: str = "raise"
+
+    def random_map(self, element: Any, rng: np.random.Generator):
+        path = element
+        try:
+            tree = select_excerpt(
+                path, rng, duration=self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,
+                mono=self.mono, pad_mode=self.pad_mode, source=self.source,
+            )
+        except AudioReadError as exc:
+            handle_read_error(exc, self.on_read_error)
+            return None
+        if tree is not None and self.channels is not None and not self.mono and tree.num_channels != self.channels:
+            raise ValueError(
+                f"'{path}' has {tree.num_channels} channels but this dataset expects {self.channels}; "
+                "pass mono=True, set channels=, or remove the file."
+            )
+        return tree
+
+
+@dataclasses.dataclass(frozen=True)
+class StampSource(grain.transforms.Map):
+    """Labels every item of a pre-built dataset with its group name.
+
+    Missing provenance is filled so items from files and from datasets batch
+    together: ``filepath`` becomes ``""`` and ``offset`` NaN.
+    """
+
+    name: str
+
+    def map(self, element: Any):
+        if element is None:
+            return None
+        from audiotree._strings import encode_strings
+
+        batch = element.batch_size
+        metadata = dict(element._metadata)
+        metadata["source"] = encode_strings([self.name] * batch)
+        metadata.setdefault("filepath", encode_strings([""] * batch))
+        metadata.setdefault("offset", np.full((batch,), np.nan))
+        return element.replace(_metadata=metadata)

@@ -1,0 +1,130 @@
+"""Buffer-memory arithmetic for Grain pipelines of decoded audio.
+
+Grain's defaults were tuned for records of a few KiB: ``ReadOptions`` buffers
+500 elements per process, and ``mp_prefetch`` multiplies every buffer by the
+worker count. Decoded audio is ~1 MB per 3 s stereo excerpt, so the defaults
+can hold gigabytes. The datasets our builders return know the size of their
+items; when a ``to_iter_dataset``/``batch``/``mp_prefetch`` chain would buffer
+more than :data:`RAM_FRACTION` of physical memory, they warn once with the
+figure and the terms that produce it. Nothing else changes: these are thin
+pass-through nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Callable, Sequence
+
+import grain
+
+__all__ = ["AudioMapDataset", "AudioIterDataset", "physical_memory_bytes", "RAM_FRACTION"]
+
+#: Buffers above this fraction of physical memory trigger the warning.
+RAM_FRACTION = 0.25
+_DEFAULT_READ = grain.ReadOptions()
+
+
+def physical_memory_bytes() -> int | None:
+    """Total physical memory, or None where the platform does not say."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _fmt(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _check(total: float, detail: str, ram: int | None) -> None:
+    if ram and total > RAM_FRACTION * ram:
+        warnings.warn(
+            f"This pipeline's buffers can hold about {_fmt(total)} of decoded audio "
+            f"({detail}), over {int(RAM_FRACTION * 100)}% of this machine's {_fmt(ram)} of RAM. "
+            "Shrink ReadOptions.prefetch_buffer_size, MultiprocessingOptions.per_worker_buffer_size "
+            "or num_workers, or use shorter excerpts.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+class AudioMapDataset(grain.MapDataset):
+    """A pass-through ``MapDataset`` that knows its item size in bytes."""
+
+    def __init__(self, parent: grain.MapDataset, *, item_bytes: int):
+        super().__init__(parent)
+        self.item_bytes = int(item_bytes)
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def __str__(self) -> str:
+        return "AudioMapDataset"
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return AudioMapDataset(self._parent.slice(index), item_bytes=self.item_bytes)
+        return self._parent[index]
+
+    def _getitems(self, indices: Sequence[int]):
+        return self._parent._getitems(indices)  # pylint: disable=protected-access
+
+    def to_iter_dataset(self, read_options: grain.ReadOptions | None = None, *, allow_nones: bool = False):
+        options = read_options or _DEFAULT_READ
+        buffered = options.prefetch_buffer_size + options.num_threads
+        read_bytes = buffered * self.item_bytes
+        _check(
+            read_bytes,
+            f"ReadOptions buffer {options.prefetch_buffer_size} + {options.num_threads} threads "
+            f"x {_fmt(self.item_bytes)} per item",
+            physical_memory_bytes(),
+        )
+        parent = super().to_iter_dataset(read_options, allow_nones=allow_nones)
+        return AudioIterDataset(parent, element_bytes=self.item_bytes, read_bytes=read_bytes, read_detail=f"{buffered} items")
+
+
+class AudioIterDataset(grain.IterDataset):
+    """A pass-through ``IterDataset`` that checks ``mp_prefetch`` buffer memory."""
+
+    def __init__(self, parent: grain.IterDataset, *, element_bytes: int, read_bytes: int, read_detail: str):
+        super().__init__(parent)
+        self.element_bytes = int(element_bytes)
+        self.read_bytes = int(read_bytes)
+        self._read_detail = read_detail
+
+    def __str__(self) -> str:
+        return "AudioIterDataset"
+
+    def __iter__(self):
+        return self._parent.__iter__()
+
+    def batch(self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable | None = None):
+        batched = super().batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return AudioIterDataset(
+            batched, element_bytes=self.element_bytes * batch_size, read_bytes=self.read_bytes,
+            read_detail=self._read_detail,
+        )
+
+    def mp_prefetch(self, options: grain.MultiprocessingOptions | None = None, worker_init_fn=None, sequential_slice: bool = False):
+        resolved = options or grain.MultiprocessingOptions(num_workers=10)
+        workers = max(resolved.num_workers, 1)
+        per_worker = self.read_bytes + resolved.per_worker_buffer_size * self.element_bytes
+        parent_side = workers * resolved.per_worker_buffer_size * self.element_bytes
+        _check(
+            workers * per_worker + parent_side,
+            f"{workers} workers x (read buffer {self._read_detail} + {resolved.per_worker_buffer_size} "
+            f"x {_fmt(self.element_bytes)} elements), plus the parent's queue",
+            physical_memory_bytes(),
+        )
+        return super().mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
+
+
+def estimate_item_bytes(*, channels: int, sample_rate: int, duration: float) -> int:
+    """Bytes of one float32 excerpt plus its provenance rows."""
+    return int(channels) * int(round(duration * sample_rate)) * 4 + 2 * 1024 * 4 + 64
+

@@ -1,0 +1,83 @@
+"""Grain multiprocessing from plain, unguarded scripts (see audiotree.sources._grain_setup)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers import run_script
+
+UNGUARDED = """
+import sys
+import grain
+from audiotree.sources import create_audio_dataset
+
+print("SCRIPT BODY", flush=True)
+
+def worker_init_fn(worker_id, worker_count):
+    print(f"init {{worker_id}}/{{worker_count}}", file=sys.stderr, flush=True)
+
+ds = create_audio_dataset({folder!r}, duration=0.2, sample_rate=8000).map(lambda t: t.waveform.shape)
+it = ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)).mp_prefetch(
+    grain.MultiprocessingOptions(num_workers=2), worker_init_fn=worker_init_fn
+)
+print(sorted(set(it)))
+"""
+
+
+@pytest.mark.slow
+def test_unguarded_script_runs_workers_once(corpus, tmp_path):
+    result = run_script(UNGUARDED.format(folder=str(corpus["music"])), tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # The script body ran in the parent only: workers did not re-execute it.
+    assert result.stdout.count("SCRIPT BODY") == 1
+    # A function defined in the script reached both workers.
+    assert "init 0/2" in result.stderr and "init 1/2" in result.stderr
+    assert "[(1, 1, 1600)]" in result.stdout
+
+
+ABSL_APP = """
+import grain
+from absl import app, flags
+from audiotree.sources import create_audio_dataset
+
+flags.DEFINE_integer("items", 3, "how many items")
+FLAGS = flags.FLAGS
+
+def main(argv):
+    ds = create_audio_dataset({folder!r}, duration=0.2, sample_rate=8000, num_epochs=None)
+    it = ds.to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    print("ITEMS", sum(1 for _, _ in zip(range(FLAGS.items), it)))
+
+if __name__ == "__main__":
+    app.run(main)
+"""
+
+
+@pytest.mark.slow
+def test_absl_users_still_parse_their_flags(corpus, tmp_path):
+    script = tmp_path / "app_script.py"
+    script.write_text(ABSL_APP.format(folder=str(corpus["music"])))
+    result = subprocess.run([sys.executable, str(script), "--items=5"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ITEMS 5" in result.stdout
+
+
+def test_prepare_grain_is_idempotent_and_scoped():
+    import multiprocessing.spawn as spawn
+
+    from audiotree.sources._grain_setup import prepare_grain
+
+    prepare_grain()
+    first = spawn.get_preparation_data
+    prepare_grain()
+    assert spawn.get_preparation_data is first
+    grain_data = spawn.get_preparation_data("grain-process-prefetch-X")
+    other = spawn.get_preparation_data("SpawnProcess-1")
+    assert "init_main_from_path" not in grain_data and "init_main_from_name" not in grain_data
+    # Other processes (e.g. a PyTorch DataLoader's) keep the standard behaviour:
+    # under `python -m pytest` the main module is named, so they re-import it.
+    assert {"init_main_from_path", "init_main_from_name"} & set(other)
+    assert set(other) - set(grain_data) <= {"init_main_from_path", "init_main_from_name"}
