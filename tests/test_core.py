@@ -208,3 +208,78 @@ def test_token_only_tree():
 def test_repr_is_short():
     text = repr(_tree())
     assert "waveform=(3, 2, 800)" in text and len(text) < 300
+
+
+# ------------------------------------------------------------------ loudness
+def _tone(batch=2, channels=2, rate=16000, seconds=2.0, amps=(0.5, 0.05)):
+    t = np.arange(int(rate * seconds)) / rate
+    rows = [np.tile(a * np.sin(2 * np.pi * 997 * t), (channels, 1)) for a in amps[:batch]]
+    return AudioTree.create(np.stack(rows).astype(np.float32), rate, codes=np.zeros((batch, 3)))
+
+
+def test_replace_lufs_engines_and_devices():
+    t = _tone()
+    by_numpy = t.replace_lufs()
+    assert by_numpy.lufs.dtype == np.float32 and by_numpy.lufs.shape == (2,)
+    assert by_numpy.lufs_windows.shape == (2, 5)
+    by_jax = t.replace_lufs(engine="jax")
+    assert isinstance(by_jax.lufs, np.ndarray)  # results follow the waveform's library
+    np.testing.assert_allclose(by_jax.lufs, by_numpy.lufs, atol=0.05)
+    on_cpu = t.replace_lufs(device="cpu", engine="jax")
+    assert isinstance(on_cpu.lufs, np.ndarray)
+    jt = jax.device_put(t).replace_lufs()
+    assert isinstance(jt.lufs, jax.Array)
+    # The tone 20 dB quieter reads 20 LU lower.
+    assert abs((by_numpy.lufs[0] - by_numpy.lufs[1]) - 20.0) < 0.01
+    with pytest.raises(ValueError):
+        t.replace_lufs(engine="torch")
+    with pytest.raises(ValueError):
+        t.replace_lufs(device="quantum")
+    with pytest.raises(TypeError):
+        t.replace_lufs(device=3)
+    with pytest.raises(ValueError):
+        t.replace_lufs(0.2)
+    with pytest.raises(ValueError):
+        AudioTree(None, 8000, codes=np.zeros((1, 2))).replace_lufs()
+    mini = t.reshape_mini_batches(1).replace_lufs()
+    assert mini.lufs.shape == (2, 1) and mini.lufs_windows.shape == (2, 1, 5)
+
+
+def test_normalize_lufs_keeps_silence_and_clears_codes():
+    t = _tone()
+    silent = t.replace(waveform=np.concatenate([t.waveform[:1], np.zeros_like(t.waveform[:1])]))
+    out = silent.normalize_lufs(-23.0)
+    assert abs(float(out.lufs[0]) + 23.0) < 1e-4 and np.isneginf(out.lufs[1])
+    assert np.all(out.waveform[1] == 0) and out.codes is None
+    remeasured = out.replace_lufs()
+    assert abs(float(remeasured.lufs[0]) + 23.0) < 0.01
+    capped = t.normalize_lufs(0.0, max_gain_db=3.0)
+    np.testing.assert_allclose(capped.lufs - t.replace_lufs().lufs, [3.0, 3.0], atol=1e-4)
+    jax_out = jax.device_put(t).normalize_lufs(-20.0)
+    np.testing.assert_allclose(np.asarray(jax_out.lufs), [-20.0, -20.0], atol=0.05)
+
+
+def test_resample_both_backends_clears_derived():
+    t = _tone(rate=16000).replace_lufs()
+    up = t.resample(48000)
+    assert up.sample_rate == 48000 and up.samples == 96000 and up.lufs is None and up.codes is None
+    assert t.resample(16000) is t
+    jup = jax.device_put(t).resample(48000)
+    assert isinstance(jup.waveform, jax.Array) and jup.samples == 96000
+    mid = slice(4800, -4800)
+    np.testing.assert_allclose(np.asarray(jup.waveform)[..., mid], up.waveform[..., mid], atol=5e-3)
+    assert abs(float(up.replace_lufs().lufs[0]) - float(t.lufs[0])) < 0.05
+
+
+def test_import_audiotree_stays_light():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, audiotree, audiotree.sources, audiotree.core\n"
+        "heavy = [m for m in ('librosa', 'numba', 'flax', 'torch', 'av', 'matplotlib') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
