@@ -246,15 +246,27 @@ def test_worker_count_invariance(corpus):
     assert threaded == single
 
 
-def test_checkpoint_resume_1000_items():
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_checkpoint_resume_1000_items(num_workers):
     ds = create_balanced_audio_dataset(datasets=_group_datasets(), weights=WEIGHTS)
+
+    def make():
+        it = ds.to_iter_dataset(SYNC)
+        if num_workers:
+            it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+        return iter(it)
+
     full = [x.filepath[0] for x in itertools.islice(ds.to_iter_dataset(SYNC), 1000)]
-    it = iter(ds.to_iter_dataset(SYNC))
+    it = make()
     head = [next(it).filepath[0] for _ in range(400)]
     state = it.get_state()
-    fresh = iter(ds.to_iter_dataset(SYNC))
+    if num_workers:
+        it.close()
+    fresh = make()
     fresh.set_state(state)
     tail = [next(fresh).filepath[0] for _ in range(600)]
+    if num_workers:
+        fresh.close()
     assert head + tail == full
 
 
