@@ -11,27 +11,30 @@ The published AudioTree 1.0 tried up to ``num_tries`` uniformly random offsets
 and metered each with the gated BS.1770 meter. On a file that is mostly
 near-silence with one loud passage, that misses most of the time. Ours:
 
-1. Open the file once and read the header.
-2. **Short files** (at most ``scan_max_seconds``, default 30 s) are decoded once,
-   whole, at their native rate. A mean-square energy map in 100 ms blocks
-   (channel-weighted, no filtering: a few multiply-adds per sample) gives every
-   candidate window a cheap loudness estimate, gated like BS.1770. Each attempt
-   draws an offset with ``search`` and, if the estimate there cannot clear
-   ``lufs_cutoff``, snaps it to the nearest window that can. The exact gated
-   meter then runs on that excerpt only, and the first one that clears the
-   cutoff wins. A file with a loud passage longer than ``duration`` is therefore
-   always found, and offsets stay spread over every loud region.
-3. **Long files** are not decoded whole. Each attempt seeks to a drawn offset and
-   reads ``duration``; a pre-gate on the raw block energies skips the meter for
-   excerpts that cannot reach the cutoff (K-weighting adds at most ~4 dB).
-4. Only the winner is resampled. Its ``lufs``/``lufs_windows`` come from the
+1. Open the file once. With ``mono=True`` every candidate is mixed down before
+   it is measured, so the meter filters one channel, not all of them.
+2. Each attempt draws an offset with ``search``, seeks, and reads ``duration``.
+   On typical material the first attempt clears ``lufs_cutoff`` and the search
+   ends after one read and one K-weighting pass.
+3. When the first attempt misses and the file is at most ``scan_max_seconds``
+   long (default 30 s), the file is decoded once, whole, at its native rate. A
+   channel-weighted mean-square map in 100 ms blocks (a few multiply-adds per
+   sample, no filtering) gives every window a cheap loudness estimate, gated
+   like BS.1770. Later attempts still draw with ``search``, but an offset whose
+   estimate cannot clear the cutoff (K-weighting adds at most ~4 dB) moves to
+   the nearest window that can. A loud passage longer than ``duration`` is
+   therefore always found, and offsets stay spread over every loud region.
+4. Longer files keep seeking. The raw block energies bound an excerpt's
+   loudness from above, and the meter is skipped for candidates that cannot beat
+   the loudest so far.
+5. Only the winner is resampled. Its ``lufs``/``lufs_windows`` come from the
    same K-weighting pass that accepted it, measured on real samples only (zero
    padding is never filtered).
 
-Cost per item, native rate ``r``, file length ``L`` s: short files decode
-``L`` s once plus ~``4 L r`` flops for the map, then one K-weighting pass of
-``duration`` per metered attempt (usually one). Long files: up to ``num_tries``
-seek+reads of ``duration``.
+Cost per item at native rate ``r``: one seek+read of ``duration`` and one
+K-weighting pass when the first attempt clears the cutoff. A miss on a short
+file adds one decode of the file and ~4 flops per sample for the map; each
+further metered attempt adds one K-weighting pass of ``duration``.
 """
 
 from __future__ import annotations
@@ -121,8 +124,8 @@ class ExcerptConfig:
         ``random`` and ``loudest``.
       on_failure: ``loudest`` when nothing clears the cutoff: ``"keep"`` the
         loudest attempt, ``"skip"`` the item (``None``), or ``"raise"``.
-      scan_max_seconds: ``loudest`` decodes files up to this long whole and
-        searches an energy map (exhaustive); longer files are searched by seeks.
+      scan_max_seconds: after a first miss, ``loudest`` decodes files up to this
+        long whole and searches an energy map; longer files keep seeking.
     """
 
     strategy: Literal["start", "random", "loudest"] = "random"
@@ -190,8 +193,8 @@ def _finish(frames: np.ndarray, native_rate: int, sample_rate: int | None, durat
             mono: bool, pad_mode: str | None) -> tuple[np.ndarray, int]:
     """Native ``(n, C)`` frames -> ``(C, T)`` float32 at the target rate and length."""
     rate = int(sample_rate or native_rate)
-    if mono and frames.shape[1] > 1:
-        frames = frames.mean(axis=1, keepdims=True, dtype=np.float32)
+    if mono:
+        frames = downmix(frames)
     if rate != native_rate and frames.shape[0]:
         from audiotree.dsp.resample import resample
 
@@ -200,6 +203,22 @@ def _finish(frames: np.ndarray, native_rate: int, sample_rate: int | None, durat
     if duration is not None:
         data = _fit_length(data, int(round(duration * rate)), pad_mode)
     return data, rate
+
+
+def downmix(frames: np.ndarray) -> np.ndarray:
+    """Mean of the channels of ``(n, C)`` frames, as ``(n, 1)`` float32.
+
+    Adds channel columns directly: ``mean(axis=1)`` over a short strided axis is
+    several times slower on this hot path.
+    """
+    channels = frames.shape[1]
+    if channels == 1:
+        return frames
+    mono = frames[:, 0].copy()
+    for c in range(1, channels):
+        mono += frames[:, c]
+    mono *= np.float32(1.0 / channels)
+    return mono[:, None]
 
 
 def _start_frame(path: str, info: Any, offset: float) -> int:
@@ -310,11 +329,20 @@ def _block_energy(frames: np.ndarray, rate: int) -> np.ndarray:
 
     block = max(1, int(round(_BLOCK_SEC * rate)))
     n_blocks = frames.shape[0] // block
-    channels = frames.shape[1]
-    weights = np.asarray(CHANNEL_WEIGHTS[:channels], dtype=np.float32) if channels <= len(CHANNEL_WEIGHTS) else np.ones(channels, np.float32)
     usable = frames[: n_blocks * block]
-    squares = np.einsum("nc,nc,c->n", usable, usable, weights, optimize=False)
-    return squares.reshape(n_blocks, block).mean(axis=1, dtype=np.float64)
+    channels = frames.shape[1]
+    squares = np.square(usable[:, 0])
+    for c in range(1, channels):
+        weight = CHANNEL_WEIGHTS[c] if c < len(CHANNEL_WEIGHTS) else 1.0
+        squares += np.float32(weight) * np.square(usable[:, c])
+    return squares.reshape(n_blocks, block).sum(axis=1, dtype=np.float64) / block
+
+
+def _loudness_ceiling(frames: np.ndarray, rate: int) -> float:
+    """An upper bound on the gated loudness of ``frames`` (K-weighting adds <= ~4 dB)."""
+    energy = _block_energy(frames, rate)
+    peak = float(energy.max()) if energy.size else float(np.mean(np.square(frames))) if frames.size else 0.0
+    return _LOUDNESS_OFFSET + 10 * math.log10(peak) + _MAX_K_WEIGHT_GAIN_DB if peak > 0 else -math.inf
 
 
 def _gated_estimate(block_energy: np.ndarray, window_blocks: int) -> np.ndarray:
@@ -331,9 +359,7 @@ def _gated_estimate(block_energy: np.ndarray, window_blocks: int) -> np.ndarray:
         return np.full(max(n - window_blocks + 1, 1), value)
     csum = np.concatenate([[0.0], np.cumsum(block_energy)])
     gating = (csum[4:] - csum[:-4]) / 4.0  # 400 ms blocks, 100 ms hop
-    per_window = window_blocks - 3
-    if gating.shape[0] < per_window:
-        per_window = gating.shape[0]
+    per_window = min(window_blocks - 3, gating.shape[0])
     views = np.lib.stride_tricks.sliding_window_view(gating, per_window)
     with np.errstate(divide="ignore"):
         loud = _LOUDNESS_OFFSET + 10 * np.log10(views)
@@ -345,14 +371,15 @@ def _gated_estimate(block_energy: np.ndarray, window_blocks: int) -> np.ndarray:
     mean_rel = np.where(keep, views, 0).sum(axis=1)
     count = keep.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(count > 0, _LOUDNESS_OFFSET + 10 * np.log10(mean_rel / np.maximum(count, 1)), -np.inf)
-    return out
+        return np.where(count > 0, _LOUDNESS_OFFSET + 10 * np.log10(mean_rel / np.maximum(count, 1)), -np.inf)
 
 
 def _measure_native(frames: np.ndarray, rate: int) -> tuple[float, np.ndarray]:
     """Exact gated LUFS and ungated 0.4 s windows of real samples ``(n, C)``."""
     from audiotree.dsp.loudness import measure
 
+    if frames.shape[0] == 0:
+        return -math.inf, np.zeros(0, np.float32)
     lufs, windows = measure(frames.T, rate)
     return float(lufs), windows
 
@@ -365,6 +392,15 @@ def _windows_for_length(windows: np.ndarray, samples: int, rate: int) -> np.ndar
     n = min(count, windows.shape[-1])
     out[:n] = windows[:n]
     return out
+
+
+class _Candidate:
+    """One metered excerpt: its loudness, start frame, native frames and windows."""
+
+    __slots__ = ("lufs", "start", "frames", "windows")
+
+    def __init__(self, lufs: float, start: int, frames: np.ndarray, windows: np.ndarray):
+        self.lufs, self.start, self.frames, self.windows = lufs, start, frames, windows
 
 
 def loudest_excerpt(
@@ -382,8 +418,8 @@ def loudest_excerpt(
     """Finds an excerpt whose gated loudness clears ``excerpt.lufs_cutoff``.
 
     Returns a batch-of-1 ``AudioTree`` carrying ``lufs`` ``(1,)`` and
-    ``lufs_windows`` ``(1, W)`` of the excerpt, or ``None`` under
-    ``on_failure="skip"``. See the module docstring for the search.
+    ``lufs_windows`` ``(1, W)`` of the excerpt (of its mono mix when ``mono``),
+    or ``None`` under ``on_failure="skip"``. See the module docstring.
     """
     from audiotree.io import AudioFile
 
@@ -396,38 +432,120 @@ def loudest_excerpt(
     if not isinstance(excerpt, ExcerptConfig) or excerpt.strategy != "loudest":
         raise ValueError("loudest_excerpt() needs an ExcerptConfig with strategy='loudest'.")
     path = os.fspath(audio_path)
-    search = excerpt.resolved_search
     cutoff = float(excerpt.lufs_cutoff)
-
     with AudioFile(path) as f:
-        info = f.info
-        rate = info.sample_rate
-        need = int(math.ceil(duration * rate))
-        best: tuple[float, int, np.ndarray, np.ndarray] | None = None
-        if info.frames <= need or info.duration <= excerpt.scan_max_seconds:
-            whole = f.read(0, None)
-            best = _search_scanned(whole, rate, duration, need, rng, search, excerpt)
-        else:
-            best = _search_seeking(f, rate, duration, need, rng, search, excerpt)
-
-    lufs, start, frames, windows = best
-    if not lufs > cutoff:
+        best = _LoudestSearch(f, rng, excerpt, duration, mono).run()
+    if not best.lufs > cutoff:
         if excerpt.on_failure == "raise":
             raise RuntimeError(
                 f"No excerpt of '{path}' cleared lufs_cutoff={cutoff} LUFS in {excerpt.num_tries} tries "
-                f"(loudest was {lufs:.1f} LUFS); lower the cutoff or use on_failure='keep'/'skip'."
+                f"(loudest was {best.lufs:.1f} LUFS); lower the cutoff or use on_failure='keep'/'skip'."
             )
         if excerpt.on_failure == "skip":
             return None
-    data, out_rate = _finish(frames, rate, sample_rate, duration, mono, pad_mode)
-    if mono and frames.shape[1] > 1:
-        # Loudness of the mixed-down signal, not of the original channels.
-        lufs, windows = _measure_native(frames.mean(axis=1, keepdims=True, dtype=np.float32), rate)
-    windows = _windows_for_length(windows, data.shape[-1], out_rate)
+    rate = f.info.sample_rate
+    data, out_rate = _finish(best.frames, rate, sample_rate, duration, False, pad_mode)
+    windows = _windows_for_length(best.windows, data.shape[-1], out_rate)
     return _make_tree(
-        path, data, out_rate, start / rate, tree_kwargs,
-        lufs=np.asarray([lufs], dtype=np.float32), lufs_windows=windows[None],
+        path, data, out_rate, best.start / rate, tree_kwargs,
+        lufs=np.asarray([best.lufs], dtype=np.float32), lufs_windows=windows[None],
     )
+
+
+class _LoudestSearch:
+    """The ``loudest`` search over one open file (see the module docstring).
+
+    Attempts first seek and read ``duration`` at an offset drawn by ``search``,
+    which is all a typical file needs. A file short enough to scan whose first
+    attempt misses is decoded whole once; later attempts then snap to windows
+    whose energy estimate can clear the cutoff.
+    """
+
+    def __init__(self, f, rng, excerpt: ExcerptConfig, duration: float, mono: bool):
+        self.f, self.rng, self.excerpt, self.duration, self.mono = f, rng, excerpt, duration, mono
+        self.rate = f.info.sample_rate
+        self.need = int(math.ceil(duration * self.rate))
+        self.cutoff = float(excerpt.lufs_cutoff)
+        self.search = excerpt.resolved_search
+        limit = excerpt.scan_max_seconds
+        self.scan_frames = int(limit * self.rate) if limit is not None else excerpt.num_tries * self.need
+        self.best: _Candidate | None = None
+
+    def _read(self, start: int, count: int | None) -> np.ndarray:
+        frames = self.f.read(start, count)
+        return downmix(frames) if self.mono else frames
+
+    def _consider(self, start: int, frames: np.ndarray) -> bool:
+        """Meters a candidate unless it cannot beat the best; True once the cutoff is cleared."""
+        if self.best is not None and _loudness_ceiling(frames, self.rate) <= self.best.lufs:
+            return False
+        lufs, windows = _measure_native(frames, self.rate)
+        if self.best is None or lufs > self.best.lufs:
+            self.best = _Candidate(lufs, start, frames, windows)
+        return lufs > self.cutoff
+
+    def run(self) -> _Candidate:
+        info = self.f.info
+        if info.frames <= self.need:
+            frames = self._read(0, None)
+            self._consider(0, frames)
+            return self.best
+        last_start = info.frames - self.need
+        total = info.duration
+        tries = self.excerpt.num_tries
+        scan = None
+        for attempt in range(tries):
+            drawn = self.search(self.rng, 0.0, self.duration, total, attempt, tries)
+            start = min(max(int(round(drawn * self.rate)), 0), last_start)
+            if scan is None:
+                if self._consider(start, self._read(start, self.need)):
+                    break
+                if attempt == 0 and info.frames <= self.scan_frames:
+                    scan = _EnergyMap(self._read(0, None), self.rate, self.need, self.cutoff)
+                continue
+            start = scan.snap(start, self.rng)
+            if start is None:
+                break
+            if self._consider(start, scan.whole[start : start + self.need]):
+                break
+        if self.best is None:
+            raise AudioReadError(f"Failed to read audio file '{self.f.path}': every read came back empty.", self.f.path)
+        return self.best
+
+
+class _EnergyMap:
+    """Cheap gated-loudness estimates of every 100 ms window start of a decoded file."""
+
+    def __init__(self, whole: np.ndarray, rate: int, need: int, cutoff: float):
+        self.whole = whole
+        self.block = max(1, int(round(_BLOCK_SEC * rate)))
+        self.last_start = max(whole.shape[0] - need, 0)
+        self.estimate = _gated_estimate(_block_energy(whole, rate), max(1, need // self.block))
+        # Window starts that might clear the cutoff, loudest estimates first when none can.
+        self.plausible = np.flatnonzero(self.estimate + _MAX_K_WEIGHT_GAIN_DB > cutoff)
+        self.fallback = list(np.argsort(-self.estimate, kind="stable"))
+        self.cutoff = cutoff
+        self.tried: set[int] = set()
+
+    def snap(self, start: int, rng: np.random.Generator) -> int | None:
+        """The drawn start, or the nearest untried plausible window start."""
+        block = min(start // self.block, self.estimate.shape[0] - 1)
+        if self.plausible.size:
+            if self.estimate[block] + _MAX_K_WEIGHT_GAIN_DB <= self.cutoff or block in self.tried:
+                candidates = np.setdiff1d(self.plausible, np.fromiter(self.tried, dtype=np.int64), assume_unique=True)
+                if not candidates.size:
+                    return None
+                block = int(candidates[np.argmin(np.abs(candidates - block))])
+                start = block * self.block
+        else:
+            while self.fallback and int(self.fallback[0]) in self.tried:
+                self.fallback.pop(0)
+            if not self.fallback:
+                return None
+            block = int(self.fallback.pop(0))
+            start = block * self.block
+        self.tried.add(block)
+        return min(start, self.last_start)
 
 
 def _as_label(name: str, value: Any) -> Any:
@@ -437,78 +555,3 @@ def _as_label(name: str, value: Any) -> Any:
     if name not in ("pitch", "velocity", "note_duration", "codes", "latents"):
         raise TypeError(f"Unexpected keyword argument {name!r} for reading an excerpt.")
     return _wrap_label(value, dtypes.get(name))
-
-
-def _search_scanned(whole, rate, duration, need, rng, search, excerpt):
-    """Exhaustive search over a fully decoded file ``(n, C)``; see module docs."""
-    total_frames = whole.shape[0]
-    total_seconds = total_frames / rate
-    if total_frames <= need:
-        lufs, windows = _measure_native(whole, rate) if total_frames else (-np.inf, np.zeros(0, np.float32))
-        return lufs, 0, whole, windows
-    cutoff = float(excerpt.lufs_cutoff)
-    block = max(1, int(round(_BLOCK_SEC * rate)))
-    energy = _block_energy(whole, rate)
-    window_blocks = max(1, need // block)
-    estimate = _gated_estimate(energy, window_blocks)  # one per 100 ms start
-    # K-weighting can lift the level by at most ~4 dB, so anything further below
-    # the cutoff cannot clear it; candidates are the block starts that might.
-    plausible = np.flatnonzero(estimate + _MAX_K_WEIGHT_GAIN_DB > cutoff)
-    order_by_loudness = np.argsort(-estimate, kind="stable")
-    last_start = total_frames - need
-    best = None
-    tried: set[int] = set()
-    for attempt in range(excerpt.num_tries):
-        drawn = search(rng, 0.0, duration, total_seconds, attempt, excerpt.num_tries)
-        start = min(max(int(round(drawn * rate)), 0), last_start)
-        block_index = min(start // block, estimate.shape[0] - 1)
-        if plausible.size and estimate[block_index] + _MAX_K_WEIGHT_GAIN_DB <= cutoff:
-            # Snap to the nearest window that can clear the cutoff.
-            nearest = plausible[np.argmin(np.abs(plausible - block_index))]
-            start = min(int(nearest) * block, last_start)
-            block_index = int(nearest)
-        elif not plausible.size:
-            # Nothing can clear it: meter the loudest windows, best first.
-            untried = [b for b in order_by_loudness if int(b) not in tried]
-            if not untried:
-                break
-            block_index = int(untried[0])
-            start = min(block_index * block, last_start)
-        tried.add(block_index)
-        candidate = whole[start : start + need]
-        lufs, windows = _measure_native(candidate, rate)
-        if best is None or lufs > best[0]:
-            best = (lufs, start, candidate, windows)
-        if lufs > cutoff:
-            break
-    return best
-
-
-def _search_seeking(f, rate, duration, need, rng, search, excerpt):
-    """Best-of-``num_tries`` by seek+read for files too long to decode whole."""
-    cutoff = float(excerpt.lufs_cutoff)
-    total_seconds = f.info.duration
-    last_start = max(f.info.frames - need, 0)
-    best = None
-    for attempt in range(excerpt.num_tries):
-        drawn = search(rng, 0.0, duration, total_seconds, attempt, excerpt.num_tries)
-        start = min(max(int(round(drawn * rate)), 0), last_start)
-        candidate = f.read(start, need)
-        if candidate.shape[0] == 0:
-            warnings.warn(f"Empty read at {start / rate:.3f} s of '{f.path}'.", RuntimeWarning, stacklevel=3)
-            continue
-        energy = _block_energy(candidate, rate)
-        ceiling = (
-            _LOUDNESS_OFFSET + 10 * np.log10(energy.max()) + _MAX_K_WEIGHT_GAIN_DB
-            if energy.size and energy.max() > 0 else -np.inf
-        )
-        if best is not None and ceiling <= best[0]:
-            continue  # cannot beat the loudest so far: skip the meter
-        lufs, windows = _measure_native(candidate, rate)
-        if best is None or lufs > best[0]:
-            best = (lufs, start, candidate, windows)
-        if lufs > cutoff:
-            break
-    if best is None:
-        raise AudioReadError(f"Failed to read audio file '{f.path}': every read came back empty.", f.path)
-    return best

@@ -3,7 +3,7 @@
 Every builder returns a Grain ``MapDataset`` of batch-of-1 ``AudioTree`` items.
 
 Determinism: the file list is sorted; ``shuffle_seed`` fixes the file order
-(reshuffled every epoch) and ``excerpt_seed`` (default: derived from
+(a new permutation every epoch, see :mod:`audiotree.sources.ordering`) and ``excerpt_seed`` (default: derived from
 ``shuffle_seed``) fixes the excerpts. Grain's ``random_map`` gives every
 *global* index its own generator, so ``ds[i]`` is reproducible, a file revisited
 in a later epoch gets a new excerpt, and the stream does not depend on how many
@@ -28,6 +28,7 @@ from audiotree.sources.files import SourceSpec, _discover
 from audiotree.sources.loading import ExcerptLoader, StampSource, check_on_read_error
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import mix_shuffled
+from audiotree.sources.ordering import EpochShuffledMapDataset
 
 __all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "shard_dataset"]
 
@@ -84,10 +85,9 @@ def _file_dataset(
     shuffle_stream, excerpt_stream = derive_seed_pair(shuffle_seed)
     if excerpt_seed is not None:
         excerpt_stream = derive_seed_pair(excerpt_seed)[1]
-    ds = grain.MapDataset.source(files)
-    if shuffle:
-        ds = ds.shuffle(seed=shuffle_stream)
-    ds = ds.repeat(num_epochs)
+    ds = EpochShuffledMapDataset(
+        grain.MapDataset.source(files), seed=shuffle_stream, num_epochs=num_epochs, shuffle=shuffle
+    )
     return ds.random_map(loader, seed=excerpt_stream)
 
 

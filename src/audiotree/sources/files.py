@@ -35,7 +35,10 @@ def _normalize_extensions(extensions: Iterable[str] | None) -> frozenset[str]:
 def _as_list(sources: SourceSpec) -> list[str]:
     if isinstance(sources, (str, os.PathLike)):
         return [os.fspath(sources)]
-    return [os.fspath(s) for s in sources]
+    out: list[str] = []
+    for entry in sources:
+        out.extend(_as_list(entry))  # nested lists of folders are flattened
+    return out
 
 
 def _is_hidden(name: str) -> bool:
