@@ -56,6 +56,18 @@ def _check_sample_rate(sample_rate: Any) -> int:
     return int(sample_rate)
 
 
+def _check_common(*, num_epochs, on_read_error, sample_rate, shuffle_seed, excerpt_seed) -> tuple[int, int, int | None]:
+    """Validation shared by the builders; returns (sample_rate, shuffle_seed, excerpt_seed)."""
+    prepare_grain()
+    _check_num_epochs(num_epochs)
+    check_on_read_error(on_read_error)
+    sample_rate = _check_sample_rate(sample_rate)
+    shuffle_seed = _check_seed("shuffle_seed", shuffle_seed)
+    if excerpt_seed is not None:
+        excerpt_seed = _check_seed("excerpt_seed", excerpt_seed)
+    return sample_rate, shuffle_seed, excerpt_seed
+
+
 def derive_seed_pair(seed: int) -> tuple[int, int]:
     """(shuffle stream, excerpt stream) seeds from one user seed, full width."""
     words = np.random.SeedSequence(int(seed)).generate_state(2, dtype=np.uint32)
@@ -148,15 +160,12 @@ def create_audio_dataset(
       RuntimeError: a source holds no audio files.
       ValueError / TypeError: an invalid argument (named in the message).
     """
-    prepare_grain()
-    _check_num_epochs(num_epochs)
-    check_on_read_error(on_read_error)
+    sample_rate, shuffle_seed, excerpt_seed = _check_common(
+        num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
+        shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
+    )
     _check_duration(duration)
     _check_pad_mode(pad_mode)
-    sample_rate = _check_sample_rate(sample_rate)
-    shuffle_seed = _check_seed("shuffle_seed", shuffle_seed)
-    if excerpt_seed is not None:
-        excerpt_seed = _check_seed("excerpt_seed", excerpt_seed)
     if not isinstance(excerpt, ExcerptConfig):
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
     files = _resolve_files(sources, filepaths, extensions)
@@ -228,13 +237,10 @@ def create_balanced_audio_dataset(
     ``mp_prefetch`` with any number of workers, holds a random draw of groups.
     ``item.source`` names each item's group.
     """
-    prepare_grain()
-    _check_num_epochs(num_epochs)
-    check_on_read_error(on_read_error)
-    sample_rate = _check_sample_rate(sample_rate)
-    shuffle_seed = _check_seed("shuffle_seed", shuffle_seed)
-    if excerpt_seed is not None:
-        excerpt_seed = _check_seed("excerpt_seed", excerpt_seed)
+    sample_rate, shuffle_seed, excerpt_seed = _check_common(
+        num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
+        shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
+    )
     if sources is None and datasets is None:
         raise ValueError("Pass sources= ({group: folders}) and/or datasets= ({group: MapDataset}).")
     sources = dict(sources or {})
