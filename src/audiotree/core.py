@@ -332,6 +332,27 @@ class AudioTree:
             offset=float(offset),
         )
 
+    @classmethod
+    def from_manifest(
+        cls,
+        manifest_path: str | os.PathLike,
+        *,
+        audio_dir: str | os.PathLike | None = None,
+        filter_fn: Callable[[dict], bool] | None = None,
+    ) -> "AudioTree":
+        """Loads a whole :class:`~audiotree.AudioWriter` dataset as one batched tree.
+
+        ``filter_fn`` receives each manifest entry (a dict) and keeps it when
+        true. Items must share rate, channels and length. An empty selection
+        raises ``ValueError``; a missing audio file raises ``AudioReadError``.
+        """
+        from audiotree.sources.audio import AudioDataSource
+
+        source = AudioDataSource(manifest_path, audio_dir=audio_dir, filter_fn=filter_fn)
+        if len(source) == 0:
+            raise ValueError(f"No entries selected from {manifest_path}.")
+        return cls.batch([source[i] for i in range(len(source))])
+
     @staticmethod
     def excerpt(
         audio_path: str | os.PathLike,

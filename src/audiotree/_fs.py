@@ -1,0 +1,177 @@
+"""Filesystem helpers for the writers and readers: safe paths and atomic files.
+
+* :func:`safe_join` resolves a path found in a manifest against the dataset
+  folder and refuses absolute paths, ``..`` components (POSIX or Windows
+  spelling) and symlinks that lead outside the folder.
+* :func:`write_bytes_atomic` / :func:`write_json_atomic` write a temporary
+  file in the same folder, ``fsync`` it, ``os.replace`` it over the target and
+  ``fsync`` the folder, so a reader sees either the old or the new content,
+  even after a crash or power loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ntpath
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+__all__ = [
+    "safe_join",
+    "check_relative",
+    "refuse_to_clobber",
+    "write_bytes_atomic",
+    "write_json_atomic",
+    "atomic_file",
+    "fsync_dir",
+    "fsync_path",
+    "read_limited",
+    "npz_problem",
+]
+
+
+def check_relative(rel: Any, where: str = "manifest") -> str:
+    """Lexical checks of a relative path from a manifest; returns it as ``str``.
+
+    Refuses non-strings, empty strings, NUL bytes, absolute paths (``/x``,
+    ``C:\\x``, ``\\\\server\\x``) and any ``..`` component (split on ``/`` and ``\\``).
+    """
+    if not isinstance(rel, str):
+        raise ValueError(f"{where}: a path must be a string, got {type(rel).__name__}.")
+    if not rel or "\x00" in rel:
+        raise ValueError(f"{where}: refusing an empty path or a path with a NUL byte ({rel!r}).")
+    if os.path.isabs(rel) or rel.startswith(("/", "\\")) or ntpath.isabs(rel) or ntpath.splitdrive(rel)[0]:
+        raise ValueError(f"{where}: refusing to open an absolute path {rel!r}; paths must be relative to the dataset folder.")
+    parts = rel.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise ValueError(f"{where}: refusing a path containing '..' ({rel!r}); it could leave the dataset folder.")
+    return rel
+
+
+def safe_join(base: str | os.PathLike, rel: Any, where: str = "manifest") -> Path:
+    """``base / rel``, refusing anything that could leave ``base``.
+
+    Raises ``ValueError`` (prefixed with ``where``) for an absolute path, a
+    ``..`` component, or a path that resolves outside ``base`` after following
+    symlinks. The file itself need not exist.
+    """
+    rel = check_relative(rel, where)
+    base_resolved = Path(base).resolve()
+    target = (Path(base) / rel).resolve()
+    if target != base_resolved and not target.is_relative_to(base_resolved):
+        raise ValueError(
+            f"{where}: {rel!r} resolves outside the dataset folder {str(base_resolved)!r} "
+            f"(to {str(target)!r}, through a symlink); refusing to open it."
+        )
+    return target
+
+
+def refuse_to_clobber(directory: str | os.PathLike, names: Iterable[str], what: str) -> None:
+    """Raises ``FileExistsError`` if any of ``names`` exists in ``directory``."""
+    existing = sorted(n for n in names if os.path.lexists(os.path.join(directory, n)))
+    if existing:
+        raise FileExistsError(
+            f"{os.fspath(directory)} already holds {what} ({', '.join(existing)}); pass exist_ok=True to "
+            "replace it, or choose another directory."
+        )
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    """Flushes a folder's entries (new, renamed, deleted files) to disk; best effort."""
+    try:
+        fd = os.open(os.fspath(directory), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """``fsync`` an existing file by path."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yields a temporary path beside ``path``; on success it replaces ``path``.
+
+    The caller writes the temporary file (by name) inside the block. On normal
+    exit it is ``fsync``-ed and ``os.replace``-d over ``path``, then the folder
+    is ``fsync``-ed. On an exception the temporary file is removed. The
+    temporary name starts with a dot and keeps ``suffix`` (some writers choose
+    the format from it).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    tmp_path = Path(tmp)
+    try:
+        # mkstemp creates 0600 files; keep the target's mode, or use an ordinary 0644.
+        try:
+            mode = os.stat(path).st_mode & 0o777
+        except OSError:
+            mode = 0o644
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    try:
+        yield tmp_path
+        fsync_path(tmp_path)
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp_path.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Atomically replaces ``path`` with ``data`` (temp file, fsync, rename, fsync folder)."""
+    with atomic_file(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    return Path(path)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 1) -> Path:
+    """Atomically replaces ``path`` with ``obj`` as UTF-8 JSON (no NaN/inf allowed)."""
+    text = json.dumps(obj, indent=indent, sort_keys=False, allow_nan=False, ensure_ascii=False)
+    return write_bytes_atomic(path, (text + "\n").encode("utf-8"))
+
+
+def read_limited(path: str | os.PathLike, limit: int, what: str) -> bytes:
+    """Reads a whole small file, refusing one larger than ``limit`` bytes."""
+    path = os.fspath(path)
+    size = os.stat(path).st_size
+    if size > limit:
+        raise ValueError(
+            f"{path}: {what} is {size} bytes, over the {limit}-byte limit for such a file; it is not an "
+            "audiotree artifact or it was damaged."
+        )
+    with open(path, "rb") as f:
+        return f.read(limit + 1)[: limit + 1]
+
+
+def npz_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` is not an ``.npz`` (zip) archive, or ``None`` if it starts like one.
+
+    Checked before ``np.load``, which would otherwise treat unknown bytes as a
+    pickle and report a misleading error.
+    """
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic.startswith(b"\x93NUMPY"):
+        return "it is a single .npy array, not an .npz archive"
+    if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "it is not a readable .npz archive (no zip header)"
+    return None

@@ -1,0 +1,274 @@
+"""``TreeDataSource``: random access to a ``TreeWriter`` dataset, for Grain.
+
+The manifest and every leaf file are validated when the source is built (see
+:mod:`audiotree.formats.tree`): header and version, types, names, structure,
+paths (no absolute paths, no ``..``, no symlink leaving the folder) and file
+sizes against ``num_samples``. Only the committed samples are visible, so a
+dataset that is still being written (or whose writer crashed) reads as the
+prefix its writer last committed.
+
+Memmaps are opened lazily, once per process, under a lock; the source pickles
+without them (Grain's spawned workers reopen them on first read) and reads are
+thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from audiotree import _format
+from audiotree._fs import read_limited
+from audiotree.formats.tree import (
+    INDEX_DTYPE,
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    TreeManifest,
+    build,
+    check_file_sizes,
+    parse_manifest,
+    prune,
+)
+
+__all__ = ["TreeDataSource"]
+
+
+def _leaf_names(node: dict) -> list[tuple[str, str]]:
+    if node["type"] in ("array", "string"):
+        return [(node["leaf"], node["type"])]
+    out: list[tuple[str, str]] = []
+    for child in node["children"].values():
+        out.extend(_leaf_names(child))
+    return out
+
+
+def _all_paths(node: dict, path: str = "") -> set[str]:
+    """Every dotted path of the structure (nodes and leaves)."""
+    out = {path} if path else set()
+    if node["type"] in ("dict", "AudioTree"):
+        for key, child in node["children"].items():
+            out |= _all_paths(child, f"{path}.{key}" if path else key)
+    else:
+        out.add(node["leaf"])
+    return out
+
+
+class TreeDataSource:
+    """A Grain ``RandomAccessDataSource`` over a :class:`~audiotree.TreeWriter` folder.
+
+    ``source[i]`` rebuilds sample ``i`` with the written structure: every array
+    leaf as a fresh ``(1, *shape)`` array, every string leaf as a ``str``, and
+    AudioTrees as batch-of-1 trees.
+
+    Args:
+      directory: the dataset folder.
+      exclude_prefixes: dotted leaf paths to skip, e.g. ``["dry"]`` skips
+        ``dry.waveform`` but not ``dryness``. Skipped AudioTree fields read as
+        ``None``; skipped dict keys are absent. Each prefix must match something.
+      load_into_memory: read every kept leaf into RAM now (the copies travel to
+        worker processes with the pickled source, so workers do no I/O).
+
+    Raises:
+      FileNotFoundError: no ``manifest.json`` (nothing was committed).
+      ValueError: a manifest or file that fails validation (the message names
+        the file and the problem), or an unknown or all-excluding prefix.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        exclude_prefixes: Iterable[str] | None = None,
+        load_into_memory: bool = False,
+    ):
+        self.directory = Path(directory)
+        manifest_path = self.directory / MANIFEST_NAME
+        if not manifest_path.is_file():
+            raise FileNotFoundError(
+                f"Manifest not found: {manifest_path}. The folder holds no committed TreeWriter dataset (was the "
+                "writer closed or flushed, and is this the right folder?)."
+            )
+        where = str(manifest_path)
+        raw = read_limited(manifest_path, MAX_MANIFEST_BYTES, "the manifest")
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise ValueError(f"Invalid manifest {where}: it is not valid UTF-8 JSON ({exc}). Re-render the dataset.") from None
+        info = _format.check(obj, _format.TREE, manifest_path)
+        manifest = parse_manifest(obj, self.directory, where, info)
+        self._text_lengths = check_file_sizes(manifest, where)
+        self._manifest: TreeManifest = manifest
+        self._where = where
+
+        if isinstance(exclude_prefixes, str):
+            exclude_prefixes = [exclude_prefixes]
+        prefixes = tuple(str(p) for p in (exclude_prefixes or ()))
+        if prefixes:
+            paths = _all_paths(manifest.structure)
+            unknown = [p for p in prefixes if not any(q == p or q.startswith(p + ".") for q in paths)]
+            if unknown:
+                top = sorted(p for p in paths if "." not in p)
+                raise ValueError(
+                    f"exclude_prefixes {unknown} match nothing in {self.directory}; top-level names are {top}."
+                )
+        plan = prune(manifest.structure, prefixes) if prefixes else manifest.structure
+        if plan is None:
+            raise ValueError(
+                f"exclude_prefixes {list(prefixes)} exclude the only leaf of {self.directory}; nothing would be read."
+            )
+        self.exclude_prefixes = prefixes
+        self._plan = plan
+        kept = _leaf_names(plan)
+        self._array_names = [name for name, kind in kept if kind == "array"]
+        self._string_names = [name for name, kind in kept if kind == "string"]
+        self.load_into_memory = bool(load_into_memory)
+        self._lock = threading.Lock()
+        self._handles: dict | None = None
+        self._memory: dict | None = None
+        if self.load_into_memory:
+            self._memory = self._load_all()
+
+    # ----------------------------------------------------------------- basics
+    def __len__(self) -> int:
+        return self._manifest.num_samples
+
+    def __repr__(self) -> str:
+        return (
+            f"TreeDataSource(directory={str(self.directory)!r}, num_samples={len(self)}, "
+            f"exclude_prefixes={list(self.exclude_prefixes)!r}, load_into_memory={self.load_into_memory})"
+        )
+
+    def get_metadata(self) -> dict:
+        """A copy of the dataset-level ``metadata`` given to the writer."""
+        return json.loads(json.dumps(self._manifest.metadata))
+
+    @property
+    def structure(self) -> dict:
+        """The stored structure description (a copy)."""
+        return json.loads(json.dumps(self._manifest.structure))
+
+    # --------------------------------------------------------------- handles
+    def _open(self) -> dict:
+        handles = self._handles
+        if handles is not None:
+            return handles
+        with self._lock:
+            if self._handles is not None:
+                return self._handles
+            n = self._manifest.num_samples
+            # Files may have changed since construction (e.g. in another process): re-check cheaply.
+            check_file_sizes(self._manifest, self._where, check_offsets=False)
+            opened: dict[str, Any] = {}
+            for name in self._array_names:
+                spec = self._manifest.arrays[name]
+                if n and spec.row_bytes:
+                    opened[name] = np.memmap(spec.file, dtype=spec.dtype, mode="r", shape=(n, *spec.shape))
+                else:
+                    opened[name] = None
+            for name in self._string_names:
+                spec = self._manifest.strings[name]
+                index = np.memmap(spec.index_file, dtype=INDEX_DTYPE, mode="r", shape=(n,)) if n else None
+                length = self._text_lengths[name]
+                data = np.memmap(spec.data_file, dtype=np.uint8, mode="r", shape=(length,)) if length else None
+                opened[name] = (index, data)
+            self._handles = opened
+            return opened
+
+    def close(self) -> None:
+        """Releases the memmaps (idempotent); a later read reopens them."""
+        with self._lock:
+            self._handles = None
+
+    def __enter__(self) -> "TreeDataSource":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._handles = None
+        except Exception:  # pragma: no cover
+            pass
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_handles"] = None
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- reading
+    def _string_at(self, name: str, index_map: Any, data_map: Any, i: int) -> str:
+        end = int(index_map[i])
+        start = int(index_map[i - 1]) if i > 0 else 0
+        length = self._text_lengths[name]
+        if not 0 <= start <= end <= length:
+            raise ValueError(
+                f"{self._where}: string leaf {name!r} sample {i} has offsets [{start}, {end}) outside its "
+                f"{length}-byte data file; the dataset is damaged. Re-render it."
+            )
+        raw = bytes(data_map[start:end]) if end > start else b""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{self._where}: string leaf {name!r} sample {i} is not valid UTF-8 ({exc}); the dataset is damaged."
+            ) from None
+
+    def _load_all(self) -> dict:
+        handles = self._open()
+        n = len(self)
+        memory: dict[str, Any] = {}
+        for name in self._array_names:
+            spec = self._manifest.arrays[name]
+            mm = handles[name]
+            native = spec.dtype.newbyteorder("=")
+            memory[name] = np.zeros((n, *spec.shape), dtype=native) if mm is None else np.array(mm, dtype=native)
+        for name in self._string_names:
+            index, data = handles[name]
+            memory[name] = [self._string_at(name, index, data, i) for i in range(n)]
+        self.close()
+        return memory
+
+    def _check_index(self, index: Any) -> int:
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError(f"TreeDataSource indices must be integers, got {type(index).__name__}.") from None
+        n = len(self)
+        if not 0 <= i < n:
+            raise IndexError(f"Index {i} is out of range for {self.directory} with {n} samples (negative indices are not supported).")
+        return i
+
+    def __getitem__(self, index: int) -> Any:
+        """Sample ``index`` (0 <= index < len) rebuilt with the written structure."""
+        i = self._check_index(index)
+        values: dict[str, Any] = {}
+        if self._memory is not None:
+            for name in self._array_names:
+                values[name] = np.array(self._memory[name][i : i + 1])
+            for name in self._string_names:
+                values[name] = self._memory[name][i]
+        else:
+            handles = self._open()
+            for name in self._array_names:
+                mm = handles[name]
+                if mm is None:
+                    spec = self._manifest.arrays[name]
+                    values[name] = np.zeros((1, *spec.shape), dtype=spec.dtype.newbyteorder("="))
+                else:
+                    values[name] = np.array(mm[i : i + 1], dtype=mm.dtype.newbyteorder("="))
+            for name in self._string_names:
+                index_map, data_map = handles[name]
+                values[name] = self._string_at(name, index_map, data_map, i)
+        return build(self._plan, values)
