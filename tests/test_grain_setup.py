@@ -81,3 +81,31 @@ def test_prepare_grain_is_idempotent_and_scoped():
     # under `python -m pytest` the main module is named, so they re-import it.
     assert {"init_main_from_path", "init_main_from_name"} & set(other)
     assert set(other) - set(grain_data) <= {"init_main_from_path", "init_main_from_name"}
+
+
+EARLY_EXIT = """
+import grain
+from audiotree import AudioTree
+from audiotree.sources import create_balanced_audio_dataset
+
+ds = create_balanced_audio_dataset({{"a": [{a!r}], "b": [{b!r}]}}, duration=0.2, sample_rate=8000)
+iter_ds = (
+    ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+    .batch(4, batch_fn=AudioTree.batch)
+    .mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+)
+for step, batch in enumerate(iter_ds):
+    if step >= 3:
+        break
+print("DONE", batch.waveform.shape)
+"""
+
+
+@pytest.mark.slow
+def test_script_that_breaks_out_of_the_loop_exits_cleanly(corpus, tmp_path):
+    code = EARLY_EXIT.format(a=str(corpus["music"]), b=str(corpus["speech"]))
+    result = run_script(code, tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "DONE (4, 1, 1600)" in result.stdout
+    for noise in ("Exception ignored", "leaked shared_memory", "Traceback"):
+        assert noise not in result.stderr, result.stderr[-3000:]

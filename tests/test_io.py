@@ -681,3 +681,32 @@ def test_pyav_only_format_without_av_gives_install_hint(corpus, monkeypatch):
     with pytest.raises(AudioReadError) as excinfo:
         AudioFile(path)
     assert "pip install av" in str(excinfo.value) and excinfo.value.file_path == path
+
+
+def test_mp3_decoder_noise_is_silenced_but_stderr_survives(tmp_path):
+    """mpg123's pre-roll messages do not reach fd 2; fd 2 works afterwards."""
+    import subprocess
+    import sys
+
+    code = f"""
+import numpy as np, soundfile, sys, os
+from audiotree.synth import synthesize
+# 16 kHz stereo music: a low per-channel bitrate, where mpg123 complains after seeks.
+soundfile.write({str(tmp_path / 'n.mp3')!r}, synthesize('music', 6.0, 16000, 2, np.random.default_rng(0)), 16000)
+from audiotree.io import AudioFile
+with AudioFile({str(tmp_path / 'n.mp3')!r}) as f:
+    for start in range(10000, 80000, 7000):
+        f.read(start, 4410)
+os.write(2, b"STDERR STILL WORKS\\n")
+"""
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "part2_3_length" not in quiet.stderr
+    assert "STDERR STILL WORKS" in quiet.stderr
+    import os
+
+    loud = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "AUDIOTREE_DECODER_MESSAGES": "1"},
+    )
+    assert "part2_3_length" in loud.stderr  # the messages exist; we only hide them

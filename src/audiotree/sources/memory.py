@@ -121,7 +121,11 @@ class AudioIterDataset(grain.IterDataset):
             f"x {_fmt(self.element_bytes)} elements), plus the parent's queue",
             physical_memory_bytes(),
         )
-        return super().mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
+        from audiotree.sources.lifecycle import ClosingIterDataset
+
+        return ClosingIterDataset(
+            super().mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
+        )
 
 
 def estimate_item_bytes(*, channels: int, sample_rate: int, duration: float) -> int:
