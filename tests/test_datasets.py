@@ -373,3 +373,12 @@ def test_worker_error_reaches_parent_with_path(tmp_path):
         list(it)
     assert info.value.file_path.endswith("corrupt.wav")
     assert "corrupt.wav" in str(info.value)
+
+
+def test_indices_past_len_continue_into_later_epochs(corpus):
+    """Grain's MapDataset contract: index len + i is epoch 2's item i (repeat() relies on it)."""
+    ds = create_audio_dataset(corpus["music"], duration=0.2, sample_rate=8000, num_epochs=1)
+    twice = ds.repeat(2)
+    assert len(twice) == 16
+    assert {_key(twice[8 + i])[1] for i in range(8)} == {_key(ds[i])[1] for i in range(8)}
+    assert _key(ds[8]) == _key(twice[8])

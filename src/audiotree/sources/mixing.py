@@ -36,6 +36,8 @@ from typing import Sequence
 import grain
 import numpy as np
 
+from audiotree.sources.ordering import evict_oldest
+
 __all__ = ["ShuffledProportionalSelection", "mix_shuffled", "DEFAULT_BLOCK_SIZE"]
 
 DEFAULT_BLOCK_SIZE = 4096
@@ -86,8 +88,7 @@ class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
         for g in range(len(self._p)):
             where = np.flatnonzero(labels == g)
             inner[where] = start[g] + np.arange(where.shape[0])
-        if len(self._cache) >= 8:
-            self._cache.pop(next(iter(self._cache)))
+        evict_oldest(self._cache, keep=8)
         self._cache[block] = (labels, inner)
         return labels, inner
 

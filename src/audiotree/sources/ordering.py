@@ -13,7 +13,16 @@ import sys
 import grain
 import numpy as np
 
-__all__ = ["EpochShuffledMapDataset"]
+__all__ = ["EpochShuffledMapDataset", "evict_oldest"]
+
+
+def evict_oldest(cache: dict, *, keep: int) -> None:
+    """Drops the oldest entries of a small cache; safe when reader threads race."""
+    while len(cache) >= keep:
+        try:
+            cache.pop(next(iter(cache)), None)
+        except (StopIteration, RuntimeError):  # emptied or resized by another thread
+            break
 
 
 class EpochShuffledMapDataset(grain.MapDataset):
@@ -50,17 +59,16 @@ class EpochShuffledMapDataset(grain.MapDataset):
         perm = self._cache.get(epoch)
         if perm is None:
             perm = np.random.default_rng([self._seed, epoch]).permutation(self._n)
-            if len(self._cache) >= 2:
-                self._cache.pop(next(iter(self._cache)))
+            evict_oldest(self._cache, keep=2)
             self._cache[epoch] = perm
         return perm
 
     def parent_index(self, index: int) -> int:
         """The index into ``parent`` served at ``index``."""
+        # Like every Grain MapDataset, indices past len() continue into further
+        # epochs (MapDataset.repeat relies on it); only negatives count from the end.
         if index < 0:
             index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError(f"Index {index} out of range for a dataset of {self._length}.")
         epoch, position = divmod(index, self._n)
         return int(self._permutation(epoch)[position]) if self._shuffle else position
 
