@@ -1,0 +1,105 @@
+"""The ``audiotree`` command: ``demo``, ``scan``, ``preview``, ``bench`` and ``render``.
+
+Every command mirrors the Python API's keyword names (``--sample-rate``,
+``--duration``, ``--strategy``, ``--weights`` ...). Bad arguments and unusable
+inputs end with one ``Error: ...`` line on stderr and exit code 2, never a
+traceback (set ``AUDIOTREE_DEBUG=1`` to see the traceback of such an error).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Sequence
+
+import click
+
+from audiotree.cli._common import CliError, known_errors, one_line
+
+__all__ = ["cli", "main", "CliError"]
+
+_COMMANDS = {
+    "demo": ("audiotree.cli.demo", "demo"),
+    "scan": ("audiotree.cli.scan", "scan"),
+    "preview": ("audiotree.cli.preview", "preview"),
+    "bench": ("audiotree.cli.bench", "bench"),
+    "render": ("audiotree.cli.render", "render"),
+}
+
+
+class _Group(click.Group):
+    """Lists the commands in a fixed order and imports each one only when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str):
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        import importlib
+
+        module, attr = target
+        return getattr(importlib.import_module(module), attr)
+
+    def invoke(self, ctx: click.Context):
+        # Bad input found by the library (a ValueError naming the argument, a missing
+        # folder, an unreadable file): one line naming the command, exit code 2.
+        try:
+            return super().invoke(ctx)
+        except known_errors() as exc:
+            if os.environ.get("AUDIOTREE_DEBUG"):
+                raise
+            where = f"audiotree {ctx.invoked_subcommand}: " if ctx.invoked_subcommand else ""
+            raise CliError(f"{where}{one_line(exc)}") from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="audiotree", prog_name="audiotree", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Endless, balanced, reproducible streams of audio excerpts.
+
+    \b
+    SOURCES are folders, files or globs. Name groups to mix them by weight:
+      audiotree preview speech=data/speech music=data/music --weights speech=0.7
+    Plain folders (no GROUP=) are read as one pool.
+    """
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    # Unwind like Ctrl-C, so worker pools are shut down and writers keep what they committed.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit code (2 for bad arguments)."""
+    debug = bool(os.environ.get("AUDIOTREE_DEBUG"))
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        code = cli.main(args=list(argv) if argv is not None else None, prog_name="audiotree", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 130
+    except click.ClickException as exc:
+        message = one_line(exc.format_message())
+        ctx = getattr(exc, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None and ctx.command_path != "audiotree" else ""
+        click.echo(f"Error: {where}{message}", err=True)
+        return exc.exit_code
+    except known_errors() as exc:
+        if debug:
+            raise
+        click.echo(f"Error: {one_line(exc)}", err=True)
+        return 2
+    except BrokenPipeError:
+        # `audiotree scan ... | head`: stop quietly like other Unix tools.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the interpreter closes it at exit
+        except OSError:
+            pass
+        return 1
+    return code if isinstance(code, int) else 0
+

@@ -1,0 +1,290 @@
+"""What the commands share: the SOURCES syntax, pipeline options, errors, output.
+
+Everything heavy (Grain, JAX, NumPy) is imported inside functions, so
+``audiotree --help`` and argument errors stay instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import re
+from typing import Any, Callable, Sequence
+
+import click
+
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_GLOB_MAGIC = ("*", "?", "[")
+
+
+class CliError(click.ClickException):
+    """A one-line error with exit code 2 (bad arguments or bad input data)."""
+
+    exit_code = 2
+
+
+def one_line(message: Any) -> str:
+    return " ".join(str(message).split())
+
+
+def known_errors() -> tuple[type[BaseException], ...]:
+    """What the library raises for bad arguments or unusable input: one line and exit code 2 at the CLI."""
+    from audiotree.errors import AudioReadError
+
+    return (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, AudioReadError)
+
+
+# ------------------------------------------------------------------ sources
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """Parsed SOURCES: named groups (balanced) or one plain pool of folders."""
+
+    groups: dict[str, list[str]]  # group name -> folders/globs/files, in the order given
+    pool: list[str]  # plain paths when no group is named (create_audio_dataset)
+
+    @property
+    def balanced(self) -> bool:
+        return bool(self.groups)
+
+    def labelled(self) -> list[tuple[str | None, str]]:
+        """(group or None, path) for every source entry."""
+        if self.groups:
+            return [(name, p) for name, paths in self.groups.items() for p in paths]
+        return [(None, p) for p in self.pool]
+
+
+def _exists_or_glob(path: str) -> bool:
+    expanded = os.path.expandvars(os.path.expanduser(path))
+    return any(ch in expanded for ch in _GLOB_MAGIC) or os.path.exists(expanded)
+
+
+def _group_from_folder(path: str) -> str:
+    return os.path.basename(os.path.normpath(os.path.expanduser(path))) or "audio"
+
+
+def parse_sources(values: Sequence[str], *, named: bool = False) -> Sources:
+    """``speech=DIR`` names a group; a plain ``DIR`` is a group named after the folder
+    when any group is named (or ``named``), else all plain DIRs form one pool.
+
+    Raises ``click.BadParameter`` for an empty group name or a path that does not exist.
+    """
+    entries: list[tuple[str | None, str]] = []
+    for value in values:
+        name: str | None = None
+        path = value
+        if "=" in value and not os.path.exists(value):
+            left, _, right = value.partition("=")
+            if not left or not right:
+                raise click.BadParameter(f"{value!r}: write GROUP=FOLDER (e.g. speech=data/speech) or a plain FOLDER.",
+                                         param_hint="SOURCES")
+            if not _GROUP_NAME.match(left):
+                raise click.BadParameter(f"{value!r}: group name {left!r} may only use letters, digits, '_', '.', '-'.",
+                                         param_hint="SOURCES")
+            name, path = left, right
+        if not _exists_or_glob(path):
+            raise click.BadParameter(f"'{path}' does not exist.", param_hint="SOURCES")
+        entries.append((name, path))
+    if not entries:
+        raise click.BadParameter("give at least one folder.", param_hint="SOURCES")
+    if not named and all(name is None for name, _ in entries):
+        return Sources(groups={}, pool=[p for _, p in entries])
+    groups: dict[str, list[str]] = {}
+    for name, path in entries:
+        groups.setdefault(name or _group_from_folder(path), []).append(path)
+    return Sources(groups=groups, pool=[])
+
+
+def parse_weights(ctx: click.Context | None, param: Any, value: str | None) -> dict[str, float] | None:
+    """``speech=0.5,music=0.3`` -> {"speech": 0.5, "music": 0.3}; each weight finite and > 0."""
+    if value is None:
+        return None
+    weights: dict[str, float] = {}
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, number = part.partition("=")
+        name, number = name.strip(), number.strip()
+        if not sep or not name or not number:
+            raise click.BadParameter(f"{part!r} is not GROUP=WEIGHT (e.g. speech=0.5,music=0.3).")
+        try:
+            weight = float(number)
+        except ValueError:
+            raise click.BadParameter(f"weight {number!r} for group {name!r} is not a number.") from None
+        if not math.isfinite(weight) or weight <= 0:
+            raise click.BadParameter(f"weight for group {name!r} must be a finite number > 0, got {number}.")
+        if name in weights:
+            raise click.BadParameter(f"group {name!r} is given twice.")
+        weights[name] = weight
+    if not weights:
+        raise click.BadParameter("give at least one GROUP=WEIGHT.")
+    return weights
+
+
+def parse_int_list(ctx: click.Context | None, param: Any, value: str | None) -> list[int] | None:
+    """``0,1,2`` -> [0, 1, 2] (non-negative ints, duplicates dropped, order kept)."""
+    if value is None:
+        return None
+    out: list[int] = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            number = int(part)
+        except ValueError:
+            raise click.BadParameter(f"{part!r} is not an integer (write e.g. 0,1,2).") from None
+        if number < 0:
+            raise click.BadParameter(f"{number} is negative.")
+        if number not in out:
+            out.append(number)
+    if not out:
+        raise click.BadParameter("give at least one integer (e.g. 0,1,2).")
+    return out
+
+
+def _positive_float(ctx: Any, param: Any, value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"must be a positive number, got {value}.")
+    return value
+
+
+# ------------------------------------------------------------------ pipeline options
+@dataclasses.dataclass
+class PipelineOptions:
+    """The keyword arguments of create_audio_dataset / create_balanced_audio_dataset."""
+
+    sample_rate: int = 44_100
+    duration: float = 1.0
+    strategy: str = "random"
+    lufs_cutoff: float | None = None
+    num_tries: int | None = None
+    weights: dict[str, float] | None = None
+    mono: bool = True
+    seed: int = 0
+    shuffle: bool = True
+    on_read_error: str = "raise"
+
+    def excerpt_config(self):
+        from audiotree.excerpt import ExcerptConfig
+
+        knobs: dict[str, Any] = {"strategy": self.strategy}
+        if self.lufs_cutoff is not None:
+            knobs["lufs_cutoff"] = self.lufs_cutoff
+        if self.num_tries is not None:
+            knobs["num_tries"] = self.num_tries
+        return ExcerptConfig(**knobs)
+
+    @property
+    def cutoff_for_plots(self) -> float | None:
+        if self.strategy != "loudest":
+            return self.lufs_cutoff
+        from audiotree.excerpt import ExcerptConfig
+
+        return float(self.lufs_cutoff if self.lufs_cutoff is not None else ExcerptConfig.lufs_cutoff)
+
+
+def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100) -> Callable:
+    """Decorator adding the dataset options; the command receives ``pipeline=PipelineOptions``."""
+
+    def decorator(func: Callable) -> Callable:
+        options = [
+            click.option("--sample-rate", type=click.IntRange(min=1), default=sample_rate, show_default=True,
+                         help="Output sample rate in Hz (sample_rate)."),
+            click.option("--duration", type=float, default=duration, show_default=True, callback=_positive_float,
+                         help="Excerpt length in seconds (duration)."),
+            click.option("--strategy", type=click.Choice(["random", "start", "loudest"]), default="random",
+                         show_default=True, help="How the excerpt offset is chosen (ExcerptConfig.strategy)."),
+            click.option("--lufs-cutoff", type=float, default=None,
+                         help="Loudness an excerpt must exceed, LUFS (loudest only; default -40)."),
+            click.option("--num-tries", type=click.IntRange(min=1), default=None,
+                         help="Metered attempts per excerpt (loudest only; default 8)."),
+            click.option("--weights", callback=parse_weights, default=None, metavar="G=W,...",
+                         help="Relative group weights, e.g. speech=0.5,music=0.3 (groups left out weigh 1)."),
+            click.option("--mono/--stereo", default=True, show_default=True,
+                         help="Average channels, or keep them (every file must then have the same count)."),
+            click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                         help="Shuffle seed (shuffle_seed; the excerpt seed derives from it)."),
+            click.option("--shuffle/--no-shuffle", default=True, show_default=True, help="Shuffle the file order."),
+            click.option("--on-read-error", type=click.Choice(["raise", "warn", "skip"]), default="raise",
+                         show_default=True, help="What an unreadable file does (on_read_error)."),
+        ]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, sample_rate: int, duration: float, strategy: str, lufs_cutoff: float | None,
+                    num_tries: int | None, weights: dict | None, mono: bool, seed: int, shuffle: bool,
+                    on_read_error: str, **kwargs: Any):
+            pipeline = PipelineOptions(
+                sample_rate=sample_rate, duration=duration, strategy=strategy, lufs_cutoff=lufs_cutoff,
+                num_tries=num_tries, weights=weights, mono=mono, seed=seed, shuffle=shuffle,
+                on_read_error=on_read_error,
+            )
+            return func(*args, pipeline=pipeline, **kwargs)
+
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorator
+
+
+sources_argument = click.argument("sources", nargs=-1, required=True, metavar="SOURCES...")
+
+
+def resolve_sources(values: Sequence[str], pipeline: PipelineOptions | None = None) -> Sources:
+    """Parses SOURCES and checks ``--weights`` names against the groups (before any heavy import)."""
+    weights = pipeline.weights if pipeline is not None else None
+    sources = parse_sources(values, named=bool(weights))
+    if weights:
+        unknown = sorted(set(weights) - set(sources.groups))
+        if unknown:
+            raise click.BadParameter(
+                f"unknown group{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                f"the groups are {', '.join(sources.groups)}.",
+                param_hint="'--weights'",
+            )
+    return sources
+
+
+def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: int | None = None):
+    """The configured dataset: balanced when groups are named, else one pool."""
+    from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset
+
+    common = dict(
+        shuffle=pipeline.shuffle, num_epochs=num_epochs, shuffle_seed=pipeline.seed, sample_rate=pipeline.sample_rate,
+        mono=pipeline.mono, duration=pipeline.duration, excerpt=pipeline.excerpt_config(),
+        on_read_error=pipeline.on_read_error,
+    )
+    if sources.balanced:
+        return create_balanced_audio_dataset(sources.groups, weights=pipeline.weights, **common)
+    return create_audio_dataset(sources.pool, **common)
+
+
+# ------------------------------------------------------------------ output
+def stdout_console():
+    """Tables and reports. No markup: paths and decoder messages may contain [brackets]."""
+    from rich.console import Console
+
+    return Console(highlight=False, markup=False, soft_wrap=False)
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, markup=False)
+
+
+def progress_bar(console, *, transient: bool = True):
+    """A rich progress bar on ``console`` (drawn only on a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=console, transient=transient, disable=not console.is_terminal,
+    )
+
+
+def fmt_rate(items_per_second: float) -> str:
+    return f"{items_per_second:,.1f}"

@@ -1,0 +1,47 @@
+"""``audiotree preview``: N excerpts of the configured pipeline as a static HTML page."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from audiotree.cli._common import build_dataset, pipeline_options, resolve_sources, sources_argument, stdout_console
+
+
+@click.command(short_help="Excerpts as a static HTML page with players and plots.")
+@sources_argument
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("audiotree-preview"),
+              show_default=True, help="Folder to write index.html, the WAVs and the plots into.")
+@click.option("-n", "--num-excerpts", "n", type=click.IntRange(min=1), default=12, show_default=True,
+              help="How many excerpts.")
+@click.option("--image-format", type=click.Choice(["auto", "png", "svg"]), default="auto", show_default=True,
+              help="Plot format: PNG needs matplotlib (audiotree[plot]); auto falls back to SVG.")
+@pipeline_options()
+def preview(sources, out_dir: Path, n: int, image_format: str, pipeline) -> None:
+    """Render N excerpts into a static index.html: a player and a plot per excerpt.
+
+    \b
+    Each plot shows the source file's waveform envelope and loudness curve,
+    the excerpt's span and the --lufs-cutoff line. Open OUT/index.html in a
+    browser, or serve it:  python -m http.server -d OUT
+    """
+    from audiotree.preview import render_preview
+
+    parsed = resolve_sources(sources, pipeline)
+    started = time.perf_counter()
+    ds = build_dataset(parsed, pipeline, num_epochs=None)
+    result = render_preview(
+        ds, out_dir, n=n, lufs_cutoff=pipeline.cutoff_for_plots, image_format=image_format,
+        title="audiotree preview",
+        subtitle=f"{n} excerpts of {pipeline.duration:g} s at {pipeline.sample_rate} Hz, strategy {pipeline.strategy}",
+    )
+    console = stdout_console()
+    groups: dict[str, int] = {}
+    for record in result.excerpts:
+        groups[record["source"]] = groups.get(record["source"], 0) + 1
+    mix = ", ".join(f"{name} {count}" for name, count in groups.items())
+    console.print(f"Wrote {len(result)} excerpts ({mix}) with {result.image_format.upper()} plots "
+                  f"in {time.perf_counter() - started:.1f} s")
+    console.print(f"Open {result.index}")

@@ -1,0 +1,270 @@
+"""``audiotree render``: pre-render excerpts to a TreeWriter or AudioWriter dataset, resumably.
+
+Layout of ``OUT``::
+
+    render.json        what was asked (sources, pipeline, format) and the finished parts
+    part-00000/        items [0, part_size) of the dataset: a complete TreeWriter
+    part-00001/        (or AudioWriter) dataset each
+    ...
+
+Parts split the dataset's items at multiples of ``part_size``. A part is recorded in
+``render.json`` (replaced atomically) only after its writer closed it, so after
+an interruption a re-run with the same arguments keeps every recorded part,
+rewrites the part that was in progress, and continues from there: the dataset is
+deterministic, so item ``i`` is the same in every run. Asking for more items
+later (a larger ``-n``) extends the render the same way.
+
+Read a render back with :func:`open_render` (one ``grain.MapDataset`` over the
+parts, in order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from audiotree.cli._common import (
+    CliError,
+    build_dataset,
+    pipeline_options,
+    progress_bar,
+    resolve_sources,
+    sources_argument,
+    stderr_console,
+    stdout_console,
+)
+
+RECORD = "render.json"
+RECORD_VERSION = 1
+_PART = "part-{:05d}"
+
+
+def _write_record(out: Path, record: dict) -> None:
+    tmp = out / f".{RECORD}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, out / RECORD)
+    try:
+        fd = os.open(out, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _read_record(out: Path) -> dict | None:
+    path = out / RECORD
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CliError(f"{path} is not readable JSON ({exc}); use --overwrite to start again.") from None
+    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION or not isinstance(record.get("parts"), list):
+        raise CliError(f"{path} is not an audiotree render record; use --overwrite to start again.")
+    return record
+
+
+def open_render(out: str | os.PathLike):
+    """The finished parts of a render in ``out`` as one ``grain.MapDataset``, in item order."""
+    import grain
+
+    out = Path(out)
+    record = _read_record(out)
+    if record is None:
+        raise FileNotFoundError(f"{out} holds no {RECORD}; it is not an audiotree render.")
+    if record["config"]["format"] == "audio":
+        from audiotree.sources import AudioDataSource as Source
+    else:
+        from audiotree.sources import TreeDataSource as Source
+    parts = [grain.MapDataset.source(Source(out / part["dir"])) for part in record["parts"] if part["count"]]
+    if not parts:
+        raise RuntimeError(f"The render in {out} has no finished part yet.")
+    return parts[0] if len(parts) == 1 else grain.MapDataset.concatenate(parts)
+
+
+def _batch_in_order(items: list) -> tuple[list[bool], Any]:
+    """Batches the items that exist; the mask says which positions held one (dropped items are None)."""
+    from audiotree.core import AudioTree
+
+    present = [item is not None for item in items]
+    kept = [item for item in items if item is not None]
+    return present, (AudioTree.batch(kept) if kept else None)
+
+
+def _open_writer(fmt: str, directory: Path, expected: int):
+    if fmt == "audio":
+        from audiotree.writers import AudioWriter
+
+        return AudioWriter(directory, pattern="audio_{index:06d}.wav", exist_ok=True)
+    from audiotree.writers import TreeWriter
+
+    return TreeWriter(directory, expected_samples=expected, exist_ok=True).open()
+
+
+def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
+    """The render record to continue (or a new one); refuses folders holding something else."""
+    record = _read_record(out) if (out / RECORD).exists() and not overwrite else None
+    if record is not None and record.get("config") != config:
+        old = record.get("config") or {}
+        changed = sorted(k for k in set(config) | set(old) if config.get(k) != old.get(k))
+        raise CliError(f"{out} holds a render made with other settings ({', '.join(changed)} differ); "
+                       "re-run with the same arguments to resume, or pass --overwrite.")
+    if out.exists():
+        strays = [p.name for p in out.iterdir() if p.name not in (RECORD, f".{RECORD}.tmp") and not p.name.startswith("part-")]
+        if strays and not (out / RECORD).exists():
+            raise CliError(f"{out} is not empty ({', '.join(sorted(strays)[:3])}) and holds no audiotree render; "
+                           "choose a new folder.")
+        recorded = {part["dir"] for part in record["parts"]} if record is not None else set()
+        for part in out.glob("part-*"):  # an unfinished part, or everything with --overwrite
+            if part.is_dir() and part.name not in recorded:
+                shutil.rmtree(part)
+    if record is not None:
+        return record
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"version": RECORD_VERSION, "config": config, "parts": [], "complete": False, "total": None}
+    _write_record(out, record)
+    return record
+
+
+@click.command(short_help="Pre-render excerpts to a dataset on disk, resumably.")
+@sources_argument
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder of the rendered dataset (created; re-run to resume).")
+@click.option("-n", "--num-items", "n", type=click.IntRange(min=1), default=None, help="How many excerpts to render.")
+@click.option("--epoch", is_flag=True, help="Render one epoch (every file once; num_epochs=1) instead of -n items.")
+@click.option("--format", "fmt", type=click.Choice(["tree", "audio"]), default="tree", show_default=True,
+              help="tree: TreeWriter (memory-mappable arrays); audio: AudioWriter (WAV files + manifest).")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="mp_prefetch worker processes rendering in parallel.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Items per write.")
+@click.option("--part-size", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Items per part; an interruption loses at most the part in progress.")
+@click.option("--overwrite", is_flag=True, help="Delete a previous render in --out and start again.")
+@pipeline_options()
+def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers: int, batch_size: int, part_size: int,
+           overwrite: bool, pipeline) -> None:
+    """Pre-render N excerpts (or one --epoch) of the pipeline to a dataset on disk.
+
+    \b
+    Resumable: re-run the same command after an interruption and it continues
+    from the last finished part (item i of the pipeline is the same in every
+    run). Read the result with audiotree.cli.render.open_render(OUT).
+    """
+    if (n is None) == (not epoch):
+        raise click.UsageError("give either -n N (items) or --epoch (one pass over the files).")
+    parsed = resolve_sources(sources, pipeline)
+    config = {
+        "format": fmt,
+        "part_size": part_size,
+        "epoch": epoch,
+        "sources": {name: [os.path.abspath(os.path.expanduser(p)) for p in paths]
+                    for name, paths in (parsed.groups.items() if parsed.balanced else [("", parsed.pool)])},
+        "pipeline": dataclasses.asdict(pipeline),
+    }
+    ds = build_dataset(parsed, pipeline, num_epochs=1 if epoch else None)
+    total = len(ds) if epoch else n
+    record = _prepare_out(out_dir, config, overwrite)
+    parts = record["parts"]
+    start = parts[-1]["stop"] if parts else 0
+    console = stdout_console()
+    if start >= total:
+        written = sum(p["count"] for p in parts)
+        console.print(f"Nothing to do: {out_dir} already holds items 0..{start - 1} ({written} written) "
+                      f"in {len(parts)} part(s).")
+        record.update(total=max(record.get("total") or 0, total), complete=True)
+        _write_record(out_dir, record)
+        return
+    if start:
+        console.print(f"Resuming at item {start} of {total} ({len(parts)} finished part(s) kept).")
+
+    import grain
+
+    started = time.perf_counter()
+    # Dropped items stay in the stream as None, and mp_prefetch reads its workers round-robin, so the
+    # k-th element is dataset item start + k, whatever the worker count: parts follow dataset indices.
+    pipeline_ds = ds[start:total].to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0),
+                                                  allow_nones=True)
+    if workers:
+        pipeline_ds = pipeline_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+    pipeline_ds = pipeline_ds.batch(batch_size, batch_fn=_batch_in_order)
+
+    record.update(total=total, complete=False)
+    err = stderr_console()
+    state = {"writer": None, "count": 0, "start": start, "stop": min((start // part_size + 1) * part_size, total)}
+    rendered = 0
+
+    def part_dir() -> Path:
+        return out_dir / _PART.format(len(parts))
+
+    def close_part() -> None:
+        # Recorded only once its writer has closed it: a finished part is never rewritten.
+        if state["writer"] is not None:
+            state["writer"].close()
+        parts.append({"dir": part_dir().name, "start": state["start"], "stop": state["stop"], "count": state["count"]})
+        _write_record(out_dir, record)
+        state.update(writer=None, count=0, start=state["stop"], stop=min(state["stop"] + part_size, total))
+
+    iterator = iter(pipeline_ds)
+    try:
+        with progress_bar(err, transient=False) as progress:
+            task = progress.add_task("Rendering", total=total, completed=start)
+            position = start
+            for present, batch in iterator:
+                indices = [position + k for k, ok in enumerate(present) if ok]
+                position += len(present)
+                offset = 0
+                while offset < len(indices):
+                    while indices[offset] >= state["stop"]:
+                        close_part()
+                    end = offset
+                    while end < len(indices) and indices[end] < state["stop"]:
+                        end += 1
+                    if state["writer"] is None:
+                        directory = part_dir()
+                        if directory.exists():  # left unfinished by an interruption
+                            shutil.rmtree(directory)
+                        state["writer"] = _open_writer(fmt, directory, state["stop"] - state["start"])
+                    state["writer"].write(batch if (offset, end) == (0, len(indices)) else batch[offset:end])
+                    state["count"] += end - offset
+                    rendered += end - offset
+                    offset = end
+                progress.update(task, completed=position)
+            state["stop"] = total  # items dropped at the end (on_read_error) belong to the last part
+            close_part()
+            progress.update(task, completed=total)
+    finally:
+        if state["writer"] is not None:  # interrupted: the unfinished part stays out of the record
+            try:
+                state["writer"].close()
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+        del iterator
+        gc.collect()
+
+    record["complete"] = True
+    _write_record(out_dir, record)
+    elapsed = time.perf_counter() - started
+    written = sum(p["count"] for p in parts)
+    console.print(f"Rendered {rendered} items in {elapsed:.1f} s ({rendered / max(elapsed, 1e-9):.1f} items/s, "
+                  f"{workers} workers); {out_dir} holds {written} items in {len(parts)} part(s) "
+                  f"({'TreeWriter' if fmt == 'tree' else 'AudioWriter'}).")

@@ -1,0 +1,299 @@
+"""The ``audiotree`` command, end to end in subprocesses (``python -m audiotree.cli``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def run_cli(*args, cwd=None, env=None, timeout: float = 180) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.pop("AUDIOTREE_DEBUG", None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "audiotree.cli", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env,
+    )
+
+
+def groups(corpus, *names) -> list[str]:
+    return [f"{name}={corpus[name]}" for name in (names or corpus)]
+
+
+TINY = ["--duration", "0.25", "--sample-rate", "8000"]
+
+
+# ------------------------------------------------------------------ the group and bad arguments
+def test_help_lists_every_command():
+    result = run_cli("--help")
+    assert result.returncode == 0, result.stderr
+    for command in ("demo", "scan", "preview", "bench", "render"):
+        assert command in result.stdout
+    sub = run_cli("preview", "--help")
+    for option in ("--sample-rate", "--duration", "--strategy", "--lufs-cutoff", "--num-tries", "--weights",
+                   "--mono / --stereo", "--seed", "--out", "-n"):
+        assert option in sub.stdout, option
+
+
+def _bad_cases(corpus, tmp_path):
+    speech, music = f"speech={corpus['speech']}", f"music={corpus['music']}"
+    out = ["--out", str(tmp_path / "out")]
+    return {
+        "unknown group in --weights": (["preview", speech, music, "--weights", "speech=1,noise=2", *out], "noise"),
+        "negative weight": (["preview", speech, music, "--weights", "speech=-1", *out], "> 0"),
+        "weight not a number": (["bench", speech, music, "--weights", "speech=abc"], "is not a number"),
+        "weight without name": (["render", speech, "--weights", "=3", "-n", "2", *out], "GROUP=WEIGHT"),
+        "missing folder": (["preview", f"speech={tmp_path / 'nope'}", *out], "does not exist"),
+        "missing folder (scan)": (["scan", str(tmp_path / "nope")], "does not exist"),
+        "zero duration": (["preview", speech, "--duration", "0", *out], "--duration"),
+        "duration not a number": (["bench", speech, "--duration", "abc"], "--duration"),
+        "negative duration (scan)": (["scan", speech, "--duration", "-1"], "--duration"),
+        "loudest-only option with random": (["preview", speech, "--lufs-cutoff", "-30", *out], "lufs_cutoff"),
+        "bad workers list": (["bench", speech, "--workers", "0,x"], "'x' is not an integer"),
+        "render needs -n or --epoch": (["render", speech, *out], "--epoch"),
+        "unknown strategy": (["preview", speech, "--strategy", "loud", *out], "loud"),
+    }
+
+
+def test_bad_arguments_give_one_line_and_exit_2(corpus, tmp_path):
+    for name, (args, needle) in _bad_cases(corpus, tmp_path).items():
+        result = run_cli(*args, cwd=tmp_path)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2, (name, result.returncode, result.stderr)
+        assert len(lines) == 1, (name, result.stderr)
+        assert lines[0].startswith("Error: "), (name, lines)
+        assert needle in lines[0], (name, lines[0])
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()  # nothing was written by a refused command
+
+
+def test_unreadable_file_during_preview_is_one_line(tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "noise.wav").write_bytes(b"RIFF this is not audio")
+    result = run_cli("preview", folder, "--out", tmp_path / "out", "-n", "1", *TINY)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "noise.wav" in result.stderr and "Traceback" not in result.stderr
+
+
+# ------------------------------------------------------------------ scan
+@pytest.fixture()
+def scan_corpus(corpus, tmp_path) -> dict[str, Path]:
+    """Two real files per group, plus an unreadable file and a 50 ms file."""
+    import soundfile
+
+    out = {}
+    for name, folder in corpus.items():
+        dest = tmp_path / "scan" / name
+        dest.mkdir(parents=True)
+        for path in sorted(folder.iterdir())[:2]:
+            shutil.copy(path, dest / path.name)
+        out[name] = dest
+    (out["effects"] / "broken.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
+    soundfile.write(out["music"] / "blip.wav", np.zeros(400, np.float32), 8000)
+    return out
+
+
+def test_scan_json_report(scan_corpus):
+    result = run_cli("scan", *groups(scan_corpus), "--duration", "0.5", "--loudness", "--loudness-seconds", "2",
+                     "--lufs-cutoff", "-40", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["version"] == 1
+    assert set(report) >= {"files", "readable", "total_seconds", "total_hours", "groups", "formats", "sample_rates",
+                           "channels", "duration_histogram", "unreadable", "short", "loudness"}
+    assert report["files"] == 8 and report["readable"] == 7
+    assert list(report["groups"]) == ["speech", "music", "effects"]
+    assert report["groups"]["effects"] == {"files": 3, "readable": 2, "seconds": report["groups"]["effects"]["seconds"]}
+    assert sum(report["formats"].values()) == 7 and sum(report["channels"].values()) == 7
+    assert sum(b["count"] for b in report["duration_histogram"]) == 7
+    assert abs(report["total_hours"] * 3600 - report["total_seconds"]) < 1
+    [bad] = report["unreadable"]
+    assert bad["path"].endswith("broken.wav") and bad["reason"]
+    assert [Path(f["path"]).name for f in report["short"]["files"]] == ["blip.wav"]
+    loud = report["loudness"]
+    assert loud["measured"] == 7 and loud["silent"] == 1 and loud["below_cutoff"] == 1
+    assert -40 < loud["min_lufs"] <= loud["median_lufs"] <= loud["max_lufs"] < 0
+    assert sum(b["count"] for b in loud["histogram"]) == 6
+
+
+def test_scan_table_report(scan_corpus):
+    result = run_cli("scan", *[str(p) for p in scan_corpus.values()], "--duration", "0.5")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "8 files" in out and "7 readable" in out and "1 unreadable" in out
+    for heading in ("Formats", "Sample rates", "Channels", "Durations"):
+        assert heading in out
+    assert "broken.wav" in out and "blip.wav" in out and "█" in out
+
+
+# ------------------------------------------------------------------ bench
+@pytest.mark.slow
+def test_bench_json_and_plot(corpus, tmp_path):
+    plot = tmp_path / "bench.png"
+    result = run_cli("bench", *groups(corpus, "speech", "music"), "--workers", "0,1", "--threads", "0", "--buffers", "1",
+                     "--batches", "2", "--batch-size", "4", *TINY, "--ram-budget", "100000", "--json", "--plot", plot)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert [(m["num_workers"], m["num_threads"]) for m in report["measurements"]] == [(0, 0), (1, 0)]
+    for m in report["measurements"]:
+        assert m["items_per_second"] > 0 and m["first_batch_seconds"] > 0 and m["items"] == 8
+        assert m["peak_rss_mb"] > 10
+    # The worker's memory is counted: the process tree with a worker holds more.
+    assert report["measurements"][1]["peak_rss_mb"] > report["measurements"][0]["peak_rss_mb"]
+    assert report["knee"] in report["measurements"] and report["fits_budget"] is True
+    assert plot.stat().st_size > 1000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_bench_table(corpus):
+    result = run_cli("bench", corpus["music"], "--workers", "0", "--threads", "0,2", "--batches", "2",
+                     "--batch-size", "4", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "knee" in result.stdout and "items/s" in result.stdout and "Use: ds.to_iter_dataset" in result.stdout
+    assert "[2/2]" in result.stderr  # progress per setting
+
+
+# ------------------------------------------------------------------ render
+def _expected_items(corpus, names, n, **kwargs):
+    from audiotree.sources import create_balanced_audio_dataset
+
+    ds = create_balanced_audio_dataset({k: [str(corpus[k])] for k in names}, duration=0.25, sample_rate=8000, **kwargs)
+    return [ds[i] for i in range(n)]
+
+
+def _assert_same(rendered, expected):
+    assert len(rendered) == len(expected)
+    for i, want in enumerate(expected):
+        got = rendered[i]
+        np.testing.assert_array_equal(np.asarray(got.waveform), np.asarray(want.waveform))
+        assert got.filepath == want.filepath and got.source == want.source
+
+
+def test_render_tree_resumes_and_extends(corpus, tmp_path):
+    from audiotree.cli.render import open_render
+
+    out = tmp_path / "render"
+    args = ["render", *groups(corpus, "speech", "music"), "--out", out, "--part-size", "8", "--batch-size", "5", *TINY]
+    first = run_cli(*args, "-n", "20")
+    assert first.returncode == 0, first.stderr[-2000:]
+    record = json.loads((out / "render.json").read_text())
+    assert record["complete"] and [(p["start"], p["stop"], p["count"]) for p in record["parts"]] == [
+        (0, 8, 8), (8, 16, 8), (16, 20, 4)]
+    expected = _expected_items(corpus, ("speech", "music"), 28)
+    _assert_same(open_render(out), expected[:20])
+
+    # An interruption while part 2 was being written: it is missing from the record, its folder half there.
+    record["parts"] = record["parts"][:2]
+    record["complete"] = False
+    (out / "render.json").write_text(json.dumps(record))
+    (out / "part-00002" / "manifest.json").write_text("{ torn")
+    resumed = run_cli(*args, "-n", "20")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "Resuming at item 16" in resumed.stdout
+    _assert_same(open_render(out), expected[:20])
+
+    # Asking for more continues from the committed count.
+    extended = run_cli(*args, "-n", "28")
+    assert extended.returncode == 0 and "Resuming at item 20" in extended.stdout
+    _assert_same(open_render(out), expected)
+    again = run_cli(*args, "-n", "28")
+    assert again.returncode == 0 and "Nothing to do" in again.stdout
+
+    # Other settings are refused rather than mixed in.
+    other = run_cli(*args[:-4], "--duration", "0.5", "--sample-rate", "8000", "-n", "28")
+    assert other.returncode == 2 and "--overwrite" in other.stderr and other.stderr.count("\n") == 1
+
+
+def test_render_refuses_a_foreign_folder(corpus, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    result = run_cli("render", corpus["speech"], "--out", tmp_path, "-n", "2", *TINY)
+    assert result.returncode == 2 and "not empty" in result.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_render_epoch_audio_with_workers(corpus, tmp_path):
+    from audiotree.cli.render import open_render
+    from audiotree.sources import create_audio_dataset
+
+    out = tmp_path / "audio"
+    result = run_cli("render", corpus["effects"], "--out", out, "--epoch", "--format", "audio", "--workers", "2",
+                     "--part-size", "5", "--batch-size", "2", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rendered = open_render(out)
+    assert len(rendered) == 8  # one epoch: every file once
+    assert len(list(out.glob("part-*/*.wav"))) == 8
+    expected = create_audio_dataset(str(corpus["effects"]), duration=0.25, sample_rate=8000, num_epochs=1)
+    for i in range(8):
+        assert rendered[i].filepath == expected[i].filepath
+        # AudioWriter stores float WAV: the samples come back exactly.
+        np.testing.assert_array_equal(np.asarray(rendered[i].waveform), np.asarray(expected[i].waveform))
+
+
+@pytest.mark.slow
+def test_render_killed_midway_resumes(corpus, tmp_path):
+    from audiotree.cli.render import open_render
+
+    out = tmp_path / "killed"
+    args = [sys.executable, "-m", "audiotree.cli", "render", *groups(corpus, "speech", "effects"), "--out", str(out),
+            "-n", "96", "--part-size", "8", "--batch-size", "4", *TINY]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if len(json.loads((out / "render.json").read_text())["parts"]) >= 2:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    kept = len(json.loads((out / "render.json").read_text())["parts"])
+    result = run_cli(*args[3:])
+    assert result.returncode == 0, result.stderr[-2000:]
+    if kept < 12:  # it was really interrupted
+        assert "Resuming at item" in result.stdout
+    _assert_same(open_render(out), _expected_items(corpus, ("speech", "effects"), 96))
+
+
+# ------------------------------------------------------------------ demo
+@pytest.mark.slow
+def test_demo_from_a_fresh_cache(tmp_path):
+    cache = tmp_path / "cache"
+    started = time.perf_counter()
+    result = run_cli("demo", "--out", tmp_path / "demo-out", cwd=tmp_path, env={"AUDIOTREE_CACHE": str(cache)})
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert elapsed < 60, elapsed
+    out = result.stdout
+    assert "generated in" in out and "items/s" in out
+    assert "Proportions over 256 items" in out and "Mix of the first 8 batches" in out
+    for group in ("speech", "music", "effects"):
+        assert group in out
+    # Observed shares follow the weights 0.5 / 0.3 / 0.2.
+    rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("│ ") and "%" in line}
+    for group, weight in (("speech", 0.5), ("music", 0.3), ("effects", 0.2)):
+        observed = float(rows[group][7].rstrip("%")) / 100
+        assert abs(observed - weight) < 0.06, (group, observed)
+    # The corpus was generated atomically into the cache: one finished folder, no leftovers.
+    assert sorted(p.name for p in cache.iterdir()) == ["demo-corpus-v2"]
+    assert len(list((cache / "demo-corpus-v2").rglob("*.*"))) == 30
+    page = (tmp_path / "demo-out" / "index.html").read_text()
+    assert page.count("<audio controls") == 12
+    # A second run uses the cache.
+    again = run_cli("demo", "--out", tmp_path / "demo-out", "--workers", "0", "--batches", "2", "--batch-size", "4",
+                    "-n", "0", cwd=tmp_path, env={"AUDIOTREE_CACHE": str(cache)})
+    assert again.returncode == 0 and "(cached)" in again.stdout
