@@ -382,3 +382,18 @@ def test_indices_past_len_continue_into_later_epochs(corpus):
     assert len(twice) == 16
     assert {_key(twice[8 + i])[1] for i in range(8)} == {_key(ds[i])[1] for i in range(8)}
     assert _key(ds[8]) == _key(twice[8])
+
+
+def test_default_read_options_are_sized_for_audio(corpus):
+    from audiotree.sources.memory import DEFAULT_READ_BUFFER_BYTES, default_read_options
+
+    ds = create_audio_dataset(corpus["music"], duration=3.0, sample_rate=48000)
+    options = default_read_options(48000 * 3 * 2 * 4)  # a 3 s stereo excerpt
+    assert options.num_threads >= 1
+    assert options.prefetch_buffer_size * 48000 * 3 * 2 * 4 <= DEFAULT_READ_BUFFER_BYTES
+    assert options.prefetch_buffer_size < grain.ReadOptions().prefetch_buffer_size
+    tiny = default_read_options(100)
+    assert tiny.prefetch_buffer_size == 500  # small items keep Grain's buffer length
+    # The default path is used and still yields the dataset's items in order.
+    items = list(itertools.islice(ds.to_iter_dataset(), 4))
+    assert [_key(x) for x in items] == [_key(ds[i]) for i in range(4)]

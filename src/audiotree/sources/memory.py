@@ -6,8 +6,8 @@ worker count. Decoded audio is ~1 MB per 3 s stereo excerpt, so the defaults
 can hold gigabytes. The datasets our builders return know the size of their
 items; when a ``to_iter_dataset``/``batch``/``mp_prefetch`` chain would buffer
 more than :data:`RAM_FRACTION` of physical memory, they warn once with the
-figure and the terms that produce it. Nothing else changes: these are thin
-pass-through nodes.
+figure and the terms that produce it. ``to_iter_dataset()`` without
+``ReadOptions`` uses :func:`default_read_options`, sized in bytes for audio.
 """
 
 from __future__ import annotations
@@ -18,11 +18,34 @@ from typing import Callable, Sequence
 
 import grain
 
-__all__ = ["AudioMapDataset", "AudioIterDataset", "physical_memory_bytes", "RAM_FRACTION"]
+__all__ = [
+    "AudioMapDataset",
+    "AudioIterDataset",
+    "default_read_options",
+    "physical_memory_bytes",
+    "RAM_FRACTION",
+    "DEFAULT_READ_BUFFER_BYTES",
+]
 
 #: Buffers above this fraction of physical memory trigger the warning.
 RAM_FRACTION = 0.25
-_DEFAULT_READ = grain.ReadOptions()
+#: Decoded audio each process may buffer ahead with audiotree's default ReadOptions.
+DEFAULT_READ_BUFFER_BYTES = 64 * 1024 * 1024
+
+
+def default_read_options(item_bytes: int) -> grain.ReadOptions:
+    """ReadOptions sized for decoded audio rather than Grain's small records.
+
+    Grain's default (16 threads, 500 elements) can hold ~0.5 GB of 3 s stereo
+    excerpts per process. Ours: up to 8 reader threads (decoding releases the
+    GIL, so threads help a single process), and a buffer of at most
+    :data:`DEFAULT_READ_BUFFER_BYTES` (never fewer than two items per thread).
+    Pass explicit ``ReadOptions`` to override, e.g. ``num_threads=0`` inside
+    ``mp_prefetch`` workers as the multiprocessing guide recommends.
+    """
+    threads = max(1, min(8, os.cpu_count() or 1))
+    buffer = max(2 * threads, min(500, DEFAULT_READ_BUFFER_BYTES // max(int(item_bytes), 1)))
+    return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=buffer)
 
 
 def physical_memory_bytes() -> int | None:
@@ -75,7 +98,7 @@ class AudioMapDataset(grain.MapDataset):
         return self._parent._getitems(indices)  # pylint: disable=protected-access
 
     def to_iter_dataset(self, read_options: grain.ReadOptions | None = None, *, allow_nones: bool = False):
-        options = read_options or _DEFAULT_READ
+        options = read_options or default_read_options(self.item_bytes)
         buffered = options.prefetch_buffer_size + options.num_threads
         read_bytes = buffered * self.item_bytes
         _check(
@@ -84,7 +107,7 @@ class AudioMapDataset(grain.MapDataset):
             f"x {_fmt(self.item_bytes)} per item",
             physical_memory_bytes(),
         )
-        parent = super().to_iter_dataset(read_options, allow_nones=allow_nones)
+        parent = super().to_iter_dataset(options, allow_nones=allow_nones)
         return AudioIterDataset(parent, element_bytes=self.item_bytes, read_bytes=read_bytes, read_detail=f"{buffered} items")
 
 
