@@ -397,3 +397,17 @@ def test_default_read_options_are_sized_for_audio(corpus):
     # The default path is used and still yields the dataset's items in order.
     items = list(itertools.islice(ds.to_iter_dataset(), 4))
     assert [_key(x) for x in items] == [_key(ds[i]) for i in range(4)]
+
+
+def test_default_reads_become_synchronous_inside_workers(corpus):
+    """Left to us, ReadOptions use threads in one process and none inside mp_prefetch workers."""
+    from audiotree.sources.memory import WORKER_READ_OPTIONS
+
+    ds = create_audio_dataset(corpus["music"], duration=0.2, sample_rate=8000, num_epochs=None)
+    it = ds.to_iter_dataset().batch(4, batch_fn=AudioTree.batch)
+    rebuilt = it._rebuilt(WORKER_READ_OPTIONS)  # what the workers will run
+    assert [b.filepath for b in itertools.islice(rebuilt, 3)] == [b.filepath for b in itertools.islice(it, 3)]
+    prefetched = ds.to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    assert [_key(x) for x in itertools.islice(prefetched, 12)] == [_key(ds[i]) for i in range(12)]
+    explicit = ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
+    assert explicit._defaulted is False and it._defaulted is True

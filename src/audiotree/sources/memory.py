@@ -98,27 +98,52 @@ class AudioMapDataset(grain.MapDataset):
         return self._parent._getitems(indices)  # pylint: disable=protected-access
 
     def to_iter_dataset(self, read_options: grain.ReadOptions | None = None, *, allow_nones: bool = False):
+        """Like Grain's, with :func:`default_read_options` when none are given.
+
+        With default options, a later ``mp_prefetch`` switches the workers to
+        synchronous reads (``num_threads=0``), as the multiprocessing guide
+        recommends: the processes are the parallelism, and reader threads in
+        every worker would only add memory and contention.
+        """
+        defaulted = read_options is None
         options = read_options or default_read_options(self.item_bytes)
+        return AudioIterDataset(
+            self._iter_with(options, allow_nones), source=self, allow_nones=allow_nones,
+            element_bytes=self.item_bytes, read_options=options, defaulted=defaulted, batches=(),
+        )
+
+    def _iter_with(self, options: grain.ReadOptions, allow_nones: bool) -> grain.IterDataset:
         buffered = options.prefetch_buffer_size + options.num_threads
-        read_bytes = buffered * self.item_bytes
         _check(
-            read_bytes,
+            buffered * self.item_bytes,
             f"ReadOptions buffer {options.prefetch_buffer_size} + {options.num_threads} threads "
             f"x {_fmt(self.item_bytes)} per item",
             physical_memory_bytes(),
         )
-        parent = super().to_iter_dataset(options, allow_nones=allow_nones)
-        return AudioIterDataset(parent, element_bytes=self.item_bytes, read_bytes=read_bytes, read_detail=f"{buffered} items")
+        return super().to_iter_dataset(options, allow_nones=allow_nones)
+
+
+#: Reads inside ``mp_prefetch`` workers when the user left ReadOptions to us.
+WORKER_READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
 class AudioIterDataset(grain.IterDataset):
-    """A pass-through ``IterDataset`` that checks ``mp_prefetch`` buffer memory."""
+    """A pass-through ``IterDataset`` that checks ``mp_prefetch`` buffer memory.
 
-    def __init__(self, parent: grain.IterDataset, *, element_bytes: int, read_bytes: int, read_detail: str):
+    It remembers how it was built (the source, the read options, any
+    ``batch`` calls), so that ``mp_prefetch`` can rebuild it with synchronous
+    reads when the read options were audiotree's defaults.
+    """
+
+    def __init__(self, parent: grain.IterDataset, *, source: AudioMapDataset, allow_nones: bool, element_bytes: int,
+                 read_options: grain.ReadOptions, defaulted: bool, batches: tuple):
         super().__init__(parent)
+        self._source = source
+        self._allow_nones = allow_nones
         self.element_bytes = int(element_bytes)
-        self.read_bytes = int(read_bytes)
-        self._read_detail = read_detail
+        self._read_options = read_options
+        self._defaulted = defaulted
+        self._batches = batches
 
     def __str__(self) -> str:
         return "AudioIterDataset"
@@ -127,27 +152,37 @@ class AudioIterDataset(grain.IterDataset):
         return self._parent.__iter__()
 
     def batch(self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable | None = None):
-        batched = super().batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        spec = (batch_size, drop_remainder, batch_fn)
         return AudioIterDataset(
-            batched, element_bytes=self.element_bytes * batch_size, read_bytes=self.read_bytes,
-            read_detail=self._read_detail,
+            self._parent.batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn),
+            source=self._source, allow_nones=self._allow_nones, element_bytes=self.element_bytes * batch_size,
+            read_options=self._read_options, defaulted=self._defaulted, batches=self._batches + (spec,),
         )
 
+    def _rebuilt(self, options: grain.ReadOptions) -> grain.IterDataset:
+        ds = self._source._iter_with(options, self._allow_nones)  # pylint: disable=protected-access
+        for batch_size, drop_remainder, batch_fn in self._batches:
+            ds = ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return ds
+
     def mp_prefetch(self, options: grain.MultiprocessingOptions | None = None, worker_init_fn=None, sequential_slice: bool = False):
+        from audiotree.sources.lifecycle import ClosingIterDataset
+
         resolved = options or grain.MultiprocessingOptions(num_workers=10)
+        read = WORKER_READ_OPTIONS if self._defaulted and resolved.num_workers > 0 else self._read_options
+        base = self._rebuilt(read) if read is not self._read_options else self._parent
         workers = max(resolved.num_workers, 1)
-        per_worker = self.read_bytes + resolved.per_worker_buffer_size * self.element_bytes
+        read_items = read.prefetch_buffer_size + read.num_threads
+        per_worker = read_items * self._source.item_bytes + resolved.per_worker_buffer_size * self.element_bytes
         parent_side = workers * resolved.per_worker_buffer_size * self.element_bytes
         _check(
             workers * per_worker + parent_side,
-            f"{workers} workers x (read buffer {self._read_detail} + {resolved.per_worker_buffer_size} "
+            f"{workers} workers x (read buffer {read_items} items + {resolved.per_worker_buffer_size} "
             f"x {_fmt(self.element_bytes)} elements), plus the parent's queue",
             physical_memory_bytes(),
         )
-        from audiotree.sources.lifecycle import ClosingIterDataset
-
         return ClosingIterDataset(
-            super().mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
+            base.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
         )
 
 
