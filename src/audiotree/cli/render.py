@@ -31,6 +31,7 @@ from typing import Any
 
 import click
 
+from audiotree._fs import atomic_file
 from audiotree.cli._common import (
     CliError,
     build_dataset,
@@ -48,23 +49,10 @@ _PART = "part-{:05d}"
 
 
 def _write_record(out: Path, record: dict) -> None:
-    tmp = out / f".{RECORD}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out / RECORD)
-    try:
-        fd = os.open(out, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    # Not write_json_atomic: the record keeps its JSON spelling (ASCII escapes,
+    # and a non-finite --lufs-cutoff is written, not refused).
+    with atomic_file(out / RECORD) as tmp:
+        tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
 def _read_record(out: Path) -> dict | None:
@@ -126,7 +114,8 @@ def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
         raise CliError(f"{out} holds a render made with other settings ({', '.join(changed)} differ); "
                        "re-run with the same arguments to resume, or pass --overwrite.")
     if out.exists():
-        strays = [p.name for p in out.iterdir() if p.name not in (RECORD, f".{RECORD}.tmp") and not p.name.startswith("part-")]
+        # ``.render.json.*`` are temporary records left by an interrupted write.
+        strays = [p.name for p in out.iterdir() if p.name != RECORD and not p.name.startswith((f".{RECORD}.", "part-"))]
         if strays and not (out / RECORD).exists():
             raise CliError(f"{out} is not empty ({', '.join(sorted(strays)[:3])}) and holds no audiotree render; "
                            "choose a new folder.")

@@ -193,14 +193,19 @@ def _check_audio(x, name: str = "x") -> np.ndarray:
         raise ValueError(f"{name} must have shape (..., C, T), got shape {x.shape}")
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise ValueError(f"{name} must be real-valued audio, got dtype {x.dtype}")
-    c, t = x.shape[-2:]
+    _check_channels_and_samples(x.shape, name)
+    return x
+
+
+def _check_channels_and_samples(shape: tuple, name: str = "x") -> None:
+    """1..5 channels on axis -2 and at least one sample (shared with the JAX engine)."""
+    c, t = shape[-2:]
     if c == 0 or c > MAX_CHANNELS:
         raise ValueError(
             f"BS.1770 loudness supports 1..{MAX_CHANNELS} channels (L, R, C, Ls, Rs), "
-            f"got {c} (shape {x.shape}); channels are axis -2")
+            f"got {c} (shape {shape}); channels are axis -2")
     if t == 0:
-        raise ValueError(f"{name} has no samples (T == 0, shape {x.shape})")
-    return x
+        raise ValueError(f"{name} has no samples (T == 0, shape {shape})")
 
 
 def _non_finite_error() -> ValueError:
@@ -281,23 +286,26 @@ def _sliding_sums(power: np.ndarray, window: int, hop: int) -> np.ndarray:
     return cs[..., starts + k_win] - cs[..., starts]
 
 
-def _power_to_lufs(ms: np.ndarray) -> np.ndarray:
+# _power_to_lufs and _gate take the array module ``xp`` (``numpy`` or
+# ``jax.numpy``): the JAX engine gates with this very code, jit-compatibly
+# (masks and sums, no boolean indexing).
+def _power_to_lufs(ms: np.ndarray, xp=np) -> np.ndarray:
     """-0.691 + 10 log10(ms), with -inf (and no warning) where ms <= 0."""
     positive = ms > 0
-    safe = np.where(positive, ms, 1.0)
-    return np.where(positive, LUFS_OFFSET + 10.0 * np.log10(safe), -np.inf)
+    safe = xp.where(positive, ms, 1.0)
+    return xp.where(positive, LUFS_OFFSET + 10.0 * xp.log10(safe), -xp.inf)
 
 
-def _gate(block_ms: np.ndarray) -> np.ndarray:
+def _gate(block_ms: np.ndarray, xp=np) -> np.ndarray:
     """Two-stage gating over the last axis of block mean squares: (..., J) -> (...,) LUFS."""
     above_abs = block_ms > _ABS_GATE_POWER
-    n_abs = above_abs.sum(axis=-1)
-    sum_abs = np.where(above_abs, block_ms, 0.0).sum(axis=-1)
-    mean_abs = sum_abs / np.maximum(n_abs, 1)
+    n_abs = xp.sum(above_abs, axis=-1)
+    sum_abs = xp.sum(xp.where(above_abs, block_ms, 0.0), axis=-1)
+    mean_abs = sum_abs / xp.maximum(n_abs, 1)
     keep = above_abs & (block_ms > (mean_abs * _REL_GATE_FACTOR)[..., None])
-    n_rel = keep.sum(axis=-1)
-    mean_rel = np.where(keep, block_ms, 0.0).sum(axis=-1) / np.maximum(n_rel, 1)
-    return np.where(n_rel > 0, _power_to_lufs(mean_rel), -np.inf)
+    n_rel = xp.sum(keep, axis=-1)
+    mean_rel = xp.sum(xp.where(keep, block_ms, 0.0), axis=-1) / xp.maximum(n_rel, 1)
+    return xp.where(n_rel > 0, _power_to_lufs(mean_rel, xp), -xp.inf)
 
 
 def _integrated(power: np.ndarray, sample_rate: int) -> np.ndarray:

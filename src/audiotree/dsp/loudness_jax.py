@@ -34,15 +34,14 @@ from jax import lax
 from scipy.signal import sosfilt
 
 from audiotree.dsp.loudness import (
-    _ABS_GATE_POWER,
     _MAX_SHIFTED_SLICES,
-    _REL_GATE_FACTOR,
     CHANNEL_WEIGHTS,
-    LUFS_OFFSET,
-    MAX_CHANNELS,
+    _check_channels_and_samples,
     _check_sample_rate,
+    _gate,
     _gating_geometry,
     _k_weighting_sos_cached,
+    _power_to_lufs,
     _window_geometry,
 )
 
@@ -119,41 +118,19 @@ def _sliding_sums(power: jax.Array, window: int, hop: int) -> jax.Array:
                              window_strides=dims + (k_hop,), padding="VALID")
 
 
-def _power_to_lufs(ms: jax.Array) -> jax.Array:
-    positive = ms > 0
-    safe = jnp.where(positive, ms, 1.0)
-    return jnp.where(positive, LUFS_OFFSET + 10.0 * jnp.log10(safe), -jnp.inf)
-
-
-def _gate(block_ms: jax.Array) -> jax.Array:
-    above_abs = block_ms > _ABS_GATE_POWER
-    n_abs = jnp.sum(above_abs, axis=-1)
-    mean_abs = jnp.sum(jnp.where(above_abs, block_ms, 0.0), axis=-1) / jnp.maximum(n_abs, 1)
-    keep = above_abs & (block_ms > (mean_abs * _REL_GATE_FACTOR)[..., None])
-    n_rel = jnp.sum(keep, axis=-1)
-    mean_rel = jnp.sum(jnp.where(keep, block_ms, 0.0), axis=-1) / jnp.maximum(n_rel, 1)
-    return jnp.where(n_rel > 0, _power_to_lufs(mean_rel), -jnp.inf)
-
-
 def _integrated(power: jax.Array, sample_rate: int) -> jax.Array:
     block, step = _gating_geometry(sample_rate)
     if power.shape[-1] < block:
         block_ms = jnp.mean(power, axis=-1, keepdims=True)
     else:
         block_ms = _sliding_sums(power, block, step) / block
-    return _gate(block_ms)
+    return _gate(block_ms, jnp)
 
 
 def _check_shape(x: jax.Array) -> None:
     if x.ndim < 2:
         raise ValueError(f"x must have shape (..., C, T), got shape {x.shape}")
-    c, t = x.shape[-2:]
-    if c == 0 or c > MAX_CHANNELS:
-        raise ValueError(
-            f"BS.1770 loudness supports 1..{MAX_CHANNELS} channels (L, R, C, Ls, Rs), "
-            f"got {c} (shape {x.shape}); channels are axis -2")
-    if t == 0:
-        raise ValueError(f"x has no samples (T == 0, shape {x.shape})")
+    _check_channels_and_samples(x.shape)
 
 
 @functools.partial(jax.jit, static_argnames=("sample_rate", "window_sec", "hop_sec"))
@@ -185,7 +162,7 @@ def measure_jax(x, sample_rate: int, *, window_sec: float = 0.4,
     if power.shape[-1] < window:
         lufs_windows = jnp.zeros(power.shape[:-1] + (0,), jnp.float32)
     else:
-        lufs_windows = _power_to_lufs(_sliding_sums(power, window, hop) / window)
+        lufs_windows = _power_to_lufs(_sliding_sums(power, window, hop) / window, jnp)
     return lufs.astype(jnp.float32), lufs_windows.astype(jnp.float32)
 
 

@@ -74,6 +74,14 @@ def derive_seed_pair(seed: int) -> tuple[int, int]:
     return int(words[0]) & _SEED_MASK, int(words[1]) & _SEED_MASK
 
 
+def derive_streams(shuffle_seed: int, excerpt_seed: int | None) -> tuple[int, int]:
+    """(shuffle stream, excerpt stream); ``excerpt_seed``, when given, sets the excerpt stream."""
+    shuffle_stream, excerpt_stream = derive_seed_pair(shuffle_seed)
+    if excerpt_seed is not None:
+        excerpt_stream = derive_seed_pair(excerpt_seed)[1]
+    return shuffle_stream, excerpt_stream
+
+
 def derive_group_seed(base: int, name: str, role: str) -> int:
     """A seed that depends on a group's *name*, so adding groups changes nothing else."""
     entropy = [int(base), zlib.crc32(name.encode("utf-8")), zlib.crc32(role.encode("utf-8"))]
@@ -94,9 +102,7 @@ def _file_dataset(
     files: list[str], *, shuffle: bool, num_epochs: int | None, shuffle_seed: int, excerpt_seed: int | None,
     loader: ExcerptLoader,
 ) -> grain.MapDataset:
-    shuffle_stream, excerpt_stream = derive_seed_pair(shuffle_seed)
-    if excerpt_seed is not None:
-        excerpt_stream = derive_seed_pair(excerpt_seed)[1]
+    shuffle_stream, excerpt_stream = derive_streams(shuffle_seed, excerpt_seed)
     ds = EpochShuffledMapDataset(
         grain.MapDataset.source(files), seed=shuffle_stream, num_epochs=num_epochs, shuffle=shuffle
     )

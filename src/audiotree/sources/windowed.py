@@ -619,7 +619,7 @@ def _windowed_dataset(
     source: str | None,
 ) -> grain.MapDataset:
     from audiotree.excerpt import _check_pad_mode
-    from audiotree.sources.datasets import derive_seed_pair
+    from audiotree.sources.datasets import derive_streams
 
     duration = _positive(duration, "duration")
     hop = duration if hop is None else _positive(hop, "hop")
@@ -662,9 +662,7 @@ def _windowed_dataset(
         files, durations, duration=duration, hop=hop, alpha=alpha, lufs_per_file=lufs_per_file,
         lufs_window_sec=lufs_window_sec, lufs_cutoff=float(lufs_cutoff), durations_hint=durations_hint,
     )
-    shuffle_stream, excerpt_stream = derive_seed_pair(shuffle_seed)
-    if excerpt_seed is not None:
-        excerpt_stream = derive_seed_pair(excerpt_seed)[1]
+    shuffle_stream, excerpt_stream = derive_streams(shuffle_seed, excerpt_seed)
     ds = grain.MapDataset.range(len(slots))
     if shuffle:
         ds = ds.shuffle(seed=shuffle_stream)
@@ -744,17 +742,15 @@ def create_windowed_audio_dataset(
         stale cache, or a file missing from the durations or loudness.
       RuntimeError: no files found, or no slots left after loudness filtering.
     """
-    from audiotree.sources._grain_setup import prepare_grain
-    from audiotree.sources.datasets import _check_num_epochs, _check_sample_rate, _check_seed, _resolve_files
+    from audiotree.sources.datasets import _check_common, _resolve_files
     from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 
-    prepare_grain()
     duration = _positive(duration, "duration")
-    _check_num_epochs(num_epochs)
-    sample_rate = _check_sample_rate(sample_rate)
-    shuffle_seed = _check_seed("shuffle_seed", shuffle_seed)
-    if excerpt_seed is not None:
-        excerpt_seed = _check_seed("excerpt_seed", excerpt_seed)
+    # An unreadable file always raises here (WindowLoader has no other policy).
+    sample_rate, shuffle_seed, excerpt_seed = _check_common(
+        num_epochs=num_epochs, on_read_error="raise", sample_rate=sample_rate,
+        shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
+    )
     files = _resolve_files(sources, filepaths, extensions)
     ds = _windowed_dataset(
         files, duration=duration, hop=hop, alpha=alpha, jitter=jitter, durations=durations, lufs_cache=lufs_cache,

@@ -55,6 +55,18 @@ def item_shape(tree: AudioTree) -> tuple:
     return (tree.batch_size,)
 
 
+def phase_shape(tree: AudioTree, frame_length: int) -> tuple:
+    """The shape of ``corrupt_phase``'s phases: ``item_shape + (C, frame_length // 2 + 1)``."""
+    if tree.waveform is None:
+        raise ValueError("corrupt_phase needs a waveform; this AudioTree is token-only.")
+    return item_shape(tree) + (int(np.shape(tree.waveform)[-2]), int(frame_length) // 2 + 1)
+
+
+def roll_bounds(tree: AudioTree, min_seconds: float, max_seconds: float) -> tuple[int, int]:
+    """``roll``'s shift range in samples, both ends inclusive."""
+    return int(round(min_seconds * tree.sample_rate)), int(round(max_seconds * tree.sample_rate))
+
+
 def waveform(xp: Any, tree: AudioTree, name: str) -> Any:
     if tree.waveform is None:
         raise ValueError(f"{name} needs a waveform; this AudioTree is token-only.")

@@ -15,6 +15,7 @@ import numpy as np
 
 from audiotree.core import AudioTree
 from audiotree.transforms import _checks
+from audiotree.transforms import _math as M
 from audiotree.transforms import kernels as K
 from audiotree.transforms.base import map_transform, random_transform
 
@@ -47,16 +48,6 @@ def _generator(rng: Any, name: str) -> np.random.Generator:
 
 def _uniform(rng: Any, name: str, low: float, high: float, shape: tuple) -> np.ndarray:
     return np.asarray(_generator(rng, name).uniform(low, high, size=shape), dtype=np.float64)
-
-
-def _roll_bounds(tree: AudioTree, min_seconds: float, max_seconds: float) -> tuple[int, int]:
-    return int(round(min_seconds * tree.sample_rate)), int(round(max_seconds * tree.sample_rate))
-
-
-def _phase_bins(tree: AudioTree, frame_length: int) -> tuple:
-    if tree.waveform is None:
-        raise ValueError("corrupt_phase needs a waveform; this AudioTree is token-only.")
-    return K.item_shape(tree) + (int(np.shape(tree.waveform)[-2]), int(frame_length) // 2 + 1)
 
 
 # ---------------------------------------------------------------- map
@@ -202,7 +193,7 @@ def corrupt_phase(audio_tree: AudioTree, rng: Any, amount: float = 1.0, hop_fact
     """
     _checks.check_phase(amount, hop_factor, frame_length, window, keep_lufs)
     bound = math.pi * float(amount)
-    phase = _uniform(rng, "corrupt_phase", -bound, bound, _phase_bins(audio_tree, frame_length))
+    phase = _uniform(rng, "corrupt_phase", -bound, bound, M.phase_shape(audio_tree, frame_length))
     return K.corrupt_phase(audio_tree, phase, hop_factor=hop_factor, frame_length=frame_length,
                            window=window, keep_lufs=keep_lufs)
 
@@ -240,6 +231,6 @@ def roll(audio_tree: AudioTree, rng: Any, min_seconds: float = 0.0, max_seconds:
     "constant" clears all of them. The provenance ``offset`` is dropped.
     """
     _checks.check_roll(min_seconds, max_seconds, mode)
-    low, high = _roll_bounds(audio_tree, min_seconds, max_seconds)
+    low, high = M.roll_bounds(audio_tree, min_seconds, max_seconds)
     shift = _generator(rng, "roll").integers(low, high + 1, size=K.item_shape(audio_tree))
     return K.roll(audio_tree, shift, mode)

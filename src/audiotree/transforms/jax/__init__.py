@@ -13,44 +13,10 @@ accuracy (resampling and loudness engines within their stated tolerances).
 
 from __future__ import annotations
 
+from audiotree.transforms import __all__ as _numpy_names
 from audiotree.transforms.base import map_transform, random_transform
 from audiotree.transforms.codec import AudioCodec, LatentAudioCodec, encode_latents, encode_with_codec
-from audiotree.transforms.jax.functional import (
-    corrupt_phase,
-    identity,
-    invert_phase,
-    mono,
-    peak_norm,
-    resample,
-    rescale_audio,
-    roll,
-    shift_phase,
-    stereo,
-    swap_stereo,
-    trim,
-    volume_change,
-    volume_norm,
-)
+from audiotree.transforms.jax.functional import *  # noqa: F403  (the JAX twin of every NumPy transform)
 
-__all__ = [
-    "map_transform",
-    "random_transform",
-    "AudioCodec",
-    "LatentAudioCodec",
-    "identity",
-    "mono",
-    "stereo",
-    "resample",
-    "trim",
-    "rescale_audio",
-    "peak_norm",
-    "volume_change",
-    "volume_norm",
-    "invert_phase",
-    "swap_stereo",
-    "corrupt_phase",
-    "shift_phase",
-    "roll",
-    "encode_with_codec",
-    "encode_latents",
-]
+# ``choose`` is NumPy-only: it draws from an np.random.Generator per element.
+__all__ = [name for name in _numpy_names if name != "choose"]

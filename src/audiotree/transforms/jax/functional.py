@@ -16,6 +16,7 @@ import numpy as np
 
 from audiotree.core import AudioTree
 from audiotree.transforms import _checks
+from audiotree.transforms import _math as M
 from audiotree.transforms import functional as _np
 from audiotree.transforms.base import map_transform, random_transform
 from audiotree.transforms.jax import kernels as K
@@ -118,11 +119,8 @@ def swap_stereo(audio_tree: AudioTree, rng: Any) -> AudioTree:
 def corrupt_phase(audio_tree: AudioTree, rng: Any, amount: float = 1.0, hop_factor: float = 0.5,
                   frame_length: int = 2048, window: Any = "hann", keep_lufs: bool = False) -> AudioTree:
     _checks.check_phase(amount, hop_factor, frame_length, window, keep_lufs)
-    if audio_tree.waveform is None:
-        raise ValueError("corrupt_phase needs a waveform; this AudioTree is token-only.")
     bound = math.pi * float(amount)
-    shape = K.item_shape(audio_tree) + (int(np.shape(audio_tree.waveform)[-2]), int(frame_length) // 2 + 1)
-    phase = _uniform(rng, -bound, bound, shape)
+    phase = _uniform(rng, -bound, bound, M.phase_shape(audio_tree, frame_length))
     return K.corrupt_phase(audio_tree, phase, hop_factor=hop_factor, frame_length=frame_length,
                            window=window, keep_lufs=keep_lufs)
 
@@ -141,7 +139,6 @@ def shift_phase(audio_tree: AudioTree, rng: Any, amount: float = 1.0, keep_lufs:
 def roll(audio_tree: AudioTree, rng: Any, min_seconds: float = 0.0, max_seconds: float = 0.0,
          mode: str = "wrap") -> AudioTree:
     _checks.check_roll(min_seconds, max_seconds, mode)
-    low = int(round(min_seconds * audio_tree.sample_rate))
-    high = int(round(max_seconds * audio_tree.sample_rate))
+    low, high = M.roll_bounds(audio_tree, min_seconds, max_seconds)
     shift = jax.random.randint(_key(rng), K.item_shape(audio_tree), low, high + 1)
     return K.roll(audio_tree, shift, mode)
