@@ -436,3 +436,16 @@ def test_jax_odd_rate_uses_reduce_window_path():
     np.testing.assert_array_equal(got_win > -100, audible)
     assert audible.mean() > 0.5
     np.testing.assert_allclose(got_win[audible], ref_win[audible], atol=0.05)
+
+
+def test_fast_k_filter_matches_public_sosfilt():
+    """The direct kernel call gives exactly scipy.signal.sosfilt's output."""
+    import numpy as np
+    from scipy.signal import sosfilt
+
+    from audiotree.dsp import loudness as L
+
+    sos = L.k_weighting_sos(44100)
+    x = np.random.default_rng(5).standard_normal((3, 2, 5000)).astype(np.float32)
+    np.testing.assert_array_equal(L._k_filter(sos, x), sosfilt(np.array(sos), x.astype(np.float64), axis=-1))
+    assert L._sosfilt_kernel is not None  # the fast path is really in use with this scipy

@@ -42,6 +42,11 @@ import numbers
 import numpy as np
 from scipy.signal import sosfilt
 
+try:  # scipy's C kernel behind sosfilt; see _k_filter for why we call it directly
+    from scipy.signal._sosfilt import _sosfilt as _sosfilt_kernel
+except ImportError:  # pragma: no cover - other scipy layouts use the public function
+    _sosfilt_kernel = None
+
 __all__ = [
     "ABSOLUTE_GATE_LUFS",
     "BLOCK_SEC",
@@ -237,13 +242,34 @@ def _window_geometry(sample_rate: int, window_sec: float, hop_sec: float | None)
 # Power and block means
 # --------------------------------------------------------------------------
 
+def _k_filter(sos: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``sosfilt(sos, x, axis=-1)`` in float64 with zero initial state.
+
+    scipy's public ``sosfilt`` spends more time validating and reshaping than
+    filtering a few seconds of audio (1.5 ms against 0.7 ms for 3 s at 48 kHz,
+    measured), and this runs once per metered excerpt. Its C kernel filters a
+    C-contiguous ``(signals, samples)`` float64 array in place; when a scipy
+    release lays it out differently, the public function is used.
+    """
+    if _sosfilt_kernel is None:
+        return sosfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
+    if not sos.flags.writeable:  # the kernel takes a writable buffer (it never writes to it)
+        sos = sos.copy()
+    y = np.array(x.reshape(-1, x.shape[-1]), dtype=np.float64, order="C")  # a copy, filtered in place
+    try:
+        _sosfilt_kernel(sos, y, np.zeros((y.shape[0], sos.shape[0], 2)))
+    except (TypeError, ValueError):  # pragma: no cover - kernel signature changed
+        return sosfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
+    return y.reshape(x.shape)
+
+
 def _weighted_power(x: np.ndarray, sample_rate: int) -> np.ndarray:
     """K-filter + channel-weighted square sum; x already validated. (..., C, T) -> (..., T)."""
     sos = _k_weighting_sos_cached(sample_rate)
     weights = np.asarray(CHANNEL_WEIGHTS[: x.shape[-2]], dtype=np.float64)
     with np.errstate(all="ignore"):
-        # One sosfilt call filters both sections for every channel/item, in float64.
-        y = sosfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
+        # One pass filters both sections for every channel/item, in float64.
+        y = _k_filter(sos, x)
         np.square(y, out=y)
         power = np.matmul(weights, y)  # (C,) @ (..., C, T) -> (..., T)
         # One cheap reduction detects NaN/Inf anywhere (they propagate through
