@@ -35,6 +35,7 @@ __all__ = [
     "WindowConfig",
     "AudioDataSource",
     "TreeDataSource",
+    "open_render",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.
@@ -49,6 +50,8 @@ _LAZY = {
     "WindowConfig": "audiotree.sources.windowed",
     "AudioDataSource": "audiotree.sources.audio",
     "TreeDataSource": "audiotree.sources.tree",
+    # Reads what `audiotree render` wrote (finished parts, in item order).
+    "open_render": "audiotree.cli.render",
 }
 
 prepare_grain()
