@@ -545,6 +545,11 @@ def render(data: dict) -> str:
             "",
         ]
     parts += [
+        "## Where the time goes",
+        "",
+        "Targets that miss are analysed in [benchmarks/PROFILE.md](benchmarks/PROFILE.md): a per-item time "
+        "breakdown of our paths and the floor's (`python benchmarks/profile_paths.py`), and what bounds them.",
+        "",
         "## Method",
         "",
         f"* Corpus (`benchmarks/corpus.py`, signals from `audiotree.synth.synthesize`): {c['files']} files, "
