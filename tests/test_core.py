@@ -283,3 +283,10 @@ def test_import_audiotree_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_batch_refuses_a_label_present_in_only_some_items():
+    a = AudioTree.create(np.zeros((1, 1, 4), np.float32), 16000, lufs=np.array([-20.0], np.float32))
+    b = AudioTree.create(np.zeros((1, 1, 4), np.float32), 16000)
+    with pytest.raises(ValueError, match="'lufs' is set for 1 of 2 items"):
+        AudioTree.batch([a, b])

@@ -411,3 +411,11 @@ def test_default_reads_become_synchronous_inside_workers(corpus):
     assert [_key(x) for x in itertools.islice(prefetched, 12)] == [_key(ds[i]) for i in range(12)]
     explicit = ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
     assert explicit._defaulted is False and it._defaulted is True
+
+
+def test_symlink_loops_list_each_file_once(tmp_path):
+    _write(tmp_path / "loop" / "sub" / "0.wav")
+    (tmp_path / "loop" / "sub" / "up").symlink_to(tmp_path / "loop")
+    (tmp_path / "loop" / "alias").symlink_to(tmp_path / "loop" / "sub")
+    files = find_audio_files(tmp_path / "loop")
+    assert len(files) == 1 and files[0].endswith("0.wav")

@@ -169,3 +169,28 @@ def test_loudest_short_file_is_padded_and_measured_on_real_samples(tmp_path):
     # Windows over the padding read as silence.
     assert np.isneginf(tree.lufs_windows[0, -1]) and np.isfinite(tree.lufs_windows[0, 0])
     assert tree.lufs[0] > -20
+
+
+@pytest.mark.parametrize("strategy", ["random", "loudest"])
+def test_resampled_excerpts_are_full_length_without_padding(tmp_path, strategy):
+    """Every strategy reads the spare native frame resampling needs (no padded last sample)."""
+    rate = 44100
+    t = np.arange(3 * rate) / rate
+    path = tmp_path / "tone.wav"
+    soundfile.write(path, (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), rate, subtype="FLOAT")
+    config = ExcerptConfig(strategy=strategy)
+    for pad_mode in ("constant", None):
+        tree = AudioTree.excerpt(path, np.random.default_rng(0), 0.3333, excerpt=config, sample_rate=16000, pad_mode=pad_mode)
+        assert tree.samples == round(0.3333 * 16000)
+        assert abs(float(tree.waveform[0, 0, -1])) > 0 or abs(float(tree.waveform[0, 0, -2])) > 0
+
+
+def test_non_utf8_file_names_round_trip(tmp_path):
+    import os
+
+    raw = os.fsencode(str(tmp_path)) + b"/caf\xe9.wav"  # Latin-1 bytes: not valid UTF-8
+    soundfile.write(tmp_path / "plain.wav", np.zeros(1600, np.float32), 16000)
+    os.rename(os.fsencode(str(tmp_path / "plain.wav")), raw)
+    name = os.fsdecode(raw)
+    tree = AudioTree.from_file(name, duration=0.05)
+    assert tree.filepath == [name]

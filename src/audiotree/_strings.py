@@ -28,7 +28,9 @@ def encode_strings(values: Sequence[str]) -> np.ndarray:
                 f"{STR_MAX_LENGTH}: {text[:80]!r}..."
             )
         if text:
-            out[row, : len(text)] = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+            # ord(), not an encoder: file names that are not valid UTF-8 reach us
+            # from os.fsdecode with surrogate escapes, which no codec accepts.
+            out[row, : len(text)] = np.fromiter(map(ord, text), dtype=np.int32, count=len(text))
     return out
 
 
@@ -46,9 +48,9 @@ def decode_strings(rows: Any) -> list:
     if array.ndim > 2:
         return [decode_strings(sub) for sub in array]
     result = []
-    for row in array.astype(np.uint32, copy=False):
+    for row in array:
         # Rows are zero-padded at the end only, so the first zero ends the text.
         nz = np.flatnonzero(row == 0)
         end = int(nz[0]) if nz.size else row.shape[0]
-        result.append(row[:end].tobytes().decode("utf-32-le"))
+        result.append("".join(map(chr, row[:end].tolist())))
     return result

@@ -152,6 +152,13 @@ def _batch_nodes(nodes: Sequence[Any]) -> Any:
         rates = {n.sample_rate for n in nodes}
         if len(rates) != 1:
             raise ValueError(f"Cannot batch AudioTrees with different sample rates: {sorted(rates)}.")
+        for field in ARRAY_FIELDS:
+            present = [getattr(n, field) is not None for n in nodes]
+            if any(present) and not all(present):
+                raise ValueError(
+                    f"Cannot batch AudioTrees where {field!r} is set for {sum(present)} of {len(nodes)} items; "
+                    f"compute it for all items (e.g. replace_lufs()) or clear it (replace({field}=None))."
+                )
         updates = {f: _batch_nodes([getattr(n, f) for n in nodes]) for f in PYTREE_FIELDS}
         return dataclasses.replace(first, **updates)
     if all(n is None for n in nodes):

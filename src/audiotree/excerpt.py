@@ -434,7 +434,7 @@ def loudest_excerpt(
     path = os.fspath(audio_path)
     cutoff = float(excerpt.lufs_cutoff)
     with AudioFile(path) as f:
-        best = _LoudestSearch(f, rng, excerpt, duration, mono).run()
+        best = _LoudestSearch(f, rng, excerpt, duration, mono, int(sample_rate or f.info.sample_rate)).run()
     if not best.lufs > cutoff:
         if excerpt.on_failure == "raise":
             raise RuntimeError(
@@ -461,10 +461,11 @@ class _LoudestSearch:
     whose energy estimate can clear the cutoff.
     """
 
-    def __init__(self, f, rng, excerpt: ExcerptConfig, duration: float, mono: bool):
+    def __init__(self, f, rng, excerpt: ExcerptConfig, duration: float, mono: bool, out_rate: int):
         self.f, self.rng, self.excerpt, self.duration, self.mono = f, rng, excerpt, duration, mono
         self.rate = f.info.sample_rate
-        self.need = int(math.ceil(duration * self.rate))
+        # Frames read per candidate: a spare one when resampling, like every other read.
+        self.need = _native_frames(duration, self.rate, out_rate)
         self.cutoff = float(excerpt.lufs_cutoff)
         self.search = excerpt.resolved_search
         limit = excerpt.scan_max_seconds

@@ -46,7 +46,17 @@ def _is_hidden(name: str) -> bool:
 
 
 def _walk(directory: str) -> Iterable[str]:
+    """Files below ``directory``; follows symlinked folders, but each real folder once."""
+    seen: set[tuple[int, int]] = set()
     for root, dirs, files in os.walk(directory, followlinks=True):
+        try:
+            stat = os.stat(root)
+        except OSError:
+            continue
+        if (stat.st_dev, stat.st_ino) in seen:  # a link back into the tree: already listed
+            dirs[:] = []
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
         dirs[:] = sorted(d for d in dirs if not _is_hidden(d))
         for name in files:
             if not _is_hidden(name):
