@@ -329,6 +329,8 @@ def _bad_corpus(tmp_path: Path) -> tuple[Path, list[Path]]:
     (folder / "text.wav").write_text("this is not audio\n" * 20)
     truncated = _write(tmp_path / "full.flac", seconds=2.0, fmt="FLAC").read_bytes()
     (folder / "truncated.flac").write_bytes(truncated[:200])
+    full_wav = _write(tmp_path / "full.wav", seconds=1.0).read_bytes()
+    (folder / "truncated.wav").write_bytes(full_wav[: len(full_wav) // 2])
     header = bytearray(_write(tmp_path / "h.wav", seconds=0.5).read_bytes())
     header[0:4] = b"JUNK"
     (folder / "corrupt.wav").write_bytes(bytes(header))
@@ -349,7 +351,7 @@ def test_bad_files_dropped_under_workers(tmp_path, policy):
 
 def test_bad_files_each_kind_raises_naming_file(tmp_path):
     folder, good = _bad_corpus(tmp_path)
-    bad_names = {"zero.wav", "text.wav", "truncated.flac", "corrupt.wav", "nan.wav"}
+    bad_names = {"zero.wav", "text.wav", "truncated.flac", "truncated.wav", "corrupt.wav", "nan.wav"}
     ds = create_audio_dataset(folder, duration=0.25, sample_rate=8000, shuffle=False)
     seen = set()
     for i in range(len(ds)):

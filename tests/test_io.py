@@ -710,3 +710,32 @@ os.write(2, b"STDERR STILL WORKS\\n")
         env={**os.environ, "AUDIOTREE_DECODER_MESSAGES": "1"},
     )
     assert "part2_3_length" in loud.stderr  # the messages exist; we only hide them
+
+
+def test_truncated_wav_data_is_a_bad_file(tmp_path):
+    """A WAV cut inside its data chunk is refused, not read as a shorter file."""
+    import numpy as np
+    import soundfile
+
+    from audiotree.errors import AudioReadError
+    from audiotree.io import AudioFile, probe
+
+    full = tmp_path / "full.wav"
+    soundfile.write(full, np.zeros((16000, 2), np.float32), 16000, subtype="PCM_16")
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(full.read_bytes()[:44 + 2 * 2 * 8])  # header + 8 frames
+    with pytest.raises(AudioReadError, match="truncated") as info:
+        probe(cut)
+    assert info.value.file_path == str(cut) and "cut.wav" in str(info.value)
+    with AudioFile(full) as f:  # an intact file still opens
+        assert f.info.frames == 16000
+    # A streaming WAV with an unknown (0xFFFFFFFF) data size is accepted.
+    data = bytearray(full.read_bytes())
+    pos = data.index(b"data")
+    data[pos + 4 : pos + 8] = b"\xff\xff\xff\xff"
+    stream = tmp_path / "stream.wav"
+    stream.write_bytes(bytes(data[: pos + 8 + 4 * 100]))
+    try:
+        assert probe(stream).frames >= 100
+    except AudioReadError as exc:  # libsndfile may refuse the header itself; never as "truncated"
+        assert "truncated" not in str(exc)

@@ -648,11 +648,14 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
             raise _error(path, exc, _failure_hint(path, size)) from exc
 
     try:
-        return _SoundfileReader(path)
+        reader = _SoundfileReader(path)
     except MemoryError:
         raise
     except Exception as exc:
         sf_exc = exc
+    else:
+        _refuse_truncated_wav(path, size, reader)
+        return reader
     # libsndfile could not open it. PyAV may (unusual WAV codecs, misnamed
     # files), but an empty file is hopeless, and a fallback that "succeeds"
     # with no audio is treated as a failure rather than as a valid empty file.
@@ -669,6 +672,48 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
                 return reader
             reader.close()
     raise _error(path, sf_exc, hint) from sf_exc
+
+
+def _wav_data_chunk(head: bytes) -> tuple[int, int] | None:
+    """(offset, declared size) of a RIFF/WAVE file's ``data`` chunk, if ``head`` holds it."""
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    pos = 12
+    while pos + 8 <= len(head):
+        chunk_id, chunk_size = head[pos : pos + 4], struct.unpack_from("<I", head, pos + 4)[0]
+        if chunk_id == b"data":
+            return pos + 8, chunk_size
+        pos += 8 + chunk_size + (chunk_size & 1)  # chunks are word-aligned
+    return None
+
+
+def _refuse_truncated_wav(path: str, size: int | None, reader: _SoundfileReader) -> None:
+    """Raises AudioReadError when a WAV file ends before its ``data`` chunk does.
+
+    libsndfile quietly reports only the frames that are present, so a cut-off
+    download would otherwise read as a shorter file and be padded with silence.
+    The check reads the header bytes only. Streaming writers that leave the
+    size at 0 or 0xFFFFFFFF (unknown) are accepted.
+    """
+    if size is None or reader.info.format not in ("WAV", "WAVEX"):
+        return
+    try:
+        with open(path, "rb") as fh:
+            chunk = _wav_data_chunk(fh.read(65536))
+    except OSError:
+        return
+    if chunk is None:
+        return
+    offset, declared = chunk
+    if declared in (0, 0xFFFFFFFF) or offset + declared <= size:
+        return
+    reader.close()
+    raise AudioReadError(
+        f"Failed to read audio file '{path}': the file is truncated: its header declares "
+        f"{declared} bytes of audio but the file ends {offset + declared - size} bytes early "
+        f"(only {reader.info.frames} frames are present). Re-download or re-encode it, {_SKIP_HINT}.",
+        path,
+    )
 
 
 class AudioFile:
