@@ -109,14 +109,18 @@ def test_scan_json_report(scan_corpus):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["version"] == 1
-    assert set(report) >= {"files", "readable", "total_seconds", "total_hours", "groups", "formats", "sample_rates",
-                           "channels", "duration_histogram", "unreadable", "short", "loudness"}
+    stable_keys = {"files", "readable", "total_seconds", "total_hours", "groups", "formats", "sample_rates",
+                   "channels", "duration_histogram", "unreadable", "short", "loudness"}
+    assert set(report) >= stable_keys
     assert report["files"] == 8 and report["readable"] == 7
     assert list(report["groups"]) == ["speech", "music", "effects"]
-    assert report["groups"]["effects"] == {"files": 3, "readable": 2, "seconds": report["groups"]["effects"]["seconds"]}
+    effects = report["groups"]["effects"]
+    effects_keys = {"files", "readable", "seconds"}
+    assert (effects["files"], effects["readable"], set(effects)) == (3, 2, effects_keys)
     assert sum(report["formats"].values()) == 7 and sum(report["channels"].values()) == 7
     assert sum(b["count"] for b in report["duration_histogram"]) == 7
-    assert abs(report["total_hours"] * 3600 - report["total_seconds"]) < 1
+    hours_vs_total = report["total_hours"] * 3600 - report["total_seconds"]  # the two totals agree
+    assert abs(hours_vs_total) < 1
     [bad] = report["unreadable"]
     assert bad["path"].endswith("broken.wav") and bad["reason"]
     assert [Path(f["path"]).name for f in report["short"]["files"]] == ["blip.wav"]
@@ -146,7 +150,9 @@ def test_bench_json_and_plot(corpus, tmp_path):
     report = json.loads(result.stdout)
     assert [(m["num_workers"], m["num_threads"]) for m in report["measurements"]] == [(0, 0), (1, 0)]
     for m in report["measurements"]:
-        assert m["items_per_second"] > 0 and m["first_batch_seconds"] > 0 and m["items"] == 8
+        # Every setting produced a measurement (values, not speeds, are checked).
+        measured = (m["items_per_second"], m["first_batch_seconds"])
+        assert min(measured) > 0 and m["items"] == 8
         assert m["peak_rss_mb"] > 10
     # The worker's memory is counted: the process tree with a worker holds more.
     assert report["measurements"][1]["peak_rss_mb"] > report["measurements"][0]["peak_rss_mb"]

@@ -101,7 +101,9 @@ def test_tune_in_process_settings(corpus):
     assert isinstance(result, TuneResult)
     assert [m.setting for m in result.measurements] == [Setting(0, 0, 1, 0), Setting(0, 2, 1, 4)] and len(seen) == 2
     for m in result.measurements:
-        assert m.items == 8 and m.items_per_second > 0 and m.first_batch_seconds > 0 and m.peak_rss_bytes > 0
+        # Every setting produced a measurement (values, not speeds, are checked).
+        measured = (m.items_per_second, m.first_batch_seconds, m.peak_rss_bytes)
+        assert m.items == 8 and min(measured) > 0
     assert isinstance(result.read_options, grain.ReadOptions)
     assert isinstance(result.multiprocessing_options, grain.MultiprocessingOptions)
     assert result.multiprocessing_options.num_workers == 0
