@@ -40,8 +40,6 @@ __all__ = [
 
 DERIVED_FIELDS = ("lufs", "lufs_windows", "codes", "latents")
 METADATA_KEYS = ("filepath", "source", "offset")
-_STRING_METADATA = ("filepath", "source")
-PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
 
 
 def _is_jax(x: Any) -> bool:

@@ -43,7 +43,6 @@ import dataclasses
 import importlib
 import math
 import os
-import warnings
 from typing import Any, Callable, Literal, Union
 
 import numpy as np
@@ -63,7 +62,8 @@ Searcher = Callable[[np.random.Generator, float, float, float, int, int], float]
 
 _STRATEGIES = ("start", "random", "loudest")
 _ON_FAILURE = ("keep", "skip", "raise")
-_PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+#: ``np.pad`` modes accepted wherever audio is padded to length.
+PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
 _BLOCK_SEC = 0.1  # BS.1770 gating blocks are 4 of these, 75 % overlapped
 _MAX_K_WEIGHT_GAIN_DB = 4.1  # the K-weighting high shelf peaks just under +4 dB
 _LOUDNESS_OFFSET = -0.691
@@ -171,8 +171,8 @@ def _check_duration(duration: float | None) -> None:
 
 
 def _check_pad_mode(pad_mode: str | None) -> None:
-    if pad_mode is not None and pad_mode not in _PAD_MODES:
-        raise ValueError(f"Unknown pad_mode {pad_mode!r}; use one of {_PAD_MODES} or None.")
+    if pad_mode is not None and pad_mode not in PAD_MODES:
+        raise ValueError(f"Unknown pad_mode {pad_mode!r}; use one of {PAD_MODES} or None.")
 
 
 def _fit_length(data: np.ndarray, target: int, pad_mode: str | None) -> np.ndarray:
@@ -254,16 +254,27 @@ def read_excerpt(
     Only the requested frames are decoded. ``T == round(duration * rate)`` unless
     ``pad_mode`` is None and the file ends first.
     """
-    from audiotree.io import AudioFile
-
     _check_duration(duration)
     _check_pad_mode(pad_mode)
-    path = os.fspath(path)
+    data, rate, _ = _read_at(os.fspath(path), None, offset, duration, sample_rate, mono, pad_mode)
+    return data, rate
+
+
+def _read_at(path, choose_offset, offset, duration, sample_rate, mono, pad_mode) -> tuple[np.ndarray, int, float]:
+    """Opens ``path`` once, reads at ``offset`` (or ``choose_offset(info)``), finishes.
+
+    Returns ``((C, T) float32, rate, start in seconds)``.
+    """
+    from audiotree.io import AudioFile
+
     with AudioFile(path) as f:
         info = f.info
+        if choose_offset is not None:
+            offset = choose_offset(info)
         start = _start_frame(path, info, offset)
         frames = f.read(start, _native_frames(duration, info.sample_rate, int(sample_rate or info.sample_rate)))
-    return _finish(frames, info.sample_rate, sample_rate, duration, mono, pad_mode)
+    data, rate = _finish(frames, info.sample_rate, sample_rate, duration, mono, pad_mode)
+    return data, rate, start / info.sample_rate
 
 
 def select_excerpt(
@@ -285,8 +296,6 @@ def select_excerpt(
     :func:`loudest_excerpt`. Returns a batch-of-1 ``AudioTree`` (or ``None`` from
     ``loudest`` with ``on_failure="skip"``).
     """
-    from audiotree.io import AudioFile
-
     _check_duration(duration)
     _check_pad_mode(pad_mode)
     excerpt = excerpt or ExcerptConfig()
@@ -298,14 +307,12 @@ def select_excerpt(
             pad_mode=pad_mode, **tree_kwargs,
         )
     path = os.fspath(audio_path)
-    with AudioFile(path) as f:
-        info = f.info
-        if excerpt.strategy == "random":
-            offset = excerpt.resolved_search(rng, offset, duration, info.duration, 0, 1)
-        start = _start_frame(path, info, offset)
-        frames = f.read(start, _native_frames(duration, info.sample_rate, int(sample_rate or info.sample_rate)))
-    data, rate = _finish(frames, info.sample_rate, sample_rate, duration, mono, pad_mode)
-    return _make_tree(path, data, rate, start / info.sample_rate, tree_kwargs)
+    choose = None
+    if excerpt.strategy == "random":
+        search = excerpt.resolved_search
+        choose = lambda info: search(rng, offset, duration, info.duration, 0, 1)  # noqa: E731 - needs the header
+    data, rate, start_seconds = _read_at(path, choose, offset, duration, sample_rate, mono, pad_mode)
+    return _make_tree(path, data, rate, start_seconds, tree_kwargs)
 
 
 def _make_tree(path: str, data: np.ndarray, rate: int, offset_seconds: float, tree_kwargs: dict, **derived: Any):

@@ -6,7 +6,6 @@ import collections
 import glob
 import os
 import warnings
-from pathlib import Path
 from typing import Iterable, Sequence, Union
 
 __all__ = ["find_audio_files", "SourceSpec"]
@@ -143,7 +142,3 @@ def find_audio_files(sources: SourceSpec, extensions: Iterable[str] | None = Non
     files, _ = _discover(sources, extensions, strict=False)
     return files
 
-
-def paths_as_str(paths: Iterable[Union[str, os.PathLike]]) -> list[str]:
-    """``os.fspath`` of every entry (keeps the caller's order)."""
-    return [os.fspath(Path(p)) if not isinstance(p, str) else p for p in paths]

@@ -19,6 +19,7 @@ while everything is still importable):
 from __future__ import annotations
 
 import atexit
+import functools
 import threading
 import weakref
 from typing import Any
@@ -34,6 +35,7 @@ _live_shared_arrays: dict[int, "weakref.ref"] = {}
 _lock = threading.Lock()
 
 
+@functools.cache
 def _shared_memory_array_type():
     from grain._src.python.ipc.shared_memory_array import SharedMemoryArray  # Grain has no public alias
 

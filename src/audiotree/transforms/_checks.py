@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from audiotree.excerpt import PAD_MODES  # one list of np.pad modes for every padding path
+
 __all__ = [
     "PAD_MODES",
     "ROLL_MODES",
@@ -24,7 +26,6 @@ __all__ = [
 ]
 
 #: ``trim`` pad modes (``np.pad``/``jnp.pad`` names).
-PAD_MODES = ("wrap", "constant", "edge", "reflect", "symmetric")
 #: ``roll`` modes: circular, or shift with zero fill.
 ROLL_MODES = ("wrap", "constant")
 #: ``shift_phase`` analysis settings (fixed, not parameters).
