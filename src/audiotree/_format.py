@@ -22,9 +22,10 @@ Compatibility rules enforced by :func:`check`:
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import os
 from typing import Any, Iterable, Mapping
+
+from audiotree.validation import is_int
 
 __all__ = [
     "TREE",
@@ -89,7 +90,7 @@ def _version_pair(value: Any, key: str, where: str) -> tuple[int, int]:
     if (
         not isinstance(value, (list, tuple))
         or len(value) != 2
-        or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0 for v in value)
+        or any(not is_int(v) or v < 0 for v in value)
     ):
         raise ValueError(f"{where}: {key} must be a pair of non-negative ints [major, minor], got {value!r}.")
     return int(value[0]), int(value[1])

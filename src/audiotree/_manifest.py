@@ -39,6 +39,7 @@ import numpy as np
 
 from audiotree import _format
 from audiotree._fs import atomic_file, npz_problem
+from audiotree.validation import is_int
 
 __all__ = [
     "MANIFEST_FILE",
@@ -260,7 +261,7 @@ def read_columns(path: str | os.PathLike) -> ManifestColumns:
     info = _format.check(header, _format.MANIFEST, path)
     _format.check_known_keys(header, _HEADER_KEYS, info, f"Invalid manifest {path}", "the header")
     n = header.get("num_entries")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:
         raise _bad(path, f"num_entries must be a non-negative int, got {n!r}.")
 
     masks = {k[len(MASK_PREFIX):]: arrays.pop(k) for k in list(arrays) if k.startswith(MASK_PREFIX)}

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from audiotree._strings import decode_strings, encode_strings
+from audiotree.dsp.edits import apply_gain_db, downmix, gain_to_target, shift_loudness
 
 __all__ = [
     "AudioTree",
@@ -599,7 +600,7 @@ class AudioTree:
         if self.num_channels == 1:
             return self
         if strategy == "average":
-            mono = self.waveform.mean(axis=-2, keepdims=True).astype(self.waveform.dtype)
+            mono = downmix(self.waveform, axis=-2)
         else:
             if self.num_channels != 2:
                 raise ValueError(f"to_mono({strategy!r}) needs stereo, got {self.num_channels} channels.")
@@ -708,17 +709,9 @@ class AudioTree:
             raise ValueError("normalize_lufs() needs a waveform.")
         tree = self if self.lufs is not None else self.replace_lufs(device=device, engine=engine)
         xp = _xp(tree.waveform, tree.lufs)
-        lufs = xp.asarray(tree.lufs)
-        finite = xp.isfinite(lufs)
-        gain_db = xp.where(finite, target_lufs - xp.where(finite, lufs, 0.0), 0.0)
-        if max_gain_db is not None:
-            gain_db = xp.minimum(gain_db, max_gain_db)
-        gain = (10.0 ** (gain_db / 20.0))[..., None, None]
-        waveform = (tree.waveform * gain).astype(tree.waveform.dtype)
-        new_lufs = (lufs + gain_db).astype(xp.float32)
-        windows = tree.lufs_windows
-        if windows is not None:
-            windows = (windows + gain_db[..., None]).astype(xp.float32)
+        gain_db = gain_to_target(xp, tree.lufs, target_lufs, max_gain_db=max_gain_db)
+        waveform = apply_gain_db(xp, tree.waveform, gain_db)
+        new_lufs, windows = shift_loudness(xp, tree.lufs, tree.lufs_windows, gain_db)
         return tree._invalidate_derived(keep=("lufs", "lufs_windows"), waveform=waveform, lufs=new_lufs, lufs_windows=windows)
 
 

@@ -47,7 +47,19 @@ from typing import Any, Callable, Literal, Union
 
 import numpy as np
 
+from audiotree.dsp.loudness import (
+    ABSOLUTE_GATE_LUFS,
+    BLOCK_SEC,
+    CHANNEL_WEIGHTS,
+    LUFS_OFFSET,
+    MAX_K_WEIGHT_GAIN_DB,
+    RELATIVE_GATE_LU,
+    STEP_SEC,
+    measure,
+)
+from audiotree.dsp.edits import downmix
 from audiotree.errors import AudioReadError
+from audiotree.validation import check_duration, check_pad_mode, is_int
 
 __all__ = [
     "ExcerptConfig",
@@ -62,11 +74,8 @@ Searcher = Callable[[np.random.Generator, float, float, float, int, int], float]
 
 _STRATEGIES = ("start", "random", "loudest")
 _ON_FAILURE = ("keep", "skip", "raise")
-#: ``np.pad`` modes accepted wherever audio is padded to length.
-PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
-_BLOCK_SEC = 0.1  # BS.1770 gating blocks are 4 of these, 75 % overlapped
-_MAX_K_WEIGHT_GAIN_DB = 4.1  # the K-weighting high shelf peaks just under +4 dB
-_LOUDNESS_OFFSET = -0.691
+# The energy map works in 100 ms steps: BS.1770 gating blocks are 4 of them, 75 % overlapped.
+_BLOCKS_PER_GATE = round(BLOCK_SEC / STEP_SEC)
 
 
 def search_uniform(rng, offset, duration, total_duration, attempt, max_attempts) -> float:
@@ -140,7 +149,7 @@ class ExcerptConfig:
             raise ValueError(f"Unknown excerpt strategy {self.strategy!r}; use one of {_STRATEGIES}.")
         if self.on_failure not in _ON_FAILURE:
             raise ValueError(f"Unknown on_failure {self.on_failure!r}; use one of {_ON_FAILURE}.")
-        if isinstance(self.num_tries, bool) or not isinstance(self.num_tries, (int, np.integer)) or self.num_tries < 1:
+        if not is_int(self.num_tries) or self.num_tries < 1:
             raise ValueError(f"num_tries must be an int >= 1, got {self.num_tries!r}.")
         if not math.isfinite(float(self.lufs_cutoff)):
             raise ValueError(f"lufs_cutoff must be finite, got {self.lufs_cutoff!r}.")
@@ -165,16 +174,6 @@ class ExcerptConfig:
 
 
 # ------------------------------------------------------------------ reading
-def _check_duration(duration: float | None) -> None:
-    if duration is not None and not (isinstance(duration, (int, float, np.floating, np.integer)) and duration > 0):
-        raise ValueError(f"duration must be a positive number of seconds, got {duration!r}.")
-
-
-def _check_pad_mode(pad_mode: str | None) -> None:
-    if pad_mode is not None and pad_mode not in PAD_MODES:
-        raise ValueError(f"Unknown pad_mode {pad_mode!r}; use one of {PAD_MODES} or None.")
-
-
 def _fit_length(data: np.ndarray, target: int, pad_mode: str | None) -> np.ndarray:
     """Trims or right-pads ``data`` ``(C, n)`` to ``target`` samples."""
     n = data.shape[-1]
@@ -194,7 +193,7 @@ def _finish(frames: np.ndarray, native_rate: int, sample_rate: int | None, durat
     """Native ``(n, C)`` frames -> ``(C, T)`` float32 at the target rate and length."""
     rate = int(sample_rate or native_rate)
     if mono:
-        frames = downmix(frames)
+        frames = downmix(frames, axis=1)
     if rate != native_rate and frames.shape[0]:
         from audiotree.dsp.resample import resample
 
@@ -203,22 +202,6 @@ def _finish(frames: np.ndarray, native_rate: int, sample_rate: int | None, durat
     if duration is not None:
         data = _fit_length(data, int(round(duration * rate)), pad_mode)
     return data, rate
-
-
-def downmix(frames: np.ndarray) -> np.ndarray:
-    """Mean of the channels of ``(n, C)`` frames, as ``(n, 1)`` float32.
-
-    Adds channel columns directly: ``mean(axis=1)`` over a short strided axis is
-    several times slower on this hot path.
-    """
-    channels = frames.shape[1]
-    if channels == 1:
-        return frames
-    mono = frames[:, 0].copy()
-    for c in range(1, channels):
-        mono += frames[:, c]
-    mono *= np.float32(1.0 / channels)
-    return mono[:, None]
 
 
 def _start_frame(path: str, info: Any, offset: float) -> int:
@@ -254,8 +237,8 @@ def read_excerpt(
     Only the requested frames are decoded. ``T == round(duration * rate)`` unless
     ``pad_mode`` is None and the file ends first.
     """
-    _check_duration(duration)
-    _check_pad_mode(pad_mode)
+    check_duration(duration)
+    check_pad_mode(pad_mode)
     data, rate, _ = _read_at(os.fspath(path), None, offset, duration, sample_rate, mono, pad_mode)
     return data, rate
 
@@ -296,8 +279,8 @@ def select_excerpt(
     :func:`loudest_excerpt`. Returns a batch-of-1 ``AudioTree`` (or ``None`` from
     ``loudest`` with ``on_failure="skip"``).
     """
-    _check_duration(duration)
-    _check_pad_mode(pad_mode)
+    check_duration(duration)
+    check_pad_mode(pad_mode)
     excerpt = excerpt or ExcerptConfig()
     if excerpt.strategy == "loudest":
         if offset:
@@ -332,9 +315,7 @@ def _make_tree(path: str, data: np.ndarray, rate: int, offset_seconds: float, tr
 # ---------------------------------------------------------------- loudest
 def _block_energy(frames: np.ndarray, rate: int) -> np.ndarray:
     """Channel-weighted mean square per 100 ms block of ``(n, C)`` frames (unfiltered)."""
-    from audiotree.dsp.loudness import CHANNEL_WEIGHTS
-
-    block = max(1, int(round(_BLOCK_SEC * rate)))
+    block = max(1, int(round(STEP_SEC * rate)))
     n_blocks = frames.shape[0] // block
     usable = frames[: n_blocks * block]
     channels = frames.shape[1]
@@ -349,7 +330,7 @@ def _loudness_ceiling(frames: np.ndarray, rate: int) -> float:
     """An upper bound on the gated loudness of ``frames`` (K-weighting adds <= ~4 dB)."""
     energy = _block_energy(frames, rate)
     peak = float(energy.max()) if energy.size else float(np.mean(np.square(frames))) if frames.size else 0.0
-    return _LOUDNESS_OFFSET + 10 * math.log10(peak) + _MAX_K_WEIGHT_GAIN_DB if peak > 0 else -math.inf
+    return LUFS_OFFSET + 10 * math.log10(peak) + MAX_K_WEIGHT_GAIN_DB if peak > 0 else -math.inf
 
 
 def _gated_estimate(block_energy: np.ndarray, window_blocks: int) -> np.ndarray:
@@ -359,32 +340,31 @@ def _gated_estimate(block_energy: np.ndarray, window_blocks: int) -> np.ndarray:
     Returns one estimate (LUFS-like, unfiltered) per window start.
     """
     n = block_energy.shape[0]
-    if n < 4 or window_blocks < 4:
+    k = _BLOCKS_PER_GATE
+    if n < k or window_blocks < k:
         total = block_energy[: max(window_blocks, 1)]
         mean = float(total.mean()) if total.size else 0.0
-        value = _LOUDNESS_OFFSET + 10 * np.log10(mean) if mean > 0 else -np.inf
+        value = LUFS_OFFSET + 10 * np.log10(mean) if mean > 0 else -np.inf
         return np.full(max(n - window_blocks + 1, 1), value)
     csum = np.concatenate([[0.0], np.cumsum(block_energy)])
-    gating = (csum[4:] - csum[:-4]) / 4.0  # 400 ms blocks, 100 ms hop
-    per_window = min(window_blocks - 3, gating.shape[0])
+    gating = (csum[k:] - csum[:-k]) / k  # 400 ms blocks, 100 ms hop
+    per_window = min(window_blocks - k + 1, gating.shape[0])
     views = np.lib.stride_tricks.sliding_window_view(gating, per_window)
     with np.errstate(divide="ignore"):
-        loud = _LOUDNESS_OFFSET + 10 * np.log10(views)
-    keep = loud > -70.0
+        loud = LUFS_OFFSET + 10 * np.log10(views)
+    keep = loud > ABSOLUTE_GATE_LUFS
     mean_abs = np.where(keep, views, 0).sum(axis=1) / np.maximum(keep.sum(axis=1), 1)
     with np.errstate(divide="ignore"):
-        relative = _LOUDNESS_OFFSET + 10 * np.log10(mean_abs) - 10.0
+        relative = LUFS_OFFSET + 10 * np.log10(mean_abs) + RELATIVE_GATE_LU
     keep &= loud > relative[:, None]
     mean_rel = np.where(keep, views, 0).sum(axis=1)
     count = keep.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(count > 0, _LOUDNESS_OFFSET + 10 * np.log10(mean_rel / np.maximum(count, 1)), -np.inf)
+        return np.where(count > 0, LUFS_OFFSET + 10 * np.log10(mean_rel / np.maximum(count, 1)), -np.inf)
 
 
 def _measure_native(frames: np.ndarray, rate: int) -> tuple[float, np.ndarray]:
     """Exact gated LUFS and ungated 0.4 s windows of real samples ``(n, C)``."""
-    from audiotree.dsp.loudness import measure
-
     if frames.shape[0] == 0:
         return -math.inf, np.zeros(0, np.float32)
     lufs, windows = measure(frames.T, rate)
@@ -434,8 +414,8 @@ def loudest_excerpt(
         raise ValueError("loudest_excerpt() chooses its own offset; do not pass offset.")
     if duration is None:
         raise ValueError("loudest_excerpt() needs duration=.")
-    _check_duration(duration)
-    _check_pad_mode(pad_mode)
+    check_duration(duration)
+    check_pad_mode(pad_mode)
     if not isinstance(excerpt, ExcerptConfig) or excerpt.strategy != "loudest":
         raise ValueError("loudest_excerpt() needs an ExcerptConfig with strategy='loudest'.")
     path = os.fspath(audio_path)
@@ -481,7 +461,7 @@ class _LoudestSearch:
 
     def _read(self, start: int, count: int | None) -> np.ndarray:
         frames = self.f.read(start, count)
-        return downmix(frames) if self.mono else frames
+        return downmix(frames, axis=1) if self.mono else frames
 
     def _consider(self, start: int, frames: np.ndarray) -> bool:
         """Meters a candidate unless it cannot beat the best; True once the cutoff is cleared."""
@@ -526,11 +506,11 @@ class _EnergyMap:
 
     def __init__(self, whole: np.ndarray, rate: int, need: int, cutoff: float):
         self.whole = whole
-        self.block = max(1, int(round(_BLOCK_SEC * rate)))
+        self.block = max(1, int(round(STEP_SEC * rate)))
         self.last_start = max(whole.shape[0] - need, 0)
         self.estimate = _gated_estimate(_block_energy(whole, rate), max(1, need // self.block))
         # Window starts that might clear the cutoff, loudest estimates first when none can.
-        self.plausible = np.flatnonzero(self.estimate + _MAX_K_WEIGHT_GAIN_DB > cutoff)
+        self.plausible = np.flatnonzero(self.estimate + MAX_K_WEIGHT_GAIN_DB > cutoff)
         self.fallback = list(np.argsort(-self.estimate, kind="stable"))
         self.cutoff = cutoff
         self.tried: set[int] = set()
@@ -539,7 +519,7 @@ class _EnergyMap:
         """The drawn start, or the nearest untried plausible window start."""
         block = min(start // self.block, self.estimate.shape[0] - 1)
         if self.plausible.size:
-            if self.estimate[block] + _MAX_K_WEIGHT_GAIN_DB <= self.cutoff or block in self.tried:
+            if self.estimate[block] + MAX_K_WEIGHT_GAIN_DB <= self.cutoff or block in self.tried:
                 candidates = np.setdiff1d(self.plausible, np.fromiter(self.tried, dtype=np.int64), assume_unique=True)
                 if not candidates.size:
                     return None

@@ -41,6 +41,8 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from audiotree.validation import is_int
+
 __all__ = ["render_preview", "PreviewResult"]
 
 _MANIFEST = "manifest.json"
@@ -128,10 +130,11 @@ class _Curves:
 
 def _curves(frames: np.ndarray, rate: int, view_start: float, file_duration: float) -> _Curves:
     """Envelope and loudness curve of native frames ``(n, C)`` that start at ``view_start`` seconds."""
+    from audiotree.dsp.edits import downmix
     from audiotree.dsp.loudness import k_weighted_power, windowed_from_power
 
     n = frames.shape[0]
-    mono = frames.mean(axis=1, dtype=np.float32) if frames.shape[1] > 1 else frames[:, 0]
+    mono = downmix(frames, axis=1)[:, 0]
     bins = max(1, min(_ENVELOPE_BINS, n))
     edges = np.linspace(0, n, bins + 1).astype(np.int64)
     lo = np.zeros(bins, np.float32)
@@ -429,7 +432,7 @@ def render_preview(
     """
     import soundfile
 
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_int(n) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}.")
     if not (isinstance(context_seconds, (int, float)) and context_seconds > 0):
         raise ValueError(f"context_seconds must be > 0, got {context_seconds!r}.")

@@ -41,6 +41,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
+from audiotree.validation import is_int
+
 __all__ = [
     "Setting", "Measurement", "TuneResult", "tune", "measure", "select_knee", "default_workers", "process_tree_rss",
 ]
@@ -430,7 +432,7 @@ def _check_ints(name: str, values: Iterable[int] | None, minimum: int) -> list[i
         return None
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        if not is_int(v) or v < minimum:
             raise ValueError(f"{name} must be ints >= {minimum}, got {v!r}.")
         if v not in out:
             out.append(v)

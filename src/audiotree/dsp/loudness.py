@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
 from scipy.signal import sosfilt
+
+from audiotree.validation import check_sample_rate
 
 try:  # scipy's C kernel behind sosfilt; see _k_filter for why we call it directly
     from scipy.signal._sosfilt import _sosfilt as _sosfilt_kernel
@@ -53,6 +54,7 @@ __all__ = [
     "CHANNEL_WEIGHTS",
     "LUFS_OFFSET",
     "MAX_CHANNELS",
+    "MAX_K_WEIGHT_GAIN_DB",
     "RELATIVE_GATE_LU",
     "STEP_SEC",
     "gain_db_to_linear",
@@ -75,6 +77,9 @@ RELATIVE_GATE_LU = -10.0
 #: Gating block length and step, in seconds (400 ms blocks, 75 % overlap).
 BLOCK_SEC = 0.4
 STEP_SEC = 0.1
+#: An upper bound on what K-weighting can add to a signal's level: the high
+#: shelf peaks just under +4 dB and the high-pass only removes energy.
+MAX_K_WEIGHT_GAIN_DB = 4.1
 
 # Mean-square thresholds equivalent to the loudness-domain gates:
 #   -0.691 + 10 log10(ms) > -70   <=>   ms > 10 ** ((-70 + 0.691) / 10)
@@ -82,7 +87,7 @@ STEP_SEC = 0.1
 _ABS_GATE_POWER = 10.0 ** ((ABSOLUTE_GATE_LUFS - LUFS_OFFSET) / 10.0)
 _REL_GATE_FACTOR = 10.0 ** (RELATIVE_GATE_LU / 10.0)
 # Window sums from at most this many shifted sub-block slices; beyond, cumsum.
-_MAX_SHIFTED_SLICES = 16
+MAX_SHIFTED_SLICES = 16
 
 # BS.1770-4, Annex 1, Tables 1 and 2: the two K-weighting biquads at 48 kHz,
 # as (b0, b1, b2), (1, a1, a2).
@@ -155,12 +160,9 @@ _HIGHPASS_PROTOTYPE = _analog_from_digital(*_TABLE_HIGHPASS, _TABLE_FS)
 _MIN_SAMPLE_RATE = 2.0 * _SHELF_PROTOTYPE[0]
 
 
-def _check_sample_rate(sample_rate) -> int:
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Real):
-        raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
-    if not float(sample_rate).is_integer() or sample_rate <= 0:
-        raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
-    sr = int(sample_rate)
+def check_meter_rate(sample_rate) -> int:
+    """A positive integer rate high enough for the K-weighting shelf; ``ValueError`` otherwise."""
+    sr = check_sample_rate(sample_rate)
     if sr <= _MIN_SAMPLE_RATE:
         raise ValueError(
             f"sample_rate {sr} Hz is too low for K-weighting "
@@ -169,7 +171,7 @@ def _check_sample_rate(sample_rate) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def _k_weighting_sos_cached(sample_rate: int) -> np.ndarray:
+def k_weighting_sos_cached(sample_rate: int) -> np.ndarray:
     sos = np.stack([_digital_from_analog(_SHELF_PROTOTYPE, sample_rate),
                     _digital_from_analog(_HIGHPASS_PROTOTYPE, sample_rate)])
     # Kept writable (scipy's sosfilt needs a writable buffer); never mutated.
@@ -183,7 +185,7 @@ def k_weighting_sos(sample_rate: int) -> np.ndarray:
     (shelf, then RLB high-pass) for :func:`scipy.signal.sosfilt`. At 48 kHz it
     equals BS.1770-4 Tables 1 and 2 (to ~1e-14). Cached per rate; deterministic.
     """
-    view = _k_weighting_sos_cached(_check_sample_rate(sample_rate)).view()
+    view = k_weighting_sos_cached(check_meter_rate(sample_rate)).view()
     view.flags.writeable = False  # protect the cached array from callers
     return view
 
@@ -198,11 +200,11 @@ def _check_audio(x, name: str = "x") -> np.ndarray:
         raise ValueError(f"{name} must have shape (..., C, T), got shape {x.shape}")
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise ValueError(f"{name} must be real-valued audio, got dtype {x.dtype}")
-    _check_channels_and_samples(x.shape, name)
+    check_channels_and_samples(x.shape, name)
     return x
 
 
-def _check_channels_and_samples(shape: tuple, name: str = "x") -> None:
+def check_channels_and_samples(shape: tuple, name: str = "x") -> None:
     """1..5 channels on axis -2 and at least one sample (shared with the JAX engine)."""
     c, t = shape[-2:]
     if c == 0 or c > MAX_CHANNELS:
@@ -217,12 +219,12 @@ def _non_finite_error() -> ValueError:
     return ValueError("the input contains non-finite samples (NaN or Inf)")
 
 
-def _gating_geometry(sample_rate: int) -> tuple[int, int]:
+def gating_geometry(sample_rate: int) -> tuple[int, int]:
     """(block, step) of the gating blocks in samples: 400 ms and 100 ms, rounded."""
     return round(BLOCK_SEC * sample_rate), round(STEP_SEC * sample_rate)
 
 
-def _window_geometry(sample_rate: int, window_sec: float, hop_sec: float | None) -> tuple[int, int]:
+def window_geometry(sample_rate: int, window_sec: float, hop_sec: float | None) -> tuple[int, int]:
     """Validated (window, hop) in samples for the windowed measurements."""
     if not window_sec >= BLOCK_SEC:  # also rejects NaN
         raise ValueError(f"window_sec must be >= {BLOCK_SEC} s, got {window_sec!r}")
@@ -265,7 +267,7 @@ def _k_filter(sos: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def _weighted_power(x: np.ndarray, sample_rate: int) -> np.ndarray:
     """K-filter + channel-weighted square sum; x already validated. (..., C, T) -> (..., T)."""
-    sos = _k_weighting_sos_cached(sample_rate)
+    sos = k_weighting_sos_cached(sample_rate)
     weights = np.asarray(CHANNEL_WEIGHTS[: x.shape[-2]], dtype=np.float64)
     with np.errstate(all="ignore"):
         # One pass filters both sections for every channel/item, in float64.
@@ -287,7 +289,7 @@ def _sliding_sums(power: np.ndarray, window: int, hop: int) -> np.ndarray:
     summed in sub-blocks of ``d = gcd(window, hop)`` samples (a strided view,
     pairwise summation); each window is then ``window / d`` consecutive
     sub-blocks, added as a few shifted strided slices when that is at most
-    ``_MAX_SHIFTED_SLICES`` (e.g. 4 for the gating blocks), otherwise by
+    ``MAX_SHIFTED_SLICES`` (e.g. 4 for the gating blocks), otherwise by
     differencing a float64 cumulative sum of the sub-blocks (windows more than
     ~150 dB below the preceding signal may then read exactly 0).
     """
@@ -299,7 +301,7 @@ def _sliding_sums(power: np.ndarray, window: int, hop: int) -> np.ndarray:
     sub = np.lib.stride_tricks.sliding_window_view(power, d, axis=-1)[..., ::d, :]
     sub = sub[..., :n_sub, :].sum(axis=-1)  # (..., n_sub)
     last = (n_win - 1) * k_hop + 1  # span of window starts, in sub-blocks
-    if k_win <= _MAX_SHIFTED_SLICES:
+    if k_win <= MAX_SHIFTED_SLICES:
         out = sub[..., 0:last:k_hop].copy()
         for i in range(1, k_win):  # a handful of vectorised adds, not a loop over windows
             out += sub[..., i:i + last:k_hop]
@@ -312,17 +314,17 @@ def _sliding_sums(power: np.ndarray, window: int, hop: int) -> np.ndarray:
     return cs[..., starts + k_win] - cs[..., starts]
 
 
-# _power_to_lufs and _gate take the array module ``xp`` (``numpy`` or
+# power_to_lufs and gate take the array module ``xp`` (``numpy`` or
 # ``jax.numpy``): the JAX engine gates with this very code, jit-compatibly
 # (masks and sums, no boolean indexing).
-def _power_to_lufs(ms: np.ndarray, xp=np) -> np.ndarray:
+def power_to_lufs(ms: np.ndarray, xp=np) -> np.ndarray:
     """-0.691 + 10 log10(ms), with -inf (and no warning) where ms <= 0."""
     positive = ms > 0
     safe = xp.where(positive, ms, 1.0)
     return xp.where(positive, LUFS_OFFSET + 10.0 * xp.log10(safe), -xp.inf)
 
 
-def _gate(block_ms: np.ndarray, xp=np) -> np.ndarray:
+def gate(block_ms: np.ndarray, xp=np) -> np.ndarray:
     """Two-stage gating over the last axis of block mean squares: (..., J) -> (...,) LUFS."""
     above_abs = block_ms > _ABS_GATE_POWER
     n_abs = xp.sum(above_abs, axis=-1)
@@ -331,11 +333,11 @@ def _gate(block_ms: np.ndarray, xp=np) -> np.ndarray:
     keep = above_abs & (block_ms > (mean_abs * _REL_GATE_FACTOR)[..., None])
     n_rel = xp.sum(keep, axis=-1)
     mean_rel = xp.sum(xp.where(keep, block_ms, 0.0), axis=-1) / xp.maximum(n_rel, 1)
-    return xp.where(n_rel > 0, _power_to_lufs(mean_rel, xp), -xp.inf)
+    return xp.where(n_rel > 0, power_to_lufs(mean_rel, xp), -xp.inf)
 
 
 def _integrated(power: np.ndarray, sample_rate: int) -> np.ndarray:
-    block, step = _gating_geometry(sample_rate)
+    block, step = gating_geometry(sample_rate)
     t = power.shape[-1]
     if t < block:
         # Whole excerpt as one gating block at its mean square (== zero-padding
@@ -345,7 +347,7 @@ def _integrated(power: np.ndarray, sample_rate: int) -> np.ndarray:
         block_ms = _sliding_sums(power, block, step) / block
     if not np.all(np.isfinite(block_ms)):
         raise _non_finite_error()
-    return _gate(block_ms)
+    return gate(block_ms)
 
 
 def _windowed(power: np.ndarray, window: int, hop: int) -> np.ndarray:
@@ -355,7 +357,7 @@ def _windowed(power: np.ndarray, window: int, hop: int) -> np.ndarray:
     ms = _sliding_sums(power, window, hop) / window
     if not np.all(np.isfinite(ms)):
         raise _non_finite_error()
-    return _power_to_lufs(ms)
+    return power_to_lufs(ms)
 
 
 # --------------------------------------------------------------------------
@@ -378,7 +380,7 @@ def k_weighted_power(x, sample_rate: int) -> np.ndarray:
     Raises:
       ValueError: more than 5 channels, T == 0, or non-finite samples.
     """
-    sr = _check_sample_rate(sample_rate)
+    sr = check_meter_rate(sample_rate)
     return _weighted_power(_check_audio(x), sr)
 
 
@@ -397,7 +399,7 @@ def integrated_from_power(power, sample_rate: int) -> np.ndarray:
     Raises:
       ValueError: T == 0 or non-finite power.
     """
-    sr = _check_sample_rate(sample_rate)
+    sr = check_meter_rate(sample_rate)
     power = np.asarray(power, dtype=np.float64)
     if power.ndim < 1 or power.shape[-1] == 0:
         raise ValueError(f"power has no samples (shape {power.shape})")
@@ -425,8 +427,8 @@ def windowed_from_power(power, sample_rate: int, window_sec: float = 0.4,
     Raises:
       ValueError: bad window/hop, or non-finite power.
     """
-    sr = _check_sample_rate(sample_rate)
-    window, hop = _window_geometry(sr, window_sec, hop_sec)
+    sr = check_meter_rate(sample_rate)
+    window, hop = window_geometry(sr, window_sec, hop_sec)
     power = np.asarray(power, dtype=np.float64)
     if power.ndim < 1:
         raise ValueError(f"power must have shape (..., T), got {power.shape}")
@@ -450,8 +452,8 @@ def measure(x, sample_rate: int, *, window_sec: float = 0.4,
     Raises:
       ValueError: more than 5 channels, T == 0, non-finite samples, bad window.
     """
-    sr = _check_sample_rate(sample_rate)
-    window, hop = _window_geometry(sr, window_sec, hop_sec)
+    sr = check_meter_rate(sample_rate)
+    window, hop = window_geometry(sr, window_sec, hop_sec)
     power = _weighted_power(_check_audio(x), sr)
     lufs = _integrated(power, sr)
     lufs_windows = _windowed(power, window, hop)
@@ -467,7 +469,7 @@ def integrated_loudness(x, sample_rate: int) -> float | np.ndarray:
     x = np.asarray(x)
     if x.ndim == 1:
         x = x[None, :]
-    sr = _check_sample_rate(sample_rate)
+    sr = check_meter_rate(sample_rate)
     out = _integrated(_weighted_power(_check_audio(x), sr), sr)
     return float(out) if out.ndim == 0 else out
 

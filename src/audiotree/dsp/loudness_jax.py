@@ -34,15 +34,15 @@ from jax import lax
 from scipy.signal import sosfilt
 
 from audiotree.dsp.loudness import (
-    _MAX_SHIFTED_SLICES,
     CHANNEL_WEIGHTS,
-    _check_channels_and_samples,
-    _check_sample_rate,
-    _gate,
-    _gating_geometry,
-    _k_weighting_sos_cached,
-    _power_to_lufs,
-    _window_geometry,
+    MAX_SHIFTED_SLICES,
+    check_channels_and_samples,
+    check_meter_rate,
+    gate,
+    gating_geometry,
+    k_weighting_sos_cached,
+    power_to_lufs,
+    window_geometry,
 )
 
 __all__ = ["integrated_loudness_jax", "k_weighting_ir", "measure_jax"]
@@ -57,7 +57,7 @@ def _k_ir_cached(sample_rate: int) -> np.ndarray:
     n = int(np.ceil(_MAX_IR_SEC * sample_rate))
     impulse = np.zeros(n)
     impulse[0] = 1.0
-    h = sosfilt(_k_weighting_sos_cached(sample_rate), impulse)
+    h = sosfilt(k_weighting_sos_cached(sample_rate), impulse)
     # tail_energy[i] = sum(h[i:] ** 2), tail_sum[i] = sum(h[i:])
     tail_energy = np.cumsum((h * h)[::-1])[::-1]
     tail_sum = np.abs(np.cumsum(h[::-1])[::-1])
@@ -75,7 +75,7 @@ def k_weighting_ir(sample_rate: int) -> np.ndarray:
 
     About 0.1 s long; the discarded tail holds < 1e-15 of the energy.
     """
-    return _k_ir_cached(_check_sample_rate(sample_rate))
+    return _k_ir_cached(check_meter_rate(sample_rate))
 
 
 def _k_weighted_power(x: jax.Array, sample_rate: int) -> jax.Array:
@@ -107,7 +107,7 @@ def _sliding_sums(power: jax.Array, window: int, hop: int) -> jax.Array:
     n_sub = t // d
     sub = power[..., : n_sub * d].reshape(power.shape[:-1] + (n_sub, d)).sum(axis=-1)
     last = (n_win - 1) * k_hop + 1
-    if k_win <= _MAX_SHIFTED_SLICES:
+    if k_win <= MAX_SHIFTED_SLICES:
         out = sub[..., 0:last:k_hop]
         for i in range(1, k_win):
             out = out + sub[..., i:i + last:k_hop]
@@ -119,18 +119,18 @@ def _sliding_sums(power: jax.Array, window: int, hop: int) -> jax.Array:
 
 
 def _integrated(power: jax.Array, sample_rate: int) -> jax.Array:
-    block, step = _gating_geometry(sample_rate)
+    block, step = gating_geometry(sample_rate)
     if power.shape[-1] < block:
         block_ms = jnp.mean(power, axis=-1, keepdims=True)
     else:
         block_ms = _sliding_sums(power, block, step) / block
-    return _gate(block_ms, jnp)
+    return gate(block_ms, jnp)
 
 
 def _check_shape(x: jax.Array) -> None:
     if x.ndim < 2:
         raise ValueError(f"x must have shape (..., C, T), got shape {x.shape}")
-    _check_channels_and_samples(x.shape)
+    check_channels_and_samples(x.shape)
 
 
 @functools.partial(jax.jit, static_argnames=("sample_rate", "window_sec", "hop_sec"))
@@ -153,8 +153,8 @@ def measure_jax(x, sample_rate: int, *, window_sec: float = 0.4,
     Raises:
       ValueError (at trace time): more than 5 channels, T == 0, bad window/hop.
     """
-    sr = _check_sample_rate(sample_rate)
-    window, hop = _window_geometry(sr, window_sec, hop_sec)
+    sr = check_meter_rate(sample_rate)
+    window, hop = window_geometry(sr, window_sec, hop_sec)
     x = jnp.asarray(x, dtype=jnp.float32)
     _check_shape(x)
     power = _k_weighted_power(x, sr)
@@ -162,7 +162,7 @@ def measure_jax(x, sample_rate: int, *, window_sec: float = 0.4,
     if power.shape[-1] < window:
         lufs_windows = jnp.zeros(power.shape[:-1] + (0,), jnp.float32)
     else:
-        lufs_windows = _power_to_lufs(_sliding_sums(power, window, hop) / window, jnp)
+        lufs_windows = power_to_lufs(_sliding_sums(power, window, hop) / window, jnp)
     return lufs.astype(jnp.float32), lufs_windows.astype(jnp.float32)
 
 
@@ -172,7 +172,7 @@ def integrated_loudness_jax(x, sample_rate: int) -> jax.Array:
 
     A 1-D ``(T,)`` input is treated as mono. ``sample_rate`` is static.
     """
-    sr = _check_sample_rate(sample_rate)
+    sr = check_meter_rate(sample_rate)
     x = jnp.asarray(x, dtype=jnp.float32)
     if x.ndim == 1:
         x = x[None, :]

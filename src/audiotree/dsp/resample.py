@@ -14,28 +14,17 @@ output.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 import soxr
 
-__all__ = ["check_rate", "resample", "resampled_length"]
+from audiotree.validation import check_sample_rate
+
+__all__ = ["resample", "resampled_length"]
 
 _SOXR_QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")
 _SOXR_DTYPES = (np.dtype(np.float32), np.dtype(np.float64),
                 np.dtype(np.int16), np.dtype(np.int32))
-
-
-def check_rate(rate, name: str = "sample rate") -> int:
-    """Return ``rate`` as a positive ``int``; ``ValueError`` otherwise.
-
-    Accepts Python/NumPy integers and integral floats such as ``44100.0``.
-    """
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
-        raise ValueError(f"{name} must be a positive integer, got {rate!r}")
-    if not math.isfinite(float(rate)) or not float(rate).is_integer() or rate <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {rate!r}")
-    return int(rate)
 
 
 def resampled_length(length: int, old_sr: int, new_sr: int, *, full: bool = False) -> int:
@@ -78,8 +67,8 @@ def resample(x, old_sr: int, new_sr: int, *, axis: int = -1,
       ValueError: non-positive or non-integer rates, negative ``output_length``,
         unknown quality, complex input.
     """
-    old_sr = check_rate(old_sr, "old_sr")
-    new_sr = check_rate(new_sr, "new_sr")
+    old_sr = check_sample_rate(old_sr, name="old_sr")
+    new_sr = check_sample_rate(new_sr, name="new_sr")
     if quality not in _SOXR_QUALITIES:
         raise ValueError(f"quality must be one of {_SOXR_QUALITIES}, got {quality!r}")
     x = np.asarray(x)

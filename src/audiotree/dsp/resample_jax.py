@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from audiotree.dsp.resample import check_rate, resampled_length
+from audiotree.dsp.resample import resampled_length
+from audiotree.validation import check_sample_rate, is_int
 
 __all__ = ["polyphase_kernel", "resample_jax"]
 
@@ -86,14 +87,14 @@ def polyphase_kernel(old_sr: int, new_sr: int, *, zeros: int = 24,
     Returns ``(kernel, up, down, left_pad)``: ``kernel`` is ``(up, K)`` (phase,
     tap); output ``q * up + p`` is ``sum_m kernel[p, m] * x[q * down + m - left_pad]``.
     """
-    old_sr = check_rate(old_sr, "old_sr")
-    new_sr = check_rate(new_sr, "new_sr")
+    old_sr = check_sample_rate(old_sr, name="old_sr")
+    new_sr = check_sample_rate(new_sr, name="new_sr")
     _check_params(zeros, rolloff)
     return _kernel_cached(old_sr, new_sr, int(zeros), float(rolloff))
 
 
 def _check_params(zeros, rolloff) -> None:
-    if isinstance(zeros, bool) or not isinstance(zeros, (int, np.integer)) or zeros < 1:
+    if not is_int(zeros) or zeros < 1:
         raise ValueError(f"zeros must be a positive integer, got {zeros!r}")
     if not 0.0 < rolloff <= 1.0:
         raise ValueError(f"rolloff must be in (0, 1], got {rolloff!r}")
@@ -122,8 +123,8 @@ def resample_jax(x, old_sr: int, new_sr: int, *, zeros: int = 24, rolloff: float
       ValueError (at trace time): bad rates/params, ``output_length`` out of
       range, or ``full`` together with ``output_length``.
     """
-    old_sr = check_rate(old_sr, "old_sr")
-    new_sr = check_rate(new_sr, "new_sr")
+    old_sr = check_sample_rate(old_sr, name="old_sr")
+    new_sr = check_sample_rate(new_sr, name="new_sr")
     _check_params(zeros, rolloff)
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):

@@ -52,6 +52,7 @@ import numpy as np
 
 from audiotree._format import FormatInfo, check_known_keys
 from audiotree._fs import safe_join
+from audiotree.validation import is_int
 
 __all__ = [
     "MANIFEST_NAME",
@@ -295,7 +296,7 @@ def _invalid(where: str, message: str) -> ValueError:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return is_int(value)
 
 
 def _plain_file(directory: Path, value: Any, where: str, leaf: str) -> Path:

@@ -23,6 +23,7 @@ import numpy as np
 from audiotree import _manifest
 from audiotree._fs import check_relative, safe_join
 from audiotree.errors import AudioReadError
+from audiotree.validation import check_duration, check_sample_rate, is_int
 
 __all__ = ["AudioDataSource"]
 
@@ -132,15 +133,9 @@ class AudioDataSource:
             )
         if on_read_error not in _ON_READ_ERROR:
             raise ValueError(f"on_read_error must be one of {_ON_READ_ERROR}, got {on_read_error!r}.")
-        if sample_rate is not None and (
-            isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0
-        ):
-            raise ValueError(f"sample_rate must be a positive int or None, got {sample_rate!r}.")
-        if duration is not None and not (isinstance(duration, (int, float)) and math.isfinite(duration) and duration > 0):
-            raise ValueError(f"duration must be a positive number of seconds or None, got {duration!r}.")
-        if num_records is not None and (
-            isinstance(num_records, bool) or not isinstance(num_records, (int, np.integer)) or num_records < 0
-        ):
+        sample_rate = check_sample_rate(sample_rate, optional=True)
+        check_duration(duration)
+        if num_records is not None and (not is_int(num_records) or num_records < 0):
             raise ValueError(f"num_records must be an int >= 0 or None, got {num_records!r}.")
         table = _manifest.read_columns(path)
         _validate(table)

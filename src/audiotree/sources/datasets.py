@@ -13,79 +13,43 @@ workers or threads read it.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import sys
-import zlib
 from typing import Any, Mapping, Sequence
 
 import grain
-import numpy as np
 
-from audiotree.excerpt import ExcerptConfig, _check_duration, _check_pad_mode
+from audiotree.excerpt import ExcerptConfig
+from audiotree.seeds import check_seed, derive_group_seed, derive_streams
 from audiotree.sources._grain_setup import prepare_grain
-from audiotree.sources.files import SourceSpec, _discover
+from audiotree.sources.files import SourceSpec, discover
 from audiotree.sources.loading import ExcerptLoader, StampSource, check_on_read_error
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import mix_shuffled
 from audiotree.sources.ordering import EpochShuffledMapDataset
+from audiotree.validation import check_duration, check_pad_mode, check_sample_rate, is_int, is_real
 
 __all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "shard_dataset"]
-
-_SEED_MASK = 0x7FFFFFFF
-
 
 def _check_num_epochs(num_epochs: Any) -> None:
     if num_epochs is None:
         return
-    if isinstance(num_epochs, bool) or not isinstance(num_epochs, numbers.Integral):
+    if not is_int(num_epochs):
         raise TypeError(f"num_epochs must be an int or None (None repeats forever), got {num_epochs!r}.")
     if num_epochs < 1:
         raise ValueError(f"num_epochs must be >= 1 (or None to repeat forever), got {num_epochs}.")
 
 
-def _check_seed(name: str, seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {seed!r}.")
-    return int(seed)
-
-
-def _check_sample_rate(sample_rate: Any) -> int:
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate <= 0:
-        raise ValueError(f"sample_rate must be a positive int (Hz), got {sample_rate!r}.")
-    return int(sample_rate)
-
-
-def _check_common(*, num_epochs, on_read_error, sample_rate, shuffle_seed, excerpt_seed) -> tuple[int, int, int | None]:
+def check_common(*, num_epochs, on_read_error, sample_rate, shuffle_seed, excerpt_seed) -> tuple[int, int, int | None]:
     """Validation shared by the builders; returns (sample_rate, shuffle_seed, excerpt_seed)."""
     prepare_grain()
     _check_num_epochs(num_epochs)
     check_on_read_error(on_read_error)
-    sample_rate = _check_sample_rate(sample_rate)
-    shuffle_seed = _check_seed("shuffle_seed", shuffle_seed)
+    sample_rate = check_sample_rate(sample_rate)
+    shuffle_seed = check_seed("shuffle_seed", shuffle_seed)
     if excerpt_seed is not None:
-        excerpt_seed = _check_seed("excerpt_seed", excerpt_seed)
+        excerpt_seed = check_seed("excerpt_seed", excerpt_seed)
     return sample_rate, shuffle_seed, excerpt_seed
-
-
-def derive_seed_pair(seed: int) -> tuple[int, int]:
-    """(shuffle stream, excerpt stream) seeds from one user seed, full width."""
-    words = np.random.SeedSequence(int(seed)).generate_state(2, dtype=np.uint32)
-    return int(words[0]) & _SEED_MASK, int(words[1]) & _SEED_MASK
-
-
-def derive_streams(shuffle_seed: int, excerpt_seed: int | None) -> tuple[int, int]:
-    """(shuffle stream, excerpt stream); ``excerpt_seed``, when given, sets the excerpt stream."""
-    shuffle_stream, excerpt_stream = derive_seed_pair(shuffle_seed)
-    if excerpt_seed is not None:
-        excerpt_stream = derive_seed_pair(excerpt_seed)[1]
-    return shuffle_stream, excerpt_stream
-
-
-def derive_group_seed(base: int, name: str, role: str) -> int:
-    """A seed that depends on a group's *name*, so adding groups changes nothing else."""
-    entropy = [int(base), zlib.crc32(name.encode("utf-8")), zlib.crc32(role.encode("utf-8"))]
-    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint32)[0]) & _SEED_MASK
 
 
 def _probe_channels(path: str) -> int | None:
@@ -109,7 +73,7 @@ def _file_dataset(
     return ds.random_map(loader, seed=excerpt_stream)
 
 
-def _resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, extensions: Any) -> list[str]:
+def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, extensions: Any) -> list[str]:
     if (sources is None) == (filepaths is None):
         raise ValueError("Pass exactly one of sources= (folders or globs) or filepaths= (a list of files).")
     if filepaths is not None:
@@ -117,7 +81,7 @@ def _resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, 
         if not files:
             raise ValueError("filepaths= is empty; pass at least one audio file.")
         return files
-    files, _ = _discover(sources, extensions, strict=True)
+    files, _ = discover(sources, extensions, strict=True)
     return files
 
 
@@ -166,15 +130,15 @@ def create_audio_dataset(
       RuntimeError: a source holds no audio files.
       ValueError / TypeError: an invalid argument (named in the message).
     """
-    sample_rate, shuffle_seed, excerpt_seed = _check_common(
+    sample_rate, shuffle_seed, excerpt_seed = check_common(
         num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
-    _check_duration(duration)
-    _check_pad_mode(pad_mode)
+    check_duration(duration)
+    check_pad_mode(pad_mode)
     if not isinstance(excerpt, ExcerptConfig):
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
-    files = _resolve_files(sources, filepaths, extensions)
+    files = resolve_files(sources, filepaths, extensions)
     if not mono and channels is None:
         channels = _probe_channels(files[0])
     loader = ExcerptLoader(
@@ -197,7 +161,7 @@ def _check_weights(weights: Mapping[str, Any] | None, names: Sequence[str]) -> l
     out = []
     for name in names:
         w = weights.get(name, 1.0)
-        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
+        if not is_real(w) or not math.isfinite(w) or w <= 0:
             raise ValueError(f"Weight for group {name!r} must be a finite number > 0, got {w!r}.")
         out.append(float(w))
     return out
@@ -243,7 +207,7 @@ def create_balanced_audio_dataset(
     ``mp_prefetch`` with any number of workers, holds a random draw of groups.
     ``item.source`` names each item's group.
     """
-    sample_rate, shuffle_seed, excerpt_seed = _check_common(
+    sample_rate, shuffle_seed, excerpt_seed = check_common(
         num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
@@ -261,8 +225,8 @@ def create_balanced_audio_dataset(
         if on_read_error != "raise":
             raise ValueError("window= supports only on_read_error='raise'.")
     duration = 1.0 if duration is None else duration
-    _check_duration(duration)
-    _check_pad_mode(pad_mode)
+    check_duration(duration)
+    check_pad_mode(pad_mode)
     collisions = sorted(set(sources) & set(datasets))
     if collisions:
         raise ValueError(f"Group names used in both sources= and datasets=: {collisions}.")
@@ -273,7 +237,7 @@ def create_balanced_audio_dataset(
     group_weights = _check_weights(weights, names)
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
-    group_files = {name: _resolve_files(folders, None, extensions) for name, folders in sources.items()}
+    group_files = {name: resolve_files(folders, None, extensions) for name, folders in sources.items()}
     if window is None and not mono and channels is None and group_files:
         channels = _probe_channels(next(iter(group_files.values()))[0])
 

@@ -62,7 +62,7 @@ def _walk(directory: str) -> Iterable[str]:
                 yield os.path.join(root, name)
 
 
-def _discover(
+def discover(
     sources: SourceSpec, extensions: Iterable[str] | None, *, strict: bool
 ) -> tuple[list[str], dict[str, int]]:
     """Returns (sorted unique files, files found per source entry).
@@ -139,6 +139,6 @@ def find_audio_files(sources: SourceSpec, extensions: Iterable[str] | None = Non
     Raises:
       FileNotFoundError: a non-glob source does not exist.
     """
-    files, _ = _discover(sources, extensions, strict=False)
+    files, _ = discover(sources, extensions, strict=False)
     return files
 

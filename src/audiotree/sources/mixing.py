@@ -36,6 +36,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
+from audiotree.seeds import epoch_rng
 from audiotree.sources.ordering import evict_oldest
 
 __all__ = ["ShuffledProportionalSelection", "mix_shuffled", "DEFAULT_BLOCK_SIZE"]
@@ -83,7 +84,7 @@ class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
         start = self._cumulative(block * self._block)
         counts = self._cumulative((block + 1) * self._block) - start
         labels = np.repeat(np.arange(len(self._p)), counts)
-        np.random.default_rng([self._seed, block]).shuffle(labels)
+        epoch_rng(self._seed, block).shuffle(labels)
         inner = np.empty(labels.shape[0], dtype=np.int64)
         for g in range(len(self._p)):
             where = np.flatnonzero(labels == g)

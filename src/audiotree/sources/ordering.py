@@ -13,6 +13,8 @@ import sys
 import grain
 import numpy as np
 
+from audiotree.seeds import epoch_rng
+
 __all__ = ["EpochShuffledMapDataset", "evict_oldest"]
 
 
@@ -58,7 +60,7 @@ class EpochShuffledMapDataset(grain.MapDataset):
     def _permutation(self, epoch: int) -> np.ndarray:
         perm = self._cache.get(epoch)
         if perm is None:
-            perm = np.random.default_rng([self._seed, epoch]).permutation(self._n)
+            perm = epoch_rng(self._seed, epoch).permutation(self._n)
             evict_oldest(self._cache, keep=2)
             self._cache[epoch] = perm
         return perm

@@ -53,7 +53,6 @@ import dataclasses
 import io
 import json
 import math
-import numbers
 import os
 import zipfile
 from pathlib import Path
@@ -64,6 +63,8 @@ import numpy as np
 
 from audiotree import _format
 from audiotree._fs import atomic_file, npz_problem
+from audiotree.seeds import derive_streams
+from audiotree.validation import check_pad_mode, check_positive, check_sample_rate, is_int, is_real
 
 __all__ = [
     "WindowConfig",
@@ -87,16 +88,8 @@ _BUILD_PROGRESS_MIN = 8
 _CHUNK_SECONDS = 30.0
 
 
-def _positive(value: Any, name: str, *, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}.")
-    return float(value)
-
-
 def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 <= float(alpha) <= 1.0:
+    if not is_real(alpha) or not 0.0 <= float(alpha) <= 1.0:
         raise ValueError(f"alpha must be in [0, 1] (0: one slot per file, 1: one per window), got {alpha!r}.")
     return float(alpha)
 
@@ -170,12 +163,12 @@ class WindowConfig:
     lufs_window_sec: float | None = None
 
     def __post_init__(self) -> None:
-        _positive(self.duration, "WindowConfig.duration")
-        _positive(self.hop, "WindowConfig.hop", allow_none=True)
+        check_positive(self.duration, "WindowConfig.duration")
+        check_positive(self.hop, "WindowConfig.hop", optional=True)
         _check_alpha(self.alpha)
-        if isinstance(self.lufs_cutoff, bool) or not isinstance(self.lufs_cutoff, numbers.Real):
+        if not is_real(self.lufs_cutoff):
             raise ValueError(f"WindowConfig.lufs_cutoff must be a number (LUFS), got {self.lufs_cutoff!r}.")
-        _positive(self.lufs_window_sec, "WindowConfig.lufs_window_sec", allow_none=True)
+        check_positive(self.lufs_window_sec, "WindowConfig.lufs_window_sec", optional=True)
 
 
 # ---------------------------------------------------------------- scanning
@@ -213,6 +206,7 @@ def _file_window_lufs(path: str, window_sec: float, mono: bool) -> np.ndarray:
     """Gated loudness of each full ``window_sec`` window of one file, streamed in chunks."""
     from scipy.signal import sosfilt
 
+    from audiotree.dsp.edits import downmix
     from audiotree.dsp.loudness import CHANNEL_WEIGHTS, integrated_from_power, k_weighting_sos
     from audiotree.io import AudioFile
 
@@ -241,8 +235,8 @@ def _file_window_lufs(path: str, window_sec: float, mono: bool) -> np.ndarray:
             frames = f.read(first * window, count * window).astype(np.float64)
             if frames.shape[0] != count * window:
                 raise ValueError(f"'{path}' ended early at window {first}; the file is truncated or its header is wrong.")
-            if mono and frames.shape[1] > 1:
-                frames = frames.mean(axis=1, keepdims=True)
+            if mono:
+                frames = downmix(frames, axis=1)
             filtered, state = sosfilt(sos, frames, axis=0, zi=state)
             power = (filtered * filtered) @ weights
             out[first : first + count] = integrated_from_power(power.reshape(count, window), rate)
@@ -265,9 +259,9 @@ def precompute_window_lufs(
     Returns ``{path: float32 array}``; a file shorter than one window gets an
     empty array. Shows a progress bar from 8 files (``show_progress``).
     """
-    window_sec = _positive(lufs_window_sec, "lufs_window_sec")
+    window_sec = check_positive(lufs_window_sec, "lufs_window_sec")
     if sample_rate is not None:
-        _positive(sample_rate, "sample_rate")
+        check_positive(sample_rate, "sample_rate")
     files = [os.fspath(p) for p in filepaths]
     return {
         path: _file_window_lufs(path, window_sec, bool(mono))
@@ -291,10 +285,8 @@ def _save(
     mono: bool,
     stats: Mapping[str, tuple[int, int] | None] | None = None,
 ) -> Path:
-    window_sec = _positive(lufs_window_sec, "lufs_window_sec")
-    if sample_rate is not None:
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate <= 0:
-            raise ValueError(f"sample_rate must be a positive int or None, got {sample_rate!r}.")
+    window_sec = check_positive(lufs_window_sec, "lufs_window_sec")
+    sample_rate = check_sample_rate(sample_rate, optional=True)
     files = [os.fspath(p) for p in lufs_per_file]
     arrays = [np.asarray(lufs_per_file[p], dtype=np.float32).reshape(-1) for p in lufs_per_file]
     if durations is not None:
@@ -395,13 +387,13 @@ def load_window_lufs(cache_dir: str | os.PathLike) -> WindowLufsCache:
     if missing:
         raise _corrupt(path, f"entries {missing} are missing.")
     n = header.get("num_files")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:
         raise _corrupt(path, f"num_files must be a non-negative int, got {n!r}.")
     window_sec = header.get("lufs_window_sec")
-    if isinstance(window_sec, bool) or not isinstance(window_sec, (int, float)) or not window_sec > 0:
+    if not is_real(window_sec) or not window_sec > 0:
         raise _corrupt(path, f"lufs_window_sec must be a positive number, got {window_sec!r}.")
     rate = header.get("sample_rate")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
+    if rate is not None and (not is_int(rate) or rate <= 0):
         raise _corrupt(path, f"sample_rate must be a positive int or null, got {rate!r}.")
     mono = header.get("mono")
     has_durations = header.get("has_durations")
@@ -618,14 +610,11 @@ def _windowed_dataset(
     pad_mode: str | None,
     source: str | None,
 ) -> grain.MapDataset:
-    from audiotree.excerpt import _check_pad_mode
-    from audiotree.sources.datasets import derive_streams
-
-    duration = _positive(duration, "duration")
-    hop = duration if hop is None else _positive(hop, "hop")
+    duration = check_positive(duration, "duration")
+    hop = duration if hop is None else check_positive(hop, "hop")
     alpha = _check_alpha(alpha)
-    _check_pad_mode(pad_mode)
-    if isinstance(lufs_cutoff, bool) or not isinstance(lufs_cutoff, numbers.Real):
+    check_pad_mode(pad_mode)
+    if not is_real(lufs_cutoff):
         raise ValueError(f"lufs_cutoff must be a number (LUFS), got {lufs_cutoff!r}.")
 
     durations_hint = "add it to durations= or pass durations=None to read the file headers."
@@ -655,7 +644,7 @@ def _windowed_dataset(
     if lufs_per_file is not None:
         if lufs_window_sec is None:
             raise ValueError("lufs_per_file needs lufs_window_sec= (the length of each loudness cell in seconds).")
-        lufs_window_sec = _positive(lufs_window_sec, "lufs_window_sec")
+        lufs_window_sec = check_positive(lufs_window_sec, "lufs_window_sec")
     if durations is None:
         durations = scan_durations(files)
     slots = build_slot_index(
@@ -742,16 +731,16 @@ def create_windowed_audio_dataset(
         stale cache, or a file missing from the durations or loudness.
       RuntimeError: no files found, or no slots left after loudness filtering.
     """
-    from audiotree.sources.datasets import _check_common, _resolve_files
+    from audiotree.sources.datasets import check_common, resolve_files
     from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 
-    duration = _positive(duration, "duration")
+    duration = check_positive(duration, "duration")
     # An unreadable file always raises here (WindowLoader has no other policy).
-    sample_rate, shuffle_seed, excerpt_seed = _check_common(
+    sample_rate, shuffle_seed, excerpt_seed = check_common(
         num_epochs=num_epochs, on_read_error="raise", sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
-    files = _resolve_files(sources, filepaths, extensions)
+    files = resolve_files(sources, filepaths, extensions)
     ds = _windowed_dataset(
         files, duration=duration, hop=hop, alpha=alpha, jitter=jitter, durations=durations, lufs_cache=lufs_cache,
         lufs_per_file=lufs_per_file, lufs_window_sec=lufs_window_sec, lufs_cutoff=lufs_cutoff, shuffle=shuffle,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from typing import Any
 
 import numpy as np
 
-from audiotree.excerpt import PAD_MODES  # one list of np.pad modes for every padding path
+from audiotree import validation
+from audiotree.validation import PAD_MODES, is_int, is_real
 
 __all__ = [
     "PAD_MODES",
@@ -35,7 +35,7 @@ SHIFT_PHASE_WINDOW = "hann"
 
 
 def _real(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise ValueError(f"{name} must be a real number, got {value!r}.")
     value = float(value)
     if not math.isfinite(value):
@@ -77,15 +77,7 @@ def check_trim(length: Any = 1.0, mode: Any = "wrap") -> None:
 def check_sample_rate(sample_rate: Any = None) -> int:
     if sample_rate is None:
         raise ValueError("resample() needs a target sample_rate (got None).")
-    if (
-        isinstance(sample_rate, bool)
-        or not isinstance(sample_rate, numbers.Real)
-        or not math.isfinite(float(sample_rate))
-        or not float(sample_rate).is_integer()
-        or sample_rate <= 0
-    ):
-        raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}.")
-    return int(sample_rate)
+    return validation.check_sample_rate(sample_rate)
 
 
 def check_amount(amount: Any) -> None:
@@ -100,7 +92,7 @@ def check_keep_lufs(keep_lufs: Any) -> None:
 
 def stft_hop(frame_length: Any, hop_factor: Any) -> int:
     """Validates the STFT geometry; returns the hop ``int(frame_length * hop_factor)``."""
-    if isinstance(frame_length, bool) or not isinstance(frame_length, numbers.Integral) or frame_length < 2:
+    if not is_int(frame_length) or frame_length < 2:
         raise ValueError(f"frame_length must be an integer >= 2, got {frame_length!r}.")
     factor = _real("hop_factor", hop_factor)
     if not 0.0 < factor <= 0.5:

@@ -13,7 +13,8 @@ the *items*, and every per-item parameter has shape ``lead`` (or, for
 ``lead`` is ``()``. Everything here is trace-safe: guards look only at static
 shapes and Python parameters, never at array values.
 
-This module imports neither ``jax`` nor ``audiotree.dsp``.
+This module does not import ``jax``; from ``audiotree.dsp`` it takes only the
+array-library-agnostic edits (:mod:`audiotree.dsp.edits`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from audiotree.core import AudioTree
+from audiotree.dsp.edits import apply_gain_db, gain_to_target, shift_loudness
 from audiotree.transforms import _checks
 
 LUFS_FIELDS = ("lufs", "lufs_windows")
@@ -92,10 +94,6 @@ def per_item(xp: Any, value: Any, shape: tuple, name: str, dtype: Any = None) ->
 
 
 # --------------------------------------------------------------------- level
-def _gain_array(xp: Any, x: Any, g: Any) -> Any:
-    return (x * (10.0 ** (g / 20.0))[..., None, None]).astype(x.dtype)
-
-
 def gain(xp: Any, tree: AudioTree, gain_db: Any, name: str = "volume_change") -> AudioTree:
     """Scales each item by ``10 ** (gain_db / 20)``.
 
@@ -107,12 +105,8 @@ def gain(xp: Any, tree: AudioTree, gain_db: Any, name: str = "volume_change") ->
     g = per_item(xp, gain_db, lead, "gain_db", dtype=np.float64 if xp is np else None)
     if xp is not np and not xp.issubdtype(g.dtype, xp.floating):
         g = g.astype(xp.float32)
-    y = _op(xp, _gain_array)(x, g)
-    lufs = windows = None
-    if tree.lufs is not None:
-        lufs = (xp.asarray(tree.lufs) + g).astype(xp.float32)
-    if tree.lufs_windows is not None:
-        windows = (xp.asarray(tree.lufs_windows) + g[..., None]).astype(xp.float32)
+    y = _op(xp, apply_gain_db)(x, g)
+    lufs, windows = shift_loudness(xp, tree.lufs, tree.lufs_windows, g)
     return tree._invalidate_derived(keep=LUFS_FIELDS, waveform=y, lufs=lufs, lufs_windows=windows)
 
 
@@ -135,9 +129,7 @@ def volume_norm(xp: Any, tree: AudioTree, target_lufs: Any, measure: Callable) -
     tree = ensure_lufs(xp, tree, measure)
     lufs = xp.asarray(tree.lufs)
     target = per_item(xp, target_lufs, lead, "target_lufs", dtype=np.float64 if xp is np else None)
-    finite = xp.isfinite(lufs)
-    gain_db = xp.where(finite, target - xp.where(finite, lufs, 0.0), 0.0)
-    return gain(xp, tree, gain_db, name="volume_norm")
+    return gain(xp, tree, gain_to_target(xp, lufs, target), name="volume_norm")
 
 
 def peak_scale(xp: Any, tree: AudioTree, floor: float, name: str) -> AudioTree:

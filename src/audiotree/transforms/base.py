@@ -38,7 +38,6 @@ import dataclasses
 import difflib
 import functools
 import inspect
-import numbers
 import textwrap
 import types
 from typing import Any, Callable, Iterable
@@ -48,6 +47,7 @@ import jax
 import numpy as np
 
 from audiotree.core import ARRAY_FIELDS, AudioTree
+from audiotree.validation import is_real
 
 __all__ = [
     "MapTransform",
@@ -326,7 +326,7 @@ def select_items(mask: Any, new: AudioTree, old: AudioTree) -> AudioTree:
 
 # ============================================================ validation
 def check_prob(prob: Any) -> float:
-    if isinstance(prob, bool) or not isinstance(prob, numbers.Real):
+    if not is_real(prob):
         raise TypeError(f"prob must be a real number in [0, 1], got {type(prob).__name__} {prob!r}.")
     value = float(prob)
     if not (0.0 <= value <= 1.0):  # NaN fails too

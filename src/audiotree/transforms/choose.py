@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Sequence
 
 import grain.transforms as _grain_transforms
 import numpy as np
 
 from audiotree.transforms.base import check_prob
+from audiotree.validation import is_int
 
 __all__ = ["Choose", "choose"]
 
@@ -81,7 +81,7 @@ def choose(*transforms: Any, c: int = 1, weights: Sequence[float] | None = None,
     for t in transforms:
         if not isinstance(t, (_grain_transforms.Map, _grain_transforms.RandomMap)):
             raise TypeError(f"choose takes Grain Map/RandomMap transforms, got {type(t).__name__} {t!r}.")
-    if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+    if not is_int(c):
         raise TypeError(f"c must be an int, got {c!r}.")
     n = len(transforms)
     if not 0 <= c <= n:

@@ -35,6 +35,7 @@ import numpy as np
 
 from audiotree import _manifest
 from audiotree._fs import check_relative, fsync_dir, fsync_path
+from audiotree.validation import is_int
 
 __all__ = ["AudioWriter"]
 
@@ -137,7 +138,7 @@ class AudioWriter:
         manifest_every: int = 1000,
     ):
         self.directory = Path(directory)
-        if isinstance(manifest_every, bool) or not isinstance(manifest_every, numbers.Integral) or manifest_every < 0:
+        if not is_int(manifest_every) or manifest_every < 0:
             raise ValueError(f"manifest_every must be an int >= 0, got {manifest_every!r}.")
         self.pattern = pattern
         self.write_audio = bool(write_audio)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import numbers
 import os
 import time
 import warnings
@@ -61,6 +60,7 @@ from audiotree.formats.tree import (
     flatten,
     string_files,
 )
+from audiotree.validation import is_int, is_real
 
 __all__ = ["TreeWriter"]
 
@@ -147,10 +147,10 @@ class TreeWriter:
         if on_overflow not in _ON_OVERFLOW:
             raise ValueError(f"on_overflow must be one of {_ON_OVERFLOW}, got {on_overflow!r}.")
         if expected_samples is not None and (
-            isinstance(expected_samples, bool) or not isinstance(expected_samples, numbers.Integral) or expected_samples < 0
+            not is_int(expected_samples) or expected_samples < 0
         ):
             raise ValueError(f"expected_samples must be an int >= 0 (or None), got {expected_samples!r}.")
-        if isinstance(manifest_interval, bool) or not isinstance(manifest_interval, numbers.Real) or not manifest_interval >= 0:
+        if not is_real(manifest_interval) or not manifest_interval >= 0:
             raise ValueError(f"manifest_interval must be a number of seconds >= 0, got {manifest_interval!r}.")
         if metadata is None:
             metadata = {}
