@@ -186,7 +186,7 @@ def _assert_same(rendered, expected):
 
 
 def test_render_tree_resumes_and_extends(corpus, tmp_path):
-    from audiotree.cli.render import open_render
+    from audiotree.sources import open_render
 
     out = tmp_path / "render"
     args = ["render", *groups(corpus, "speech", "music"), "--out", out, "--part-size", "8", "--batch-size", "5", *TINY]
@@ -229,7 +229,7 @@ def test_render_refuses_a_foreign_folder(corpus, tmp_path):
 
 @pytest.mark.slow
 def test_render_epoch_audio_with_workers(corpus, tmp_path):
-    from audiotree.cli.render import open_render
+    from audiotree.sources import open_render
     from audiotree.sources import create_audio_dataset
 
     out = tmp_path / "audio"
@@ -248,7 +248,7 @@ def test_render_epoch_audio_with_workers(corpus, tmp_path):
 
 @pytest.mark.slow
 def test_render_killed_midway_resumes(corpus, tmp_path):
-    from audiotree.cli.render import open_render
+    from audiotree.sources import open_render
 
     out = tmp_path / "killed"
     args = [sys.executable, "-m", "audiotree.cli", "render", *groups(corpus, "speech", "effects"), "--out", str(out),

@@ -21,7 +21,7 @@ from audiotree.sources import (
     save_window_lufs,
     scan_durations,
 )
-from audiotree.sources.windowed import build_slot_index, slot_count
+from audiotree.sources.slots import build_slot_index, slot_count
 
 RATE = 4000
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from audiotree import AudioTree, AudioWriter, _manifest
+from audiotree import AudioTree, AudioWriter
+from audiotree.formats import manifest as _manifest
 from audiotree.errors import AudioReadError
 from audiotree.sources import AudioDataSource
 

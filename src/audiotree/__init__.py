@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from audiotree.version import __version__ as __version__  # re-exported
 
 __all__ = ["AudioTree", "ExcerptConfig", "AudioWriter", "TreeWriter", "sources", "transforms"]
 

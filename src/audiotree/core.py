@@ -27,8 +27,20 @@ from typing import Any, Callable, Iterator, Sequence
 import jax
 import numpy as np
 
-from audiotree._strings import decode_strings, encode_strings
+from audiotree.provenance import decode_strings, encode_provenance
 from audiotree.dsp.edits import apply_gain_db, downmix, gain_to_target, shift_loudness
+from audiotree.dsp.meter import measure_loudness
+from audiotree.leaves import (
+    array_module,
+    batch_nodes,
+    check_extras,
+    index_strings,
+    is_jax,
+    map_leaves,
+    normalize_key,
+    resolve_device,
+)
+from audiotree.schema import ARRAY_FIELDS, DERIVED_FIELDS, LABEL_FIELDS, METADATA_KEYS, PYTREE_FIELDS, wrap_label
 
 __all__ = [
     "AudioTree",
@@ -39,147 +51,27 @@ __all__ = [
     "METADATA_KEYS",
 ]
 
-DERIVED_FIELDS = ("lufs", "lufs_windows", "codes", "latents")
-METADATA_KEYS = ("filepath", "source", "offset")
 
 
-def _is_jax(x: Any) -> bool:
-    return isinstance(x, jax.Array)
-
-
-def _xp(*arrays: Any):
-    """The array library (numpy or jax.numpy) that owns ``arrays``."""
-    if any(_is_jax(a) for a in arrays):
-        import jax.numpy as jnp
-
-        return jnp
-    return np
-
-
-def _is_string_leaf(x: Any) -> bool:
-    """A bare str, or a (possibly nested) list/tuple whose leaves are all str."""
-    if isinstance(x, str):
-        return True
-    if isinstance(x, (list, tuple)):
-        return all(_is_string_leaf(v) for v in x)
-    return False
-
-
-def _is_array(x: Any) -> bool:
-    return isinstance(x, (np.ndarray, np.generic)) or _is_jax(x)
-
-
-def _check_extras(value: Any, path: str = "extras") -> None:
-    if isinstance(value, dict):
-        for key, sub in value.items():
-            _check_extras(sub, f"{path}[{key!r}]")
-    elif isinstance(value, (list, tuple)) and not _is_string_leaf(value):
-        raise TypeError(
-            f"{path} is a {type(value).__name__} of non-strings; extras hold arrays with a "
-            "leading batch axis, so convert it with np.asarray(...) first."
-        )
-
-
-def _index_strings(value: Any, key: Any) -> list:
-    """Indexes a string leaf along its batch axis; always returns a list."""
-    items = [value] if isinstance(value, str) else list(value)
-    if isinstance(key, slice):
-        return items[key]
-    key = np.asarray(key)
-    if key.dtype == bool:
-        if key.shape != (len(items),):
-            raise IndexError(
-                f"Boolean mask of shape {key.shape} does not match {len(items)} string items."
+def _batch_trees(trees: Sequence["AudioTree"]) -> "AudioTree":
+    """Concatenates AudioTrees field by field (the container half of :meth:`AudioTree.batch`)."""
+    first = trees[0]
+    rates = {n.sample_rate for n in trees}
+    if len(rates) != 1:
+        raise ValueError(f"Cannot batch AudioTrees with different sample rates: {sorted(rates)}.")
+    for field in ARRAY_FIELDS:
+        present = [getattr(n, field) is not None for n in trees]
+        if any(present) and not all(present):
+            raise ValueError(
+                f"Cannot batch AudioTrees where {field!r} is set for {sum(present)} of {len(trees)} items; "
+                f"compute it for all items (e.g. replace_lufs()) or clear it (replace({field}=None))."
             )
-        return [v for v, keep in zip(items, key) if keep]
-    if not np.issubdtype(key.dtype, np.integer):
-        raise IndexError(f"Cannot index string items with a key of dtype {key.dtype}.")
-    return [items[int(i)] for i in key.reshape(-1)]
+    updates = {f: batch_nodes([getattr(n, f) for n in trees], _batch_tree_or_none) for f in PYTREE_FIELDS}
+    return dataclasses.replace(first, **updates)
 
 
-def _normalize_key(key: Any, batch_size: int) -> Any:
-    """Turns an integer-like key into a length-1 slice (keeping the batch axis)."""
-    if isinstance(key, (bool, np.bool_)):
-        raise IndexError("A bool is not a valid AudioTree index; use a boolean mask array.")
-    integer = None
-    if isinstance(key, (int, np.integer)):
-        integer = int(key)
-    elif _is_array(key) and getattr(key, "ndim", None) == 0:
-        if np.issubdtype(np.dtype(key.dtype), np.integer):
-            integer = int(key)
-    if integer is not None:
-        if not -batch_size <= integer < batch_size:
-            raise IndexError(f"Index {integer} is out of range for a batch of {batch_size}.")
-        integer %= batch_size
-        return slice(integer, integer + 1)
-    if isinstance(key, (list, tuple)):
-        key = np.asarray(key) if len(key) else np.zeros(0, dtype=np.intp)
-    return key
-
-
-def _map_leaves(value: Any, on_array: Callable, on_strings: Callable) -> Any:
-    """Applies ``on_array``/``on_strings`` through nested dicts of batch leaves."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return {k: _map_leaves(v, on_array, on_strings) for k, v in value.items()}
-    if _is_string_leaf(value):
-        return on_strings(value)
-    if _is_array(value):
-        return on_array(value)
-    return value
-
-
-def _concat(values: Sequence[Any]) -> Any:
-    xp = _xp(*values)
-    return xp.concatenate([xp.asarray(v) for v in values], axis=0)
-
-
-def _flatten_strings(values: Sequence[Any]) -> list:
-    out: list = []
-    for v in values:
-        if isinstance(v, str):
-            out.append(v)
-        else:
-            out.extend(v)
-    return out
-
-
-def _batch_nodes(nodes: Sequence[Any]) -> Any:
-    first = nodes[0]
-    if isinstance(first, AudioTree):
-        rates = {n.sample_rate for n in nodes}
-        if len(rates) != 1:
-            raise ValueError(f"Cannot batch AudioTrees with different sample rates: {sorted(rates)}.")
-        for field in ARRAY_FIELDS:
-            present = [getattr(n, field) is not None for n in nodes]
-            if any(present) and not all(present):
-                raise ValueError(
-                    f"Cannot batch AudioTrees where {field!r} is set for {sum(present)} of {len(nodes)} items; "
-                    f"compute it for all items (e.g. replace_lufs()) or clear it (replace({field}=None))."
-                )
-        updates = {f: _batch_nodes([getattr(n, f) for n in nodes]) for f in PYTREE_FIELDS}
-        return dataclasses.replace(first, **updates)
-    if all(n is None for n in nodes):
-        return None
-    if all(_is_string_leaf(n) for n in nodes):
-        return _flatten_strings(nodes)
-    if isinstance(first, dict):
-        keys = list(first)
-        for n in nodes:
-            if not isinstance(n, dict) or set(n) != set(keys):
-                raise ValueError(
-                    "Cannot batch items whose dict keys differ: "
-                    f"{sorted(map(str, keys))} vs {sorted(map(str, n)) if isinstance(n, dict) else type(n)}."
-                )
-        return {k: _batch_nodes([n[k] for n in nodes]) for k in keys}
-    if isinstance(first, (list, tuple)):
-        if any(not isinstance(n, (list, tuple)) or len(n) != len(first) for n in nodes):
-            raise ValueError("Cannot batch items whose list structure differs.")
-        return type(first)(_batch_nodes([n[i] for n in nodes]) for i in range(len(first)))
-    if all(_is_array(n) and np.ndim(n) > 0 for n in nodes):
-        return _concat(nodes)
-    return list(nodes)
+def _batch_tree_or_none(nodes: Sequence[Any]) -> Any:
+    return _batch_trees(nodes) if isinstance(nodes[0], AudioTree) else None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -241,30 +133,13 @@ class AudioTree:
                     "build the tree at rank 3 and call reshape_mini_batches()."
                 )
         extras = dict(extras) if extras else {}
-        _check_extras(extras)
+        check_extras(extras)
         batch = None
         for candidate in (waveform, codes, latents):
             if candidate is not None and np.ndim(candidate) > 0:
                 batch = int(np.shape(candidate)[0])
                 break
-        metadata: dict = {}
-        for name, value in (("filepath", filepath), ("source", source)):
-            if value is None:
-                continue
-            if isinstance(value, (str, os.PathLike)):
-                values = [os.fspath(value)] * (batch or 1)
-            else:
-                values = [os.fspath(v) for v in value]
-                if batch is not None and len(values) != batch:
-                    raise ValueError(f"{len(values)} {name} for a batch of {batch}.")
-            metadata[name] = encode_strings(values)
-        if offset is not None:
-            off = np.asarray(offset, dtype=np.float64)
-            if off.ndim == 0:
-                off = np.full((batch or 1,), float(off))
-            elif off.ndim != 1 or (batch is not None and off.shape[0] != batch):
-                raise ValueError(f"offset must be a scalar or shaped ({batch},), got {off.shape}.")
-            metadata["offset"] = off
+        metadata = encode_provenance(batch, filepath=filepath, source=source, offset=offset)
         return cls(
             waveform=waveform,
             sample_rate=int(sample_rate),
@@ -279,6 +154,10 @@ class AudioTree:
             _metadata=metadata,
         )
 
+    # ------------------------------------------------------------- reading
+    # The published API has readers on the class. They stay thin: the reading
+    # itself (io.excerpt, io.manifest, io.encode) returns plain arrays and never
+    # imports this module, so every dependency points from the container down.
     @classmethod
     def from_file(
         cls,
@@ -308,35 +187,44 @@ class AudioTree:
         Raises :class:`~audiotree.errors.AudioReadError` for undecodable files and
         ``ValueError`` for an offset at or past the end (naming the duration).
         """
-        from audiotree.excerpt import read_excerpt
+        from audiotree.io.excerpt import read_excerpt
 
         path = os.fspath(audio_path)
         data, rate = read_excerpt(
             path, offset=offset, duration=duration, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode
         )
-        if filepath is None:
-            filepath = path
-        elif not isinstance(filepath, (str, os.PathLike)):
+        if filepath is not None and not isinstance(filepath, (str, os.PathLike)):
             filepath = list(filepath)
             if len(filepath) != 1:
                 raise ValueError(f"{len(filepath)} filepath for a batch of 1.")
+        labels = dict(lufs=lufs, lufs_windows=lufs_windows, pitch=pitch, velocity=velocity, note_duration=note_duration)
+        return cls._read_result(
+            path, data, rate, float(offset),
+            dict(filepath=filepath, source=source, extras=extras, codes=codes, latents=latents, **labels),
+        )
+
+    @classmethod
+    def _read_result(cls, path: str, data: Any, rate: int, offset: float, tree_kwargs: dict) -> "AudioTree":
+        """A batch-of-1 tree of ``(C, T)`` samples read from ``path`` at ``offset`` seconds."""
+        kwargs = dict(tree_kwargs)
+        filepath, source, extras = kwargs.pop("filepath", None) or path, kwargs.pop("source", None), kwargs.pop("extras", None)
         if source is not None and not isinstance(source, str):
             raise ValueError("from_file() takes a single source string.")
-        return cls.create(
-            data[None],
-            rate,
-            lufs=_wrap_label(lufs, np.float32),
-            lufs_windows=lufs_windows,
-            pitch=_wrap_label(pitch, np.float32),
-            velocity=_wrap_label(velocity, np.int16),
-            note_duration=_wrap_label(note_duration, np.float32),
-            codes=_wrap_label(codes, None),
-            latents=_wrap_label(latents, None),
-            extras=extras,
-            filepath=filepath,
-            source=source,
-            offset=float(offset),
-        )
+        unknown = sorted(set(kwargs) - set(LABEL_FIELDS))
+        if unknown:
+            raise TypeError(f"Unexpected keyword argument {unknown[0]!r} for reading an excerpt.")
+        labels = {name: wrap_label(name, value) for name, value in kwargs.items()}
+        return cls.create(data[None], rate, filepath=filepath, source=source, offset=offset, extras=extras, **labels)
+
+    @classmethod
+    def _from_clip(cls, clip: Any, tree_kwargs: dict) -> "AudioTree":
+        """The tree of an :class:`audiotree.io.excerpt.Clip`; its loudness is measured, never given."""
+        for name in ("lufs", "lufs_windows"):
+            if name in tree_kwargs:
+                raise TypeError(f"Unexpected keyword argument {name!r} for reading an excerpt.")
+        if clip.lufs is not None:
+            tree_kwargs = {**tree_kwargs, "lufs": np.asarray([clip.lufs], np.float32), "lufs_windows": clip.lufs_windows[None]}
+        return cls._read_result(clip.path, clip.data, clip.sample_rate, clip.offset, tree_kwargs)
 
     @classmethod
     def from_manifest(
@@ -352,15 +240,16 @@ class AudioTree:
         true. Items must share rate, channels and length. An empty selection
         raises ``ValueError``; a missing audio file raises ``AudioReadError``.
         """
-        from audiotree.sources.audio import AudioDataSource
+        from audiotree.io.manifest import ManifestReader
 
-        source = AudioDataSource(manifest_path, audio_dir=audio_dir, filter_fn=filter_fn)
-        if len(source) == 0:
+        reader = ManifestReader(manifest_path, audio_dir=audio_dir, filter_fn=filter_fn)
+        if len(reader) == 0:
             raise ValueError(f"No entries selected from {manifest_path}.")
-        return cls.batch([source[i] for i in range(len(source))])
+        return cls.batch([cls(**reader.read_fields(i)) for i in range(len(reader))])
 
-    @staticmethod
+    @classmethod
     def excerpt(
+        cls,
         audio_path: str | os.PathLike,
         rng: np.random.Generator,
         duration: float,
@@ -374,23 +263,27 @@ class AudioTree:
         ``start`` reads at ``offset``; ``loudest`` delegates to
         :meth:`loudest_excerpt`. Deterministic for a given ``rng`` state.
         """
-        from audiotree.excerpt import select_excerpt
+        from audiotree.io.excerpt import select_clip
 
-        return select_excerpt(audio_path, rng, duration=duration, offset=offset, excerpt=excerpt, **from_file_kwargs)
+        read, tree_kwargs = _split_read_kwargs(from_file_kwargs)
+        clip = select_clip(audio_path, rng, duration=duration, offset=offset, excerpt=excerpt, **read)
+        return None if clip is None else cls._from_clip(clip, tree_kwargs)
 
-    @staticmethod
+    @classmethod
     def loudest_excerpt(
-        audio_path: str | os.PathLike, rng: np.random.Generator, excerpt: Any, **from_file_kwargs: Any
+        cls, audio_path: str | os.PathLike, rng: np.random.Generator, excerpt: Any, **from_file_kwargs: Any
     ) -> "AudioTree | None":
         """The ``loudest`` strategy: an excerpt that clears ``excerpt.lufs_cutoff``.
 
         Requires ``duration=`` in the keyword arguments; ``offset`` is refused. The
         result carries ``lufs`` and ``lufs_windows`` (0.4 s windows) of the excerpt.
-        See :func:`audiotree.excerpt.loudest_excerpt` for the search and its cost.
+        See :mod:`audiotree.io.excerpt` for the search and its cost.
         """
-        from audiotree.excerpt import loudest_excerpt
+        from audiotree.io.excerpt import loudest_clip
 
-        return loudest_excerpt(audio_path, rng, excerpt, **from_file_kwargs)
+        read, tree_kwargs = _split_read_kwargs(from_file_kwargs, ("duration", "offset"))
+        clip = loudest_clip(audio_path, rng, excerpt, **read)
+        return None if clip is None else cls._from_clip(clip, tree_kwargs)
 
     def write(
         self,
@@ -405,7 +298,7 @@ class AudioTree:
         With no ``subtype``, soundfile's default for the container applies
         (PCM_16 for WAV). Requires ``batch_size == 1`` and a rank-3 waveform.
         """
-        import soundfile
+        from audiotree.io.encode import write_audio
 
         if self.waveform is None:
             raise ValueError("write() needs a waveform; this tree is token-only.")
@@ -413,10 +306,7 @@ class AudioTree:
             raise ValueError("write() does not take a rank 4 (mini-batched) tree.")
         if self.batch_size != 1:
             raise ValueError(f"write() needs batch_size == 1, got {self.batch_size}; iterate the batch.")
-        path = Path(filepath)
-        data = np.asarray(self.waveform[0]).T
-        soundfile.write(path, data, self.sample_rate, subtype=subtype, endian=endian, format=format)
-        return path
+        return write_audio(filepath, np.asarray(self.waveform[0]), self.sample_rate, subtype=subtype, format=format, endian=endian)
 
     # --------------------------------------------------------------- replacing
     def replace(self, **fields: Any) -> "AudioTree":
@@ -425,7 +315,7 @@ class AudioTree:
 
     def replace_extras(self, **extras: Any) -> "AudioTree":
         """Returns a copy whose ``extras`` is ``self.extras | extras``."""
-        _check_extras(extras)
+        check_extras(extras)
         return dataclasses.replace(self, extras={**self.extras, **extras})
 
     def _invalidate_derived(self, keep: Sequence[str] = (), **updates: Any) -> "AudioTree":
@@ -482,7 +372,7 @@ class AudioTree:
     @property
     def backend(self) -> str:
         """``"numpy"``, ``"jax"`` or ``"mixed"``, judged over the array fields."""
-        kinds = {_is_jax(v) for v in (getattr(self, f) for f in ARRAY_FIELDS) if v is not None}
+        kinds = {is_jax(v) for v in (getattr(self, f) for f in ARRAY_FIELDS) if v is not None}
         if kinds == {True}:
             return "jax"
         if kinds == {True, False}:
@@ -493,9 +383,9 @@ class AudioTree:
     def device(self) -> Any:
         """The single ``jax.Device`` holding the array fields, or ``None`` for NumPy."""
         leaves = [v for v in (getattr(self, f) for f in ARRAY_FIELDS) if v is not None]
-        if not leaves or not any(_is_jax(v) for v in leaves):
+        if not leaves or not any(is_jax(v) for v in leaves):
             return None
-        if not all(_is_jax(v) for v in leaves):
+        if not all(is_jax(v) for v in leaves):
             raise ValueError("AudioTree mixes NumPy and JAX leaves; it has no single device.")
         devices = set()
         for leaf in leaves:
@@ -522,12 +412,12 @@ class AudioTree:
 
     # -------------------------------------------------------------- indexing
     def _map_batch(self, on_array: Callable, on_strings: Callable) -> "AudioTree":
-        updates = {f: _map_leaves(getattr(self, f), on_array, on_strings) for f in PYTREE_FIELDS}
+        updates = {f: map_leaves(getattr(self, f), on_array, on_strings) for f in PYTREE_FIELDS}
         return dataclasses.replace(self, **updates)
 
     def __getitem__(self, key: Any) -> "AudioTree":
-        key = _normalize_key(key, self.batch_size)
-        return self._map_batch(lambda a: a[key], lambda s: _index_strings(s, key))
+        key = normalize_key(key, self.batch_size)
+        return self._map_batch(lambda a: a[key], lambda s: index_strings(s, key))
 
     def __iter__(self) -> Iterator["AudioTree"]:
         for i in range(self.batch_size):
@@ -544,7 +434,7 @@ class AudioTree:
         items = list(items)
         if not items:
             raise ValueError("AudioTree.batch needs at least one item.")
-        return _batch_nodes(items)
+        return batch_nodes(items, _batch_tree_or_none)
 
     def split(self, n_splits: int) -> list["AudioTree"]:
         """Splits the batch into ``n_splits`` equal trees along axis 0."""
@@ -615,7 +505,7 @@ class AudioTree:
             return self
         if channels != 1:
             raise ValueError(f"to_stereo() takes mono or stereo, got {channels} channels.")
-        xp = _xp(self.waveform)
+        xp = array_module(self.waveform)
         return self._invalidate_derived(waveform=xp.concatenate([self.waveform, self.waveform], axis=-2))
 
     def resample(
@@ -635,7 +525,7 @@ class AudioTree:
         sample_rate = int(sample_rate)
         if sample_rate == self.sample_rate:
             return self
-        if _is_jax(self.waveform):
+        if is_jax(self.waveform):
             from audiotree.dsp.resample_jax import resample_jax
 
             out = resample_jax(
@@ -666,29 +556,10 @@ class AudioTree:
         """
         if self.waveform is None:
             raise ValueError("replace_lufs() needs a waveform.")
-        dev = _resolve_device(device)
-        if engine not in (None, "numpy", "jax"):
-            raise ValueError(f"Unknown loudness engine {engine!r}; use 'numpy' or 'jax'.")
-        non_cpu = dev is not None and dev.platform != "cpu"
-        if engine == "numpy" and non_cpu:
-            raise ValueError("engine='numpy' runs on the CPU only; use engine='jax' for an accelerator.")
-        if engine is None:
-            engine = "jax" if (non_cpu or _is_jax(self.waveform)) else "numpy"
-        if engine == "numpy":
-            from audiotree.dsp.loudness import measure
-
-            lufs, windows = measure(np.asarray(self.waveform), self.sample_rate, window_sec=lufs_window_sec, hop_sec=lufs_hop_sec)
-        else:
-            from audiotree.dsp.loudness_jax import measure_jax
-
-            x = self.waveform if dev is None else jax.device_put(self.waveform, dev)
-            lufs, windows = measure_jax(x, self.sample_rate, window_sec=lufs_window_sec, hop_sec=lufs_hop_sec)
-        if _is_jax(self.waveform):
-            import jax.numpy as jnp
-
-            lufs, windows = jnp.asarray(lufs), jnp.asarray(windows)
-        else:
-            lufs, windows = np.asarray(lufs, dtype=np.float32), np.asarray(windows, dtype=np.float32)
+        lufs, windows = measure_loudness(
+            self.waveform, self.sample_rate, window_sec=lufs_window_sec, hop_sec=lufs_hop_sec, engine=engine,
+            device=resolve_device(device),
+        )
         return dataclasses.replace(self, lufs=lufs, lufs_windows=windows)
 
     def normalize_lufs(
@@ -708,39 +579,19 @@ class AudioTree:
         if self.waveform is None:
             raise ValueError("normalize_lufs() needs a waveform.")
         tree = self if self.lufs is not None else self.replace_lufs(device=device, engine=engine)
-        xp = _xp(tree.waveform, tree.lufs)
+        xp = array_module(tree.waveform, tree.lufs)
         gain_db = gain_to_target(xp, tree.lufs, target_lufs, max_gain_db=max_gain_db)
         waveform = apply_gain_db(xp, tree.waveform, gain_db)
         new_lufs, windows = shift_loudness(xp, tree.lufs, tree.lufs_windows, gain_db)
         return tree._invalidate_derived(keep=("lufs", "lufs_windows"), waveform=waveform, lufs=new_lufs, lufs_windows=windows)
 
 
-def _wrap_label(value: Any, dtype: Any) -> Any:
-    if value is None:
-        return None
-    if np.ndim(value) == 0:
-        return np.asarray([value], dtype=dtype)
-    return value
+def _split_read_kwargs(kwargs: dict, reads: Sequence[str] = ()) -> tuple[dict, dict]:
+    """(arguments of the read, arguments of the tree) from ``from_file``-style keywords."""
+    read = {k: kwargs[k] for k in ("sample_rate", "mono", "pad_mode", *reads) if k in kwargs}
+    return read, {k: v for k, v in kwargs.items() if k not in read}
 
 
-def _resolve_device(device: Any) -> Any:
-    if device is None:
-        return None
-    if isinstance(device, str):
-        if device not in ("cpu", "gpu", "tpu"):
-            raise ValueError(f"Unknown device {device!r}; use 'cpu', 'gpu', 'tpu' or a jax.Device.")
-        try:
-            return jax.devices(device)[0]
-        except RuntimeError as exc:
-            raise ValueError(f"No {device!r} device is available: {exc}") from None
-    if isinstance(device, jax.Device):
-        return device
-    raise TypeError(f"device must be None, a string or a jax.Device, got {type(device).__name__}.")
-
-
-PYTREE_FIELDS = tuple(f.name for f in dataclasses.fields(AudioTree) if f.name != "sample_rate")
-ARRAY_FIELDS = tuple(f for f in PYTREE_FIELDS if f not in ("extras", "_metadata"))
-LABEL_FIELDS = tuple(f for f in ARRAY_FIELDS if f != "waveform")
 
 jax.tree_util.register_dataclass(AudioTree, data_fields=list(PYTREE_FIELDS), meta_fields=["sample_rate"])
 

@@ -1,28 +1,20 @@
 """``audiotree render``: pre-render excerpts to a TreeWriter or AudioWriter dataset, resumably.
 
-Layout of ``OUT``::
-
-    render.json        what was asked (sources, pipeline, format) and the finished parts
-    part-00000/        items [0, part_size) of the dataset: a complete TreeWriter
-    part-00001/        (or AudioWriter) dataset each
-    ...
-
-Parts split the dataset's items at multiples of ``part_size``. A part is recorded in
+The layout of ``OUT`` is :mod:`audiotree.formats.render`. Parts split the dataset's items at multiples of ``part_size``. A part is recorded in
 ``render.json`` (replaced atomically) only after its writer closed it, so after
 an interruption a re-run with the same arguments keeps every recorded part,
 rewrites the part that was in progress, and continues from there: the dataset is
 deterministic, so item ``i`` is the same in every run. Asking for more items
 later (a larger ``-n``) extends the render the same way.
 
-Read a render back with :func:`open_render` (one ``grain.MapDataset`` over the
-parts, in order).
+Read a render back with :func:`audiotree.sources.open_render` (one
+``grain.MapDataset`` over the parts, in order).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import os
 import shutil
 import time
@@ -31,7 +23,6 @@ from typing import Any
 
 import click
 
-from audiotree._fs import atomic_file
 from audiotree.cli._common import (
     CliError,
     build_dataset,
@@ -42,48 +33,14 @@ from audiotree.cli._common import (
     stderr_console,
     stdout_console,
 )
-
-RECORD = "render.json"
-RECORD_VERSION = 1
-_PART = "part-{:05d}"
-
-
-def _write_record(out: Path, record: dict) -> None:
-    # Not write_json_atomic: the record keeps its JSON spelling (ASCII escapes,
-    # and a non-finite --lufs-cutoff is written, not refused).
-    with atomic_file(out / RECORD) as tmp:
-        tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+from audiotree.formats.render import PART, RECORD, new_record, read_record, write_record
 
 
 def _read_record(out: Path) -> dict | None:
-    path = out / RECORD
-    if not path.exists():
-        return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CliError(f"{path} is not readable JSON ({exc}); use --overwrite to start again.") from None
-    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION or not isinstance(record.get("parts"), list):
-        raise CliError(f"{path} is not an audiotree render record; use --overwrite to start again.")
-    return record
-
-
-def open_render(out: str | os.PathLike):
-    """The finished parts of a render in ``out`` as one ``grain.MapDataset``, in item order."""
-    import grain
-
-    out = Path(out)
-    record = _read_record(out)
-    if record is None:
-        raise FileNotFoundError(f"{out} holds no {RECORD}; it is not an audiotree render.")
-    if record["config"]["format"] == "audio":
-        from audiotree.sources import AudioDataSource as Source
-    else:
-        from audiotree.sources import TreeDataSource as Source
-    parts = [grain.MapDataset.source(Source(out / part["dir"])) for part in record["parts"] if part["count"]]
-    if not parts:
-        raise RuntimeError(f"The render in {out} has no finished part yet.")
-    return parts[0] if len(parts) == 1 else grain.MapDataset.concatenate(parts)
+        return read_record(out)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _batch_in_order(items: list) -> tuple[list[bool], Any]:
@@ -126,8 +83,8 @@ def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
     if record is not None:
         return record
     out.mkdir(parents=True, exist_ok=True)
-    record = {"version": RECORD_VERSION, "config": config, "parts": [], "complete": False, "total": None}
-    _write_record(out, record)
+    record = new_record(config)
+    write_record(out, record)
     return record
 
 
@@ -154,7 +111,7 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
     \b
     Resumable: re-run the same command after an interruption and it continues
     from the last finished part (item i of the pipeline is the same in every
-    run). Read the result with audiotree.cli.render.open_render(OUT).
+    run). Read the result with audiotree.sources.open_render(OUT).
     """
     if (n is None) == (not epoch):
         raise click.UsageError("give either -n N (items) or --epoch (one pass over the files).")
@@ -178,7 +135,7 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
         console.print(f"Nothing to do: {out_dir} already holds items 0..{start - 1} ({written} written) "
                       f"in {len(parts)} part(s).")
         record.update(total=max(record.get("total") or 0, total), complete=True)
-        _write_record(out_dir, record)
+        write_record(out_dir, record)
         return
     if start:
         console.print(f"Resuming at item {start} of {total} ({len(parts)} finished part(s) kept).")
@@ -200,14 +157,14 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
     rendered = 0
 
     def part_dir() -> Path:
-        return out_dir / _PART.format(len(parts))
+        return out_dir / PART.format(len(parts))
 
     def close_part() -> None:
         # Recorded only once its writer has closed it: a finished part is never rewritten.
         if state["writer"] is not None:
             state["writer"].close()
         parts.append({"dir": part_dir().name, "start": state["start"], "stop": state["stop"], "count": state["count"]})
-        _write_record(out_dir, record)
+        write_record(out_dir, record)
         state.update(writer=None, count=0, start=state["stop"], stop=min(state["stop"] + part_size, total))
 
     iterator = iter(pipeline_ds)
@@ -251,7 +208,7 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
         gc.collect()
 
     record["complete"] = True
-    _write_record(out_dir, record)
+    write_record(out_dir, record)
     elapsed = time.perf_counter() - started
     written = sum(p["count"] for p in parts)
     console.print(f"Rendered {rendered} items in {elapsed:.1f} s ({rendered / max(elapsed, 1e-9):.1f} items/s, "

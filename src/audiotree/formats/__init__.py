@@ -1,1 +1,8 @@
-"""Private helpers that describe audiotree's on-disk layouts (shared by writers and readers)."""
+"""audiotree's on-disk layouts, one module each, shared by the writers and the readers.
+
+* :mod:`~audiotree.formats.header`: the versioned header every layout starts with.
+* :mod:`~audiotree.formats.manifest`: the ``AudioWriter`` NPZ manifest.
+* :mod:`~audiotree.formats.tree`: the ``TreeWriter`` memmap layout.
+* :mod:`~audiotree.formats.window_lufs`: the per-window loudness cache.
+* :mod:`~audiotree.formats.render`: the record a ``render`` run leaves behind.
+"""

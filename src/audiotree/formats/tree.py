@@ -21,7 +21,7 @@ String leaf ``<name>.offsets`` + ``<name>.utf8``
     fsynced and committed, and can check every offset against the file sizes.
 
 ``manifest.json``
-    The version header (:mod:`audiotree._format`), ``num_samples`` (the
+    The version header (:mod:`audiotree.formats.header`), ``num_samples`` (the
     committed count), ``complete`` (the writer closed cleanly, so files are
     truncated to exactly their content), ``expected_samples`` (the writer's
     hint, verbatim), ``created_at``, ``structure``, ``leaves``,
@@ -50,7 +50,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from audiotree._format import FormatInfo, check_known_keys
+from audiotree.formats.header import FormatInfo, check_known_keys
 from audiotree._fs import safe_join
 from audiotree.validation import is_int
 
@@ -212,7 +212,7 @@ def _flatten(value: Any, path: str, leaves: list[Leaf], depth: int) -> dict:
 
 
 def _flatten_audio_tree(tree: Any, path: str, leaves: list[Leaf], depth: int) -> dict:
-    from audiotree._strings import decode_strings
+    from audiotree.provenance import decode_strings
 
     children: dict[str, Any] = {}
     for field in _ARRAY_FIELDS:
@@ -561,7 +561,7 @@ def build(node: dict, values: Mapping[str, Any]) -> Any:
         return values[node["leaf"]]
     if kind == "dict":
         return {key: build(child, values) for key, child in node["children"].items()}
-    from audiotree._strings import encode_strings
+    from audiotree.provenance import encode_strings
     from audiotree.core import AudioTree
 
     children = node["children"]

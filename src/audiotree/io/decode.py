@@ -66,7 +66,7 @@ import numpy as np
 import soundfile
 
 from audiotree.errors import AudioReadError
-from audiotree.io.formats import PYAV_EXTENSIONS, normalize_extension, pyav_available
+from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 
 __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
 

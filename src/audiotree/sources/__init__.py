@@ -51,7 +51,7 @@ _LAZY = {
     "AudioDataSource": "audiotree.sources.audio",
     "TreeDataSource": "audiotree.sources.tree",
     # Reads what `audiotree render` wrote (finished parts, in item order).
-    "open_render": "audiotree.cli.render",
+    "open_render": "audiotree.sources.render",
 }
 
 prepare_grain()

@@ -5,84 +5,21 @@ closed column set, kinds, lengths, masks, and that every file name is a
 relative path without ``..``); each audio path is resolved again at read time
 and refused if a symlink leads outside the folder. A file whose header no
 longer matches its manifest row (rate, channels or length) is a read error,
-never a silently short item.
+never a silently short item. The reading itself is
+:class:`audiotree.io.manifest.ManifestReader`.
 """
 
 from __future__ import annotations
 
-import copy
-import math
-import operator
-import os
-import warnings
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
-
-from audiotree import _manifest
-from audiotree._fs import check_relative, safe_join
-from audiotree.errors import AudioReadError
-from audiotree.validation import check_duration, check_sample_rate, is_int
+from audiotree.core import AudioTree
+from audiotree.io.manifest import ManifestReader
 
 __all__ = ["AudioDataSource"]
 
-_DERIVED = ("lufs", "lufs_windows", "codes", "latents")
-_REQUIRED = {
-    "index": "iu",
-    "filename": "U",
-    "sample_rate": "iu",
-    "channels": "iu",
-    "samples": "iu",
-    "files_written": "b",
-}
-_OPTIONAL = {
-    "duration_seconds": "f",
-    "subtype": "U",
-    "timestamp": "U",
-    "filepath": "U",
-    "source": "U",
-    "offset": "f",
-}
-_ON_READ_ERROR = ("raise", "skip", "warn")
 
-
-def _validate(table: _manifest.ManifestColumns) -> None:
-    from audiotree.core import LABEL_FIELDS
-
-    where = f"Invalid manifest {table.path}:"
-    for name, kinds in _REQUIRED.items():
-        data = table.columns.get(name)
-        if data is None:
-            raise ValueError(f"{where} the required column {name!r} is missing. Re-render the dataset with AudioWriter.")
-        if name in table.masks:
-            raise ValueError(f"{where} column {name!r} must be present in every row. Re-render the dataset.")
-    for name, kinds in {**_REQUIRED, **_OPTIONAL}.items():
-        data = table.columns.get(name)
-        if data is None:
-            continue
-        if data.ndim != 1 or data.dtype.kind not in kinds:
-            raise ValueError(
-                f"{where} column {name!r} has dtype {data.dtype} and shape {data.shape}; expected a 1-D column of "
-                f"kind {kinds!r}. Re-render the dataset."
-            )
-    for name, minimum in (("sample_rate", 1), ("channels", 1), ("samples", 0)):
-        data = table.columns[name]
-        if data.size and int(data.min()) < minimum:
-            raise ValueError(f"{where} column {name!r} holds {int(data.min())}, below {minimum}. Re-render the dataset.")
-    for name in LABEL_FIELDS:
-        data = table.columns.get(name)
-        if data is not None and data.dtype.kind not in "biufc":
-            raise ValueError(f"{where} label column {name!r} has non-numeric dtype {data.dtype}. Re-render the dataset.")
-    for row, filename in enumerate(table.columns["filename"]):
-        check_relative(str(filename), where=f"{where} row {row} filename")
-
-
-def _item(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
-
-
-class AudioDataSource:
+class AudioDataSource(ManifestReader):
     """A Grain ``RandomAccessDataSource`` over an :class:`~audiotree.AudioWriter` folder.
 
     ``source[i]`` is a batch-of-1 ``AudioTree`` with the item's audio (or
@@ -108,197 +45,7 @@ class AudioDataSource:
     The source pickles with the standard library.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        *,
-        audio_dir: str | os.PathLike | None = None,
-        num_records: int | None = None,
-        sample_rate: int | None = None,
-        mono: bool = False,
-        duration: float | None = None,
-        pad_mode: str | None = "constant",
-        filter_fn: Callable[[dict], bool] | None = None,
-        on_read_error: str = "raise",
-    ):
-        path = Path(path)
-        if path.is_dir() or (not path.exists() and path.suffix == ""):
-            path = path / _manifest.MANIFEST_FILE
-        if path.suffix != ".npz":
-            raise ValueError(f"Unsupported manifest format {path.suffix!r} for {path}; AudioWriter writes manifest.npz.")
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"Manifest not found: {path}. Was the AudioWriter closed (or save_manifest() called), and is this "
-                "the right folder?"
-            )
-        if on_read_error not in _ON_READ_ERROR:
-            raise ValueError(f"on_read_error must be one of {_ON_READ_ERROR}, got {on_read_error!r}.")
-        sample_rate = check_sample_rate(sample_rate, optional=True)
-        check_duration(duration)
-        if num_records is not None and (not is_int(num_records) or num_records < 0):
-            raise ValueError(f"num_records must be an int >= 0 or None, got {num_records!r}.")
-        table = _manifest.read_columns(path)
-        _validate(table)
-        entries = []
-        for entry in _manifest.read_entries(table):
-            for name in (*_REQUIRED, *_OPTIONAL):
-                if name in entry:
-                    entry[name] = _item(entry[name])
-            entries.append(entry)
-        if filter_fn is not None:
-            entries = [e for e in entries if filter_fn(e)]
-        if num_records is not None:
-            entries = entries[: int(num_records)]
-        if not entries:
-            raise ValueError(
-                f"No valid entries found in {path}"
-                + (" after filter_fn/num_records." if filter_fn is not None or num_records is not None else ".")
-            )
-        self.manifest_path = path
-        self.audio_dir = Path(audio_dir) if audio_dir is not None else path.parent
-        self.sample_rate = None if sample_rate is None else int(sample_rate)
-        self.mono = bool(mono)
-        self.duration = None if duration is None else float(duration)
-        self.pad_mode = pad_mode
-        self.on_read_error = on_read_error
-        self._entries = entries
-
-    # ----------------------------------------------------------------- basics
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __repr__(self) -> str:
-        fields = {
-            "path": str(getattr(self, "manifest_path", "")),
-            "num_records": len(getattr(self, "_entries", ())),
-            "sample_rate": getattr(self, "sample_rate", None),
-            "mono": getattr(self, "mono", None),
-            "duration": getattr(self, "duration", None),
-        }
-        return "AudioDataSource(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
-
-    def get_entry(self, index: int) -> dict:
-        """A copy of the manifest row of item ``index`` (``tags`` gathered into a dict)."""
-        return copy.deepcopy(self._entries[self._check_index(index)])
-
-    def get_all_entries(self) -> list[dict]:
-        """Copies of every manifest row in this (possibly filtered) source."""
-        return copy.deepcopy(self._entries)
-
-    # ---------------------------------------------------------------- filters
-    def _view(self, entries: list[dict], what: str) -> "AudioDataSource":
-        if not entries:
-            raise ValueError(f"No entries left after {what} on {self.manifest_path}.")
-        view = copy.copy(self)
-        view._entries = entries
-        return view
-
-    def filter(self, predicate: Callable[[dict], bool]) -> "AudioDataSource":
-        """A view keeping the entries for which ``predicate(entry)`` is true (filters compose)."""
-        return self._view([e for e in self._entries if predicate(e)], "filter(predicate)")
-
-    def filter_by_tag(self, name: str, value: Any) -> "AudioDataSource":
-        """A view keeping the entries written with ``tags={name: value}``."""
-        return self._view(
-            [e for e in self._entries if name in e.get("tags", {}) and e["tags"][name] == value],
-            f"filter_by_tag({name!r}, {value!r})",
-        )
-
-    def filter_by_lufs(self, min_lufs: float | None = None, max_lufs: float | None = None) -> "AudioDataSource":
-        """A view keeping entries whose stored ``lufs`` is within ``[min_lufs, max_lufs]`` (entries without lufs go)."""
-
-        def keep(entry: dict) -> bool:
-            if "lufs" not in entry:
-                return False
-            value = np.asarray(entry["lufs"], dtype=np.float64)
-            if value.size != 1:
-                return False
-            lufs = float(value.reshape(-1)[0])
-            return (min_lufs is None or lufs >= min_lufs) and (max_lufs is None or lufs <= max_lufs)
-
-        return self._view([e for e in self._entries if keep(e)], f"filter_by_lufs({min_lufs}, {max_lufs})")
-
-    # ---------------------------------------------------------------- reading
-    def _check_index(self, index: Any) -> int:
-        try:
-            i = operator.index(index)
-        except TypeError:
-            raise TypeError(f"AudioDataSource indices must be integers, got {type(index).__name__}.") from None
-        if not 0 <= i < len(self._entries):
-            raise IndexError(f"Index {i} is out of range for {len(self._entries)} entries (negative indices are not supported).")
-        return i
-
-    def _read_audio(self, entry: dict) -> tuple[Any, str]:
-        from audiotree.core import AudioTree
-        from audiotree.io import probe
-
-        path = safe_join(self.audio_dir, entry["filename"], where=f"{self.manifest_path}")
-        info = probe(path)
-        expected = (entry["sample_rate"], entry["channels"], entry["samples"])
-        actual = (info.sample_rate, info.channels, info.frames)
-        if actual != expected:
-            raise AudioReadError(
-                f"'{path}' does not match its manifest entry: it has {info.sample_rate} Hz, {info.channels} channels, "
-                f"{info.frames} frames, but {self.manifest_path} recorded {expected[0]} Hz, {expected[1]} channels, "
-                f"{expected[2]} frames. The file was replaced or truncated; re-render the dataset.",
-                path,
-            )
-        tree = AudioTree.from_file(
-            path, sample_rate=self.sample_rate or entry["sample_rate"], duration=self.duration, mono=self.mono,
-            pad_mode=self.pad_mode if self.duration else None,
-        )
-        return tree, str(path)
-
-    def _unchanged(self, entry: dict) -> bool:
-        rate = self.sample_rate or entry["sample_rate"]
-        if rate != entry["sample_rate"]:
-            return False
-        if self.mono and entry["channels"] > 1:
-            return False
-        if self.duration is not None and int(round(self.duration * rate)) != entry["samples"]:
-            return False
-        return True
-
     def __getitem__(self, index: int) -> Any:
         """Item ``index`` as a batch-of-1 ``AudioTree`` (or ``None`` when dropped by ``on_read_error``)."""
-        from audiotree._strings import encode_strings
-        from audiotree.core import LABEL_FIELDS, AudioTree
-
-        entry = self._entries[self._check_index(index)]
-        rate = self.sample_rate or entry["sample_rate"]
-        if entry["files_written"]:
-            try:
-                tree, audio_path = self._read_audio(entry)
-            except AudioReadError as exc:
-                if self.on_read_error == "raise":
-                    raise
-                if self.on_read_error == "warn":
-                    warnings.warn(f"Skipping unreadable audio: {exc}", UserWarning, stacklevel=2)
-                return None
-            waveform = tree.waveform
-        else:
-            audio_path = str(self.audio_dir / entry["filename"])
-            channels = 1 if self.mono else entry["channels"]
-            if self.duration is not None:
-                samples = int(round(self.duration * rate))
-            elif rate == entry["sample_rate"]:
-                samples = entry["samples"]
-            else:
-                samples = int(math.ceil(entry["samples"] * rate / entry["sample_rate"]))
-            waveform = np.zeros((1, channels, samples), dtype=np.float32)
-
-        unchanged = self._unchanged(entry)
-        labels = {}
-        for field in LABEL_FIELDS:
-            if field in entry and (unchanged or field not in _DERIVED):
-                labels[field] = np.asarray(entry[field])[None]
-        extras = {}
-        for name, value in entry.items():
-            if name.startswith(_manifest.EXTRAS_PREFIX):
-                key = name[len(_manifest.EXTRAS_PREFIX):]
-                extras[key] = value if isinstance(value, str) else np.asarray(value)[None]
-        metadata = {"filepath": encode_strings([entry.get("filepath", audio_path)])}
-        if "source" in entry:
-            metadata["source"] = encode_strings([entry["source"]])
-        metadata["offset"] = np.asarray([entry.get("offset", 0.0)], dtype=np.float64)
-        return AudioTree(waveform=waveform, sample_rate=int(rate), extras=extras, _metadata=metadata, **labels)
+        fields = self.read_fields(index)
+        return None if fields is None else AudioTree(**fields)

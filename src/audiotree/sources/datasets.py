@@ -20,47 +20,17 @@ from typing import Any, Mapping, Sequence
 import grain
 
 from audiotree.excerpt import ExcerptConfig
-from audiotree.seeds import check_seed, derive_group_seed, derive_streams
-from audiotree.sources._grain_setup import prepare_grain
-from audiotree.sources.files import SourceSpec, discover
-from audiotree.sources.loading import ExcerptLoader, StampSource, check_on_read_error
+from audiotree.seeds import derive_group_seed, derive_streams
+from audiotree.sources.common import check_common, probe_channels, resolve_files
+from audiotree.sources.files import SourceSpec
+from audiotree.sources.loading import ExcerptLoader, StampSource
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import mix_shuffled
 from audiotree.sources.ordering import EpochShuffledMapDataset
-from audiotree.validation import check_duration, check_pad_mode, check_sample_rate, is_int, is_real
+from audiotree.sources.windowed import WindowConfig, windowed_group_dataset
+from audiotree.validation import check_duration, check_pad_mode, is_real
 
 __all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "shard_dataset"]
-
-def _check_num_epochs(num_epochs: Any) -> None:
-    if num_epochs is None:
-        return
-    if not is_int(num_epochs):
-        raise TypeError(f"num_epochs must be an int or None (None repeats forever), got {num_epochs!r}.")
-    if num_epochs < 1:
-        raise ValueError(f"num_epochs must be >= 1 (or None to repeat forever), got {num_epochs}.")
-
-
-def check_common(*, num_epochs, on_read_error, sample_rate, shuffle_seed, excerpt_seed) -> tuple[int, int, int | None]:
-    """Validation shared by the builders; returns (sample_rate, shuffle_seed, excerpt_seed)."""
-    prepare_grain()
-    _check_num_epochs(num_epochs)
-    check_on_read_error(on_read_error)
-    sample_rate = check_sample_rate(sample_rate)
-    shuffle_seed = check_seed("shuffle_seed", shuffle_seed)
-    if excerpt_seed is not None:
-        excerpt_seed = check_seed("excerpt_seed", excerpt_seed)
-    return sample_rate, shuffle_seed, excerpt_seed
-
-
-def _probe_channels(path: str) -> int | None:
-    from audiotree.errors import AudioReadError
-    from audiotree.io import probe
-
-    try:
-        return probe(path).channels
-    except AudioReadError:
-        return None
-
 
 def _file_dataset(
     files: list[str], *, shuffle: bool, num_epochs: int | None, shuffle_seed: int, excerpt_seed: int | None,
@@ -71,18 +41,6 @@ def _file_dataset(
         grain.MapDataset.source(files), seed=shuffle_stream, num_epochs=num_epochs, shuffle=shuffle
     )
     return ds.random_map(loader, seed=excerpt_stream)
-
-
-def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, extensions: Any) -> list[str]:
-    if (sources is None) == (filepaths is None):
-        raise ValueError("Pass exactly one of sources= (folders or globs) or filepaths= (a list of files).")
-    if filepaths is not None:
-        files = [os.fspath(p) for p in filepaths]
-        if not files:
-            raise ValueError("filepaths= is empty; pass at least one audio file.")
-        return files
-    files, _ = discover(sources, extensions, strict=True)
-    return files
 
 
 def create_audio_dataset(
@@ -140,7 +98,7 @@ def create_audio_dataset(
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
     files = resolve_files(sources, filepaths, extensions)
     if not mono and channels is None:
-        channels = _probe_channels(files[0])
+        channels = probe_channels(files[0])
     loader = ExcerptLoader(
         sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
         source=source, channels=None if mono else channels, on_read_error=on_read_error,
@@ -182,7 +140,7 @@ def create_balanced_audio_dataset(
     pad_mode: str | None = "constant",
     extensions: Sequence[str] | None = None,
     excerpt: ExcerptConfig = ExcerptConfig(),
-    window: Any = None,
+    window: WindowConfig | None = None,
     channels: int | None = None,
     on_read_error: str = "raise",
 ) -> grain.MapDataset:
@@ -239,15 +197,13 @@ def create_balanced_audio_dataset(
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
     group_files = {name: resolve_files(folders, None, extensions) for name, folders in sources.items()}
     if window is None and not mono and channels is None and group_files:
-        channels = _probe_channels(next(iter(group_files.values()))[0])
+        channels = probe_channels(next(iter(group_files.values()))[0])
 
     parts: list[grain.MapDataset] = []
     for name, files in group_files.items():
         group_shuffle = derive_group_seed(shuffle_seed, name, "shuffle")
         group_excerpt = derive_group_seed(excerpt_base, name, "excerpt")
         if window is not None:
-            from audiotree.sources.windowed import windowed_group_dataset
-
             parts.append(windowed_group_dataset(
                 files, window, name=name, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=group_shuffle,
                 excerpt_seed=group_excerpt, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,

@@ -22,7 +22,7 @@ _GLOB_MAGIC = ("*", "?", "[")
 
 
 def _normalize_extensions(extensions: Iterable[str] | None) -> frozenset[str]:
-    from audiotree.io.formats import normalize_extension, supported_extensions
+    from audiotree.io.extensions import normalize_extension, supported_extensions
 
     if extensions is None:
         return frozenset(supported_extensions())

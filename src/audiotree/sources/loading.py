@@ -15,7 +15,8 @@ import grain
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.excerpt import ExcerptConfig, select_excerpt
+from audiotree.core import AudioTree
+from audiotree.excerpt import ExcerptConfig
 
 __all__ = ["ExcerptLoader", "StampSource", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
@@ -56,8 +57,8 @@ class ExcerptLoader(grain.transforms.RandomMap):
     def random_map(self, element: Any, rng: np.random.Generator):
         path = element
         try:
-            tree = select_excerpt(
-                path, rng, duration=self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,
+            tree = AudioTree.excerpt(
+                path, rng, self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,
                 mono=self.mono, pad_mode=self.pad_mode, source=self.source,
             )
         except AudioReadError as exc:
@@ -84,7 +85,7 @@ class StampSource(grain.transforms.Map):
     def map(self, element: Any):
         if element is None:
             return None
-        from audiotree._strings import encode_strings
+        from audiotree.provenance import encode_strings
 
         batch = element.batch_size
         metadata = dict(element._metadata)

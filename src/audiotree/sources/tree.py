@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from audiotree import _format
+from audiotree.formats import header as _format
 from audiotree._fs import read_limited
 from audiotree.formats.tree import (
     INDEX_DTYPE,

@@ -1,70 +1,46 @@
 """Windowed sampling: draw excerpts by *window* of long files instead of by file.
 
-Slot arithmetic
----------------
-Each file of ``dur`` seconds, for excerpts of ``duration`` s placed every
-``hop`` s (default ``duration``), gets
+Each file gets a number of *slots* that grows with its length (``alpha`` sets
+how fast; :mod:`audiotree.sources.slots` has the arithmetic), and one epoch
+visits every slot once, shuffled globally with a new permutation per epoch.
+Every global index has its own RNG, exactly like
+:func:`~audiotree.sources.create_audio_dataset`, and items are read by seeking
+(:func:`audiotree.io.excerpt.read_excerpt`); whole files are never decoded.
 
-* ``usable = max(0, dur - duration)`` seconds of possible start offsets,
-* ``natural = max(1, floor(usable / hop) + 1)`` windows at that hop,
-* ``m = max(1, round(natural ** alpha))`` *slots*, at nominal offsets
-  ``j * usable / m`` for ``j < m`` (``stride = usable / m``).
-
-``alpha`` sets the length bias: ``1`` gives every window a slot (a file's share
-grows with its length), ``0`` one slot per file (file-balanced), ``0.5`` in
-between. E.g. 4 s and 40 s files with ``duration = hop = 1`` get 1+1, 2+6 and
-4+40 slots for alpha 0, 0.5 and 1. A file shorter than ``duration`` gets one
-slot at 0 and is padded. With ``jitter`` each read starts at the slot's
-offset plus ``uniform(0, stride)`` (clamped to ``usable``), so every start
-offset can be drawn; without it slots are read at their nominal offsets.
-
-One epoch visits every slot exactly once (``len(ds) == n_slots * num_epochs``).
-Slots are shuffled globally (a new permutation per epoch) and each global index
-has its own RNG, exactly like :func:`~audiotree.sources.create_audio_dataset`.
-Items are read by seeking (:func:`audiotree.excerpt.read_excerpt`); whole files
-are never decoded. Durations come from file headers (:func:`scan_durations`).
-
-Loudness filtering
-------------------
-With per-file window loudness (``lufs_per_file`` or a cache from
-:func:`build_window_lufs_cache`), a slot is kept only if the cell of
-``lufs_window_sec`` seconds holding its *centre* measures at least
-``lufs_cutoff`` LUFS. Cells hold the gated BS.1770 loudness of consecutive,
-non-overlapping windows (a trailing partial window is dropped; a file shorter
-than one window has no cells and keeps all its slots).
-
-LUFS cache format
------------------
-``<out_dir>/window_lufs.npz``, written atomically (temp file, fsync, rename) and
-loaded with ``allow_pickle=False``. Entries: ``header`` (0-d unicode JSON: the
-:mod:`audiotree._format` header plus ``lufs_window_sec``, ``sample_rate``,
-``mono``, ``num_files``, ``has_durations``), ``filepaths`` (``<U``),
-``durations`` (float64), ``file_sizes`` and ``file_mtimes_ns`` (int64) with
-``stat_present`` (bool: the file existed when the cache was made), and the
-ragged loudness as ``offsets`` (int64, ``num_files + 1``) into ``values``
-(float32). A cache is *stale* when a file's size or modification time differs
-from what was recorded; using a stale cache raises ``ValueError`` with the
-command to rebuild it.
+A window-LUFS cache (:mod:`audiotree.formats.window_lufs`, measured by the
+streaming meter :mod:`audiotree.dsp.window_meter`) lets the builders drop
+quiet slots. :class:`WindowConfig` holds the knobs, for
+:func:`create_windowed_audio_dataset` and for the groups of
+``create_balanced_audio_dataset(window=...)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
-import math
 import os
-import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import grain
 import numpy as np
 
-from audiotree import _format
-from audiotree._fs import atomic_file, npz_problem
+from audiotree.core import AudioTree
+from audiotree.dsp.edits import downmix
+from audiotree.dsp.loudness import MAX_CHANNELS
+from audiotree.dsp.window_meter import WindowMeter
+from audiotree.formats.window_lufs import (
+    WindowLufsCache,
+    file_stat,
+    load_window_lufs,
+    save_window_lufs,
+    write_cache,
+)
+from audiotree.io.decode import AudioFile, probe
 from audiotree.seeds import derive_streams
-from audiotree.validation import check_pad_mode, check_positive, check_sample_rate, is_int, is_real
+from audiotree.sources.common import check_common, resolve_files
+from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
+from audiotree.sources.slots import SlotIndex, build_slot_index
+from audiotree.validation import check_pad_mode, check_positive, is_real
 
 __all__ = [
     "WindowConfig",
@@ -78,11 +54,6 @@ __all__ = [
     "build_window_lufs_cache",
 ]
 
-CACHE_FILE = "window_lufs.npz"
-_CACHE_KEYS = frozenset(
-    ("header", "filepaths", "durations", "file_sizes", "file_mtimes_ns", "stat_present", "offsets", "values")
-)
-_HEADER_KEYS = (*_format.HEADER_KEYS, "lufs_window_sec", "sample_rate", "mono", "num_files", "has_durations")
 _SCAN_PROGRESS_MIN = 100
 _BUILD_PROGRESS_MIN = 8
 _CHUNK_SECONDS = 30.0
@@ -96,58 +67,9 @@ def _check_alpha(alpha: Any) -> float:
 
 # ------------------------------------------------------------------ configs
 @dataclasses.dataclass(frozen=True)
-class WindowLufsCache:
-    """Per-window loudness of a list of files, as loaded by :func:`load_window_lufs`.
-
-    ``lufs[path]`` is a float32 array of cell loudness (LUFS); ``durations``
-    maps path to seconds (or is ``None``); ``file_sizes``/``file_mtimes`` (ns)
-    record each file when the cache was made (``None`` for a missing file).
-    """
-
-    lufs: dict
-    durations: dict | None
-    lufs_window_sec: float
-    sample_rate: int | None
-    mono: bool
-    file_sizes: dict | None = None
-    file_mtimes: dict | None = None
-    path: str | None = None
-
-    def stale_files(self, filepaths: Sequence[str] | None = None) -> list[str]:
-        """Files (of ``filepaths``, default all) whose size or mtime changed since the cache was made."""
-        if self.file_sizes is None:
-            return []
-        stale = []
-        for path in (self.lufs if filepaths is None else filepaths):
-            key = _find_key(self.file_sizes, path)
-            if key is None:
-                continue
-            recorded = (self.file_sizes[key], (self.file_mtimes or {}).get(key))
-            try:
-                st = os.stat(path)
-                now = (int(st.st_size), int(st.st_mtime_ns))
-            except OSError:
-                now = (None, None)
-            if recorded[0] != now[0] or (recorded[1] is not None and recorded[1] != now[1]):
-                stale.append(os.fspath(path))
-        return stale
-
-    def check_fresh(self, filepaths: Sequence[str] | None = None) -> None:
-        """Raises ``ValueError`` naming up to 3 stale files and how to rebuild the cache."""
-        stale = self.stale_files(filepaths)
-        if stale:
-            shown = ", ".join(repr(p) for p in stale[:3])
-            more = f" and {len(stale) - 3} more" if len(stale) > 3 else ""
-            raise ValueError(
-                f"The window-LUFS cache {self.path or ''} is stale: {shown}{more} changed (size or modification time) "
-                "since it was built. Rebuild it with build_window_lufs_cache(filepaths, lufs_window_sec, out_dir) "
-                "(or audiotree.sources.build_window_lufs_cache), or pass lufs_cache=None."
-            )
-
-
-@dataclasses.dataclass(frozen=True)
 class WindowConfig:
-    """Windowed sampling knobs for ``create_balanced_audio_dataset(window=...)``.
+    """Windowed sampling knobs for ``create_windowed_audio_dataset(window=...)`` and
+    ``create_balanced_audio_dataset(window=...)``.
 
     See :func:`create_windowed_audio_dataset` for the meaning of each field.
     Group weights and ``alpha`` compose: a group's share is its weight, and
@@ -188,58 +110,35 @@ def scan_durations(
     more). An unreadable file raises :class:`~audiotree.errors.AudioReadError`
     naming it.
     """
-    from audiotree.io import probe
-
     files = [os.fspath(p) for p in filepaths]
     return {path: float(probe(path).duration) for path in _progress(files, show_progress, _SCAN_PROGRESS_MIN, "Scanning durations")}
 
 
-def _stat(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return int(st.st_size), int(st.st_mtime_ns)
-
-
 def _file_window_lufs(path: str, window_sec: float, mono: bool) -> np.ndarray:
     """Gated loudness of each full ``window_sec`` window of one file, streamed in chunks."""
-    from scipy.signal import sosfilt
-
-    from audiotree.dsp.edits import downmix
-    from audiotree.dsp.loudness import CHANNEL_WEIGHTS, integrated_from_power, k_weighting_sos
-    from audiotree.io import AudioFile
-
     with AudioFile(path) as f:
         info = f.info
-        rate = info.sample_rate
-        window = int(round(window_sec * rate))
+        window = int(round(window_sec * info.sample_rate))
         if window <= 0:
             raise ValueError(f"lufs_window_sec={window_sec} is shorter than one sample of '{path}'.")
         n_windows = info.frames // window
         channels = 1 if mono else info.channels
-        if channels > len(CHANNEL_WEIGHTS):
+        if channels > MAX_CHANNELS:
             raise ValueError(
-                f"'{path}' has {channels} channels, but BS.1770 loudness is defined for at most {len(CHANNEL_WEIGHTS)}; "
+                f"'{path}' has {channels} channels, but BS.1770 loudness is defined for at most {MAX_CHANNELS}; "
                 "build the cache with mono=True."
             )
         out = np.empty(n_windows, dtype=np.float32)
         if n_windows == 0:
             return out
-        sos = np.array(k_weighting_sos(rate))
-        weights = np.asarray(CHANNEL_WEIGHTS[:channels], dtype=np.float64)
-        state = np.zeros((sos.shape[0], 2, channels))  # zero initial state (sections, 2, channels)
+        meter = WindowMeter(info.sample_rate, channels=channels, window=window)
         per_chunk = max(1, int(_CHUNK_SECONDS // window_sec))
         for first in range(0, n_windows, per_chunk):
             count = min(per_chunk, n_windows - first)
             frames = f.read(first * window, count * window).astype(np.float64)
             if frames.shape[0] != count * window:
                 raise ValueError(f"'{path}' ended early at window {first}; the file is truncated or its header is wrong.")
-            if mono:
-                frames = downmix(frames, axis=1)
-            filtered, state = sosfilt(sos, frames, axis=0, zi=state)
-            power = (filtered * filtered) @ weights
-            out[first : first + count] = integrated_from_power(power.reshape(count, window), rate)
+            out[first : first + count] = meter.push(downmix(frames, axis=1) if mono else frames)
     return out
 
 
@@ -269,165 +168,6 @@ def precompute_window_lufs(
     }
 
 
-# -------------------------------------------------------------------- cache
-def _cache_file(path: str | os.PathLike) -> Path:
-    path = Path(path)
-    return path / CACHE_FILE if path.suffix != ".npz" else path
-
-
-def _save(
-    out_dir: str | os.PathLike,
-    lufs_per_file: Mapping[str, Any],
-    *,
-    lufs_window_sec: float,
-    durations: Mapping[str, float] | None,
-    sample_rate: int | None,
-    mono: bool,
-    stats: Mapping[str, tuple[int, int] | None] | None = None,
-) -> Path:
-    window_sec = check_positive(lufs_window_sec, "lufs_window_sec")
-    sample_rate = check_sample_rate(sample_rate, optional=True)
-    files = [os.fspath(p) for p in lufs_per_file]
-    arrays = [np.asarray(lufs_per_file[p], dtype=np.float32).reshape(-1) for p in lufs_per_file]
-    if durations is not None:
-        missing = [p for p in files if _find_key(durations, p) is None]
-        if missing:
-            raise ValueError(f"durations lacks {len(missing)} file(s) of lufs_per_file, e.g. {missing[0]!r}.")
-        duration_values = np.array([float(durations[_find_key(durations, p)]) for p in files], dtype=np.float64)
-    else:
-        duration_values = np.zeros(len(files), dtype=np.float64)
-    if stats is None:
-        stats = {p: _stat(p) for p in files}
-    present = np.array([stats.get(p) is not None for p in files], dtype=bool)
-    sizes = np.array([(stats.get(p) or (0, 0))[0] for p in files], dtype=np.int64)
-    mtimes = np.array([(stats.get(p) or (0, 0))[1] for p in files], dtype=np.int64)
-    offsets = np.zeros(len(files) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([a.shape[0] for a in arrays])
-    header = {
-        **_format.header(_format.LUFS_WINDOWS_CACHE),
-        "lufs_window_sec": window_sec,
-        "sample_rate": None if sample_rate is None else int(sample_rate),
-        "mono": bool(mono),
-        "num_files": len(files),
-        "has_durations": durations is not None,
-    }
-    payload = {
-        "header": np.array(json.dumps(header)),
-        "filepaths": np.array(files, dtype=f"<U{max([len(p) for p in files] + [1])}"),
-        "durations": duration_values,
-        "file_sizes": sizes,
-        "file_mtimes_ns": mtimes,
-        "stat_present": present,
-        "offsets": offsets,
-        "values": np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.float32),
-    }
-    target = _cache_file(out_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    np.savez(buffer, **payload)
-    with atomic_file(target, suffix=".npz") as tmp:
-        with open(tmp, "wb") as f:
-            f.write(buffer.getvalue())
-    return target.parent
-
-
-def save_window_lufs(
-    out_dir: str | os.PathLike,
-    lufs_per_file: Mapping[str, Any],
-    *,
-    lufs_window_sec: float,
-    durations: Mapping[str, float] | None = None,
-    sample_rate: int | None = None,
-    mono: bool = True,
-) -> Path:
-    """Writes a window-LUFS cache to ``out_dir`` (atomically); returns ``out_dir``.
-
-    Each file's current size and modification time are recorded for staleness
-    checks. ``durations``, when given, must cover every file.
-    """
-    return _save(
-        out_dir, lufs_per_file, lufs_window_sec=lufs_window_sec, durations=durations, sample_rate=sample_rate, mono=mono
-    )
-
-
-def _corrupt(path: Path, message: str) -> ValueError:
-    return ValueError(
-        f"Invalid window-LUFS cache {path}: {message} Rebuild it with build_window_lufs_cache(...)."
-    )
-
-
-def load_window_lufs(cache_dir: str | os.PathLike) -> WindowLufsCache:
-    """Loads and validates a cache written by :func:`save_window_lufs` (a folder or its ``.npz``)."""
-    path = _cache_file(cache_dir)
-    if not path.is_file():
-        raise FileNotFoundError(f"Window-LUFS cache not found: {path}. Build it with build_window_lufs_cache(...).")
-    problem = npz_problem(path)
-    if problem:
-        raise _corrupt(path, problem + ".")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            data = {key: npz[key] for key in npz.files}
-    except ValueError as exc:
-        raise _corrupt(path, f"it cannot be loaded without pickling ({exc}).") from None
-    except (OSError, zipfile.BadZipFile, EOFError, AttributeError) as exc:
-        raise _corrupt(path, f"it is not a readable .npz archive ({exc}).") from None
-    if "header" not in data:
-        raise _corrupt(path, "it has no header entry; it is not an audiotree window-LUFS cache.")
-    raw = data["header"]
-    if raw.ndim != 0 or raw.dtype.kind != "U":
-        raise _corrupt(path, "its header must be a 0-d unicode array.")
-    try:
-        header = json.loads(str(raw[()]))
-    except json.JSONDecodeError:
-        raise _corrupt(path, "its header is not JSON.") from None
-    info = _format.check(header, _format.LUFS_WINDOWS_CACHE, path)
-    _format.check_known_keys(header, _HEADER_KEYS, info, f"Invalid window-LUFS cache {path}", "the header")
-    _format.check_known_keys(data, _CACHE_KEYS, info, f"Invalid window-LUFS cache {path}", "the archive")
-    missing = sorted(_CACHE_KEYS - set(data))
-    if missing:
-        raise _corrupt(path, f"entries {missing} are missing.")
-    n = header.get("num_files")
-    if not is_int(n) or n < 0:
-        raise _corrupt(path, f"num_files must be a non-negative int, got {n!r}.")
-    window_sec = header.get("lufs_window_sec")
-    if not is_real(window_sec) or not window_sec > 0:
-        raise _corrupt(path, f"lufs_window_sec must be a positive number, got {window_sec!r}.")
-    rate = header.get("sample_rate")
-    if rate is not None and (not is_int(rate) or rate <= 0):
-        raise _corrupt(path, f"sample_rate must be a positive int or null, got {rate!r}.")
-    mono = header.get("mono")
-    has_durations = header.get("has_durations")
-    if not isinstance(mono, bool) or not isinstance(has_durations, bool):
-        raise _corrupt(path, "mono and has_durations must be true or false.")
-    expect = {
-        "filepaths": ("U", (n,)), "durations": ("f", (n,)), "file_sizes": ("i", (n,)),
-        "file_mtimes_ns": ("i", (n,)), "stat_present": ("b", (n,)), "offsets": ("i", (n + 1,)),
-    }
-    for key, (kind, shape) in expect.items():
-        array = data[key]
-        if array.dtype.kind != kind or array.shape != shape:
-            raise _corrupt(path, f"{key!r} has dtype {array.dtype} and shape {array.shape}; expected kind {kind!r}, shape {shape}.")
-    values = data["values"]
-    if values.dtype.kind != "f" or values.ndim != 1:
-        raise _corrupt(path, f"'values' must be a 1-D float array, got {values.dtype} {values.shape}.")
-    offsets = data["offsets"]
-    if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != values.shape[0]:
-        raise _corrupt(path, "'offsets' must start at 0, never decrease and end at the number of values.")
-    files = [str(p) for p in data["filepaths"]]
-    if len(set(files)) != len(files):
-        raise _corrupt(path, "a file is listed twice.")
-    values = values.astype(np.float32, copy=False)
-    lufs = {p: values[offsets[i] : offsets[i + 1]].copy() for i, p in enumerate(files)}
-    durations = {p: float(d) for p, d in zip(files, data["durations"])} if has_durations else None
-    present = data["stat_present"]
-    sizes = {p: (int(s) if ok else None) for p, s, ok in zip(files, data["file_sizes"], present)}
-    mtimes = {p: (int(t) if ok else None) for p, t, ok in zip(files, data["file_mtimes_ns"], present)}
-    return WindowLufsCache(
-        lufs=lufs, durations=durations, lufs_window_sec=float(window_sec), sample_rate=rate, mono=mono,
-        file_sizes=sizes, file_mtimes=mtimes, path=str(path),
-    )
-
-
 def build_window_lufs_cache(
     filepaths: Sequence[str | os.PathLike],
     lufs_window_sec: float,
@@ -445,112 +185,17 @@ def build_window_lufs_cache(
     file that changes during the build makes the cache stale rather than wrong.
     """
     files = [os.fspath(p) for p in filepaths]
-    stats = {p: _stat(p) for p in files}
+    stats = {p: file_stat(p) for p in files}
     lufs = precompute_window_lufs(files, lufs_window_sec, sample_rate=sample_rate, mono=mono, show_progress=show_progress)
     if durations is None:
         durations = scan_durations(files, show_progress=show_progress)
-    return _save(
+    return write_cache(
         out_dir, lufs, lufs_window_sec=lufs_window_sec, durations=durations, sample_rate=sample_rate, mono=mono,
         stats=stats,
     )
 
 
 # ---------------------------------------------------------------- slot index
-def _find_key(mapping: Mapping[str, Any], path: Any) -> str | None:
-    """The key of ``mapping`` naming ``path`` (exactly, or as the same absolute path)."""
-    path = os.fspath(path)
-    if path in mapping:
-        return path
-    target = os.path.normpath(os.path.abspath(path))
-    for key in mapping:
-        if os.path.normpath(os.path.abspath(key)) == target:
-            return key
-    return None
-
-
-class _Lookup:
-    """Fast path -> value lookup that also matches equivalent absolute paths."""
-
-    def __init__(self, mapping: Mapping[str, Any]):
-        self.mapping = mapping
-        self.normalized = {os.path.normpath(os.path.abspath(k)): k for k in mapping}
-
-    def get(self, path: str) -> Any:
-        if path in self.mapping:
-            return self.mapping[path]
-        key = self.normalized.get(os.path.normpath(os.path.abspath(path)))
-        return None if key is None else self.mapping[key]
-
-
-@dataclasses.dataclass(frozen=True)
-class SlotIndex:
-    """Parallel arrays, one entry per slot."""
-
-    file_idx: np.ndarray  # int64
-    offset: np.ndarray  # float64 seconds
-    stride: np.ndarray  # float64 seconds
-    max_offset: np.ndarray  # float64 seconds (the file's usable span)
-
-    def __len__(self) -> int:
-        return int(self.file_idx.shape[0])
-
-
-def slot_count(file_duration: float, duration: float, hop: float, alpha: float) -> int:
-    """Number of slots of one file (see the module docstring)."""
-    usable = max(0.0, float(file_duration) - duration)
-    natural = max(1, math.floor(usable / hop + 1e-9) + 1)
-    return max(1, int(round(natural**alpha)))
-
-
-def build_slot_index(
-    files: Sequence[str],
-    durations: Mapping[str, float],
-    *,
-    duration: float,
-    hop: float,
-    alpha: float,
-    lufs_per_file: Mapping[str, Any] | None = None,
-    lufs_window_sec: float | None = None,
-    lufs_cutoff: float = -40.0,
-    durations_hint: str = "add it to durations= or pass durations=None to read the file headers.",
-) -> SlotIndex:
-    """The slots of every file; see the module docstring."""
-    durations_lookup = _Lookup(durations)
-    lufs_lookup = _Lookup(lufs_per_file) if lufs_per_file is not None else None
-    file_idx, offsets, strides, max_offsets = [], [], [], []
-    for i, path in enumerate(files):
-        dur = durations_lookup.get(path)
-        if dur is None:
-            raise ValueError(f"No duration for '{path}'; {durations_hint}")
-        usable = max(0.0, float(dur) - duration)
-        m = slot_count(float(dur), duration, hop, alpha)
-        stride = usable / m
-        nominal = np.arange(m, dtype=np.float64) * stride
-        if lufs_lookup is not None:
-            cells = lufs_lookup.get(path)
-            if cells is None:
-                raise ValueError(f"No window loudness for '{path}'; rebuild the LUFS cache including this file.")
-            cells = np.asarray(cells, dtype=np.float32).reshape(-1)
-            if cells.size:
-                centre = np.clip(((nominal + duration / 2) / lufs_window_sec).astype(np.int64), 0, cells.size - 1)
-                nominal = nominal[cells[centre] >= lufs_cutoff]
-        if nominal.size == 0:
-            continue
-        file_idx.append(np.full(nominal.size, i, dtype=np.int64))
-        offsets.append(nominal)
-        strides.append(np.full(nominal.size, stride))
-        max_offsets.append(np.full(nominal.size, usable))
-    if not file_idx:
-        raise RuntimeError(
-            f"No windows left to sample from {len(files)} file(s)"
-            + (f" after dropping those quieter than lufs_cutoff={lufs_cutoff} LUFS; lower the cutoff." if lufs_lookup else ".")
-        )
-    return SlotIndex(
-        file_idx=np.concatenate(file_idx), offset=np.concatenate(offsets), stride=np.concatenate(strides),
-        max_offset=np.concatenate(max_offsets),
-    )
-
-
 # ------------------------------------------------------------------ loading
 @dataclasses.dataclass(frozen=True, eq=False)
 class WindowLoader(grain.transforms.RandomMap):
@@ -566,8 +211,6 @@ class WindowLoader(grain.transforms.RandomMap):
     source: str | None
 
     def random_map(self, element: Any, rng: np.random.Generator):
-        from audiotree.core import AudioTree
-
         slot = int(element)
         offset = float(self.slots.offset[slot])
         stride = float(self.slots.stride[slot])
@@ -663,6 +306,10 @@ def _windowed_dataset(
     return ds.random_map(loader, seed=excerpt_stream)
 
 
+# The defaults of create_windowed_audio_dataset's window knobs (equal to WindowConfig's).
+_WINDOW_DEFAULTS = {f.name: f.default for f in dataclasses.fields(WindowConfig)}
+
+
 def windowed_group_dataset(
     files: Sequence[str],
     window: WindowConfig,
@@ -710,11 +357,16 @@ def create_windowed_audio_dataset(
     pad_mode: str | None = "constant",
     extensions: Sequence[str] | None = None,
     source: str | None = None,
+    window: WindowConfig | None = None,
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
     Args:
       sources / filepaths: folders or globs, or an explicit list (exactly one).
+      window: a :class:`WindowConfig` giving ``duration``, ``hop``, ``alpha``,
+        ``jitter``, ``lufs_cache``, ``lufs_cutoff`` and ``lufs_window_sec`` at
+        once (the same knobs ``create_balanced_audio_dataset(window=...)``
+        takes); those arguments must then be left at their defaults.
       duration: excerpt length in seconds; items are ``(1, C, round(duration * sample_rate))``.
       hop: spacing of the natural windows (default ``duration``).
       alpha: length bias in [0, 1]: 0 one slot per file, 1 one slot per window.
@@ -731,9 +383,18 @@ def create_windowed_audio_dataset(
         stale cache, or a file missing from the durations or loudness.
       RuntimeError: no files found, or no slots left after loudness filtering.
     """
-    from audiotree.sources.datasets import check_common, resolve_files
-    from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
-
+    if window is not None:
+        if not isinstance(window, WindowConfig):
+            raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
+        given = {
+            "duration": duration, "hop": hop, "alpha": alpha, "jitter": jitter, "lufs_cache": lufs_cache,
+            "lufs_cutoff": lufs_cutoff, "lufs_window_sec": lufs_window_sec,
+        }
+        clashes = sorted(k for k, v in given.items() if v is not _WINDOW_DEFAULTS[k] and v != _WINDOW_DEFAULTS[k])
+        if clashes:
+            raise ValueError(f"window= already sets {clashes}; pass them in the WindowConfig, not as well.")
+        duration, hop, alpha, jitter = window.duration, window.hop, window.alpha, window.jitter
+        lufs_cache, lufs_cutoff, lufs_window_sec = window.lufs_cache, window.lufs_cutoff, window.lufs_window_sec
     duration = check_positive(duration, "duration")
     # An unreadable file always raises here (WindowLoader has no other policy).
     sample_rate, shuffle_seed, excerpt_seed = check_common(

@@ -33,8 +33,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from audiotree import _manifest
+from audiotree.formats import manifest as _manifest
 from audiotree._fs import check_relative, fsync_dir, fsync_path
+from audiotree.schema import LABEL_FIELDS
 from audiotree.validation import is_int
 
 __all__ = ["AudioWriter"]
@@ -192,8 +193,6 @@ class AudioWriter:
     # ----------------------------------------------------------------- schema
     @staticmethod
     def _describe(tree: Any) -> tuple:
-        from audiotree.core import LABEL_FIELDS
-
         labels = frozenset(f for f in LABEL_FIELDS if getattr(tree, f) is not None)
         extras = frozenset(tree.extras or {})
         provenance = frozenset(k for k in ("filepath", "source", "offset") if k in (tree._metadata or {}))
@@ -213,8 +212,6 @@ class AudioWriter:
 
     # ------------------------------------------------------------------ write
     def _rows(self, tree: Any, tags: Mapping[str, Any] | None, timestamp: str | None) -> list[dict]:
-        from audiotree.core import LABEL_FIELDS
-
         waveform = np.asarray(tree.waveform)
         batch, channels, samples = (int(d) for d in waveform.shape)
         rate = int(tree.sample_rate)

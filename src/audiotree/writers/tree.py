@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from audiotree import _format
+from audiotree.formats import header as _format
 from audiotree._fs import fsync_dir, write_json_atomic
 from audiotree.formats.tree import (
     INDEX_DTYPE,

@@ -8,6 +8,7 @@ concatenation, cross process boundaries through shared memory, and survive
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -54,3 +55,34 @@ def decode_strings(rows: Any) -> list:
         end = int(nz[0]) if nz.size else row.shape[0]
         result.append("".join(map(chr, row[:end].tolist())))
     return result
+
+
+def encode_provenance(batch: int | None, *, filepath: Any = None, source: Any = None, offset: Any = None) -> dict:
+    """The provenance dict of a batch of ``batch`` items (``None``: no batch axis yet).
+
+    ``filepath``/``source`` take one string or path (repeated for every item) or
+    a list of exactly ``batch``; ``offset`` (seconds) a scalar or a ``(batch,)``
+    array. Absent arguments leave their key out.
+
+    >>> sorted(encode_provenance(2, filepath="a.wav", offset=0.5))
+    ['filepath', 'offset']
+    """
+    metadata: dict = {}
+    for name, value in (("filepath", filepath), ("source", source)):
+        if value is None:
+            continue
+        if isinstance(value, (str, os.PathLike)):
+            values = [os.fspath(value)] * (batch or 1)
+        else:
+            values = [os.fspath(v) for v in value]
+            if batch is not None and len(values) != batch:
+                raise ValueError(f"{len(values)} {name} for a batch of {batch}.")
+        metadata[name] = encode_strings(values)
+    if offset is not None:
+        off = np.asarray(offset, dtype=np.float64)
+        if off.ndim == 0:
+            off = np.full((batch or 1,), float(off))
+        elif off.ndim != 1 or (batch is not None and off.shape[0] != batch):
+            raise ValueError(f"offset must be a scalar or shaped ({batch},), got {off.shape}.")
+        metadata["offset"] = off
+    return metadata

@@ -26,6 +26,7 @@ import os
 from typing import Any, Iterable, Mapping
 
 from audiotree.validation import is_int
+from audiotree.version import __version__
 
 __all__ = [
     "TREE",
@@ -67,10 +68,6 @@ class FormatInfo:
 
 
 def _producer() -> str:
-    try:
-        from audiotree import __version__
-    except Exception:  # pragma: no cover - only during a broken install
-        __version__ = "unknown"
     return f"audiotree {__version__}"
 
 

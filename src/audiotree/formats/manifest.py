@@ -20,7 +20,7 @@ with ``allow_pickle=False`` (a pickled manifest is refused).
 The column set is closed: bookkeeping columns (:data:`BOOKKEEPING`), the
 AudioTree label fields, and the ``extras_*`` and ``tags_*`` prefixes. Any other
 column is refused at read time (unless the file is from a newer minor
-version, see :mod:`audiotree._format`). The manifest is always written to a
+version, see :mod:`audiotree.formats.header`). The manifest is always written to a
 temporary file and atomically renamed over the old one.
 """
 
@@ -37,8 +37,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from audiotree import _format
+from audiotree.formats import header as _format
 from audiotree._fs import atomic_file, npz_problem
+from audiotree.schema import LABEL_FIELDS
 from audiotree.validation import is_int
 
 __all__ = [
@@ -70,14 +71,8 @@ _HEADER_KEYS = ("format", "format_version", "min_reader_version", "producer", "n
 _ALLOWED_KINDS = frozenset("biufcUS")
 
 
-def _label_fields() -> tuple[str, ...]:
-    from audiotree.core import LABEL_FIELDS
-
-    return tuple(LABEL_FIELDS)
-
-
 def known_column(name: str) -> bool:
-    return name in BOOKKEEPING or name in _label_fields() or name.startswith((EXTRAS_PREFIX, TAG_PREFIX))
+    return name in BOOKKEEPING or name in LABEL_FIELDS or name.startswith((EXTRAS_PREFIX, TAG_PREFIX))
 
 
 # ------------------------------------------------------------------- encode

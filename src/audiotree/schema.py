@@ -1,0 +1,70 @@
+"""The field schema of an :class:`~audiotree.AudioTree`: names, roles and label dtypes.
+
+A leaf module (it imports nothing from audiotree), so readers, writers and
+on-disk formats can agree on the fields without importing the container.
+
+* ``PYTREE_FIELDS``: every pytree child in declaration order (which is also the
+  flatten order and the on-disk leaf order); ``sample_rate`` is static metadata.
+* ``ARRAY_FIELDS``: the batch-leading arrays (``PYTREE_FIELDS`` minus ``extras``
+  and ``_metadata``). ``LABEL_FIELDS``: ``ARRAY_FIELDS`` minus ``waveform``.
+* ``DERIVED_FIELDS``: describe one particular waveform; any edit of length,
+  rate, channels or level clears them.
+* ``METADATA_KEYS``: the closed key set of the private provenance dict.
+* ``LABEL_DTYPES``: the dtype a scalar label is stored with (``None``: as given).
+
+>>> LABEL_FIELDS
+('lufs', 'lufs_windows', 'pitch', 'velocity', 'note_duration', 'codes', 'latents')
+>>> wrap_label("velocity", 100)
+array([100], dtype=int16)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PYTREE_FIELDS",
+    "ARRAY_FIELDS",
+    "LABEL_FIELDS",
+    "DERIVED_FIELDS",
+    "METADATA_KEYS",
+    "LABEL_DTYPES",
+    "wrap_label",
+]
+
+PYTREE_FIELDS = (
+    "waveform",
+    "lufs",
+    "lufs_windows",
+    "pitch",
+    "velocity",
+    "note_duration",
+    "codes",
+    "latents",
+    "extras",
+    "_metadata",
+)
+ARRAY_FIELDS = tuple(f for f in PYTREE_FIELDS if f not in ("extras", "_metadata"))
+LABEL_FIELDS = tuple(f for f in ARRAY_FIELDS if f != "waveform")
+DERIVED_FIELDS = ("lufs", "lufs_windows", "codes", "latents")
+METADATA_KEYS = ("filepath", "source", "offset")
+
+#: Scalar labels are stored as ``(1,)`` arrays of these dtypes. ``lufs_windows``
+#: is never a scalar and passes through; codec outputs keep their own dtype.
+LABEL_DTYPES: dict[str, Any] = {
+    "lufs": np.float32,
+    "pitch": np.float32,
+    "velocity": np.int16,
+    "note_duration": np.float32,
+    "codes": None,
+    "latents": None,
+}
+
+
+def wrap_label(name: str, value: Any) -> Any:
+    """A scalar label as a ``(1,)`` array of its dtype; arrays and ``None`` pass through."""
+    if value is None or np.ndim(value) != 0 or name not in LABEL_DTYPES:
+        return value
+    return np.asarray([value], dtype=LABEL_DTYPES.get(name))
