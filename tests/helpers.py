@@ -18,3 +18,12 @@ def run_script(code: str, tmp_path: Path, *, timeout: float = 300, env: dict | N
     return subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=full_env
     )
+
+
+def run_code(code: str, *, timeout: float = 120) -> str:
+    """Runs ``python -c code`` in a fresh interpreter; asserts it succeeds and returns its stdout."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout

@@ -12,15 +12,11 @@ import soundfile
 
 from audiotree import AudioTree
 from audiotree.core import ARRAY_FIELDS, DERIVED_FIELDS, LABEL_FIELDS, PYTREE_FIELDS
+from factories import noise_tree, sine
+from helpers import run_code
 
 
-def _tree(batch=3, channels=2, samples=800, rate=8000, **kw):
-    rng = np.random.default_rng(0)
-    wave = rng.standard_normal((batch, channels, samples)).astype(np.float32) * 0.1
-    return AudioTree.create(
-        wave, rate, filepath=[f"f{i}.wav" for i in range(batch)], source="grp",
-        offset=np.arange(batch, dtype=float), **kw,
-    )
+_tree = noise_tree
 
 
 def test_field_tuples():
@@ -212,9 +208,8 @@ def test_repr_is_short():
 
 # ------------------------------------------------------------------ loudness
 def _tone(batch=2, channels=2, rate=16000, seconds=2.0, amps=(0.5, 0.05)):
-    t = np.arange(int(rate * seconds)) / rate
-    rows = [np.tile(a * np.sin(2 * np.pi * 997 * t), (channels, 1)) for a in amps[:batch]]
-    return AudioTree.create(np.stack(rows).astype(np.float32), rate, codes=np.zeros((batch, 3)))
+    rows = [sine(rate, seconds, amp=a, channels=channels) for a in amps[:batch]]
+    return AudioTree.create(np.stack(rows), rate, codes=np.zeros((batch, 3)))
 
 
 def test_replace_lufs_engines_and_devices():
@@ -272,17 +267,13 @@ def test_resample_both_backends_clears_derived():
 
 
 def test_import_audiotree_stays_light():
-    import subprocess
-    import sys
 
     code = (
         "import sys, audiotree, audiotree.sources, audiotree.core\n"
         "heavy = [m for m in ('librosa', 'numba', 'flax', 'torch', 'av', 'matplotlib') if m in sys.modules]\n"
         "print(heavy)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert run_code(code).strip() == "[]"
 
 
 def test_batch_refuses_a_label_present_in_only_some_items():

@@ -81,6 +81,12 @@ class AudioTree:
     Build one with :meth:`create`, :meth:`from_file` or :meth:`excerpt`; the raw
     constructor stores its arguments verbatim without validation. See the module
     docstring for shapes. All methods are pure and return new trees.
+
+    >>> import numpy as np
+    >>> item = AudioTree.create(np.zeros((2, 8000), np.float32), 16_000, filepath="a.wav")
+    >>> batch = AudioTree.batch([item, item.to_mono().to_stereo()])
+    >>> batch.waveform.shape, batch.filepath
+    ((2, 2, 8000), ['a.wav', 'a.wav'])
     """
 
     waveform: Any

@@ -34,7 +34,6 @@ The functions passed to the decorators receive a single AudioTree leaf (never
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import functools
 import inspect
@@ -43,10 +42,18 @@ import types
 from typing import Any, Callable, Iterable
 
 import grain.transforms as _grain_transforms
-import jax
 import numpy as np
 
-from audiotree.core import ARRAY_FIELDS, AudioTree
+from audiotree.core import AudioTree
+from audiotree.transforms.masks import draw_mask, mask_shape, select_items, split_rng
+from audiotree.transforms.paths import (
+    collect_trees,
+    in_scope,
+    merge_pytree,
+    normalize_scope,
+    output_names,
+    replace_leaves,
+)
 from audiotree.validation import is_real
 
 __all__ = [
@@ -59,7 +66,6 @@ __all__ = [
     "random_transform",
 ]
 
-SCOPE_SENTINEL = "scope"
 RANDOM_RESERVED = {"prob": 1.0, "split_seed": True, "scope": None, "output_key": None}
 MAP_RESERVED = {"scope": None, "output_key": None}
 _ALL_RESERVED = tuple(RANDOM_RESERVED)
@@ -79,252 +85,6 @@ _RESERVED_DOCS = {
 }
 
 
-# ==================================================================== scope
-def _path_entry(entry: Any) -> tuple:
-    if isinstance(entry, str):
-        parts = tuple(entry.split(".")) if entry else ()
-    elif isinstance(entry, tuple):
-        parts = tuple(str(p) for p in entry)
-    else:
-        raise TypeError(
-            f"scope entries must be dotted strings or tuples of keys, got {type(entry).__name__} {entry!r}."
-        )
-    if not parts or any(p == "" for p in parts):
-        raise ValueError(f"scope entry {entry!r} is an empty path.")
-    return parts
-
-
-def _scope_dict(node: dict, prefix: tuple, out: list) -> None:
-    for key, value in node.items():
-        if key == SCOPE_SENTINEL:
-            if not isinstance(value, (bool, np.bool_)):
-                raise ValueError(
-                    f"The scope sentinel at {'.'.join(prefix) or '<root>'} takes True or False, got {value!r}."
-                )
-            out.append((prefix, bool(value)))
-        elif isinstance(value, dict):
-            _scope_dict(value, prefix + (str(key),), out)
-        elif isinstance(value, (bool, np.bool_)):
-            raise ValueError(
-                f"scope shorthand {{{key!r}: {value!r}}} is not supported (it would match everything); "
-                f"write {{{key!r}: {{'scope': {bool(value)!r}}}}}."
-            )
-        else:
-            raise ValueError(
-                f"scope dict key {key!r} at {'.'.join(prefix) or '<root>'} holds {value!r}; only nested dicts "
-                "and the 'scope' sentinel are allowed (per-key parameter overrides are not supported: "
-                "use one transform per key)."
-            )
-
-
-def normalize_scope(scope: Any) -> tuple | None:
-    """Parses ``scope`` into ``((path, include), ...)`` (``None`` = every leaf).
-
-    Accepted: ``None``; a list or tuple of dotted strings / key tuples (each
-    selects the leaves under that path); a single dotted string; or the nested
-    dict form with the sentinel key ``"scope"`` (``True`` includes the subtree,
-    ``False`` excludes it, the longest matching path wins). Raises
-    ``ValueError`` for empty paths, the ``{key: True}`` shorthand and unknown
-    dict keys, ``TypeError`` for other types.
-    """
-    if scope is None:
-        return None
-    if isinstance(scope, str):
-        return ((_path_entry(scope), True),)
-    if isinstance(scope, (list, tuple)):
-        return tuple((_path_entry(entry), True) for entry in scope)
-    if isinstance(scope, dict):
-        out: list = []
-        _scope_dict(scope, (), out)
-        return tuple(out)
-    raise TypeError(
-        f"scope must be None, a list of paths or a scope dict, got {type(scope).__name__} {scope!r}."
-    )
-
-
-def in_scope(entries: tuple | None, path: tuple) -> bool:
-    """Whether a leaf at ``path`` is selected (longest matching entry wins)."""
-    if entries is None:
-        return True
-    spath = tuple(str(p) for p in path)
-    best, best_len = False, -1
-    for prefix, include in entries:
-        if len(prefix) > best_len and spath[: len(prefix)] == prefix:
-            best, best_len = include, len(prefix)
-    return best
-
-
-# ================================================================== pytrees
-def _collect(node: Any, path: tuple, parent_is_dict: bool, out: list) -> None:
-    if isinstance(node, AudioTree):
-        out.append((path, node, parent_is_dict))
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            _collect(value, path + (key,), True, out)
-    elif isinstance(node, (list, tuple)):
-        for i, value in enumerate(node):
-            _collect(value, path + (i,), False, out)
-
-
-def _sequence_like(node: Any, items: list) -> Any:
-    if isinstance(node, list):
-        return items
-    if hasattr(node, "_fields"):  # namedtuple
-        return type(node)(*items)
-    return tuple(items)
-
-
-def _replace_leaves(node: Any, path: tuple, results: dict) -> Any:
-    if isinstance(node, AudioTree):
-        return results.get(path, node)
-    if isinstance(node, dict):
-        return {k: _replace_leaves(v, path + (k,), results) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return _sequence_like(node, [_replace_leaves(v, path + (i,), results) for i, v in enumerate(node)])
-    return node
-
-
-def merge_pytree(node: Any, path: tuple, results: dict, names: dict) -> Any:
-    """Rebuilds ``node`` adding ``results[path]`` under ``names[path]`` beside each original."""
-    if isinstance(node, dict):
-        out, added = {}, {}
-        for key, value in node.items():
-            child = path + (key,)
-            if isinstance(value, AudioTree):
-                out[key] = value
-                if child in results:
-                    added[names[child]] = results[child]
-            else:
-                out[key] = merge_pytree(value, child, results, names)
-        out.update(added)
-        return out
-    if isinstance(node, (list, tuple)):
-        return _sequence_like(node, [merge_pytree(v, path + (i,), results, names) for i, v in enumerate(node)])
-    return node
-
-
-def _output_names(output_key: Any, targets: list) -> dict:
-    names: dict = {}
-    seen: dict = {}
-    for path, _, parent_is_dict in targets:
-        if not parent_is_dict:
-            raise ValueError(
-                f"output_key needs every selected AudioTree to sit directly in a dict; "
-                f"{'.'.join(map(str, path)) or '<root>'} is inside a list or tuple."
-            )
-        name = output_key if isinstance(output_key, str) else output_key(list(path))
-        where = (path[:-1], name)
-        if where in seen:
-            raise ValueError(
-                f"output_key maps both {'.'.join(map(str, seen[where]))!r} and {'.'.join(map(str, path))!r} "
-                f"to the key {name!r}; use a callable output_key or narrow the scope."
-            )
-        seen[where] = path
-        names[path] = name
-    return names
-
-
-# ============================================================ randomness
-def _is_generator(rng: Any) -> bool:
-    return isinstance(rng, np.random.Generator)
-
-
-def _split_rng(rng: Any, count: int, split: bool, with_mask: bool) -> tuple[list, list]:
-    """Per-leaf parameter streams and prob-mask streams (``None`` when unused)."""
-    if _is_generator(rng):
-        n_draw = count if split else 1
-        seeds = rng.integers(0, 2**63, size=n_draw, dtype=np.int64)
-        mask_seeds = rng.integers(0, 2**63, size=n_draw, dtype=np.int64) if with_mask else None
-        if not split:
-            seeds = np.repeat(seeds, count)
-            mask_seeds = None if mask_seeds is None else np.repeat(mask_seeds, count)
-        streams = [np.random.Generator(np.random.PCG64(int(s))) for s in seeds]
-        masks = (
-            [np.random.Generator(np.random.PCG64(int(s))) for s in mask_seeds]
-            if with_mask
-            else [None] * count
-        )
-        return streams, masks
-    if rng is None or not isinstance(rng, (jax.Array, np.ndarray)):
-        raise TypeError(
-            f"random_map needs an np.random.Generator or a JAX PRNG key, got {type(rng).__name__}."
-        )
-    key, mask_key = jax.random.split(rng)
-    if split:
-        keys = list(jax.random.split(key, count))
-        mask_keys = list(jax.random.split(mask_key, count)) if with_mask else [None] * count
-    else:
-        keys = [key] * count
-        mask_keys = [mask_key if with_mask else None] * count
-    return keys, mask_keys
-
-
-def _draw_mask(stream: Any, prob: float, shape: tuple) -> Any:
-    if _is_generator(stream):
-        return stream.random(shape) < prob
-    return jax.random.bernoulli(stream, prob, shape)
-
-
-# ============================================================== prob mask
-def _mask_items(tree: AudioTree) -> tuple:
-    if tree.waveform is not None:
-        return tuple(np.shape(tree.waveform)[:-2])
-    return (tree.batch_size,)
-
-
-def _is_array(x: Any) -> bool:
-    return isinstance(x, (np.ndarray, np.generic, jax.Array))
-
-
-def _pick(mask: Any, new: Any, old: Any, name: str) -> Any:
-    if new is None or old is None:
-        return None
-    if new is old:
-        return new
-    if isinstance(new, dict) and isinstance(old, dict):
-        return {k: _pick(mask, v, old[k], f"{name}[{k!r}]") for k, v in new.items() if k in old}
-    if _is_array(new) and _is_array(old):
-        if np.shape(new) != np.shape(old):
-            raise ValueError(
-                f"This transform changes {name} from shape {tuple(np.shape(old))} to {tuple(np.shape(new))}; "
-                "a shape-changing transform cannot use prob < 1 (use prob=1)."
-            )
-        extra = np.ndim(new) - np.ndim(mask)
-        if extra < 0 or np.shape(new)[: np.ndim(mask)] != np.shape(mask):
-            raise ValueError(f"{name} has no leading item axes {np.shape(mask)} to apply the prob mask to.")
-        use_jax = any(isinstance(v, jax.Array) for v in (mask, new, old))
-        xp = jax.numpy if use_jax else np
-        m = xp.reshape(mask, tuple(np.shape(mask)) + (1,) * extra)
-        return xp.where(m, new, old).astype(new.dtype)
-    if isinstance(new, (list, str)) and isinstance(old, (list, str)):
-        if new == old:
-            return new
-        try:
-            flags = np.asarray(mask).reshape(-1)
-        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
-            raise ValueError(f"Cannot select string leaf {name} per item under jit; use prob=1.") from None
-        a = [new] if isinstance(new, str) else list(new)
-        b = [old] if isinstance(old, str) else list(old)
-        if len(a) != len(b) or len(a) != flags.size:
-            raise ValueError(f"String leaf {name} does not have one entry per item; use prob=1.")
-        return [x if f else y for x, y, f in zip(a, b, flags)]
-    return new
-
-
-def select_items(mask: Any, new: AudioTree, old: AudioTree) -> AudioTree:
-    """Per item: the field of ``new`` where ``mask`` is True, else of ``old``."""
-    if new.sample_rate != old.sample_rate:
-        raise ValueError(
-            f"This transform changes the sample rate ({old.sample_rate} -> {new.sample_rate}); "
-            "a shape-changing transform cannot use prob < 1 (use prob=1)."
-        )
-    updates = {f: _pick(mask, getattr(new, f), getattr(old, f), f) for f in ARRAY_FIELDS}
-    updates["extras"] = _pick(mask, new.extras, old.extras, "extras") or {}
-    updates["_metadata"] = _pick(mask, new._metadata, old._metadata, "_metadata") or {}
-    return dataclasses.replace(new, **updates)
-
-
-# ============================================================ validation
 def check_prob(prob: Any) -> float:
     if not is_real(prob):
         raise TypeError(f"prob must be a real number in [0, 1], got {type(prob).__name__} {prob!r}.")
@@ -423,9 +183,9 @@ class _Transform:
                 f"the element is a {type(element).__name__}, not a dict."
             )
         found: list = []
-        _collect(element, (), False, found)
+        collect_trees(element, (), False, found)
         targets = [t for t in found if in_scope(self._scope, t[0])]
-        names = _output_names(self.output_key, targets) if self.output_key is not None else None
+        names = output_names(self.output_key, targets) if self.output_key is not None else None
         if not targets:
             return element
         streams, mask_streams = self._streams(rng, len(targets))
@@ -434,7 +194,7 @@ class _Transform:
             for (path, tree, _), stream, mask_stream in zip(targets, streams, mask_streams)
         }
         if names is None:
-            return _replace_leaves(element, (), results)
+            return replace_leaves(element, (), results)
         return merge_pytree(element, (), results, names)
 
 
@@ -470,7 +230,7 @@ class RandomTransform(_Transform, _grain_transforms.RandomMap):
         return [("prob", self.prob), ("split_seed", self.split_seed)] + super()._reserved_items()
 
     def _streams(self, rng: Any, count: int) -> tuple[list, list]:
-        return _split_rng(rng, count, self.split_seed, with_mask=0.0 < self.prob < 1.0)
+        return split_rng(rng, count, self.split_seed, with_mask=0.0 < self.prob < 1.0)
 
     def _call_fn(self, tree: AudioTree, stream: Any) -> AudioTree:
         return self.fn(tree, stream, **self.params)
@@ -483,7 +243,7 @@ class RandomTransform(_Transform, _grain_transforms.RandomMap):
             return tree
         out = self._call_checked(tree, stream)
         if self.prob < 1.0:
-            mask = _draw_mask(mask_stream, self.prob, _mask_items(tree))
+            mask = draw_mask(mask_stream, self.prob, mask_shape(tree))
             out = select_items(mask, out, tree)
         return out
 

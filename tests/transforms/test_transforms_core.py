@@ -18,6 +18,7 @@ import audiotree.transforms as T
 import audiotree.transforms.jax as TJ
 from audiotree.core import AudioTree
 from audiotree.transforms.base import MapTransform, RandomTransform, map_transform, random_transform
+from helpers import run_code
 from test_transforms_support import (  # noqa: F401  (backend is a fixture)
     SR,
     SumCodec,
@@ -90,9 +91,7 @@ def test_light_import_of_the_numpy_namespace():
         "         'audiotree.dsp.resample_jax', 'jax.scipy.signal']\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert run_code(code).strip() == "[]"
 
 
 def test_jax_subpackage_is_reachable_as_attribute():

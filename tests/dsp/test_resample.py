@@ -6,14 +6,11 @@ import numpy as np
 import pytest
 
 from audiotree.dsp.resample import resample, resampled_length
+from factories import tones
 
 PAIRS = [(44100, 48000), (48000, 16000), (16000, 44100)]
 
 
-def tones(sr, seconds, freqs, amp=0.4, phase=0.3):
-    """(len(freqs), T) float32 sines at the given frequencies."""
-    t = np.arange(round(seconds * sr)) / sr
-    return np.stack([amp * np.sin(2 * np.pi * f * t + phase) for f in freqs]).astype(np.float32)
 
 
 def test_resample_package_reexport():

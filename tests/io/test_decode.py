@@ -29,6 +29,8 @@ from audiotree.io import (
     read_frames,
     supported_extensions,
 )
+from conftest import REPO_ROOT
+from factories import chirp
 
 # (name, sample rate, channels, frames). Odd lengths so nothing lines up with
 # codec frame sizes by accident.
@@ -44,16 +46,6 @@ LOSSY = {
     "opus": ("OGG", "OPUS"),
     "mp3": ("MP3", "MPEG_LAYER_III"),
 }
-
-
-def make_signal(frames: int, sample_rate: int, channels: int, seed: int) -> np.ndarray:
-    """Chirp (80 Hz -> sr/5) plus white noise, (frames, channels) float32, peak < 0.8."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(frames) / sample_rate
-    f1 = sample_rate / 5
-    sweep = np.sin(2 * np.pi * (80 * t + (f1 - 80) * t**2 / (2 * t[-1])))
-    cols = [0.45 * np.roll(sweep, 37 * c) + 0.1 * rng.standard_normal(frames) for c in range(channels)]
-    return np.clip(np.stack(cols, axis=1), -0.8, 0.8).astype(np.float32)
 
 
 def encode_aac(path: str, x: np.ndarray, sample_rate: int, pns: bool = True) -> None:
@@ -97,7 +89,7 @@ def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("audio")
     files: dict[str, tuple[str, np.ndarray, int]] = {}
     for seed, (name, (sr, ch, n)) in enumerate(SOURCES.items()):
-        x = make_signal(n, sr, ch, seed)
+        x = chirp(n, sr, ch, seed=seed)
         files[f"{name}.orig"] = ("", x, sr)
 
         def put(key, ext, orig=x, rate=sr, **kw):
@@ -199,7 +191,7 @@ def test_pyav_not_imported_unless_needed(corpus):
         "assert 'av' not in sys.modules, 'av was imported'\n"
     )
     env = dict(os.environ)
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    src = str(REPO_ROOT / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
 
@@ -624,7 +616,7 @@ def test_probe_raises_for_unopenable_files(kind, tmp_path, corpus):
 @pytest.mark.parametrize("bad_value", [np.nan, np.inf, -np.inf])
 def test_non_finite_samples_are_rejected(tmp_path, bad_value):
     sr = 16000
-    x = make_signal(sr, sr, 2, seed=11)
+    x = chirp(sr, sr, 2, seed=11)
     x[5000, 1] = bad_value
     path = str(tmp_path / "poisoned.wav")
     soundfile.write(path, x, sr, subtype="FLOAT")

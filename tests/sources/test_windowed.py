@@ -319,3 +319,18 @@ def test_balanced_dataset_with_window(files, tmp_path):
     _write(tmp_path / "g" / "x.wav", 2.0)
     with pytest.raises(ValueError, match="stale"):
         create_balanced_audio_dataset(sources={"g": str(tmp_path / "g")}, window=WindowConfig(lufs_cache=cache), sample_rate=RATE)
+
+
+def test_a_window_config_sets_the_knobs_at_once(files):
+    paths = [files["short"], files["long"]]
+    window = WindowConfig(duration=0.5, hop=0.25, alpha=0.5, jitter=False)
+    by_config = create_windowed_audio_dataset(filepaths=paths, window=window, sample_rate=RATE, shuffle_seed=4)
+    by_args = create_windowed_audio_dataset(filepaths=paths, duration=0.5, hop=0.25, alpha=0.5, jitter=False,
+                                            sample_rate=RATE, shuffle_seed=4)
+    assert len(by_config) == len(by_args) == slot_count(4.0, 0.5, 0.25, 0.5) + slot_count(40.0, 0.5, 0.25, 0.5)
+    assert [_key(by_config[i]) for i in range(len(by_config))] == [_key(by_args[i]) for i in range(len(by_args))]
+    assert by_config[0].samples == int(0.5 * RATE)
+    with pytest.raises(ValueError, match=r"window= already sets \['alpha', 'duration'\]"):
+        create_windowed_audio_dataset(filepaths=paths, window=window, duration=2.0, alpha=0.0, sample_rate=RATE)
+    with pytest.raises(TypeError, match="WindowConfig"):
+        create_windowed_audio_dataset(filepaths=paths, window={"duration": 1.0}, sample_rate=RATE)
