@@ -95,23 +95,8 @@ class ManifestReader:
     batch-of-1 ``AudioTree``: the item's audio (or zeros for a manifest-only
     dataset), its label fields, ``extras`` (with a batch axis) and provenance.
 
-    Args:
-      path: the dataset folder or its ``manifest.npz``.
-      audio_dir: where the audio files are (default: the manifest's folder).
-      num_records: keep only the first this many entries (after ``filter_fn``).
-      sample_rate: resample to this rate (default: the stored rate).
-      mono: average channels.
-      duration: read this many seconds from the start of each file (padded
-        with ``pad_mode``); default the whole file.
-      filter_fn: ``entry dict -> bool``; see :meth:`get_entry` for the entry.
-      on_read_error: a missing, undecodable or changed audio file ``"raise"``s
-        an ``AudioReadError``, or is ``"warn"``-ed about / ``"skip"``-ped
-        (the item is ``None``, which ``to_iter_dataset`` drops).
-
-    Derived fields (``lufs``, ``lufs_windows``, ``codes``, ``latents``) are
-    restored only when the audio is read unchanged (same rate, no mono fold
-    of a multichannel file, full length). Indices must be ``0 <= i < len``.
-    The source pickles with the standard library.
+    The arguments and the rules for derived fields are those of
+    :class:`audiotree.sources.AudioDataSource`, which documents them.
     """
 
     def __init__(

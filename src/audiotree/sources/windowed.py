@@ -232,18 +232,11 @@ def _resolve_cache(lufs_cache: Any) -> WindowLufsCache | None:
     raise TypeError(f"lufs_cache must be a path, a WindowLufsCache or None, got {type(lufs_cache).__name__}.")
 
 
-def _windowed_dataset(
-    files: list[str],
+def windowed_group_dataset(
+    files: Sequence[str],
+    window: WindowConfig,
     *,
-    duration: float,
-    hop: float | None,
-    alpha: float,
-    jitter: bool,
-    durations: Mapping[str, float] | None,
-    lufs_cache: Any,
-    lufs_per_file: Mapping[str, Any] | None,
-    lufs_window_sec: float | None,
-    lufs_cutoff: float,
+    name: str | None,
     shuffle: bool,
     num_epochs: int | None,
     shuffle_seed: int,
@@ -251,15 +244,18 @@ def _windowed_dataset(
     sample_rate: int,
     mono: bool,
     pad_mode: str | None,
-    source: str | None,
+    durations: Mapping[str, float] | None = None,
+    lufs_per_file: Mapping[str, Any] | None = None,
 ) -> grain.MapDataset:
-    duration = check_positive(duration, "duration")
-    hop = duration if hop is None else check_positive(hop, "hop")
-    alpha = _check_alpha(alpha)
+    """The windowed dataset of ``files`` (raw, its items labelled ``name``): one group of
+    ``create_balanced_audio_dataset(window=...)``, or all of :func:`create_windowed_audio_dataset`."""
+    if not isinstance(window, WindowConfig):
+        raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
     check_pad_mode(pad_mode)
-    if not is_real(lufs_cutoff):
-        raise ValueError(f"lufs_cutoff must be a number (LUFS), got {lufs_cutoff!r}.")
-
+    files = [os.fspath(f) for f in files]
+    duration, jitter, lufs_cutoff = float(window.duration), window.jitter, window.lufs_cutoff
+    hop = duration if window.hop is None else float(window.hop)
+    alpha, lufs_cache, lufs_window_sec = window.alpha, window.lufs_cache, window.lufs_window_sec
     durations_hint = "add it to durations= or pass durations=None to read the file headers."
     cache = _resolve_cache(lufs_cache)
     if cache is not None:
@@ -301,38 +297,13 @@ def _windowed_dataset(
     ds = ds.repeat(num_epochs)
     loader = WindowLoader(
         files=tuple(files), slots=slots, duration=duration, jitter=bool(jitter), sample_rate=int(sample_rate),
-        mono=bool(mono), pad_mode=pad_mode, source=source,
+        mono=bool(mono), pad_mode=pad_mode, source=name,
     )
     return ds.random_map(loader, seed=excerpt_stream)
 
 
 # The defaults of create_windowed_audio_dataset's window knobs (equal to WindowConfig's).
 _WINDOW_DEFAULTS = {f.name: f.default for f in dataclasses.fields(WindowConfig)}
-
-
-def windowed_group_dataset(
-    files: Sequence[str],
-    window: WindowConfig,
-    *,
-    name: str,
-    shuffle: bool,
-    num_epochs: int | None,
-    shuffle_seed: int,
-    excerpt_seed: int | None,
-    sample_rate: int,
-    mono: bool,
-    pad_mode: str | None,
-) -> grain.MapDataset:
-    """One group of ``create_balanced_audio_dataset(window=...)``: a raw MapDataset labelled ``name``."""
-    if not isinstance(window, WindowConfig):
-        raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
-    return _windowed_dataset(
-        [os.fspath(f) for f in files], duration=window.duration, hop=window.hop, alpha=window.alpha,
-        jitter=window.jitter, durations=None, lufs_cache=window.lufs_cache, lufs_per_file=None,
-        lufs_window_sec=window.lufs_window_sec, lufs_cutoff=window.lufs_cutoff, shuffle=shuffle,
-        num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed, sample_rate=sample_rate,
-        mono=mono, pad_mode=pad_mode, source=name,
-    )
 
 
 def create_windowed_audio_dataset(
@@ -383,9 +354,12 @@ def create_windowed_audio_dataset(
         stale cache, or a file missing from the durations or loudness.
       RuntimeError: no files found, or no slots left after loudness filtering.
     """
-    if window is not None:
-        if not isinstance(window, WindowConfig):
-            raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
+    if window is None:
+        window = WindowConfig(
+            duration=duration, hop=hop, alpha=alpha, jitter=jitter, lufs_cache=lufs_cache, lufs_cutoff=lufs_cutoff,
+            lufs_window_sec=lufs_window_sec,
+        )
+    elif isinstance(window, WindowConfig):
         given = {
             "duration": duration, "hop": hop, "alpha": alpha, "jitter": jitter, "lufs_cache": lufs_cache,
             "lufs_cutoff": lufs_cutoff, "lufs_window_sec": lufs_window_sec,
@@ -393,20 +367,15 @@ def create_windowed_audio_dataset(
         clashes = sorted(k for k, v in given.items() if v is not _WINDOW_DEFAULTS[k] and v != _WINDOW_DEFAULTS[k])
         if clashes:
             raise ValueError(f"window= already sets {clashes}; pass them in the WindowConfig, not as well.")
-        duration, hop, alpha, jitter = window.duration, window.hop, window.alpha, window.jitter
-        lufs_cache, lufs_cutoff, lufs_window_sec = window.lufs_cache, window.lufs_cutoff, window.lufs_window_sec
-    duration = check_positive(duration, "duration")
     # An unreadable file always raises here (WindowLoader has no other policy).
     sample_rate, shuffle_seed, excerpt_seed = check_common(
         num_epochs=num_epochs, on_read_error="raise", sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
-    files = resolve_files(sources, filepaths, extensions)
-    ds = _windowed_dataset(
-        files, duration=duration, hop=hop, alpha=alpha, jitter=jitter, durations=durations, lufs_cache=lufs_cache,
-        lufs_per_file=lufs_per_file, lufs_window_sec=lufs_window_sec, lufs_cutoff=lufs_cutoff, shuffle=shuffle,
-        num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed, sample_rate=sample_rate,
-        mono=mono, pad_mode=pad_mode, source=source,
+    ds = windowed_group_dataset(
+        resolve_files(sources, filepaths, extensions), window, name=source, shuffle=shuffle, num_epochs=num_epochs,
+        shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,
+        durations=durations, lufs_per_file=lufs_per_file,
     )
-    item_bytes = estimate_item_bytes(channels=1 if mono else 2, sample_rate=sample_rate, duration=duration)
+    item_bytes = estimate_item_bytes(channels=1 if mono else 2, sample_rate=sample_rate, duration=window.duration)
     return AudioMapDataset(ds, item_bytes=item_bytes)
