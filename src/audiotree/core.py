@@ -15,6 +15,12 @@ Shape conventions
 ``sample_rate`` is static pytree metadata: trees at different rates have
 different tree definitions. Every method returns a new tree; nothing mutates.
 NumPy and JAX leaves are both supported; operations stay in the leaf's library.
+
+The container knows nothing of files. The published API puts five readers and
+writers on the class (``from_file``, ``excerpt``, ``loudest_excerpt``,
+``from_manifest``, ``write``); they are thin wrappers over :mod:`audiotree.io`,
+which returns plain arrays and never imports this module, so dependencies point
+one way (``tests/test_architecture.py`` checks the whole graph).
 """
 
 from __future__ import annotations
