@@ -332,7 +332,9 @@ def build_index(
     pairs, described = _normalize_sources(sources)
     if label_source is not None:
         described.update(labels=os.path.abspath(label_source.path), labels_key=label_source.key,
-                         labels_match=label_source.match)
+                         labels_match=label_source.match, labels_missing=label_source.missing)
+        if label_source.root is not None:
+            described["labels_root"] = os.path.abspath(label_source.root)
     stored_root = root_abs = None
     if root is not None:
         root_abs = os.path.normpath(os.path.abspath(os.fspath(root)))

@@ -56,7 +56,7 @@ def refresh_command(index_path: str, meta: dict) -> str:
         args.append("SOURCES...")
     args += ["--out", os.path.abspath(index_path)]
     for flag, key in (("--labels", "labels"), ("--labels-key", "labels_key"), ("--labels-match", "labels_match"),
-                      ("--root", "root")):
+                      ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root")):
         if sources.get(key):
             args += [flag, str(sources[key])]
     loud = meta.get("loudness") or {}

@@ -364,8 +364,19 @@ def _corrupt(path: Path, message: str) -> ValueError:
     )
 
 
-def load_window_lufs(cache_dir: str | os.PathLike) -> WindowLufsCache:
-    """Loads and validates a cache written by :func:`save_window_lufs` (a folder or its ``.npz``)."""
+def load_window_lufs(cache_dir: str | os.PathLike, *, lufs_window_sec: float | None = None) -> WindowLufsCache:
+    """Loads and validates a cache written by :func:`save_window_lufs` (a folder or its ``.npz``).
+
+    A corpus index (a ``.parquet`` file from :func:`audiotree.index.build_index`)
+    is read as a cache too: its loudness profiles give the cells of
+    ``lufs_window_sec`` seconds (required then; a multiple of 0.1 s).
+    """
+    from audiotree.sources.indexed import is_index_path
+
+    if is_index_path(cache_dir):
+        from audiotree.sources.indexed import window_lufs_view
+
+        return WindowLufsCache(**window_lufs_view(cache_dir, lufs_window_sec))
     path = _cache_file(cache_dir)
     if not path.is_file():
         raise FileNotFoundError(f"Window-LUFS cache not found: {path}. Build it with build_window_lufs_cache(...).")
@@ -451,7 +462,18 @@ def build_window_lufs_cache(
 
     File sizes and modification times are recorded *before* measuring, so a
     file that changes during the build makes the cache stale rather than wrong.
+    An ``out_dir`` ending in ``.parquet`` builds a corpus index instead
+    (:func:`audiotree.index.build_index`, whose profiles serve any window
+    length); load it with ``load_window_lufs(path, lufs_window_sec=...)``.
     """
+    from audiotree.sources.indexed import is_index_path
+
+    if is_index_path(out_dir):
+        from audiotree.index import build_index
+
+        build_index([os.fspath(p) for p in filepaths], out_dir, mono=mono, executor="serial",
+                    show_progress=bool(show_progress))
+        return Path(out_dir)
     files = [os.fspath(p) for p in filepaths]
     stats = {p: _stat(p) for p in files}
     lufs = precompute_window_lufs(files, lufs_window_sec, sample_rate=sample_rate, mono=mono, show_progress=show_progress)
@@ -574,26 +596,33 @@ class WindowLoader(grain.transforms.RandomMap):
     source: str | None
 
     def random_map(self, element: Any, rng: np.random.Generator):
+        return self.read_slot(int(element), rng)
+
+    def read_slot(self, slot: int, rng: np.random.Generator, *, reprobe: bool = False):
+        """The excerpt of ``slot``; ``reprobe`` re-reads the file's length (it changed since it was indexed)."""
         from audiotree.core import AudioTree
 
-        slot = int(element)
         offset = float(self.slots.offset[slot])
         stride = float(self.slots.stride[slot])
         if self.jitter and stride > 0:
             offset += float(rng.uniform(0.0, stride))
         offset = min(offset, float(self.slots.max_offset[slot]))
         path = self.files[int(self.slots.file_idx[slot])]
+        if reprobe:
+            from audiotree.io import probe
+
+            offset = min(offset, max(0.0, probe(path).duration - self.duration))
         return AudioTree.from_file(
             path, sample_rate=self.sample_rate, offset=offset, duration=self.duration, mono=self.mono,
             pad_mode=self.pad_mode, source=self.source,
         )
 
 
-def _resolve_cache(lufs_cache: Any) -> WindowLufsCache | None:
+def _resolve_cache(lufs_cache: Any, lufs_window_sec: float | None = None) -> WindowLufsCache | None:
     if lufs_cache is None or isinstance(lufs_cache, WindowLufsCache):
         return lufs_cache
     if isinstance(lufs_cache, (str, os.PathLike)):
-        return load_window_lufs(lufs_cache)
+        return load_window_lufs(lufs_cache, lufs_window_sec=lufs_window_sec)
     raise TypeError(f"lufs_cache must be a path, a WindowLufsCache or None, got {type(lufs_cache).__name__}.")
 
 
@@ -617,6 +646,8 @@ def _windowed_dataset(
     mono: bool,
     pad_mode: str | None,
     source: str | None,
+    rows: Any = None,
+    on_stale: str = "error",
 ) -> grain.MapDataset:
     from audiotree.excerpt import _check_pad_mode
     from audiotree.sources.datasets import derive_streams
@@ -629,7 +660,13 @@ def _windowed_dataset(
         raise ValueError(f"lufs_cutoff must be a number (LUFS), got {lufs_cutoff!r}.")
 
     durations_hint = "add it to durations= or pass durations=None to read the file headers."
-    cache = _resolve_cache(lufs_cache)
+    if rows is not None:  # from a corpus index: durations (and loudness) without reading a header
+        files = list(rows.paths)
+        if durations is None:
+            durations = dict(zip(files, rows.durations.tolist()))
+        if lufs_cache is None and lufs_per_file is None and lufs_window_sec is not None:
+            lufs_cache = rows.index_path
+    cache = _resolve_cache(lufs_cache, lufs_window_sec)
     if cache is not None:
         if cache.sample_rate is not None and cache.sample_rate != sample_rate:
             raise ValueError(
@@ -641,7 +678,8 @@ def _windowed_dataset(
                 f"The window-LUFS cache {cache.path or ''} was built with mono={cache.mono}, but this dataset uses "
                 f"mono={mono}; rebuild it with mono={mono}."
             )
-        cache.check_fresh(files)
+        if rows is None:  # indexed files are checked one by one when read (on_stale)
+            cache.check_fresh(files)
         if lufs_per_file is None:
             lufs_per_file = cache.lufs
         if lufs_window_sec is None:
@@ -671,6 +709,10 @@ def _windowed_dataset(
         files=tuple(files), slots=slots, duration=duration, jitter=bool(jitter), sample_rate=int(sample_rate),
         mono=bool(mono), pad_mode=pad_mode, source=source,
     )
+    if rows is not None:
+        from audiotree.sources.indexed import IndexedLoader
+
+        loader = IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=source is None, by_slot=True)
     return ds.random_map(loader, seed=excerpt_stream)
 
 
@@ -686,8 +728,13 @@ def windowed_group_dataset(
     sample_rate: int,
     mono: bool,
     pad_mode: str | None,
+    rows: Any = None,
+    on_stale: str = "error",
 ) -> grain.MapDataset:
-    """One group of ``create_balanced_audio_dataset(window=...)``: a raw MapDataset labelled ``name``."""
+    """One group of ``create_balanced_audio_dataset(window=...)``: a raw MapDataset labelled ``name``.
+
+    ``rows`` (:class:`~audiotree.sources.indexed.IndexRows`) gives the files from a corpus index.
+    """
     if not isinstance(window, WindowConfig):
         raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
     return _windowed_dataset(
@@ -695,7 +742,7 @@ def windowed_group_dataset(
         jitter=window.jitter, durations=None, lufs_cache=window.lufs_cache, lufs_per_file=None,
         lufs_window_sec=window.lufs_window_sec, lufs_cutoff=window.lufs_cutoff, shuffle=shuffle,
         num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed, sample_rate=sample_rate,
-        mono=mono, pad_mode=pad_mode, source=name,
+        mono=mono, pad_mode=pad_mode, source=name, rows=rows, on_stale=on_stale,
     )
 
 
@@ -721,6 +768,11 @@ def create_windowed_audio_dataset(
     pad_mode: str | None = "constant",
     extensions: Sequence[str] | None = None,
     source: str | None = None,
+    index: Any = None,
+    labels: Sequence[str] | None = None,
+    min_duration: float | None = None,
+    max_duration: float | None = None,
+    on_stale: str = "error",
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -736,6 +788,10 @@ def create_windowed_audio_dataset(
       lufs_cutoff: slots whose centre cell is quieter (LUFS) are dropped.
       shuffle, num_epochs, shuffle_seed, excerpt_seed, sample_rate, mono,
       pad_mode, extensions, source: as in :func:`create_audio_dataset`.
+      index, labels, min_duration, max_duration, on_stale: read the files from a
+        corpus index, as in :func:`create_audio_dataset`. Durations come from
+        the index; with ``lufs_window_sec`` (a multiple of 0.1 s) quiet slots
+        are dropped using the index's loudness profiles.
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -751,12 +807,23 @@ def create_windowed_audio_dataset(
         num_epochs=num_epochs, on_read_error="raise", sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
-    files = _resolve_files(sources, filepaths, extensions)
+    rows = None
+    if index is not None:
+        from audiotree.sources.indexed import rows_for_builder
+
+        rows = rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
+                                max_duration=max_duration, on_stale=on_stale)
+        files = list(rows.paths)
+    else:
+        from audiotree.sources.indexed import refuse_index_options
+
+        refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
+        files = _resolve_files(sources, filepaths, extensions)
     ds = _windowed_dataset(
         files, duration=duration, hop=hop, alpha=alpha, jitter=jitter, durations=durations, lufs_cache=lufs_cache,
         lufs_per_file=lufs_per_file, lufs_window_sec=lufs_window_sec, lufs_cutoff=lufs_cutoff, shuffle=shuffle,
         num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed, sample_rate=sample_rate,
-        mono=mono, pad_mode=pad_mode, source=source,
+        mono=mono, pad_mode=pad_mode, source=source, rows=rows, on_stale=on_stale,
     )
     item_bytes = estimate_item_bytes(channels=1 if mono else 2, sample_rate=sample_rate, duration=duration)
     return AudioMapDataset(ds, item_bytes=item_bytes)
