@@ -9,9 +9,13 @@ starting at block ``k`` has mean square ``mean(profile[k:k + 4])``.
 
 The only difference from metering the window alone is the filter's state at
 the window's start (the profile's filter has heard the audio before it; a
-meter run on the excerpt starts from silence). The K-filter's high-pass settles
-within tens of milliseconds, so on program material the two agree to well
-within 0.1 LU (tested against :func:`audiotree.dsp.loudness.integrated_loudness`).
+meter run on the excerpt starts from silence). The K-filter settles within tens
+of milliseconds, so on program material (windows above -50 LUFS) the two agree
+within 0.1 LU, measured at most 0.065 LU on 0.4 to 3 s windows of speech, music
+and noise bursts (tested against :func:`audiotree.dsp.loudness.integrated_loudness`).
+A near-silent window right after a loud passage also holds the filter's ringing
+from that passage, so the profile reads it louder than the fresh meter does (by
+up to ~1 LU at -60 LUFS); it never reads a window quieter.
 The block grid is exact when ``0.1 * rate`` is a whole number of samples (every
 common rate); otherwise a gating block is ``4 * round(0.1 * rate)`` samples
 instead of ``round(0.4 * rate)``.
