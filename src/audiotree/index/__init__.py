@@ -15,10 +15,8 @@ polars or DuckDB read it without audiotree.
 
 from __future__ import annotations
 
-from audiotree.index.build import IndexBuildReport, build_index
-from audiotree.index.labels import LabelSource
-from audiotree.index.profile import file_profile, window_blocks, window_loudness
-from audiotree.index.reader import ON_STALE, CorpusIndex, StaleFileError, open_index
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "build_index",
@@ -32,3 +30,37 @@ __all__ = [
     "window_loudness",
     "window_blocks",
 ]
+
+# Loaded on first use: a dataset opening an index must not pay for SciPy (the
+# profile's filter) or the build machinery at start-up.
+_LAZY = {
+    "build_index": "audiotree.index.build",
+    "IndexBuildReport": "audiotree.index.build",
+    "LabelSource": "audiotree.index.labels",
+    "open_index": "audiotree.index.reader",
+    "CorpusIndex": "audiotree.index.reader",
+    "ON_STALE": "audiotree.index.reader",
+    "StaleFileError": "audiotree.index.reader",
+    "file_profile": "audiotree.index.profile",
+    "window_loudness": "audiotree.index.profile",
+    "window_blocks": "audiotree.index.profile",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from audiotree.index.build import IndexBuildReport, build_index
+    from audiotree.index.labels import LabelSource
+    from audiotree.index.profile import file_profile, window_blocks, window_loudness
+    from audiotree.index.reader import ON_STALE, CorpusIndex, StaleFileError, open_index
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'audiotree.index' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -67,6 +67,37 @@ def refresh_command(index_path: str, meta: dict) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
+def _numpy(column) -> np.ndarray:
+    """An Arrow column as NumPy: bools, floats (null -> NaN), ints (with nulls: an object
+    array), else an object array of Python values.
+
+    Read through the buffers: pyarrow's own ``to_numpy`` imports pandas (~100 MB,
+    most of a second), which a dataset's start-up must not pay for.
+    """
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    kind = column.type
+    if column.null_count:  # (fill_null imports pandas too)
+        values = column.to_pylist()
+        if pa.types.is_floating(kind):
+            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        if pa.types.is_boolean(kind):
+            return np.array([bool(v) for v in values], dtype=bool)
+        return np.array(values, dtype=object)
+    if pa.types.is_boolean(kind):
+        return _from_buffer(column.cast(pa.uint8()), np.uint8).astype(bool)
+    if pa.types.is_floating(kind) or pa.types.is_integer(kind):
+        return _from_buffer(column, np.dtype(kind.to_pandas_dtype()))
+    return np.array(column.to_pylist(), dtype=object)
+
+
+def _from_buffer(column, dtype) -> np.ndarray:
+    data = np.frombuffer(column.buffers()[1], dtype=dtype)
+    return data[column.offset:column.offset + len(column)].copy()
+
+
 def _read_failure(path: str, exc: BaseException) -> ValueError:
     return ValueError(
         f"{path}: not a readable Parquet file ({' '.join(str(exc).split())}). It may be truncated or damaged "
@@ -84,7 +115,7 @@ def _check_paths(column, where: str) -> None:
     )
     bad = pc.or_(bad, pc.equal(pc.utf8_length(column), 0))
     if pc.any(bad).as_py():
-        rows = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+        rows = np.flatnonzero(_numpy(bad))
         example = column[int(rows[0])].as_py()
         raise ValueError(
             f"{where}: {len(rows)} path(s) escape the index's root, e.g. row {int(rows[0])}: {example!r}; paths must be "
@@ -130,7 +161,7 @@ class CorpusIndex:
         if name not in self.table.column_names:
             raise KeyError(f"{self.path}: column {name!r} was not read (or does not exist); the index has "
                            f"{self.table.column_names}.")
-        return self.table.column(name).to_numpy(zero_copy_only=False)
+        return _numpy(self.table.column(name))
 
     def paths(self) -> list[str]:
         """Every row's file as a usable path (joined to the root when there is one)."""
@@ -146,26 +177,23 @@ class CorpusIndex:
 
     # -------------------------------------------------------------- labels
     def label_values(self, name: str) -> np.ndarray:
-        """One label column per row: category ids (int32, ``-1`` for none) or numbers."""
+        """One label column per row: category ids (int32, ``-1`` for none) or numbers as stored
+        (an integer column with empty values reads as float64 with NaN)."""
         spec = self.meta["labels"].get(name)
         if spec is None:
             raise ValueError(f"{self.path} has no label column {name!r}; its labels are {self.label_names}. "
                              "Rebuild the index with --labels naming a file that has it.")
         if spec["kind"] == "category":
-            import pyarrow as pa
-            import pyarrow.compute as pc
-
-            vocab = pa.array(spec["vocabulary"], type=pa.string())
-            ids = pc.index_in(self.table.column(name), value_set=vocab)
-            unknown = pc.and_(pc.is_null(ids), pc.is_valid(self.table.column(name)))
-            if pc.any(unknown).as_py():
-                raise ValueError(f"{self.path}: label column {name!r} holds values missing from its vocabulary; "
-                                 "the index was edited or damaged. Rebuild it.")
-            return ids.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-        values = self.table.column(name).to_numpy(zero_copy_only=False)
-        if values.dtype == object:  # an integer column with nulls
-            raise ValueError(f"{self.path}: numeric label column {name!r} has empty values; fill them in the labels "
-                             "file (or use a float column, where empty reads as NaN) and rebuild the index.")
+            ids = {value: i for i, value in enumerate(spec["vocabulary"])}
+            ids[None] = -1
+            try:
+                return np.array([ids[v] for v in self.table.column(name).to_pylist()], dtype=np.int32)
+            except KeyError as exc:
+                raise ValueError(f"{self.path}: label column {name!r} holds {exc.args[0]!r}, which is missing from "
+                                 "its vocabulary; the index was edited or damaged. Rebuild it.") from None
+        values = _numpy(self.table.column(name))
+        if values.dtype == object:  # an integer column with empty values: float64, empty as NaN (as pandas does)
+            values = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
         return values
 
     def vocabulary(self, name: str) -> list[str]:

@@ -33,17 +33,18 @@ class IndexRows:
 
     ``paths[i]`` is row ``i``'s file; ``sizes``/``mtimes`` what the index
     recorded; ``durations`` seconds; ``channels``; ``groups`` the group column
-    (``None`` when null); ``labels`` ``{name: (n,) array}``.
+    (``None`` when null); ``labels`` ``{name: (n,) array}``. Paths and groups
+    are object arrays, so selecting rows is one fancy index.
     """
 
     index_path: str
     refresh: str
-    paths: tuple
+    paths: np.ndarray
     sizes: np.ndarray
     mtimes: np.ndarray
     durations: np.ndarray
     channels: np.ndarray
-    groups: tuple
+    groups: np.ndarray
     labels: Mapping[str, np.ndarray]
 
     def __len__(self) -> int:
@@ -52,9 +53,9 @@ class IndexRows:
     def take(self, rows: np.ndarray) -> "IndexRows":
         rows = np.asarray(rows, dtype=np.int64)
         return dataclasses.replace(
-            self, paths=tuple(self.paths[i] for i in rows), sizes=self.sizes[rows], mtimes=self.mtimes[rows],
-            durations=self.durations[rows], channels=self.channels[rows],
-            groups=tuple(self.groups[i] for i in rows), labels={k: v[rows] for k, v in self.labels.items()},
+            self, paths=self.paths[rows], sizes=self.sizes[rows], mtimes=self.mtimes[rows],
+            durations=self.durations[rows], channels=self.channels[rows], groups=self.groups[rows],
+            labels={k: v[rows] for k, v in self.labels.items()},
         )
 
     def stale_reason(self, i: int) -> str | None:
@@ -177,11 +178,11 @@ def rows_from_index(
                       UserWarning, stacklevel=3)
     paths = ix.paths()
     rows = IndexRows(
-        index_path=ix.path, refresh=ix.refresh_command(), paths=tuple(paths),
+        index_path=ix.path, refresh=ix.refresh_command(), paths=_objects(paths),
         sizes=ix.column("size").astype(np.int64), mtimes=ix.column("mtime_ns").astype(np.int64),
         durations=np.asarray(ix.column("duration"), dtype=np.float64),
         channels=np.asarray(ix.column("channels"), dtype=np.float64),
-        groups=tuple(ix.table.column("group").to_pylist()),
+        groups=_objects(ix.table.column("group").to_pylist()),
         labels={n: ix.label_values(n) for n in names},
     )
     return rows.take(selected)
@@ -198,17 +199,21 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
         raise ValueError(f"{ix.path} has no column {group_by!r} to group by; use 'group' or one of its labels "
                          f"{ix.label_names}.")
     rows = rows_from_index(ix, **kwargs)
-    keys = ix.table.column(group_by).to_pylist()
     selected = ix.select(readable=True, min_duration=kwargs.get("min_duration"), max_duration=kwargs.get("max_duration"))
-    keys = [keys[i] for i in selected]
-    if any(k is None for k in keys):
-        first = next(rows.paths[j] for j, k in enumerate(keys) if k is None)
-        raise ValueError(f"{ix.path}: column {group_by!r} is empty for some rows (e.g. '{first}'); every row needs "
-                         "a group. Fill it in, or build the index with GROUP=FOLDER sources.")
-    groups: dict[str, list[int]] = {}
-    for j, k in enumerate(keys):
-        groups.setdefault(str(k), []).append(j)
-    return {name: rows.take(np.asarray(members)) for name, members in sorted(groups.items())}
+    keys = _objects(ix.table.column(group_by).to_pylist())[selected]
+    empty = np.flatnonzero(keys == None)  # noqa: E711 - elementwise on an object array
+    if empty.size:
+        raise ValueError(f"{ix.path}: column {group_by!r} is empty for {empty.size} row(s) (e.g. "
+                         f"'{rows.paths[empty[0]]}'); every row needs a group. Fill it in, or build the index with "
+                         "GROUP=FOLDER sources.")
+    names, inverse = np.unique(keys.astype(str), return_inverse=True)
+    return {str(name): rows.take(np.flatnonzero(inverse == j)) for j, name in enumerate(names)}
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def first_channels(rows: IndexRows) -> int | None:
