@@ -249,13 +249,16 @@ def stale_message(path: str, reason: str, index_path: str, command: str) -> str:
     )
 
 
-def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None) -> CorpusIndex:
+def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
+               labels: Sequence[str] | None = None) -> CorpusIndex:
     """Opens and validates the index at ``path``, reading ``columns``.
 
     Args:
       path: an index written by :func:`audiotree.index.build_index`.
       columns: the columns to read (default: the base columns a dataset needs,
         plus every label column); ``"all"`` reads everything, profile included.
+      labels: label columns to read as well; each must be one of the index's
+        labels (else a ``ValueError`` naming the index and its labels).
 
     Raises:
       FileNotFoundError: no such file.
@@ -285,10 +288,17 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None)
     for name in meta["labels"]:
         if name not in schema.names:
             raise ValueError(f"{path}: label column {name!r} is listed in the metadata but missing; rebuild the index.")
+    missing = [name for name in (labels or ()) if name not in meta["labels"]]
+    if missing:
+        raise ValueError(
+            f"{path} has no label column(s) {missing}; its labels are {list(meta['labels'])}. Rebuild the index "
+            "with --labels naming a file that has them."
+        )
     if columns == "all":
         wanted = list(schema.names)
     else:
-        wanted = list(dict.fromkeys(list(columns or _DEFAULT_COLUMNS) + ([] if columns else list(meta["labels"]))))
+        wanted = list(dict.fromkeys(list(columns or _DEFAULT_COLUMNS) + ([] if columns else list(meta["labels"]))
+                                    + list(labels or ())))
         unknown = [c for c in wanted if c not in schema.names]
         if unknown:
             raise ValueError(f"{path}: no column(s) {unknown}; the index has {schema.names}.")

@@ -195,7 +195,7 @@ def create_audio_dataset(
     if index is not None:
         rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
                                         max_duration=max_duration, on_stale=on_stale)
-        files = list(range(len(rows)))  # items are row numbers; IndexedLoader maps them to files
+        files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
         if not mono and channels is None:
             channels = indexed.first_channels(rows)
     else:
@@ -337,7 +337,7 @@ def create_balanced_audio_dataset(
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
     group_files = {
-        name: list(range(len(group_rows[name]))) if name in group_rows else _resolve_files(folders, None, extensions)
+        name: range(len(group_rows[name])) if name in group_rows else _resolve_files(folders, None, extensions)
         for name, folders in sources.items()
     }
     if window is None and not mono and channels is None and group_files:

@@ -139,6 +139,7 @@ def _label_names(labels: Any) -> list[str]:
 
 
 def _load(index: Any, labels: Sequence[str], extra_columns: Sequence[str] = ()):
+    """The index opened once, with the columns a dataset needs and the ``labels`` asked for."""
     from audiotree.index.reader import CorpusIndex, open_index
 
     if isinstance(index, CorpusIndex):
@@ -146,14 +147,15 @@ def _load(index: Any, labels: Sequence[str], extra_columns: Sequence[str] = ()):
     if not isinstance(index, (str, os.PathLike)):
         raise TypeError(f"index must be a path to a corpus index or a CorpusIndex, got {type(index).__name__}.")
     columns = ["path", "group", "size", "mtime_ns", "channels", "duration", "readable", *extra_columns]
-    ix = open_index(index, columns=columns)
-    missing = [n for n in labels if n not in ix.meta["labels"]]
-    if missing:
-        raise ValueError(
-            f"{ix.path} has no label column(s) {missing}; its labels are {ix.label_names}. Rebuild the index with "
-            "--labels naming a file that has them."
-        )
-    return open_index(index, columns=columns + list(labels)) if labels else ix
+    return open_index(index, columns=list(dict.fromkeys(columns)), labels=labels)
+
+
+def _release_arrow_memory() -> None:
+    # Parquet decoding leaves freed buffers in pyarrow's pool; give them back, the
+    # dataset keeps only NumPy arrays.
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 def rows_from_index(
@@ -182,10 +184,10 @@ def rows_from_index(
         sizes=ix.column("size").astype(np.int64), mtimes=ix.column("mtime_ns").astype(np.int64),
         durations=np.asarray(ix.column("duration"), dtype=np.float64),
         channels=np.asarray(ix.column("channels"), dtype=np.float64),
-        groups=_objects(ix.table.column("group").to_pylist()),
+        groups=_objects(_interned(ix.table.column("group").to_pylist())),
         labels={n: ix.label_values(n) for n in names},
     )
-    return rows.take(selected)
+    return rows if selected.size == len(ix) else rows.take(selected)
 
 
 def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRows]:
@@ -200,14 +202,23 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
                          f"{ix.label_names}.")
     rows = rows_from_index(ix, **kwargs)
     selected = ix.select(readable=True, min_duration=kwargs.get("min_duration"), max_duration=kwargs.get("max_duration"))
-    keys = _objects(ix.table.column(group_by).to_pylist())[selected]
+    keys = rows.groups if group_by == "group" else _objects(_interned(ix.table.column(group_by).to_pylist()))[selected]
     empty = np.flatnonzero(keys == None)  # noqa: E711 - elementwise on an object array
     if empty.size:
         raise ValueError(f"{ix.path}: column {group_by!r} is empty for {empty.size} row(s) (e.g. "
                          f"'{rows.paths[empty[0]]}'); every row needs a group. Fill it in, or build the index with "
                          "GROUP=FOLDER sources.")
+    del ix
     names, inverse = np.unique(keys.astype(str), return_inverse=True)
-    return {str(name): rows.take(np.flatnonzero(inverse == j)) for j, name in enumerate(names)}
+    groups = {str(name): rows.take(np.flatnonzero(inverse == j)) for j, name in enumerate(names)}
+    _release_arrow_memory()
+    return groups
+
+
+def _interned(values: list) -> list:
+    """``values`` with equal entries sharing one object (a group column repeats a few names)."""
+    seen: dict = {}
+    return [seen.setdefault(v, v) for v in values]
 
 
 def _objects(values: Sequence[Any]) -> np.ndarray:
