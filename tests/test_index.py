@@ -3,6 +3,7 @@ incremental updates, labels, staleness, datasets from an index, and bad input.""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -81,6 +82,37 @@ def test_serial_and_process_pool_write_identical_bytes(corpus, built, tmp_path):
     pooled = tmp_path / "pooled.parquet"
     build_index(_sources(root), pooled, show_progress=False, max_workers=2, chunk_size=1)  # spawn process pool
     assert pooled.read_bytes() == serial.read_bytes()
+    threaded = tmp_path / "threaded.parquet"
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        build_index(_sources(root), threaded, show_progress=False, executor=pool, chunk_size=2)
+    assert threaded.read_bytes() == serial.read_bytes()
+    with pytest.raises(TypeError, match="executor must be"):
+        build_index(_sources(root), tmp_path / "x.parquet", executor="ray-ish", show_progress=False)
+
+
+@pytest.mark.slow
+def test_an_unguarded_script_with_the_process_pool_gets_a_clear_error(corpus, tmp_path):
+    from helpers import run_script
+
+    root, _ = corpus
+    code = (f"from audiotree.index import build_index\n"
+            f"build_index({str(root / 'speech')!r}, {str(tmp_path / 'x.parquet')!r}, show_progress=False, max_workers=1)\n")
+    result = run_script(code, tmp_path, timeout=300)
+    assert result.returncode != 0
+    assert "if __name__ == " in result.stderr and "executor='serial'" in result.stderr
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import audiotree.dsp.loudness
+    import audiotree.index
+    import audiotree.index.labels
+    import audiotree.index.profile
+
+    for module in (audiotree.index, audiotree.index.profile, audiotree.index.labels, audiotree.dsp.loudness):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and (result.attempted > 0 or module is audiotree.dsp.loudness), module
 
 
 def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):

@@ -50,6 +50,12 @@ class LabelSource:
         file's folder).
       missing: ``"error"`` when an indexed file has no label row, or
         ``"null"`` to leave its labels empty.
+
+    >>> LabelSource("meta/speakers.csv", key="utterance", match="stem").match
+    'stem'
+    >>> LabelSource("labels.csv", match="basename")
+    Traceback (most recent call last):
+    ValueError: labels match must be one of ('path', 'relative', 'stem'), got 'basename'.
     """
 
     path: str

@@ -43,12 +43,20 @@ _MAX_CELLS = 1 << 22
 
 
 def profile_step(sample_rate: int) -> int:
-    """Samples per profile block at ``sample_rate``: ``round(0.1 * rate)``."""
+    """Samples per profile block at ``sample_rate``: ``round(0.1 * rate)``.
+
+    >>> profile_step(44_100), profile_step(16_000)
+    (4410, 1600)
+    """
     return int(round(BLOCK_SEC * int(sample_rate)))
 
 
 def window_blocks(seconds: float) -> int:
-    """Profile blocks in a window of ``seconds`` (rounded to the 100 ms grid)."""
+    """Profile blocks in a window of ``seconds`` (rounded to the 100 ms grid).
+
+    >>> window_blocks(3.0), window_blocks(0.4)
+    (30, 4)
+    """
     if not (isinstance(seconds, (int, float, np.floating, np.integer)) and math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"a window must be a positive number of seconds, got {seconds!r}.")
     return max(1, int(round(float(seconds) / BLOCK_SEC)))
