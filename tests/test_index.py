@@ -136,6 +136,10 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     row = df[df.path.str.endswith("m1.wav")].iloc[0]
     assert (row.sample_rate, row.channels, row.frames, row.profile_step) == (RATE, 2, 4 * RATE, RATE // 10)
     assert len(row.profile) == 40 and row.duration == pytest.approx(4.0)
+    ix = open_index(out, columns="all")
+    i = ix.paths().index(row.path)
+    np.testing.assert_array_equal(ix.profile(i), np.asarray(row.profile, dtype=np.float32))
+    assert ix.profile(ix.paths().index(bad.path.iloc[0])) is None
 
 
 def test_rows_are_sorted_by_group_then_path(built):
@@ -480,6 +484,25 @@ def test_balanced_dataset_from_indexes_and_group_by(built, corpus, tmp_path):
     assert {windowed[i].source[0] for i in range(20)} == {"speech", "music"}
     with pytest.raises(ValueError, match="group_by"):
         create_balanced_audio_dataset(index=out)
+
+
+def test_group_by_a_label_column(corpus, tmp_path):
+    from audiotree import AudioTree
+    from audiotree.sources import create_balanced_audio_dataset
+
+    root, files = corpus
+    labels = _labels_csv(tmp_path / "l.csv", [f"{files['s1']},alice,1", f"{files['s2']},bob,2",
+                                              f"{files['s3']},alice,3"])
+    out = tmp_path / "g.parquet"
+    build_index({"speech": str(root / "speech")}, out, executor="serial", show_progress=False, labels=labels,
+                loudness=False)
+    ds = create_balanced_audio_dataset(index=out, group_by="speaker", labels=["speaker"], duration=0.5,
+                                       sample_rate=RATE)
+    batch = AudioTree.batch([ds[i] for i in range(16)])
+    by_source = {(src, int(spk)) for src, spk in zip(batch.source, batch.extras["speaker"])}
+    assert by_source == {("alice", 0), ("bob", 1)}
+    with pytest.raises(ValueError, match=r"g\.parquet: no column\(s\) \['accent'\]"):
+        create_balanced_audio_dataset(index=out, group_by="accent")  # names the index and its columns
 
 
 def test_windowed_dataset_from_an_index_uses_its_durations_and_profiles(tmp_path):

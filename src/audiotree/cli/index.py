@@ -100,9 +100,10 @@ def index_scan_report(path: str, *, duration: float, lufs_cutoff: float | None) 
         cutoff = -40.0 if lufs_cutoff is None else float(lufs_cutoff)
         blocks = window_blocks(duration)
         files, silent = [], []
-        profiles = ix.table.column("profile")
         for i in np.flatnonzero(readable):
-            profile = profiles[int(i)].values.to_numpy(zero_copy_only=False)
+            profile = ix.profile(int(i))
+            if profile is None:
+                continue
             lufs = window_loudness(profile, blocks)
             if lufs.size == 0:  # shorter than one window: the whole file is the one window
                 lufs = window_loudness(profile, max(1, profile.size)) if profile.size else lufs

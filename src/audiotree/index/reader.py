@@ -175,6 +175,20 @@ class CorpusIndex:
     def refresh_command(self) -> str:
         return refresh_command(self.path, self.meta)
 
+    def profile(self, row: int) -> np.ndarray | None:
+        """Row ``row``'s loudness profile (float32 block mean squares), or ``None`` when it has none.
+
+        Needs the ``profile`` column (``open_index(path, columns="all")``);
+        :func:`audiotree.index.window_loudness` turns it into window loudness.
+        """
+        if "profile" not in self.table.column_names:
+            raise KeyError(f"{self.path}: the profile column was not read; open the index with columns='all' or "
+                           "a columns= list that includes 'profile'.")
+        value = self.table.column("profile")[int(row)]
+        if not value.is_valid:
+            return None
+        return _numpy(value.values).astype(np.float32, copy=False)
+
     # -------------------------------------------------------------- labels
     def label_values(self, name: str) -> np.ndarray:
         """One label column per row: category ids (int32, ``-1`` for none) or numbers as stored
