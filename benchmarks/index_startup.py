@@ -158,7 +158,7 @@ def _run(mode: str, target: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _render(rows: int, results: dict[str, list[dict]], cores: int) -> str:
+def _render(rows: int, results: dict[str, list[dict]], cores: int, load: tuple) -> str:
     def med(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in results[mode])
 
@@ -203,7 +203,8 @@ def _render(rows: int, results: dict[str, list[dict]], cores: int) -> str:
         "columns a dataset needs (not the profiles), checks paths against the root, and stats each file when "
         "it is read (staleness). Both first batches include importing SciPy (for resampling, ~1 s of CPU), "
         "and the index run's 32 reads meet cold directory entries that the folder walk has just warmed. The "
-        "machine was shared with other jobs, so wall times are noisy; CPU times and the ratios are steadier.",
+        "machine was shared with other jobs, so wall times are noisy; CPU times and the ratios are steadier. "
+        "Load average at start / end: " + " / ".join(", ".join(f"{x:.1f}" for x in avg) for avg in load) + ".",
         "",
     ]
     return "\n".join(lines)
@@ -233,11 +234,12 @@ def main(argv=None) -> int:
     index = _synthetic_index(args.rows, base, groups)
     folders = json.dumps({g: str(p) for g, p in groups.items()})
     results: dict[str, list[dict]] = {"index": [], "folders": []}
+    load_start = os.getloadavg()
     for _ in range(args.runs):
         results["index"].append(_run("index", str(index)))
         results["folders"].append(_run("folders", folders))
         print(results["index"][-1], results["folders"][-1], file=sys.stderr)
-    section = _render(args.rows, results, os.cpu_count() or 1)
+    section = _render(args.rows, results, os.cpu_count() or 1, (load_start, os.getloadavg()))
     if args.no_write:
         print(section)
     else:
