@@ -16,9 +16,11 @@ values), so ids are stable and pass through ``jit``, workers and
 through as numbers.
 
 Bad input raises ``ValueError`` naming the labels file and the column or key:
-a missing key column, empty or duplicate keys, a column of mixed types, a
-column of an unsupported type (lists, structs, dates), a label named like an
-index column, and (unless ``missing="null"``) indexed files with no label row.
+a missing key column, empty or duplicate keys, a column of mixed types (JSONL
+numbers in some rows and strings in others; a CSV column is typed by its values,
+so one with any non-number is a string column), a column of an unsupported
+type (lists, structs, dates), a label named like an index column, and (unless
+``missing="null"``) indexed files with no label row.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ which BS.1770's 400 ms gating blocks start. The filter runs once over the whole
 file, so its state carries across blocks. A trailing partial block is dropped.
 With ``mono=True`` (the default, matching the datasets' ``mono=True``) the
 channels are averaged before filtering; otherwise the BS.1770 channel weights
-apply (at most 5 channels; a file with more gets no profile). From the profile,
+apply (at most 5 channels; a file with more gets no profile). That is 40 bytes
+per second of audio before Parquet's compression (144 kB for an hour). From the profile,
 :func:`audiotree.index.window_loudness` computes the gated loudness of any
 window that starts on a block boundary, as BS.1770 does.
 

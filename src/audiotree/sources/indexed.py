@@ -79,7 +79,8 @@ class IndexRows:
         if tree is None:
             return None
         if self.labels:
-            tree = tree.replace_extras(**{name: values[i:i + 1] for name, values in self.labels.items()})
+            # Copies, not views: an item must not pin (or ship to the main process) the whole column.
+            tree = tree.replace_extras(**{name: values[i:i + 1].copy() for name, values in self.labels.items()})
         if stamp_group:
             from audiotree._strings import encode_strings
 
