@@ -636,13 +636,20 @@ def parse_args(argv=None):
     return args
 
 
+def _kept_sections(path: Path) -> str:
+    """Sections other harnesses append to the report (from their marker on), kept across reruns."""
+    marker = "<!-- index-startup: written by benchmarks/index_startup.py -->"
+    text = path.read_text() if path.exists() else ""
+    return "\n" + text[text.index(marker):] if marker in text else ""
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     default_out = RESULTS / "quick.md" if args.quick else REPO / "BENCHMARKS.md"
     out_path = Path(args.out) if args.out else default_out
     if args.report_only:
         data = json.loads(Path(args.report_only).read_text())
-        out_path.write_text(render(data))
+        out_path.write_text(render(data) + _kept_sections(out_path))
         print(render(data))
         return 0
 
@@ -705,7 +712,7 @@ def main(argv=None) -> int:
     raw_path.write_text(json.dumps(data, indent=1, default=str))
     report = render(data)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(report)
+    out_path.write_text(report + _kept_sections(out_path))
     print(report, flush=True)
     log(f"wrote {out_path} (raw results: {raw_path})")
     return 0

@@ -71,7 +71,7 @@ def import_graph() -> tuple[dict[str, set[str]], list[str]]:
         is_package = path.name == "__init__.py"
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if node.value in modules and node.value != module:
+                if "." in node.value and node.value in modules and node.value != module:
                     graph[module].add(node.value)  # a lazy import by name
         for node in _imports(tree):
             if isinstance(node, ast.Import):

@@ -26,6 +26,7 @@ _COMMANDS = {
     "preview": ("audiotree.cli.preview", "preview"),
     "bench": ("audiotree.cli.bench", "bench"),
     "render": ("audiotree.cli.render", "render"),
+    "index": ("audiotree.cli.index", "index"),
 }
 
 

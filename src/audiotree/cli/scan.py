@@ -329,10 +329,17 @@ def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs
     """Report a corpus' health: formats, rates, channels, hours, durations,
     unreadable and too-short files, and optionally loudness.
 
-    SOURCES are folders, files or globs; GROUP=FOLDER reports per group.
+    SOURCES are folders, files or globs; GROUP=FOLDER reports per group. A
+    single corpus index (.parquet) is reported from its rows and loudness
+    profiles: each file's share of --duration windows above --lufs-cutoff
+    (default -40), and the files with no window above it.
     """
     if not (math.isfinite(duration) and duration > 0):
         raise click.BadParameter(f"must be a positive number, got {duration}.", param_hint="'--duration'")
+    from audiotree.cli.index import is_index_argument, run_index_scan
+
+    if is_index_argument(sources):  # an index: rows and loudness profiles, no file is opened
+        return run_index_scan(sources[0], duration=duration, lufs_cutoff=lufs_cutoff, as_json=as_json)
     parsed = resolve_sources(sources)
     report = scan_report(parsed, duration=duration, loudness=loudness, loudness_seconds=loudness_seconds,
                          lufs_cutoff=lufs_cutoff, jobs=jobs, console=stderr_console())

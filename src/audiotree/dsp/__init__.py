@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from audiotree.dsp.loudness import (
     gain_db_to_linear,
+    gated_from_block_power,
     integrated_from_power,
     integrated_loudness,
     k_weighted_power,
@@ -28,6 +29,7 @@ from audiotree.dsp.resample import resample
 
 __all__ = [
     "gain_db_to_linear",
+    "gated_from_block_power",
     "integrated_from_power",
     "integrated_loudness",
     "k_weighted_power",

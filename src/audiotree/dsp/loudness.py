@@ -58,6 +58,7 @@ __all__ = [
     "RELATIVE_GATE_LU",
     "STEP_SEC",
     "gain_db_to_linear",
+    "gated_from_block_power",
     "integrated_from_power",
     "integrated_loudness",
     "k_weighted_power",
@@ -404,6 +405,29 @@ def integrated_from_power(power, sample_rate: int) -> np.ndarray:
     if power.ndim < 1 or power.shape[-1] == 0:
         raise ValueError(f"power has no samples (shape {power.shape})")
     return _integrated(power, sr)
+
+
+def gated_from_block_power(block_ms) -> np.ndarray:
+    """BS.1770 two-stage gating of 400 ms gating-block mean squares.
+
+    Args:
+      block_ms: ``(..., J)`` non-negative K-weighted, channel-weighted mean
+        square of each gating block (as :func:`integrated_from_power` forms
+        them internally).
+
+    Returns:
+      float64 ``(...,)`` gated loudness in LUFS over the last axis: absolute
+      gate at -70 LUFS, relative gate 10 LU below the absolutely gated mean;
+      ``-inf`` when every block is gated away. Pure and vectorised.
+
+    >>> import numpy as np
+    >>> round(float(gated_from_block_power(np.full(7, 0.01))), 3)
+    -20.691
+    """
+    block_ms = np.asarray(block_ms, dtype=np.float64)
+    if block_ms.ndim < 1:
+        raise ValueError(f"block_ms must have shape (..., J), got {block_ms.shape}")
+    return gate(block_ms)
 
 
 def windowed_from_power(power, sample_rate: int, window_sec: float = 0.4,

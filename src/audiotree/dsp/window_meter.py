@@ -43,11 +43,17 @@ class WindowMeter:
         self._weights = np.asarray(CHANNEL_WEIGHTS[:channels], dtype=np.float64)
         self._state = np.zeros((self._sos.shape[0], 2, channels))  # (sections, 2, channels), starts at rest
 
-    def push(self, frames: np.ndarray) -> np.ndarray:
-        """The loudness (LUFS, float32) of each window in ``frames`` ``(k * window, channels)``."""
+    def weighted_power(self, frames: np.ndarray) -> np.ndarray:
+        """K-weighted, channel-weighted power of ``frames`` ``(k * window, channels)``, as ``(k, window)`` float64.
+
+        Advances the filter state: call it (or :meth:`push`) on consecutive chunks.
+        """
         count, rest = divmod(frames.shape[0], self.window)
         if rest:
-            raise ValueError(f"push() takes whole windows of {self.window} frames, got {frames.shape[0]}.")
+            raise ValueError(f"The meter takes whole windows of {self.window} frames, got {frames.shape[0]}.")
         filtered, self._state = sosfilt(self._sos, np.asarray(frames, dtype=np.float64), axis=0, zi=self._state)
-        power = (filtered * filtered) @ self._weights
-        return np.asarray(integrated_from_power(power.reshape(count, self.window), self.sample_rate), dtype=np.float32)
+        return (np.square(filtered, out=filtered) @ self._weights).reshape(count, self.window)
+
+    def push(self, frames: np.ndarray) -> np.ndarray:
+        """The gated loudness (LUFS, float32) of each window in ``frames`` ``(k * window, channels)``."""
+        return np.asarray(integrated_from_power(self.weighted_power(frames), self.sample_rate), dtype=np.float32)

@@ -60,6 +60,11 @@ def create_audio_dataset(
     source: str | None = None,
     channels: int | None = None,
     on_read_error: str = "raise",
+    index: Any = None,
+    labels: Sequence[str] | None = None,
+    min_duration: float | None = None,
+    max_duration: float | None = None,
+    on_stale: str = "error",
 ) -> grain.MapDataset:
     """One excerpt per file per epoch, as a Grain ``MapDataset``.
 
@@ -82,6 +87,16 @@ def create_audio_dataset(
       on_read_error: ``"raise"`` an ``AudioReadError`` naming the file, ``"warn"``
         and drop the item, or ``"skip"`` it silently. Dropped items are removed by
         ``to_iter_dataset``; random access returns ``None`` for them.
+      index: a corpus index (``audiotree index``; a path or ``CorpusIndex``)
+        instead of ``sources``: its readable rows are the files, and start-up
+        reads the index and nothing else. Items' ``source`` is the row's group.
+      labels: index label columns carried into every item's ``extras``
+        (``(1,)`` arrays: int32 category ids, see the index's vocabulary, or
+        numbers as stored).
+      min_duration, max_duration: keep index rows within these seconds.
+      on_stale: a file whose size or mtime differs from its index row:
+        ``"error"`` (naming the file and the refresh command), ``"reprobe"``
+        (read it as it is now) or ``"skip"`` the item.
 
     Raises:
       FileNotFoundError: a source folder does not exist.
@@ -96,13 +111,26 @@ def create_audio_dataset(
     check_pad_mode(pad_mode)
     if not isinstance(excerpt, ExcerptConfig):
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
-    files = resolve_files(sources, filepaths, extensions)
-    if not mono and channels is None:
-        channels = probe_channels(files[0])
+    from audiotree.sources import indexed
+
+    rows = None
+    if index is not None:
+        rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
+                                        max_duration=max_duration, on_stale=on_stale)
+        files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
+        if not mono and channels is None:
+            channels = indexed.first_channels(rows)
+    else:
+        indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
+        files = resolve_files(sources, filepaths, extensions)
+        if not mono and channels is None:
+            channels = probe_channels(files[0])
     loader = ExcerptLoader(
         sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
         source=source, channels=None if mono else channels, on_read_error=on_read_error,
     )
+    if rows is not None:
+        loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=source is None)
     ds = _file_dataset(
         files, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
         loader=loader,
@@ -143,6 +171,12 @@ def create_balanced_audio_dataset(
     window: WindowConfig | None = None,
     channels: int | None = None,
     on_read_error: str = "raise",
+    index: Any = None,
+    group_by: str | None = None,
+    labels: Sequence[str] | None = None,
+    min_duration: float | None = None,
+    max_duration: float | None = None,
+    on_stale: str = "error",
 ) -> grain.MapDataset:
     """A weighted mix of named groups, balanced in every batch.
 
@@ -156,6 +190,11 @@ def create_balanced_audio_dataset(
         group ends the mix when it runs out relative to its weight.
       window: a ``WindowConfig`` to sample file groups by window instead of by
         file (then ``duration`` and a custom ``excerpt`` are not allowed).
+      index, group_by: one corpus index split into groups by a column
+        (``group_by="group"``, or a label column). A group of ``sources`` may
+        also be an index itself: ``sources={"speech": "speech.parquet"}``.
+      labels, min_duration, max_duration, on_stale: for index groups, as in
+        :func:`create_audio_dataset`.
       Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s.
 
     Groups get seeds derived from their *names*, so adding, removing or
@@ -169,6 +208,30 @@ def create_balanced_audio_dataset(
         num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
+    from audiotree.sources import indexed
+
+    group_rows: dict = {}
+    if index is not None:
+        if group_by is None:
+            raise ValueError("index= with create_balanced_audio_dataset needs group_by= (e.g. group_by='group'); or "
+                             "use sources={'speech': 'speech.parquet', ...}.")
+        if sources is not None:
+            raise ValueError("Pass index= (with group_by=) or sources=, not both.")
+        group_rows = indexed.rows_by_group(index, group_by, labels=labels, min_duration=min_duration,
+                                           max_duration=max_duration)
+        sources = {name: None for name in group_rows}
+    elif group_by is not None:
+        raise ValueError("group_by= groups the rows of an index; pass index= as well.")
+    for name, spec in (sources or {}).items():
+        if indexed.is_index_path(spec):
+            group_rows[name] = indexed.rows_from_index(spec, labels=labels, min_duration=min_duration,
+                                                       max_duration=max_duration, what=f"group {name!r}")
+    if group_rows:
+        from audiotree.index.reader import check_on_stale
+
+        check_on_stale(on_stale)
+    else:
+        indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
     if sources is None and datasets is None:
         raise ValueError("Pass sources= ({group: folders}) and/or datasets= ({group: MapDataset}).")
     sources = dict(sources or {})
@@ -195,24 +258,33 @@ def create_balanced_audio_dataset(
     group_weights = _check_weights(weights, names)
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
-    group_files = {name: resolve_files(folders, None, extensions) for name, folders in sources.items()}
+    group_files = {
+        name: range(len(group_rows[name])) if name in group_rows else resolve_files(folders, None, extensions)
+        for name, folders in sources.items()
+    }
     if window is None and not mono and channels is None and group_files:
-        channels = probe_channels(next(iter(group_files.values()))[0])
+        first = next(iter(group_files))
+        channels = indexed.first_channels(group_rows[first]) if first in group_rows else \
+            probe_channels(group_files[first][0])
 
     parts: list[grain.MapDataset] = []
     for name, files in group_files.items():
         group_shuffle = derive_group_seed(shuffle_seed, name, "shuffle")
         group_excerpt = derive_group_seed(excerpt_base, name, "excerpt")
+        rows = group_rows.get(name)
         if window is not None:
             parts.append(windowed_group_dataset(
-                files, window, name=name, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=group_shuffle,
-                excerpt_seed=group_excerpt, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,
+                files if rows is None else list(rows.paths), window, name=name, shuffle=shuffle,
+                num_epochs=num_epochs, shuffle_seed=group_shuffle, excerpt_seed=group_excerpt,
+                sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, rows=rows, on_stale=on_stale,
             ))
             continue
         loader = ExcerptLoader(
             sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
             source=name, channels=None if mono else channels, on_read_error=on_read_error,
         )
+        if rows is not None:
+            loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale)
         parts.append(_file_dataset(
             files, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=group_shuffle,
             excerpt_seed=group_excerpt, loader=loader,

@@ -28,17 +28,19 @@ from audiotree.core import AudioTree
 from audiotree.dsp.edits import downmix
 from audiotree.dsp.loudness import MAX_CHANNELS
 from audiotree.dsp.window_meter import WindowMeter
-from audiotree.formats.window_lufs import (
-    WindowLufsCache,
-    file_stat,
-    load_window_lufs,
-    save_window_lufs,
-    write_cache,
-)
+from audiotree.formats import window_lufs as cache_format
+from audiotree.formats.window_lufs import WindowLufsCache, file_stat, save_window_lufs, write_cache
 from audiotree.io.decode import AudioFile, probe
 from audiotree.seeds import derive_streams
 from audiotree.sources.common import check_common, resolve_files
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
+from audiotree.sources.indexed import (
+    IndexedLoader,
+    is_index_path,
+    refuse_index_options,
+    rows_for_builder,
+    window_lufs_view,
+)
 from audiotree.sources.slots import SlotIndex, build_slot_index
 from audiotree.validation import check_pad_mode, check_positive, is_real
 
@@ -168,6 +170,19 @@ def precompute_window_lufs(
     }
 
 
+def load_window_lufs(cache_dir: str | os.PathLike, *, lufs_window_sec: float | None = None) -> WindowLufsCache:
+    """Loads and validates a cache written by :func:`save_window_lufs` (a folder or its ``.npz``).
+
+    A corpus index (a ``.parquet`` file from :func:`audiotree.index.build_index`)
+    is read as a cache too: its loudness profiles give the cells of
+    ``lufs_window_sec`` seconds (required then; a multiple of 0.1 s). The file
+    format itself is :mod:`audiotree.formats.window_lufs`.
+    """
+    if is_index_path(cache_dir):
+        return WindowLufsCache(**window_lufs_view(cache_dir, lufs_window_sec))
+    return cache_format.load_window_lufs(cache_dir)
+
+
 def build_window_lufs_cache(
     filepaths: Sequence[str | os.PathLike],
     lufs_window_sec: float,
@@ -183,7 +198,16 @@ def build_window_lufs_cache(
 
     File sizes and modification times are recorded *before* measuring, so a
     file that changes during the build makes the cache stale rather than wrong.
+    An ``out_dir`` ending in ``.parquet`` builds a corpus index instead
+    (:func:`audiotree.index.build_index`, whose profiles serve any window
+    length); load it with ``load_window_lufs(path, lufs_window_sec=...)``.
     """
+    if is_index_path(out_dir):
+        from audiotree.index import build_index
+
+        build_index([os.fspath(p) for p in filepaths], out_dir, mono=mono, executor="serial",
+                    show_progress=bool(show_progress))
+        return Path(out_dir)
     files = [os.fspath(p) for p in filepaths]
     stats = {p: file_stat(p) for p in files}
     lufs = precompute_window_lufs(files, lufs_window_sec, sample_rate=sample_rate, mono=mono, show_progress=show_progress)
@@ -211,24 +235,29 @@ class WindowLoader(grain.transforms.RandomMap):
     source: str | None
 
     def random_map(self, element: Any, rng: np.random.Generator):
-        slot = int(element)
+        return self.read_slot(int(element), rng)
+
+    def read_slot(self, slot: int, rng: np.random.Generator, *, reprobe: bool = False):
+        """The excerpt of ``slot``; ``reprobe`` re-reads the file's length (it changed since it was indexed)."""
         offset = float(self.slots.offset[slot])
         stride = float(self.slots.stride[slot])
         if self.jitter and stride > 0:
             offset += float(rng.uniform(0.0, stride))
         offset = min(offset, float(self.slots.max_offset[slot]))
         path = self.files[int(self.slots.file_idx[slot])]
+        if reprobe:
+            offset = min(offset, max(0.0, probe(path).duration - self.duration))
         return AudioTree.from_file(
             path, sample_rate=self.sample_rate, offset=offset, duration=self.duration, mono=self.mono,
             pad_mode=self.pad_mode, source=self.source,
         )
 
 
-def _resolve_cache(lufs_cache: Any) -> WindowLufsCache | None:
+def _resolve_cache(lufs_cache: Any, lufs_window_sec: float | None = None) -> WindowLufsCache | None:
     if lufs_cache is None or isinstance(lufs_cache, WindowLufsCache):
         return lufs_cache
     if isinstance(lufs_cache, (str, os.PathLike)):
-        return load_window_lufs(lufs_cache)
+        return load_window_lufs(lufs_cache, lufs_window_sec=lufs_window_sec)
     raise TypeError(f"lufs_cache must be a path, a WindowLufsCache or None, got {type(lufs_cache).__name__}.")
 
 
@@ -246,9 +275,14 @@ def windowed_group_dataset(
     pad_mode: str | None,
     durations: Mapping[str, float] | None = None,
     lufs_per_file: Mapping[str, Any] | None = None,
+    rows: Any = None,
+    on_stale: str = "error",
 ) -> grain.MapDataset:
     """The windowed dataset of ``files`` (raw, its items labelled ``name``): one group of
-    ``create_balanced_audio_dataset(window=...)``, or all of :func:`create_windowed_audio_dataset`."""
+    ``create_balanced_audio_dataset(window=...)``, or all of :func:`create_windowed_audio_dataset`.
+
+    ``rows`` (:class:`~audiotree.sources.indexed.IndexRows`) gives the files from a corpus index.
+    """
     if not isinstance(window, WindowConfig):
         raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
     check_pad_mode(pad_mode)
@@ -257,7 +291,13 @@ def windowed_group_dataset(
     hop = duration if window.hop is None else float(window.hop)
     alpha, lufs_cache, lufs_window_sec = window.alpha, window.lufs_cache, window.lufs_window_sec
     durations_hint = "add it to durations= or pass durations=None to read the file headers."
-    cache = _resolve_cache(lufs_cache)
+    if rows is not None:  # from a corpus index: durations (and loudness) without reading a header
+        files = list(rows.paths)
+        if durations is None:
+            durations = dict(zip(files, rows.durations.tolist()))
+        if lufs_cache is None and lufs_per_file is None and lufs_window_sec is not None:
+            lufs_cache = rows.index_path
+    cache = _resolve_cache(lufs_cache, lufs_window_sec)
     if cache is not None:
         if cache.sample_rate is not None and cache.sample_rate != sample_rate:
             raise ValueError(
@@ -269,7 +309,8 @@ def windowed_group_dataset(
                 f"The window-LUFS cache {cache.path or ''} was built with mono={cache.mono}, but this dataset uses "
                 f"mono={mono}; rebuild it with mono={mono}."
             )
-        cache.check_fresh(files)
+        if rows is None:  # indexed files are checked one by one when read (on_stale)
+            cache.check_fresh(files)
         if lufs_per_file is None:
             lufs_per_file = cache.lufs
         if lufs_window_sec is None:
@@ -299,6 +340,8 @@ def windowed_group_dataset(
         files=tuple(files), slots=slots, duration=duration, jitter=bool(jitter), sample_rate=int(sample_rate),
         mono=bool(mono), pad_mode=pad_mode, source=name,
     )
+    if rows is not None:
+        loader = IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=name is None, by_slot=True)
     return ds.random_map(loader, seed=excerpt_stream)
 
 
@@ -329,6 +372,11 @@ def create_windowed_audio_dataset(
     extensions: Sequence[str] | None = None,
     source: str | None = None,
     window: WindowConfig | None = None,
+    index: Any = None,
+    labels: Sequence[str] | None = None,
+    min_duration: float | None = None,
+    max_duration: float | None = None,
+    on_stale: str = "error",
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -348,6 +396,10 @@ def create_windowed_audio_dataset(
       lufs_cutoff: slots whose centre cell is quieter (LUFS) are dropped.
       shuffle, num_epochs, shuffle_seed, excerpt_seed, sample_rate, mono,
       pad_mode, extensions, source: as in :func:`create_audio_dataset`.
+      index, labels, min_duration, max_duration, on_stale: read the files from a
+        corpus index, as in :func:`create_audio_dataset`. Durations come from
+        the index; with ``lufs_window_sec`` (a multiple of 0.1 s) quiet slots
+        are dropped using the index's loudness profiles.
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -372,10 +424,18 @@ def create_windowed_audio_dataset(
         num_epochs=num_epochs, on_read_error="raise", sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
+    rows = None
+    if index is not None:
+        rows = rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
+                                max_duration=max_duration, on_stale=on_stale)
+        files = list(rows.paths)
+    else:
+        refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
+        files = resolve_files(sources, filepaths, extensions)
     ds = windowed_group_dataset(
-        resolve_files(sources, filepaths, extensions), window, name=source, shuffle=shuffle, num_epochs=num_epochs,
-        shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,
-        durations=durations, lufs_per_file=lufs_per_file,
+        files, window, name=source, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed,
+        excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, durations=durations,
+        lufs_per_file=lufs_per_file, rows=rows, on_stale=on_stale,
     )
     item_bytes = estimate_item_bytes(channels=1 if mono else 2, sample_rate=sample_rate, duration=window.duration)
     return AudioMapDataset(ds, item_bytes=item_bytes)

@@ -4,10 +4,11 @@ An element is any nesting of dicts, lists and tuples whose leaves may be
 AudioTrees. A leaf's *path* is the tuple of keys and indices leading to it;
 ``scope`` selects paths, ``output_key`` names where a result is written.
 
->>> normalize_scope(["input.dry", ("wet",)])
-(('input', 'dry'), ('wet',))
->>> in_scope((("input",),), ("input", "dry"))
-True
+>>> scope = normalize_scope(["input.dry", ("wet",)])
+>>> scope
+((('input', 'dry'), True), (('wet',), True))
+>>> in_scope(scope, ("input", "dry")), in_scope(scope, ("input", "wet")), in_scope(scope, ("wet", 0))
+(True, False, True)
 """
 
 from __future__ import annotations

@@ -1,0 +1,155 @@
+"""``audiotree index``: build or refresh a corpus index (the twin of ``audiotree.index.build_index``);
+and the index half of ``audiotree scan`` (a report from the loudness profiles)."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+import click
+
+from audiotree.cli._common import sources_argument, stdout_console
+
+__all__ = ["index", "index_scan_report", "print_index_scan"]
+
+
+@click.command(short_help="Index a corpus once: headers, labels, loudness profiles, in one Parquet file.")
+@sources_argument
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The index file (.parquet).")
+@click.option("--labels", "labels", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Per-file labels (CSV, TSV, JSONL or Parquet) to join.")
+@click.option("--labels-key", default="path", show_default=True, help="The labels column naming each file.")
+@click.option("--labels-match", type=click.Choice(["path", "relative", "stem"]), default="path", show_default=True,
+              help="How keys name files: a path (relative to the labels file's folder), a path relative to the "
+                   "source folder, or the file name without extension.")
+@click.option("--labels-root", type=click.Path(file_okay=False), default=None,
+              help="Folder relative 'path' keys start from (default: the labels file's folder).")
+@click.option("--labels-missing", type=click.Choice(["error", "null"]), default="error", show_default=True,
+              help="An indexed file with no label row: an error, or empty labels.")
+@click.option("--root", type=click.Path(file_okay=False), default=None,
+              help="Store paths relative to this folder (kept relative to the index when given relative).")
+@click.option("--loudness/--no-loudness", default=True, show_default=True,
+              help="Compute each file's loudness profile (decodes every file once).")
+@click.option("--mono/--stereo", default=True, show_default=True,
+              help="Profile the channel average (as mono datasets meter) or BS.1770's weighted channels.")
+@click.option("--executor", type=click.Choice(["process", "serial"]), default="process", show_default=True,
+              help="Read files in a process pool, or one by one in this process.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes (default: one per core).")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=None,
+              help="Files per task and per committed part (resume granularity).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+def index(sources, out: str, labels: str | None, labels_key: str, labels_match: str, labels_root: str | None,
+          labels_missing: str, root: str | None, loudness: bool, mono: bool, executor: str, jobs: int | None,
+          chunk_size: int | None, progress: bool) -> None:
+    """Index SOURCES into one Parquet file, or refresh an existing index.
+
+    SOURCES are folders, files or globs; GROUP=FOLDER names groups. Re-running
+    the same command re-reads only new or changed files and drops deleted ones;
+    an interrupted build resumes where it stopped.
+    """
+    from audiotree.cli._common import resolve_sources
+    from audiotree.index import LabelSource, build_index
+
+    parsed = resolve_sources(sources)
+    spec: Any = parsed.groups if parsed.balanced else parsed.pool
+    label_source = None
+    if labels is not None:
+        label_source = LabelSource(labels, key=labels_key, match=labels_match, root=labels_root, missing=labels_missing)
+    report = build_index(
+        spec, out, labels=label_source, loudness=loudness, executor=executor, show_progress=progress, mono=mono,
+        root=root, chunk_size=chunk_size, max_workers=jobs,
+    )
+    click.echo(
+        f"{report.path}: {report.rows} rows ({report.read} read, {report.reused} unchanged, {report.resumed} resumed, "
+        f"{report.dropped} dropped); {report.unreadable} unreadable"
+    )
+
+
+# --------------------------------------------------------------------- scan
+def index_scan_report(path: str, *, duration: float, lufs_cutoff: float | None) -> dict:
+    """``audiotree scan INDEX``: counts from the rows, loudness from the profiles (nothing else is read)."""
+    import numpy as np
+
+    from audiotree.index import open_index, window_blocks, window_loudness
+
+    ix = open_index(path, columns="all")
+    readable = ix.column("readable").astype(bool)
+    durations = np.asarray(ix.column("duration"), dtype=np.float64)
+    groups = ix.table.column("group").to_pylist()
+    paths = ix.paths()
+    errors = ix.table.column("error").to_pylist()
+    per_group: dict[str, dict] = {}
+    for g, ok, d in zip(groups, readable, durations):
+        stats = per_group.setdefault(g or "(all)", {"files": 0, "readable": 0, "seconds": 0.0})
+        stats["files"] += 1
+        if ok:
+            stats["readable"] += 1
+            stats["seconds"] += float(d)
+    report: dict[str, Any] = {
+        "index": ix.path,
+        "files": len(ix),
+        "readable": int(readable.sum()),
+        "total_seconds": round(float(np.nansum(np.where(readable, durations, 0.0))), 3),
+        "groups": {k: {**v, "seconds": round(v["seconds"], 3)} for k, v in per_group.items()},
+        "unreadable": [{"path": p, "reason": e} for p, ok, e in zip(paths, readable, errors) if not ok],
+        "loudness": None,
+    }
+    if ix.has_profile:
+        cutoff = -40.0 if lufs_cutoff is None else float(lufs_cutoff)
+        blocks = window_blocks(duration)
+        files, silent = [], []
+        for i in np.flatnonzero(readable):
+            profile = ix.profile(int(i))
+            if profile is None:
+                continue
+            lufs = window_loudness(profile, blocks)
+            if lufs.size == 0:  # shorter than one window: the whole file is the one window
+                lufs = window_loudness(profile, max(1, profile.size)) if profile.size else lufs
+            above = float(np.mean(lufs > cutoff)) if lufs.size else 0.0
+            best = float(lufs.max()) if lufs.size else -math.inf
+            files.append({"path": paths[i], "share_above": round(above, 4),
+                          "max_window_lufs": round(best, 2) if math.isfinite(best) else None})
+            if above == 0.0:
+                silent.append(paths[i])
+        report["loudness"] = {"window_seconds": blocks / 10, "lufs_cutoff": cutoff, "files": files,
+                              "no_window_above": silent}
+    return report
+
+
+def print_index_scan(report: dict) -> None:
+    console = stdout_console()
+    hours = report["total_seconds"] / 3600
+    console.print(f"{report['index']}: {report['files']} files in {len(report['groups'])} group(s): "
+                  f"{report['readable']} readable, {hours:.2f} h; {len(report['unreadable'])} unreadable")
+    for name, stats in report["groups"].items():
+        console.print(f"  {name}: {stats['files']} files, {stats['seconds'] / 3600:.3f} h", soft_wrap=True)
+    for entry in report["unreadable"]:
+        console.print(f"  unreadable: {entry['path']}: {entry['reason']}", soft_wrap=True)
+    loud = report["loudness"]
+    if loud is None:
+        console.print("No loudness profiles (the index was built with --no-loudness).")
+        return
+    console.print(f"Share of {loud['window_seconds']:g} s windows above {loud['lufs_cutoff']:g} LUFS, per file:")
+    for entry in loud["files"]:
+        best = "-" if entry["max_window_lufs"] is None else f"{entry['max_window_lufs']:.1f}"
+        console.print(f"  {entry['share_above'] * 100:6.1f} %  (loudest {best} LUFS)  {entry['path']}", soft_wrap=True)
+    console.print(f"{len(loud['no_window_above'])} file(s) with no window above the cutoff:")
+    for path in loud["no_window_above"]:
+        console.print(f"  {path}", soft_wrap=True)
+
+
+def is_index_argument(values) -> bool:
+    """``scan`` reads an index when its one SOURCE is a ``.parquet`` file."""
+    return len(values) == 1 and str(values[0]).lower().endswith(".parquet") and os.path.isfile(values[0])
+
+
+def run_index_scan(path: str, *, duration: float, lufs_cutoff: float | None, as_json: bool) -> None:
+    import json
+
+    report = index_scan_report(path, duration=duration, lufs_cutoff=lufs_cutoff)
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        print_index_scan(report)

@@ -1,0 +1,66 @@
+"""The corpus index: scan a corpus once, start training instantly, carry labels,
+know where the loud parts are.
+
+One Parquet file, one row per audio file (see :mod:`audiotree.index.schema`):
+header facts, readability, label columns and a loudness profile on BS.1770's
+100 ms block grid. Build it with :func:`build_index` (or ``audiotree index``),
+open it with :func:`open_index`, or hand it to the dataset builders
+(``create_audio_dataset(index="corpus.parquet")``). Plain pyarrow, pandas,
+polars or DuckDB read it without audiotree.
+
+>>> import audiotree.index as ai
+>>> sorted(ai.ON_STALE)
+['error', 'reprobe', 'skip']
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "build_index",
+    "IndexBuildReport",
+    "LabelSource",
+    "open_index",
+    "CorpusIndex",
+    "ON_STALE",
+    "StaleFileError",
+    "file_profile",
+    "window_loudness",
+    "window_blocks",
+]
+
+# Loaded on first use: a dataset opening an index must not pay for SciPy (the
+# profile's filter) or the build machinery at start-up.
+_LAZY = {
+    "build_index": "audiotree.index.build",
+    "IndexBuildReport": "audiotree.index.build",
+    "LabelSource": "audiotree.index.labels",
+    "open_index": "audiotree.index.reader",
+    "CorpusIndex": "audiotree.index.reader",
+    "ON_STALE": "audiotree.index.reader",
+    "StaleFileError": "audiotree.index.reader",
+    "file_profile": "audiotree.index.profile",
+    "window_loudness": "audiotree.index.profile",
+    "window_blocks": "audiotree.index.profile",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from audiotree.index.build import IndexBuildReport, build_index
+    from audiotree.index.labels import LabelSource
+    from audiotree.index.profile import file_profile, window_blocks, window_loudness
+    from audiotree.index.reader import ON_STALE, CorpusIndex, StaleFileError, open_index
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'audiotree.index' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,438 @@
+"""Building an index: discover, read every file once (in parallel), commit atomically.
+
+How a build runs
+----------------
+1. SOURCES are discovered as everywhere else (folders, files, globs; a
+   mapping ``{group: sources}`` names groups).
+2. Rows are reused, never re-read, when their file's size and modification
+   time are unchanged: from the existing index at ``out`` (an incremental
+   update; rows of files no longer found are dropped) and from the part files
+   of an interrupted build (a resume).
+3. The other files are read in chunks by an executor: each chunk's rows are
+   committed atomically as a Parquet part file in ``.<name>.parts/`` beside
+   ``out`` as soon as the chunk ends, so an interrupted build keeps them.
+4. The rows are sorted by (group, path), labels are joined, and the index is
+   written to a temporary file, fsynced and renamed over ``out``; then the
+   parts are removed. The output depends only on the files and the settings,
+   never on the executor, the worker count or the order chunks finish in.
+
+An unreadable file becomes a row with ``readable=False`` and its error.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import concurrent.futures.process
+import dataclasses
+import glob
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import warnings
+from typing import Any, Mapping, Sequence
+
+from audiotree.index.labels import as_label_source, join_labels
+from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
+
+__all__ = ["build_index", "IndexBuildReport"]
+
+_GLOB_MAGIC = ("*", "?", "[")
+_PARTS_SETTINGS = "settings.json"
+_ROW_GROUP = 65_536
+_BASE_NAMES = [name for name, _, _ in BASE_COLUMNS]
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexBuildReport:
+    """What :func:`build_index` did.
+
+    ``rows`` in the index; ``read`` files read now; ``reused`` rows kept from the
+    previous index; ``resumed`` rows kept from an interrupted build; ``dropped``
+    rows of files no longer found; ``unreadable`` rows with an error.
+    """
+
+    path: str
+    rows: int
+    read: int
+    reused: int
+    resumed: int
+    dropped: int
+    unreadable: int
+
+
+def _source_root(entry: str) -> str:
+    """The folder a source entry's files are relative to (for ``match='relative'`` labels)."""
+    expanded = os.path.expandvars(os.path.expanduser(entry))
+    if any(ch in expanded for ch in _GLOB_MAGIC):
+        parts = expanded.replace(os.sep, "/").split("/")
+        fixed = []
+        for part in parts:
+            if any(ch in part for ch in _GLOB_MAGIC):
+                break
+            fixed.append(part)
+        base = "/".join(fixed) or "."
+        return os.path.abspath(base)
+    if os.path.isdir(expanded):
+        return os.path.abspath(expanded)
+    return os.path.dirname(os.path.abspath(expanded))
+
+
+def _normalize_sources(sources: Any) -> tuple[list[tuple[str | None, str]], dict]:
+    """(group, entry) pairs, and the JSON description kept for the refresh command."""
+    if isinstance(sources, Mapping):
+        pairs = []
+        for group, entries in sources.items():
+            if not isinstance(group, str) or not group:
+                raise ValueError(f"Group names must be non-empty strings, got {group!r}.")
+            items = [entries] if isinstance(entries, (str, os.PathLike)) else list(entries)
+            pairs += [(group, os.fspath(e)) for e in items]
+    else:
+        items = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+        pairs = [(None, os.fspath(e)) for e in items]
+    if not pairs:
+        raise ValueError("sources is empty; give at least one folder, file or glob.")
+
+    def absolute(entry: str) -> str:
+        return os.path.abspath(os.path.expandvars(os.path.expanduser(entry)))
+
+    described: dict = {}
+    if any(g is not None for g, _ in pairs):
+        groups: dict[str, list[str]] = {}
+        for g, e in pairs:
+            groups.setdefault(g or "audio", []).append(absolute(e))
+        described["groups"] = groups
+    else:
+        described["pool"] = [absolute(e) for _, e in pairs]
+    return pairs, described
+
+
+def _discover(pairs, extensions) -> list[tuple[str, str | None, str]]:
+    """(absolute path, group, source root) per file, first listing wins."""
+    from audiotree.sources.files import discover as discover_files
+
+    seen: dict[str, str | None] = {}
+    out = []
+    for group, entry in pairs:
+        files, _ = discover_files(entry, extensions, strict=True)
+        root = _source_root(entry)
+        for f in files:
+            path = os.path.normpath(os.path.abspath(f))
+            if path in seen:
+                if seen[path] != group:
+                    warnings.warn(f"'{path}' is listed under groups {seen[path]!r} and {group!r}; it is indexed once, "
+                                  f"under {seen[path]!r}.", UserWarning, stacklevel=3)
+                continue
+            seen[path] = group
+            out.append((path, group, root))
+    return out
+
+
+def _stat(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return int(st.st_size), int(st.st_mtime_ns)
+
+
+def _rows_table(rows: Sequence[dict]):
+    """Rows (dicts of base columns, ``profile`` a float32 array or None) as an Arrow table."""
+    pa = require_pyarrow()
+    import numpy as np
+
+    schema = arrow_schema()
+    arrays = {name: pa.array([r[name] for r in rows], type=schema.field(name).type)
+              for name in _BASE_NAMES if name != "profile"}
+    profiles = [r["profile"] for r in rows]
+    lengths = np.array([0 if p is None else len(p) for p in profiles], dtype=np.int32)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    values = [np.asarray(p, dtype=np.float32) for p in profiles if p is not None]
+    flat = np.concatenate(values) if values else np.zeros(0, dtype=np.float32)
+    mask = pa.array([p is None for p in profiles], type=pa.bool_())
+    arrays["profile"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=pa.float32()), mask=mask)
+    return pa.table([arrays[name] for name in _BASE_NAMES], schema=schema)
+
+
+def _write_parquet(table, target: str) -> None:
+    import pyarrow.parquet as pq
+
+    from audiotree._fs import atomic_file
+
+    with atomic_file(target, suffix=".parquet") as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=_ROW_GROUP)
+
+
+class _Parts:
+    """The committed part files of an unfinished build, beside the output."""
+
+    def __init__(self, out: str, settings: dict):
+        self.dir = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.parts")
+        self.settings = settings
+        self._next = 0
+
+    def load(self) -> list:
+        """Tables of the parts of an interrupted build with the same settings (newest first)."""
+        import pyarrow.parquet as pq
+
+        if not os.path.isdir(self.dir):
+            return []
+        try:
+            with open(os.path.join(self.dir, _PARTS_SETTINGS), encoding="utf-8") as f:
+                same = json.load(f) == self.settings
+        except (OSError, ValueError):
+            same = False
+        if not same:  # another build's leftovers: start over
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return []
+        names = sorted(n for n in os.listdir(self.dir) if n.startswith("part-") and n.endswith(".parquet"))
+        tables = []
+        for name in reversed(names):
+            try:
+                tables.append(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES))
+            except Exception:  # a part is committed by rename, so this is outside damage: re-read its files
+                continue
+        if names:
+            self._next = int(names[-1][len("part-"):-len(".parquet")]) + 1
+        return tables
+
+    def commit(self, rows: Sequence[dict]) -> None:
+        from audiotree._fs import write_json_atomic
+
+        if not os.path.isdir(self.dir):
+            os.makedirs(self.dir, exist_ok=True)
+            write_json_atomic(os.path.join(self.dir, _PARTS_SETTINGS), self.settings)
+        _write_parquet(_rows_table(rows), os.path.join(self.dir, f"part-{self._next:08d}.parquet"))
+        self._next += 1
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _make_executor(executor: Any, max_workers: int | None):
+    """(executor, owned, worker count); ``None``/``"process"`` is a spawn process pool."""
+    if executor is None or executor == "process":
+        workers = max_workers or os.cpu_count() or 1
+        # spawn: a forked child of a process running JAX's threads can deadlock.
+        return (concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")),
+                True, workers)
+    if executor == "serial":
+        return None, False, 1
+    if isinstance(executor, concurrent.futures.Executor):
+        return executor, False, int(getattr(executor, "_max_workers", None) or max_workers or 4)
+    raise TypeError(f"executor must be None, 'process', 'serial' or a concurrent.futures.Executor, got {executor!r}.")
+
+
+def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_rows) -> None:
+    from audiotree.index._work import index_chunk
+
+    if executor is None:
+        for chunk in chunks:
+            on_rows(index_chunk(chunk, loudness, mono))
+        return
+    pending: set = set()
+    window = max(2, 2 * workers)  # bounded: memory stays flat for millions of files
+    it = iter(chunks)
+    try:
+        while True:
+            while len(pending) < window:
+                chunk = next(it, None)
+                if chunk is None:
+                    break
+                pending.add(executor.submit(index_chunk, chunk, loudness, mono))
+            if not pending:
+                return
+            done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                try:
+                    rows = future.result()
+                except concurrent.futures.process.BrokenProcessPool as exc:
+                    raise RuntimeError(
+                        "The index build's worker processes died (finished chunks are kept; re-run to resume). A "
+                        "script that calls build_index with the default process pool needs an "
+                        "`if __name__ == \"__main__\":` guard, since spawned workers import it; or pass "
+                        "executor='serial' or a ThreadPoolExecutor."
+                    ) from exc
+                on_rows(rows)
+    finally:
+        for future in pending:
+            future.cancel()
+
+
+def _reusable(table, stored_to_abs: dict, current: dict, taken: set):
+    """Mask of rows of ``table`` whose file is still listed, unchanged, and not yet taken."""
+    import pyarrow as pa
+
+    paths = table.column("path").to_pylist()
+    sizes = table.column("size").to_pylist()
+    mtimes = table.column("mtime_ns").to_pylist()
+    keep = []
+    for p, s, m in zip(paths, sizes, mtimes):
+        ap = stored_to_abs.get(p)
+        ok = ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
+        if ok:
+            taken.add(ap)
+        keep.append(ok)
+    return pa.array(keep, type=pa.bool_())
+
+
+def build_index(
+    sources: Any,
+    out: str | os.PathLike,
+    *,
+    labels: Any = None,
+    loudness: bool = True,
+    executor: Any = None,
+    show_progress: bool = True,
+    mono: bool = True,
+    root: str | os.PathLike | None = None,
+    extensions: Sequence[str] | None = None,
+    chunk_size: int | None = None,
+    max_workers: int | None = None,
+) -> IndexBuildReport:
+    """Indexes ``sources`` into the Parquet file ``out``; see the module docstring.
+
+    Args:
+      sources: folders, files or globs, or ``{group: sources}``.
+      out: the index file (``.parquet``). If it exists, it is updated: only new
+        or changed files are read, rows of vanished files are dropped.
+      labels: a labels file path or :class:`~audiotree.index.LabelSource`.
+      loudness: compute each file's loudness profile (decodes every file once).
+      executor: ``None``/``"process"`` (a spawn process pool of
+        ``max_workers``, default one per core), ``"serial"``, or any
+        ``concurrent.futures.Executor``. The output is identical for all.
+      show_progress: a tqdm bar over the files.
+      mono: profile the channel average (as ``mono=True`` datasets meter)
+        rather than BS.1770's weighted channels.
+      root: store paths relative to this folder (which must hold every file);
+        a relative ``root`` is kept relative to the index's folder, so the
+        index and the corpus can move together. Default: absolute paths.
+      extensions: file extensions to index (default: every decodable format).
+      chunk_size: files per task and per committed part (default: balanced
+        for the worker count, at most 64).
+
+    Returns:
+      An :class:`IndexBuildReport`.
+
+    Raises:
+      FileNotFoundError / RuntimeError: a source is missing or holds no audio.
+      ValueError: a file outside ``root``, bad labels (see
+        :mod:`audiotree.index.labels`), or an unusable existing ``out``.
+    """
+    pa = require_pyarrow()
+    import pyarrow.compute as pc
+    from tqdm.auto import tqdm
+
+    from audiotree.index.reader import open_index
+
+    out = os.path.abspath(os.fspath(out))
+    label_source = as_label_source(labels)
+    pairs, described = _normalize_sources(sources)
+    if label_source is not None:
+        described.update(labels=os.path.abspath(label_source.path), labels_key=label_source.key,
+                         labels_match=label_source.match, labels_missing=label_source.missing)
+        if label_source.root is not None:
+            described["labels_root"] = os.path.abspath(label_source.root)
+    stored_root = root_abs = None
+    if root is not None:
+        root_abs = os.path.normpath(os.path.abspath(os.fspath(root)))
+        stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
+        described["root"] = root_abs
+    found = _discover(pairs, extensions)
+
+    def stored(path: str) -> str:
+        if root_abs is None:
+            return path
+        rel = os.path.relpath(path, root_abs)
+        if rel == ".." or rel.startswith(".." + os.sep) or os.path.isabs(rel):
+            raise ValueError(f"'{path}' is outside the index root {root_abs}; choose a root that holds every source.")
+        return rel.replace(os.sep, "/")
+
+    stored_paths = [stored(p) for p, _, _ in found]
+    stored_to_abs = dict(zip(stored_paths, (p for p, _, _ in found)))
+    current = {p: _stat(p) for p, _, _ in found}
+    settings = {"loudness": bool(loudness), "mono": bool(mono), "root": stored_root,
+                "block_sec": BLOCK_SEC if loudness else None}
+
+    previous = previous_table = None
+    if os.path.exists(out):
+        try:
+            previous = open_index(out, columns=_BASE_NAMES)
+        except ValueError as exc:
+            raise ValueError(f"{exc} To start over, delete {out} (or choose another --out).") from None
+        prev_settings = {"loudness": previous.has_profile, "mono": previous.mono, "root": previous.meta.get("root"),
+                         "block_sec": previous.meta["loudness"].get("block_sec")}
+        if prev_settings != settings:
+            previous_table = None  # other settings: every row is re-read
+        else:
+            previous_table = previous.table
+    parts = _Parts(out, settings)
+    taken: set[str] = set()
+    kept = []
+    resumed = 0
+    for table in parts.load():
+        mask = _reusable(table, stored_to_abs, current, taken)
+        table = table.filter(mask)
+        resumed += table.num_rows
+        kept.append(table)
+    reused = dropped = 0
+    if previous is not None:
+        dropped = sum(1 for p in previous.table.column("path").to_pylist() if p not in stored_to_abs)
+        if previous_table is not None:
+            table = previous_table.filter(_reusable(previous_table, stored_to_abs, current, taken))
+            reused = table.num_rows
+            kept.append(table.select(_BASE_NAMES).cast(arrow_schema()))
+
+    todo = [(p, g) for p, g, _ in found if p not in taken]
+    executor_obj, owned, workers = _make_executor(executor, max_workers) if todo else (None, False, 1)
+    if chunk_size is None:
+        chunk_size = max(1, min(64, math.ceil(len(todo) / (4 * workers)))) if todo else 1
+    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}.")
+    chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
+    new_rows: list[dict] = []
+    bar = tqdm(total=len(found), initial=len(found) - len(todo), desc="Indexing", unit="file",
+               disable=not show_progress)
+
+    def on_rows(rows: list[dict]) -> None:
+        for r in rows:
+            r["path"] = stored(r["path"])
+        parts.commit(rows)
+        new_rows.extend(rows)
+        bar.update(len(rows))
+
+    try:
+        _run_chunks(chunks, executor_obj, workers, bool(loudness), bool(mono), on_rows)
+    finally:
+        bar.close()
+        if owned:
+            executor_obj.shutdown(wait=True, cancel_futures=True)
+
+    tables = kept + ([_rows_table(new_rows)] if new_rows else [])
+    table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+    group_key = [g or "" for g in table.column("group").to_pylist()]
+    table = table.append_column("_group_key", pa.array(group_key, type=pa.string()))
+    table = table.sort_by([("_group_key", "ascending"), ("path", "ascending")]).drop_columns(["_group_key"])
+
+    label_specs: dict = {}
+    if label_source is not None:
+        roots = {p: r for p, _, r in found}
+        abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]
+        previous_specs = previous.meta["labels"] if previous is not None else None
+        columns, label_specs = join_labels(label_source, abs_paths, [roots[p] for p in abs_paths], previous_specs)
+        for name, col in columns.items():
+            table = table.append_column(pa.field(name, col.type, nullable=True), col)
+    table = table.replace_schema_metadata(encode_metadata(
+        root=stored_root, sources=described,
+        loudness={"enabled": bool(loudness), "mono": bool(mono), "block_sec": BLOCK_SEC},
+        labels=label_specs,
+    ))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    _write_parquet(table, out)
+    parts.remove()
+    unreadable = int(table.num_rows - pc.sum(table.column("readable").cast(pa.int64())).as_py()) \
+        if table.num_rows else 0
+    return IndexBuildReport(path=out, rows=table.num_rows, read=len(todo), reused=reused, resumed=resumed,
+                            dropped=dropped, unreadable=unreadable)

@@ -1,0 +1,330 @@
+"""Opening an index: validation, paths, filters, labels and staleness.
+
+:func:`open_index` reads only the columns asked for (the profile column is
+large and is left on disk unless requested), validates the metadata header
+(a newer major version is refused) and the schema, and checks that no path
+escapes the index's root. Nothing else is touched: no folder walk, no header
+read. Staleness (a file whose size or modification time differs from its row)
+is checked per file when it is read, under a policy (:data:`ON_STALE`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+from typing import Any, Sequence
+
+import numpy as np
+
+from audiotree.index.schema import BASE_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
+
+__all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_stale", "refresh_command"]
+
+#: What a reader does with a file that changed since its row was made:
+#: raise (default), re-read the file's header as it is now, or skip the item.
+ON_STALE = ("error", "reprobe", "skip")
+_DEFAULT_COLUMNS = ("path", "group", "size", "mtime_ns", "sample_rate", "channels", "frames", "duration", "readable")
+_TYPES = {name: kind for name, kind, _ in BASE_COLUMNS}
+
+
+class StaleFileError(ValueError):
+    """A file changed (or vanished) since its index row was made; the message says how to refresh."""
+
+    def __init__(self, message: str, file_path: str | None = None):
+        super().__init__(message)
+        self.file_path = file_path
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.file_path))
+
+
+def check_on_stale(value: str) -> str:
+    if value not in ON_STALE:
+        raise ValueError(f"on_stale must be one of {ON_STALE}, got {value!r}.")
+    return value
+
+
+def refresh_command(index_path: str, meta: dict) -> str:
+    """The ``audiotree index`` command line that refreshes ``index_path`` (from its build settings)."""
+    sources = meta.get("sources") or {}
+    args = ["audiotree", "index"]
+    for group, entries in (sources.get("groups") or {}).items():
+        args += [f"{group}={e}" for e in entries]
+    args += list(sources.get("pool") or [])
+    if len(args) == 2:
+        args.append("SOURCES...")
+    args += ["--out", os.path.abspath(index_path)]
+    for flag, key in (("--labels", "labels"), ("--labels-key", "labels_key"), ("--labels-match", "labels_match"),
+                      ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root")):
+        if sources.get(key):
+            args += [flag, str(sources[key])]
+    loud = meta.get("loudness") or {}
+    if not loud.get("enabled", True):
+        args.append("--no-loudness")
+    elif loud.get("mono") is False:
+        args.append("--stereo")
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def _numpy(column) -> np.ndarray:
+    """An Arrow column as NumPy: bools, floats (null -> NaN), ints (with nulls: an object
+    array), else an object array of Python values.
+
+    Read through the buffers: pyarrow's own ``to_numpy`` imports pandas (~100 MB,
+    most of a second), which a dataset's start-up must not pay for.
+    """
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    kind = column.type
+    if column.null_count:  # (fill_null imports pandas too)
+        values = column.to_pylist()
+        if pa.types.is_floating(kind):
+            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        if pa.types.is_boolean(kind):
+            return np.array([bool(v) for v in values], dtype=bool)
+        return np.array(values, dtype=object)
+    if pa.types.is_boolean(kind):
+        return _from_buffer(column.cast(pa.uint8()), np.uint8).astype(bool)
+    if pa.types.is_floating(kind) or pa.types.is_integer(kind):
+        return _from_buffer(column, np.dtype(kind.to_pandas_dtype()))
+    return np.array(column.to_pylist(), dtype=object)
+
+
+def _from_buffer(column, dtype) -> np.ndarray:
+    data = np.frombuffer(column.buffers()[1], dtype=dtype)
+    return data[column.offset:column.offset + len(column)].copy()
+
+
+def _read_failure(path: str, exc: BaseException) -> ValueError:
+    return ValueError(
+        f"{path}: not a readable Parquet file ({' '.join(str(exc).split())}). It may be truncated or damaged "
+        f"(an interrupted copy?); rebuild it with `audiotree index SOURCES --out {path}`."
+    )
+
+
+def _check_paths(column, where: str) -> None:
+    """Refuses stored paths that could leave the root (vectorised over the column)."""
+    import pyarrow.compute as pc
+
+    bad = pc.or_(
+        pc.match_substring_regex(column, r"(^|[\\/])\.\.([\\/]|$)"),
+        pc.or_(pc.match_substring_regex(column, r"^([\\/]|[A-Za-z]:)"), pc.match_substring(column, "\x00")),
+    )
+    bad = pc.or_(bad, pc.equal(pc.utf8_length(column), 0))
+    if pc.any(bad).as_py():
+        rows = np.flatnonzero(_numpy(bad))
+        example = column[int(rows[0])].as_py()
+        raise ValueError(
+            f"{where}: {len(rows)} path(s) escape the index's root, e.g. row {int(rows[0])}: {example!r}; paths must be "
+            "relative to the root without '..'. The index was edited or damaged; rebuild it."
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CorpusIndex:
+    """An opened index: validated metadata and the requested columns.
+
+    Attributes:
+      path: the index file.
+      meta: its ``audiotree`` metadata (see :mod:`audiotree.index.schema`).
+      root: absolute folder the stored paths are relative to, or ``None``
+        when they are absolute.
+      table: a ``pyarrow.Table`` of the columns read.
+    """
+
+    path: str
+    meta: dict
+    root: str | None
+    table: Any
+
+    # ------------------------------------------------------------- columns
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+    @property
+    def label_names(self) -> list[str]:
+        return list(self.meta["labels"])
+
+    @property
+    def has_profile(self) -> bool:
+        return bool(self.meta["loudness"].get("enabled"))
+
+    @property
+    def mono(self) -> bool:
+        return bool(self.meta["loudness"].get("mono", True))
+
+    def column(self, name: str) -> np.ndarray:
+        """Column ``name`` as NumPy (strings as an object array; nulls as None or NaN)."""
+        if name not in self.table.column_names:
+            raise KeyError(f"{self.path}: column {name!r} was not read (or does not exist); the index has "
+                           f"{self.table.column_names}.")
+        return _numpy(self.table.column(name))
+
+    def paths(self) -> list[str]:
+        """Every row's file as a usable path (joined to the root when there is one)."""
+        stored = self.table.column("path").to_pylist()
+        if self.root is None:
+            return stored
+        join = os.path.join
+        root = self.root
+        return [join(root, p) for p in stored]
+
+    def refresh_command(self) -> str:
+        return refresh_command(self.path, self.meta)
+
+    def profile(self, row: int) -> np.ndarray | None:
+        """Row ``row``'s loudness profile (float32 block mean squares), or ``None`` when it has none.
+
+        Needs the ``profile`` column (``open_index(path, columns="all")``);
+        :func:`audiotree.index.window_loudness` turns it into window loudness.
+        """
+        if "profile" not in self.table.column_names:
+            raise KeyError(f"{self.path}: the profile column was not read; open the index with columns='all' or "
+                           "a columns= list that includes 'profile'.")
+        value = self.table.column("profile")[int(row)]
+        if not value.is_valid:
+            return None
+        return _numpy(value.values).astype(np.float32, copy=False)
+
+    # -------------------------------------------------------------- labels
+    def label_values(self, name: str) -> np.ndarray:
+        """One label column per row: category ids (int32, ``-1`` for none) or numbers as stored
+        (an integer column with empty values reads as float64 with NaN)."""
+        spec = self.meta["labels"].get(name)
+        if spec is None:
+            raise ValueError(f"{self.path} has no label column {name!r}; its labels are {self.label_names}. "
+                             "Rebuild the index with --labels naming a file that has it.")
+        if spec["kind"] == "category":
+            ids = {value: i for i, value in enumerate(spec["vocabulary"])}
+            ids[None] = -1
+            try:
+                return np.array([ids[v] for v in self.table.column(name).to_pylist()], dtype=np.int32)
+            except KeyError as exc:
+                raise ValueError(f"{self.path}: label column {name!r} holds {exc.args[0]!r}, which is missing from "
+                                 "its vocabulary; the index was edited or damaged. Rebuild it.") from None
+        values = _numpy(self.table.column(name))
+        if values.dtype == object:  # an integer column with empty values: float64, empty as NaN (as pandas does)
+            values = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        return values
+
+    def vocabulary(self, name: str) -> list[str]:
+        spec = self.meta["labels"].get(name) or {}
+        if spec.get("kind") != "category":
+            raise ValueError(f"{self.path}: label column {name!r} is not a category column.")
+        return list(spec["vocabulary"])
+
+    # ------------------------------------------------------------ selection
+    def select(self, *, readable: bool = True, min_duration: float | None = None,
+               max_duration: float | None = None) -> np.ndarray:
+        """Row numbers (int64, ascending) passing the filters."""
+        keep = np.ones(len(self), dtype=bool)
+        if readable:
+            keep &= self.column("readable").astype(bool)
+        if min_duration is not None or max_duration is not None:
+            duration = np.asarray(self.column("duration"), dtype=np.float64)  # None -> NaN
+            if min_duration is not None:
+                keep &= duration >= float(min_duration)
+            if max_duration is not None:
+                keep &= duration <= float(max_duration)
+        return np.flatnonzero(keep)
+
+    # ------------------------------------------------------------ staleness
+    def stale_rows(self, rows: Sequence[int] | None = None) -> list[int]:
+        """Rows whose file's size or modification time differs now (or that vanished); stats each file."""
+        paths = self.paths()
+        sizes, mtimes = self.column("size"), self.column("mtime_ns")
+        out = []
+        for i in (range(len(self)) if rows is None else rows):
+            if stat_differs(paths[i], int(sizes[i]), int(mtimes[i])) is not None:
+                out.append(int(i))
+        return out
+
+
+def stat_differs(path: str, size: int, mtime_ns: int) -> str | None:
+    """Why ``path`` no longer matches its row, or ``None`` when it does."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "it no longer exists"
+    if st.st_size != size:
+        return f"its size changed from {size} to {st.st_size} bytes"
+    if st.st_mtime_ns != mtime_ns:
+        return "its modification time changed"
+    return None
+
+
+def stale_message(path: str, reason: str, index_path: str, command: str) -> str:
+    return (
+        f"'{path}' changed since the corpus index {index_path} was built ({reason}). Refresh the index (only changed "
+        f"files are re-read): {command} ; or pass on_stale='reprobe' (read the file as it is now) or on_stale='skip'."
+    )
+
+
+def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
+               labels: Sequence[str] | None = None) -> CorpusIndex:
+    """Opens and validates the index at ``path``, reading ``columns``.
+
+    Args:
+      path: an index written by :func:`audiotree.index.build_index`.
+      columns: the columns to read (default: the base columns a dataset needs,
+        plus every label column); ``"all"`` reads everything, profile included.
+      labels: label columns to read as well; each must be one of the index's
+        labels (else a ``ValueError`` naming the index and its labels).
+
+    Raises:
+      FileNotFoundError: no such file.
+      ValueError: not a Parquet file (e.g. truncated), not an audiotree index,
+        a newer major version, a column of the wrong type, or a path escaping
+        the root. Each message names the file and what to do.
+    """
+    pa = require_pyarrow()
+    import pyarrow.parquet as pq
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Corpus index not found: {path}. Build it with `audiotree index SOURCES --out {path}`.")
+    try:
+        pf = pq.ParquetFile(path)
+        schema = pf.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise _read_failure(path, exc) from None
+    meta, _ = decode_metadata(schema.metadata, path)
+    expected_schema = arrow_schema()
+    for name, _kind, _nullable in BASE_COLUMNS:
+        if name not in schema.names:
+            raise ValueError(f"{path}: the index has no {name!r} column; it was edited or damaged. Rebuild it.")
+        expected, actual = expected_schema.field(name).type, schema.field(name).type
+        if not actual.equals(expected):
+            raise ValueError(f"{path}: column {name!r} has type {actual}, expected {expected}; rebuild the index.")
+    for name in meta["labels"]:
+        if name not in schema.names:
+            raise ValueError(f"{path}: label column {name!r} is listed in the metadata but missing; rebuild the index.")
+    missing = [name for name in (labels or ()) if name not in meta["labels"]]
+    if missing:
+        raise ValueError(
+            f"{path} has no label column(s) {missing}; its labels are {list(meta['labels'])}. Rebuild the index "
+            "with --labels naming a file that has them."
+        )
+    if columns == "all":
+        wanted = list(schema.names)
+    else:
+        wanted = list(dict.fromkeys(list(columns or _DEFAULT_COLUMNS) + ([] if columns else list(meta["labels"]))
+                                    + list(labels or ())))
+        unknown = [c for c in wanted if c not in schema.names]
+        if unknown:
+            raise ValueError(f"{path}: no column(s) {unknown}; the index has {schema.names}.")
+        if "path" not in wanted:
+            wanted.insert(0, "path")
+    try:
+        table = pf.read(columns=wanted)
+    except (pa.ArrowException, OSError) as exc:
+        raise _read_failure(path, exc) from None
+    stored_root = meta.get("root")
+    root = None
+    if stored_root is not None:
+        root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), stored_root))
+        _check_paths(table.column("path"), path)
+    return CorpusIndex(path=path, meta=meta, root=root, table=table)
