@@ -1,0 +1,150 @@
+"""The picture of a corpus scan: how long the files are and how loud.
+
+Two histograms side by side (``WIDTH`` x ``HEIGHT`` pixels):
+
+* **durations**, on log-spaced bins when they span more than a decade; files
+  shorter than ``min_duration`` (the excerpt length: they get padded) in red,
+  left of a dashed line at ``min_duration``;
+* **loudness** (integrated LUFS), on bins with an edge at ``lufs_cutoff`` so
+  that every bar is wholly above or below it; files at or below the cutoff
+  (which the ``loudest`` strategy rejects) in red, silent files (-inf LUFS) as a
+  separate bar at the left.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+from audiotree.plots._figure import READABLE_PT, add_title_and_caption, new_figure, require_matplotlib, save_png
+
+__all__ = ["plot_scan", "WIDTH", "HEIGHT"]
+
+WIDTH, HEIGHT = 960, 400
+_KEPT, _FLAGGED, _SILENT = "#5b7fa6", "#c0392b", "#7f7f7f"
+
+
+def _duration_edges(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    lo, hi = float(values.min()), float(values.max())
+    if lo > 0 and hi / lo > 10:
+        return np.geomspace(lo * 0.999, hi * 1.001, 25), True
+    if hi - lo < 1e-6:
+        return np.array([lo - 0.5, lo + 0.5]) if lo >= 0.5 else np.array([0.0, max(lo * 2, 1e-3)]), False
+    return np.linspace(lo, hi * 1.0001, 21), False
+
+
+def _lufs_edges(values: np.ndarray, cutoff: float | None) -> np.ndarray:
+    lo, hi = float(values.min()), float(values.max())
+    span = max(hi - lo, 1.0)
+    step = next(s for s in (0.5, 1.0, 2.0, 5.0, 10.0) if span / s <= 30)
+    anchor = cutoff if cutoff is not None else 0.0
+    first = anchor + math.floor((lo - anchor) / step) * step
+    count = int(math.floor((hi - first) / step)) + 2
+    return first + step * np.arange(count)
+
+
+def _split_bars(ax, values: np.ndarray, edges: np.ndarray, flagged: np.ndarray, flagged_label: str,
+                kept_label: str) -> None:
+    kept_counts, _ = np.histogram(values[~flagged], edges)
+    flagged_counts, _ = np.histogram(values[flagged], edges)
+    lefts, widths = edges[:-1], np.diff(edges)
+    ax.bar(lefts, kept_counts, widths, align="edge", color=_KEPT, edgecolor="white", linewidth=0.5, label=kept_label)
+    if flagged.any():
+        ax.bar(lefts, flagged_counts, widths, bottom=kept_counts, align="edge", color=_FLAGGED, edgecolor="white",
+               linewidth=0.5, label=flagged_label)
+
+
+def plot_scan(
+    path: str | os.PathLike,
+    *,
+    durations: Sequence[float],
+    lufs: Sequence[float] | None = None,
+    min_duration: float | None = None,
+    lufs_cutoff: float | None = None,
+    title: str | None = None,
+    caption: str | None = None,
+) -> None:
+    """Draws the duration and loudness histograms of a corpus into a PNG at ``path``.
+
+    Args:
+      path: the PNG to write.
+      durations: seconds, one per readable file.
+      lufs: integrated loudness per measured file (``-inf`` for silence); ``None``
+        when loudness was not measured (the panel says so).
+      min_duration: mark files shorter than this (seconds).
+      lufs_cutoff: mark files at or below this loudness (LUFS).
+      title, caption: a heading and a line of context under the plots.
+
+    Raises:
+      RuntimeError: matplotlib is missing.
+      ValueError: no durations.
+    """
+    require_matplotlib("audiotree scan --plot")
+    values = np.asarray(list(durations), dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("plot_scan() needs the duration of at least one readable file.")
+    fig = new_figure(WIDTH, HEIGHT)
+    bottom, top = add_title_and_caption(fig, title, caption)
+    ax_d, ax_l = fig.subplots(1, 2, gridspec_kw={"left": 0.065, "right": 0.985, "wspace": 0.2,
+                                                 "bottom": bottom + 42 / HEIGHT, "top": top - 8 / HEIGHT})
+
+    edges, log_scale = _duration_edges(values)
+    short = values < min_duration if min_duration is not None else np.zeros(values.shape, bool)
+    _split_bars(ax_d, values, edges, short, f"shorter than {min_duration:g} s: {int(short.sum())}" if short.any() else "",
+                f"{int((~short).sum())} files")
+    if log_scale:
+        ax_d.set_xscale("log")
+    if min_duration is not None:
+        ax_d.axvline(min_duration, color=_FLAGGED, linestyle="--", linewidth=1.2)
+    ax_d.set_xlabel("duration (seconds" + (", log scale)" if log_scale else ")"), fontsize=READABLE_PT + 1)
+    ax_d.set_ylabel("files", fontsize=READABLE_PT + 1)
+    ax_d.set_title("Durations", fontsize=READABLE_PT + 2, loc="left")
+
+    if lufs is None:
+        ax_l.text(0.5, 0.5, "loudness not measured\n(audiotree scan --loudness)", ha="center", va="center",
+                  transform=ax_l.transAxes, fontsize=READABLE_PT + 1, color="#666")
+        ax_l.set_xticks([])
+        ax_l.set_yticks([])
+        ax_l.set_frame_on(False)
+    else:
+        loud = np.asarray(list(lufs), dtype=np.float64)
+        finite = loud[np.isfinite(loud)]
+        silent = int((~np.isfinite(loud)).sum())
+        if finite.size:
+            l_edges = _lufs_edges(finite, lufs_cutoff)
+            quiet = finite <= lufs_cutoff if lufs_cutoff is not None else np.zeros(finite.shape, bool)
+            _split_bars(ax_l, finite, l_edges, quiet,
+                        f"at or below the cutoff: {int(quiet.sum())}" if quiet.any() else "",
+                        f"{int((~quiet).sum())} above the cutoff" if lufs_cutoff is not None else f"{finite.size} files")
+            width = float(np.diff(l_edges).min())
+            low_edge = float(l_edges[0])
+        else:
+            width, low_edge = 1.0, (lufs_cutoff if lufs_cutoff is not None else -70.0) - 1.0
+        if silent:
+            x = low_edge - 2 * width
+            ax_l.bar([x], [silent], width, align="edge", color=_SILENT, label=f"silent (-inf LUFS): {silent}")
+            ax_l.annotate("silent", (x + width / 2, silent), xytext=(0, 3), textcoords="offset points", ha="center",
+                          fontsize=READABLE_PT, color=_SILENT)
+        if lufs_cutoff is not None:
+            ax_l.axvline(lufs_cutoff, color=_FLAGGED, linestyle="--", linewidth=1.2)
+            ax_l.annotate(f"cutoff {lufs_cutoff:g}", (lufs_cutoff, 1), xycoords=("data", "axes fraction"),
+                          xytext=(4, -4), textcoords="offset points", ha="left", va="top", fontsize=READABLE_PT,
+                          color=_FLAGGED)
+        ax_l.set_xlabel("integrated loudness (LUFS)", fontsize=READABLE_PT + 1)
+        ax_l.set_ylabel("files", fontsize=READABLE_PT + 1)
+        ax_l.set_title("Loudness", fontsize=READABLE_PT + 2, loc="left")
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (ax_d, ax_l) if lufs is not None else (ax_d,):
+        ax.tick_params(labelsize=READABLE_PT)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        handles, labels = ax.get_legend_handles_labels()
+        keep = [(h, t) for h, t in zip(handles, labels) if t]
+        if keep:
+            ax.legend(*zip(*keep), fontsize=READABLE_PT, frameon=False, loc="upper right")
+    save_png(fig, path)
