@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -25,6 +25,7 @@ __all__ = ["plot_scan", "WIDTH", "HEIGHT"]
 
 WIDTH, HEIGHT = 960, 400
 _KEPT, _FLAGGED, _SILENT = "#5b7fa6", "#c0392b", "#7f7f7f"
+_LIMIT = "#7a1f16"  # the --duration and cutoff lines: darker than the bars they mark
 
 
 def _duration_edges(values: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -66,7 +67,7 @@ def plot_scan(
     lufs_cutoff: float | None = None,
     title: str | None = None,
     caption: str | None = None,
-) -> None:
+) -> Any:
     """Draws the duration and loudness histograms of a corpus into a PNG at ``path``.
 
     Args:
@@ -77,6 +78,9 @@ def plot_scan(
       min_duration: mark files shorter than this (seconds).
       lufs_cutoff: mark files at or below this loudness (LUFS).
       title, caption: a heading and a line of context under the plots.
+
+    Returns:
+      The matplotlib ``Figure`` (already saved).
 
     Raises:
       RuntimeError: matplotlib is missing.
@@ -89,16 +93,19 @@ def plot_scan(
     fig = new_figure(WIDTH, HEIGHT)
     bottom, top = add_title_and_caption(fig, title, caption)
     ax_d, ax_l = fig.subplots(1, 2, gridspec_kw={"left": 0.065, "right": 0.985, "wspace": 0.2,
-                                                 "bottom": bottom + 42 / HEIGHT, "top": top - 8 / HEIGHT})
+                                                 "bottom": bottom + 58 / HEIGHT, "top": top - 26 / HEIGHT})
 
     edges, log_scale = _duration_edges(values)
     short = values < min_duration if min_duration is not None else np.zeros(values.shape, bool)
     _split_bars(ax_d, values, edges, short, f"shorter than {min_duration:g} s: {int(short.sum())}" if short.any() else "",
-                f"{int((~short).sum())} files")
+                f"{int((~short).sum())} files" + (f" of {min_duration:g} s or more" if min_duration is not None else ""))
     if log_scale:
+        from matplotlib.ticker import FuncFormatter
+
         ax_d.set_xscale("log")
+        ax_d.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     if min_duration is not None:
-        ax_d.axvline(min_duration, color=_FLAGGED, linestyle="--", linewidth=1.2)
+        ax_d.axvline(min_duration, color=_LIMIT, linestyle="--", linewidth=1.2)
     ax_d.set_xlabel("duration (seconds" + (", log scale)" if log_scale else ")"), fontsize=READABLE_PT + 1)
     ax_d.set_ylabel("files", fontsize=READABLE_PT + 1)
     ax_d.set_title("Durations", fontsize=READABLE_PT + 2, loc="left")
@@ -117,7 +124,8 @@ def plot_scan(
             l_edges = _lufs_edges(finite, lufs_cutoff)
             quiet = finite <= lufs_cutoff if lufs_cutoff is not None else np.zeros(finite.shape, bool)
             _split_bars(ax_l, finite, l_edges, quiet,
-                        f"at or below the cutoff: {int(quiet.sum())}" if quiet.any() else "",
+                        f"at or below the cutoff: {int(quiet.sum())}" + (f" (+{silent} silent)" if silent else "")
+                        if quiet.any() else "",
                         f"{int((~quiet).sum())} above the cutoff" if lufs_cutoff is not None else f"{finite.size} files")
             width = float(np.diff(l_edges).min())
             low_edge = float(l_edges[0])
@@ -129,10 +137,10 @@ def plot_scan(
             ax_l.annotate("silent", (x + width / 2, silent), xytext=(0, 3), textcoords="offset points", ha="center",
                           fontsize=READABLE_PT, color=_SILENT)
         if lufs_cutoff is not None:
-            ax_l.axvline(lufs_cutoff, color=_FLAGGED, linestyle="--", linewidth=1.2)
-            ax_l.annotate(f"cutoff {lufs_cutoff:g}", (lufs_cutoff, 1), xycoords=("data", "axes fraction"),
-                          xytext=(4, -4), textcoords="offset points", ha="left", va="top", fontsize=READABLE_PT,
-                          color=_FLAGGED)
+            ax_l.axvline(lufs_cutoff, color=_LIMIT, linestyle="--", linewidth=1.2)
+            ax_l.annotate(f"cutoff {lufs_cutoff:g} LUFS", (lufs_cutoff, 0.5), xycoords=("data", "axes fraction"),
+                          xytext=(-3, 0), textcoords="offset points", ha="right", va="center", rotation=90,
+                          fontsize=READABLE_PT, color=_LIMIT)
         ax_l.set_xlabel("integrated loudness (LUFS)", fontsize=READABLE_PT + 1)
         ax_l.set_ylabel("files", fontsize=READABLE_PT + 1)
         ax_l.set_title("Loudness", fontsize=READABLE_PT + 2, loc="left")
@@ -143,8 +151,10 @@ def plot_scan(
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)  # room for the legend above the bars
         handles, labels = ax.get_legend_handles_labels()
         keep = [(h, t) for h, t in zip(handles, labels) if t]
         if keep:
-            ax.legend(*zip(*keep), fontsize=READABLE_PT, frameon=False, loc="upper right")
+            ax.legend(*zip(*keep), fontsize=READABLE_PT, framealpha=0.85, edgecolor="none", loc="upper left")
     save_png(fig, path)
+    return fig
