@@ -134,8 +134,6 @@ def plot_scan(
         if silent:
             x = low_edge - 2 * width
             ax_l.bar([x], [silent], width, align="edge", color=_SILENT, label=f"silent (-inf LUFS): {silent}")
-            ax_l.annotate("silent", (x + width / 2, silent), xytext=(0, 3), textcoords="offset points", ha="center",
-                          fontsize=READABLE_PT, color=_SILENT)
         if lufs_cutoff is not None:
             ax_l.axvline(lufs_cutoff, color=_LIMIT, linestyle="--", linewidth=1.2)
             ax_l.annotate(f"cutoff {lufs_cutoff:g} LUFS", (lufs_cutoff, 0.5), xycoords=("data", "axes fraction"),
@@ -151,9 +149,10 @@ def plot_scan(
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)  # room for the legend above the bars
         handles, labels = ax.get_legend_handles_labels()
         keep = [(h, t) for h, t in zip(handles, labels) if t]
+        tallest = max((p.get_y() + p.get_height() for p in ax.patches), default=1.0)
+        ax.set_ylim(0, tallest * (1.12 + 0.16 * len(keep)))  # room for the legend above the bars
         if keep:
             ax.legend(*zip(*keep), fontsize=READABLE_PT, framealpha=0.85, edgecolor="none", loc="upper left")
     save_png(fig, path)

@@ -721,6 +721,7 @@ def create_windowed_audio_dataset(
     pad_mode: str | None = "constant",
     extensions: Sequence[str] | None = None,
     source: str | None = None,
+    measure_lufs: bool = False,
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -735,7 +736,8 @@ def create_windowed_audio_dataset(
       lufs_per_file / lufs_window_sec: explicit loudness cells (override the cache).
       lufs_cutoff: slots whose centre cell is quieter (LUFS) are dropped.
       shuffle, num_epochs, shuffle_seed, excerpt_seed, sample_rate, mono,
-      pad_mode, extensions, source: as in :func:`create_audio_dataset`.
+      pad_mode, extensions, source, measure_lufs: as in :func:`create_audio_dataset`
+        (items carry ``lufs=None`` unless ``measure_lufs=True``).
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -743,6 +745,7 @@ def create_windowed_audio_dataset(
       RuntimeError: no files found, or no slots left after loudness filtering.
     """
     from audiotree.sources.datasets import _check_common, _resolve_files
+    from audiotree.sources.loading import MeasureLufs, check_measure_lufs
     from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 
     duration = _positive(duration, "duration")
@@ -758,5 +761,7 @@ def create_windowed_audio_dataset(
         num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed, sample_rate=sample_rate,
         mono=mono, pad_mode=pad_mode, source=source,
     )
+    if check_measure_lufs(measure_lufs):
+        ds = ds.map(MeasureLufs())
     item_bytes = estimate_item_bytes(channels=1 if mono else 2, sample_rate=sample_rate, duration=duration)
     return AudioMapDataset(ds, item_bytes=item_bytes)
