@@ -362,6 +362,7 @@ class TuneResult:
             ax.set_xticks(sorted({m.setting.num_workers for m in self.measurements}))
             ax.tick_params(labelsize=READABLE_PT)
             ax.grid(alpha=0.3)
+            ax.margins(y=0.12)  # room for the knee's label above the top point
         handles, labels = ax_rate.get_legend_handles_labels()
         for handle, label in zip(*ax_rss.get_legend_handles_labels()):
             if label not in labels:

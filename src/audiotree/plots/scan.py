@@ -28,13 +28,17 @@ _KEPT, _FLAGGED, _SILENT = "#5b7fa6", "#c0392b", "#7f7f7f"
 _LIMIT = "#7a1f16"  # the --duration and cutoff lines: darker than the bars they mark
 
 
-def _duration_edges(values: np.ndarray) -> tuple[np.ndarray, bool]:
+def _duration_edges(values: np.ndarray, mark: float | None) -> tuple[np.ndarray, bool]:
+    """About 20 bins over the durations (log-spaced past a decade), with an edge at ``mark`` when given."""
     lo, hi = float(values.min()), float(values.max())
-    if lo > 0 and hi / lo > 10:
-        return np.geomspace(lo * 0.999, hi * 1.001, 25), True
-    if hi - lo < 1e-6:
-        return np.array([lo - 0.5, lo + 0.5]) if lo >= 0.5 else np.array([0.0, max(lo * 2, 1e-3)]), False
-    return np.linspace(lo, hi * 1.0001, 21), False
+    log_scale = lo > 0 and hi / lo > 10
+    to_axis, from_axis = (np.log, np.exp) if log_scale else ((lambda v: v), (lambda v: v))
+    a, b = to_axis(lo), to_axis(hi)
+    step = (b - a) / 20 if b > a else (abs(a) * 0.1 or 0.5)
+    anchor = to_axis(mark) if mark is not None and mark > 0 else a
+    first = anchor + math.floor((a - anchor) / step) * step
+    count = int(math.floor((b - first) / step)) + 2
+    return from_axis(first + step * np.arange(count)), log_scale
 
 
 def _lufs_edges(values: np.ndarray, cutoff: float | None) -> np.ndarray:
@@ -95,7 +99,7 @@ def plot_scan(
     ax_d, ax_l = fig.subplots(1, 2, gridspec_kw={"left": 0.065, "right": 0.985, "wspace": 0.2,
                                                  "bottom": bottom + 58 / HEIGHT, "top": top - 26 / HEIGHT})
 
-    edges, log_scale = _duration_edges(values)
+    edges, log_scale = _duration_edges(values, min_duration)
     short = values < min_duration if min_duration is not None else np.zeros(values.shape, bool)
     _split_bars(ax_d, values, edges, short, f"shorter than {min_duration:g} s: {int(short.sum())}" if short.any() else "",
                 f"{int((~short).sum())} files" + (f" of {min_duration:g} s or more" if min_duration is not None else ""))
