@@ -89,6 +89,13 @@ def plot_scan(
     Raises:
       RuntimeError: matplotlib is missing.
       ValueError: no durations.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "scan.png")
+    >>> fig = plot_scan(path, durations=[0.5, 2.0, 3.0], lufs=[-45.0, -20.0, float("-inf")],
+    ...                 min_duration=1.0, lufs_cutoff=-40.0, title="my corpus")
+    >>> os.path.getsize(path) > 1000, [ax.get_title(loc="left") for ax in fig.axes]
+    (True, ['Durations', 'Loudness'])
     """
     require_matplotlib("audiotree scan --plot")
     values = np.asarray(list(durations), dtype=np.float64)
