@@ -130,6 +130,24 @@ def test_scan_json_report(scan_corpus):
     assert sum(b["count"] for b in loud["histogram"]) == 6
 
 
+def test_scan_plot(scan_corpus, tmp_path):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    plot = tmp_path / "out" / "scan.png"
+    result = run_cli("scan", *groups(scan_corpus), "--duration", "0.5", "--loudness-seconds", "2", "--lufs-cutoff",
+                     "-40", "--plot", plot)
+    assert result.returncode == 0, result.stderr
+    assert f"Plot: {plot}" in result.stdout and "Loudness (first 2 s" in result.stdout  # --plot measures loudness
+    with Image.open(plot) as img:
+        img.load()
+        assert img.size == (960, 400)
+        rgb = np.asarray(img.convert("RGB")).astype(int)
+    # The 50 ms blip (shorter than --duration, and silent) is drawn as a red bar in the duration panel.
+    red = (np.abs(rgb - (0xC0, 0x39, 0x2B)).sum(axis=-1) < 12)
+    assert red[:, :480].sum() > 100
+
+
 def test_scan_table_report(scan_corpus):
     result = run_cli("scan", *[str(p) for p in scan_corpus.values()], "--duration", "0.5")
     assert result.returncode == 0, result.stderr

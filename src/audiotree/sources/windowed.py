@@ -773,6 +773,7 @@ def create_windowed_audio_dataset(
     min_duration: float | None = None,
     max_duration: float | None = None,
     on_stale: str = "error",
+    measure_lufs: bool = False,
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -792,6 +793,8 @@ def create_windowed_audio_dataset(
         corpus index, as in :func:`create_audio_dataset`. Durations come from
         the index; with ``lufs_window_sec`` (a multiple of 0.1 s) quiet slots
         are dropped using the index's loudness profiles.
+      pad_mode, extensions, source, measure_lufs: as in :func:`create_audio_dataset`
+        (items carry ``lufs=None`` unless ``measure_lufs=True``).
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -799,6 +802,7 @@ def create_windowed_audio_dataset(
       RuntimeError: no files found, or no slots left after loudness filtering.
     """
     from audiotree.sources.datasets import _check_common, _resolve_files
+    from audiotree.sources.loading import MeasureLufs, check_measure_lufs
     from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 
     duration = _positive(duration, "duration")
@@ -825,5 +829,7 @@ def create_windowed_audio_dataset(
         num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed, sample_rate=sample_rate,
         mono=mono, pad_mode=pad_mode, source=source, rows=rows, on_stale=on_stale,
     )
+    if check_measure_lufs(measure_lufs):
+        ds = ds.map(MeasureLufs())
     item_bytes = estimate_item_bytes(channels=1 if mono else 2, sample_rate=sample_rate, duration=duration)
     return AudioMapDataset(ds, item_bytes=item_bytes)
