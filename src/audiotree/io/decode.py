@@ -66,6 +66,7 @@ import numpy as np
 import soundfile
 
 from audiotree.errors import AudioReadError
+from audiotree.io import integrity
 from audiotree.io.formats import PYAV_EXTENSIONS, normalize_extension, pyav_available
 
 __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
@@ -289,7 +290,7 @@ class _SoundfileReader:
 
     backend = "soundfile"
 
-    __slots__ = ("_file", "info", "_mode", "_pos", "_preroll", "_tail")
+    __slots__ = ("_file", "info", "_mode", "_pos", "_preroll", "_tail", "length_slack")
 
     def __init__(self, path: str) -> None:
         f = soundfile.SoundFile(path)
@@ -301,7 +302,7 @@ class _SoundfileReader:
             self._mode = _VORBIS
         elif subtype == "OPUS":
             self._mode = _OPUS
-        elif subtype in ("MPEG_LAYER_I", "MPEG_LAYER_II", "MPEG_LAYER_III"):
+        elif subtype in ("MPEG_LAYER_I", "MPEG_LAYER_II", "MPEG_LAYER_III") or f.format == "MP3":
             self._mode = _MPEG
             if subtype == "MPEG_LAYER_I":
                 per_frame = 384
@@ -314,6 +315,9 @@ class _SoundfileReader:
             self._mode = _EXACT
         self._pos: int | None = 0  # libsndfile's read position, None if unknown
         self._tail: int | None = None  # first frame of the final Ogg page (lazy)
+        # Frames by which decoding may fall short of an estimated length
+        # (set by _check_length_claim for MP3 without a length header).
+        self.length_slack = 0
 
     def close(self) -> None:
         self._file.close()
@@ -422,11 +426,13 @@ class _PyAVReader:
         "_origin",
         "_preroll",
         "_jitter",
+        "length_slack",
     )
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._dirty = False
+        self.length_slack = 0  # raised by _duration_frames when the length is an estimate
         self._open_container()
         container, stream, codec = self._container, self._stream, self._codec
         try:
@@ -488,7 +494,10 @@ class _PyAVReader:
         if stream.duration is not None and stream.duration > 0:
             return self._to_samples(int(stream.duration))
         if container.duration is not None and container.duration > 0:
-            # container.duration is in AV_TIME_BASE (microseconds).
+            # container.duration is in AV_TIME_BASE (microseconds), and may be
+            # FFmpeg's estimate from the bitrate: allow decoding to end a
+            # quarter second short of it (see AudioFile.read).
+            self.length_slack = -(-sample_rate // 4)
             return int(round(container.duration * sample_rate / 1_000_000))
         total = 0
         self._dirty = True
@@ -635,9 +644,7 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
     ext = _extension(path)
     if ext in PYAV_EXTENSIONS:
         try:
-            return _PyAVReader(path)
-        except MemoryError:
-            raise
+            reader = _PyAVReader(path)
         except ImportError as exc:
             hint = (
                 f"Decoding {ext} files needs the optional PyAV package: install it with "
@@ -646,16 +653,14 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
             raise _error(path, exc, hint) from exc
         except Exception as exc:
             raise _error(path, exc, _failure_hint(path, size)) from exc
+        return _checked(path, size, reader)
 
     try:
         reader = _SoundfileReader(path)
-    except MemoryError:
-        raise
     except Exception as exc:
         sf_exc = exc
     else:
-        _refuse_truncated_wav(path, size, reader)
-        return reader
+        return _checked(path, size, reader)
     # libsndfile could not open it. PyAV may (unusual WAV codecs, misnamed
     # files), but an empty file is hopeless, and a fallback that "succeeds"
     # with no audio is treated as a failure rather than as a valid empty file.
@@ -663,15 +668,25 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
     if size != 0 and pyav_available():
         try:
             reader = _PyAVReader(path)
-        except MemoryError:
-            raise
         except Exception as av_exc:
             hint = f"(The PyAV fallback also failed: {_describe(av_exc)}.) {hint}"
         else:
             if reader.info.frames > 0:
-                return reader
+                return _checked(path, size, reader)
             reader.close()
     raise _error(path, sf_exc, hint) from sf_exc
+
+
+def _checked(path: str, size: int | None, reader: _SoundfileReader | _PyAVReader):
+    """``reader`` once its header's length claim is backed by the file, else closes it and raises."""
+    try:
+        if isinstance(reader, _SoundfileReader):
+            _refuse_truncated_wav(path, size, reader)
+        _check_length_claim(path, size, reader)
+    except BaseException:
+        reader.close()
+        raise
+    return reader
 
 
 def _wav_data_chunk(head: bytes) -> tuple[int, int] | None:
@@ -707,13 +722,78 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: _SoundfileReader)
     offset, declared = chunk
     if declared in (0, 0xFFFFFFFF) or offset + declared <= size:
         return
-    reader.close()
     raise AudioReadError(
         f"Failed to read audio file '{path}': the file is truncated: its header declares "
         f"{declared} bytes of audio but the file ends {offset + declared - size} bytes early "
         f"(only {reader.info.frames} frames are present). Re-download or re-encode it, {_SKIP_HINT}.",
         path,
     )
+
+
+#: An MP3 without a Xing/Info/VBRI header has an *estimated* length: mpg123
+#: derives it from the file size and the first frames' bitrate. Decoding may
+#: end up to this many MPEG frames (0.2-0.3 s) before the estimate; that tail
+#: is returned as silence so every read still has the promised length. A
+#: decode that ends earlier is a truncated or corrupt file (AudioReadError).
+#: MP3s with a length header are held to their exact length, like every other
+#: format.
+MP3_ESTIMATE_TOLERANCE_FRAMES = 8
+
+# The frame count libsndfile reports for a FLAC stream whose STREAMINFO does
+# not record its length (total_samples = 0).
+_UNKNOWN_LENGTH = 2**63 - 1
+
+
+def _bad_file(path: str, what: str) -> AudioReadError:
+    return AudioReadError(
+        f"Failed to read audio file '{path}': {what}. Re-download or re-encode it, {_SKIP_HINT}.", path
+    )
+
+
+def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | _PyAVReader) -> None:
+    """Refuses a header whose frame count the file's bytes cannot back (see io.integrity).
+
+    Runs before anything is decoded or allocated. Reads at most a 4 KiB head
+    (FLAC, Ogg, MP3) and, for Ogg, the final page; a file claiming 0 frames
+    is looked at further (1 MiB) to tell an empty file from a cut one.
+    """
+    info = reader.info
+    fmt, subtype = info.format, info.subtype
+    is_mpeg = fmt == "MP3" or (subtype or "").startswith("MPEG_LAYER")
+    try:
+        size = os.stat(path).st_size if size is None else size
+        head = b""
+        if fmt in ("FLAC", "OGG", "MP3") or is_mpeg or info.frames == 0:
+            head = integrity.read_head(path, 1 << 20 if info.frames == 0 else 4096)
+        if fmt == "OGG":
+            tail = integrity.read_head(path, integrity.OGG_MAX_PAGE, max(0, size - integrity.OGG_MAX_PAGE))
+        id3 = integrity.id3v2_size(head) if is_mpeg else 0
+        if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
+            frame_head = head[id3:] if id3 + 200 <= len(head) else integrity.read_head(path, 200, id3)
+    except OSError:  # the file vanished after opening: the first read will say so
+        return
+    if fmt == "OGG" and not integrity.ogg_is_complete(tail):
+        raise _bad_file(path, "the file is truncated: its Ogg stream ends without an end-of-stream page "
+                        f"(libsndfile sees {info.frames} frames; the rest is missing)")
+    declared = integrity.mp3_declared_bytes(frame_head) if is_mpeg else None
+    if declared is not None and declared > size - id3:
+        raise _bad_file(path, f"the file is truncated: its Xing/Info header records {declared} bytes of MPEG "
+                        f"audio but the file ends after {size - id3}")
+    if info.frames == 0:
+        wav_data = _wav_data_chunk(head) if fmt in ("WAV", "WAVEX") else None
+        if integrity.holds_audio(fmt, subtype, head, size, wav_data):
+            raise _bad_file(path, f"its header claims 0 frames but the file ({size} bytes) holds audio data "
+                            "after its header; it is truncated or its header is corrupt")
+        return
+    bound = integrity.max_frames(fmt, subtype, info.channels, info.sample_rate, size, head)
+    if bound is not None and info.frames > bound:
+        if fmt == "FLAC" and info.frames == _UNKNOWN_LENGTH:
+            raise _bad_file(path, "its FLAC header does not record the stream length (total_samples is 0), "
+                            "so reads cannot be checked or positioned exactly")
+        raise _bad_file(path, f"its header claims {info.frames} frames but a {size}-byte {fmt} file "
+                        f"holds at most {bound}; the header is corrupt")
+    if isinstance(reader, _SoundfileReader) and is_mpeg and integrity.mp3_length_is_estimated(frame_head):
+        reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * (reader._preroll // _MPEG_PREROLL_FRAMES)
 
 
 class AudioFile:
@@ -805,12 +885,43 @@ class AudioFile:
             return np.empty((0, self.info.channels), dtype=np.float32)
         try:
             x = reader.read(start, end - start)
-        except (AudioReadError, MemoryError):
+        except AudioReadError:
             raise
+        except MemoryError as exc:
+            gib = (end - start) * self.info.channels * 4 / 2**30
+            raise AudioReadError(
+                f"Failed to read audio file '{self.path}': not enough memory to decode frames {start}-{end} "
+                f"({gib:.2f} GiB as float32). Read shorter excerpts, {_SKIP_HINT}.",
+                self.path,
+            ) from exc
         except Exception as exc:
             raise _error(self.path, exc, _failure_hint(self.path, _file_size(self.path))) from exc
+        if len(x) != end - start:
+            x = self._short_read(x, start, end, reader.length_slack)
         _check_finite(x, self.path, start)
         return x
+
+    def _short_read(self, x: np.ndarray, start: int, end: int, slack: int) -> np.ndarray:
+        """A decode that ended at frame ``start + len(x)`` before ``end``: pad within ``slack`` or raise.
+
+        Only an estimated length (``slack > 0``) may come up short, and only
+        near its estimated end; anything else means the file holds fewer
+        frames than its header promises.
+        """
+        stopped = start + len(x)
+        frames = self.info.frames
+        if frames - stopped <= slack:
+            out = np.zeros((end - start, self.info.channels), dtype=np.float32)
+            out[: len(x)] = x
+            return out
+        if slack:
+            what = (f"its length is estimated at {frames} frames (the MP3 has no Xing/Info header) but decoding "
+                    f"stopped at frame {stopped}, more than the {slack}-frame tolerance short; it is truncated or "
+                    "corrupt")
+        else:
+            what = (f"decoding stopped at frame {stopped} but its header promises {frames} frames; "
+                    "it is truncated or corrupt")
+        raise _bad_file(self.path, what)
 
     def read_all(self) -> np.ndarray:
         """Decode the whole file: ``read(0, None)``; shape ``(frames, channels)``."""
