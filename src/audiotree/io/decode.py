@@ -753,18 +753,26 @@ def _bad_file(path: str, what: str) -> AudioReadError:
 def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | _PyAVReader) -> None:
     """Refuses a header whose frame count the file's bytes cannot back (see io.integrity).
 
-    Runs before anything is decoded or allocated. Reads at most a 4 KiB head
-    (FLAC, Ogg, MP3) and, for Ogg, the final page; a file claiming 0 frames
-    is looked at further (1 MiB) to tell an empty file from a cut one.
+    Runs before anything is decoded or allocated. Reads the final page of an
+    Ogg file, a 4 KiB head of an MP3 (or of a file whose claim is too large
+    for its format's smallest blocks), and 1 MiB of a file claiming 0 frames
+    (to tell an empty file from a cut one); nothing for typical WAV/FLAC.
     """
     info = reader.info
     fmt, subtype = info.format, info.subtype
     is_mpeg = fmt == "MP3" or (subtype or "").startswith("MPEG_LAYER")
     try:
         size = os.stat(path).st_size if size is None else size
+        # The head is read only when a check needs it: MP3 (its Xing header),
+        # 0-frame claims, and claims too large for the format's smallest blocks.
+        bound = None if info.frames == 0 else integrity.max_frames(
+            fmt, subtype, info.channels, info.sample_rate, size, None
+        )
         head = b""
-        if fmt in ("FLAC", "OGG", "MP3") or is_mpeg or info.frames == 0:
-            head = integrity.read_head(path, 1 << 20 if info.frames == 0 else 4096)
+        if info.frames == 0:
+            head = integrity.read_head(path, 1 << 20)
+        elif is_mpeg or (bound is not None and info.frames > bound):
+            head = integrity.read_head(path, 4096)
         if fmt == "OGG":
             tail = integrity.read_head(path, integrity.OGG_MAX_PAGE, max(0, size - integrity.OGG_MAX_PAGE))
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
@@ -785,7 +793,8 @@ def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | 
             raise _bad_file(path, f"its header claims 0 frames but the file ({size} bytes) holds audio data "
                             "after its header; it is truncated or its header is corrupt")
         return
-    bound = integrity.max_frames(fmt, subtype, info.channels, info.sample_rate, size, head)
+    if bound is not None and info.frames > bound:
+        bound = integrity.max_frames(fmt, subtype, info.channels, info.sample_rate, size, head)
     if bound is not None and info.frames > bound:
         if fmt == "FLAC" and info.frames == _UNKNOWN_LENGTH:
             raise _bad_file(path, "its FLAC header does not record the stream length (total_samples is 0), "

@@ -55,8 +55,13 @@ def read_head(path: str, size: int = _HEAD_BYTES, offset: int = 0) -> bytes:
         return fh.read(size)
 
 
-def _flac_max_blocksize(head: bytes) -> int:
-    """STREAMINFO's max_blocksize, or FLAC's absolute maximum (65535) if unusable."""
+def _flac_max_blocksize(head: bytes | None) -> int:
+    """STREAMINFO's max_blocksize, or FLAC's absolute maximum (65535) if unusable.
+
+    ``head=None`` gives FLAC's smallest legal block size (16) instead.
+    """
+    if head is None:
+        return 16
     # "fLaC", then a 4-byte metadata block header; STREAMINFO must come first:
     # min_blocksize (16 bits), max_blocksize (16 bits), ...
     if len(head) >= 12 and head[:4] == b"fLaC" and head[4] & 0x7F == 0:
@@ -75,8 +80,13 @@ def _ogg_first_packet(head: bytes) -> bytes:
     return head[start : start + sum(head[27:start])]
 
 
-def _vorbis_max_block(head: bytes) -> int:
-    """Vorbis blocksize_1 from the identification header, or the codec maximum (8192)."""
+def _vorbis_max_block(head: bytes | None) -> int:
+    """Vorbis blocksize_1 from the identification header, or the codec maximum (8192).
+
+    ``head=None`` gives the codec's smallest legal blocksize_1 (64) instead.
+    """
+    if head is None:
+        return 64
     packet = _ogg_first_packet(head)
     if len(packet) >= 29 and packet[:7] == b"\x01vorbis":
         exponent = packet[28] >> 4
@@ -85,12 +95,18 @@ def _vorbis_max_block(head: bytes) -> int:
     return 8192
 
 
-def max_frames(fmt: str, subtype: str | None, channels: int, sample_rate: int, size: int, head: bytes) -> int | None:
+def max_frames(
+    fmt: str, subtype: str | None, channels: int, sample_rate: int, size: int, head: bytes | None
+) -> int | None:
     """Upper bound on the frames that ``size`` bytes of this format can decode to.
 
     ``None`` when the codec has no useful bound (e.g. ALAC). The bounds are
     generous by design (they count every byte of the file as audio payload
     and assume the densest legal coding), so a valid file never exceeds them.
+    FLAC and Vorbis bounds scale with the block size recorded in ``head``
+    (the file's first bytes; the codec maximum if unparsable). With
+    ``head=None`` they assume the smallest legal block size: a claim within
+    that bound is within the real one too, so the head need not be read.
     """
     channels = max(1, channels)
     if fmt == "FLAC":  # its subtypes name the PCM width, but the data is compressed
