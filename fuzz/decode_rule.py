@@ -31,8 +31,8 @@ _ENCODING = {
     "ogg": ("OGG", "VORBIS"),
     "mp3": ("MP3", "MPEG_LAYER_III"),
 }
-# Reads of the mutants must stay within what such small files can decode to;
-# a read that allocates more than this was trusting a hostile header.
+# Reads of formats without a size bound (none of FORMATS) must still stay
+# below this; a read that allocates more was trusting a hostile header.
 MAX_READ_BYTES = 64 * 1024 * 1024
 
 
@@ -117,7 +117,7 @@ def check_file(path: str, *, expect_audio: bool = False) -> str:
         RuleViolation: if any read broke the rule.
     """
     from audiotree.excerpt import read_excerpt
-    from audiotree.io import AudioFile, probe
+    from audiotree.io import AudioFile, integrity, probe
 
     f = _guard(path, "AudioFile()", lambda: AudioFile(path))
     if f is None:
@@ -130,9 +130,13 @@ def check_file(path: str, *, expect_audio: bool = False) -> str:
             raise _violation(path, f"implausible header accepted: {info}")
         if expect_audio and n == 0:
             raise _violation(path, "header claims 0 frames but the file holds audio bytes")
-        if n * channels * 4 > MAX_READ_BYTES:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        limit = integrity.max_frames(info.format, info.subtype, channels, info.sample_rate, size, head)
+        if n > (MAX_READ_BYTES // (4 * channels) if limit is None else limit):
             raise _violation(path, f"header claims {n} frames ({n * channels * 4} bytes), more than a "
-                             f"{os.path.getsize(path)}-byte file of this kind can hold")
+                             f"{size}-byte {info.format} file can hold ({limit})")
         probed = _guard(path, "probe()", lambda: probe(path))
         if probed is not None and probed.frames != n:
             raise _violation(path, f"probe() says {probed.frames} frames, AudioFile says {n}")

@@ -5,8 +5,9 @@
   through every kind of read and must keep the rule.
 * A bounded atheris run per format (``fuzz/fuzz_decode.py``) must finish
   without a crash. The default budget is 15 s per format (60 s in all);
-  ``AUDIOTREE_FUZZ_SECONDS`` sets the seconds per format. Longer campaigns:
-  see ``fuzz/README.md``.
+  ``AUDIOTREE_FUZZ_SECONDS`` sets the seconds per format. The libFuzzer seed
+  is fixed per format, so a run is repeatable. Longer campaigns: see
+  ``fuzz/README.md``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def _fuzz(fmt: str, tmp_path, seconds: float) -> subprocess.CompletedProcess:
     seeds = tmp_path / "seeds"  # the harness seeds an empty first corpus folder with valid files
     cmd = [
         sys.executable, str(FUZZ_DIR / "fuzz_decode.py"), "--format", fmt, str(seeds), str(corpus),
-        f"-max_total_time={int(seconds)}", "-timeout=30", "-rss_limit_mb=2048",
+        # A fixed seed makes the run repeatable (up to how far the time budget gets).
+        f"-seed={1 + FORMATS.index(fmt)}", f"-max_total_time={int(seconds)}", "-timeout=30", "-rss_limit_mb=2048",
         f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
     ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 300), artifacts

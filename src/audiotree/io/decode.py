@@ -23,6 +23,20 @@ Determinism
     a pseudo-random generator whose state depends on where decoding
     started). In both cases the *timing* is still sample-exact.
 
+Bad data never passes as audio
+    Every read either returns exactly the frames the header promised
+    (``min(num_frames, info.frames - start_frame)``), finite, or raises
+    :class:`~audiotree.errors.AudioReadError` naming the file and the fault.
+    Opening a file checks its header's frame count against what the file's
+    bytes can hold (:mod:`audiotree.io.integrity`; nothing is allocated for a
+    lying header), refuses Ogg streams without their end-of-stream page and
+    MP3s whose Xing/Info header records more bytes than the file has, and
+    tells genuinely empty files from ones claiming 0 frames over audio data.
+    A decode that stops before the promised frames is an error, never padding.
+    The one estimate is an MP3 without a length header: decoding may end up
+    to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES` MPEG frames before mpg123's
+    estimated length, and that tail is returned as silence.
+
 Workarounds (measured with libsndfile 1.2.2 / soundfile 0.14 / PyAV 18)
     * soundfile re-seeks to the current position after *every* read call.
       For MP3 that re-seek makes mpg123 drop its bit reservoir, so reading
@@ -874,7 +888,9 @@ class AudioFile:
 
         Raises:
             ValueError: for negative arguments or a closed file.
-            AudioReadError: if decoding fails or the samples contain NaN/Inf.
+            AudioReadError: if decoding fails, ends before the frames the
+                header promises (a truncated or corrupt file), runs out of
+                memory, or the samples contain NaN/Inf.
         """
         reader = self._reader
         if reader is None:
