@@ -599,6 +599,11 @@ class _PyAVReader:
                 if expected is None and pos > start and not from_beginning:
                     overshot = True  # samples before `pos` would be missing
                     break
+                if expected is not None and pos - expected > self._jitter and pos > start and expected < end:
+                    # Packets the decoder dropped (corrupt data) leave a hole in
+                    # the timeline; zeros there would pass for audio.
+                    raise _bad_file(self._path, f"decoding skipped frames {max(expected, start)}-{min(pos, end)} "
+                                    "(corrupt or missing packets)")
                 expected = pos + n
                 if pos + n <= start:
                     continue  # pre-roll / before the excerpt
@@ -803,7 +808,9 @@ def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | 
                         f"audio but the file ends after {size - id3}")
     if info.frames == 0:
         wav_data = _wav_data_chunk(head) if fmt in ("WAV", "WAVEX") else None
-        if integrity.holds_audio(fmt, subtype, head, size, wav_data):
+        # PyAV containers that report no frames are refused like the PyAV
+        # fallback's (see _open_reader): their length metadata is all we have.
+        if isinstance(reader, _PyAVReader) or integrity.holds_audio(fmt, subtype, head, size, wav_data):
             raise _bad_file(path, f"its header claims 0 frames but the file ({size} bytes) holds audio data "
                             "after its header; it is truncated or its header is corrupt")
         return
