@@ -802,10 +802,13 @@ def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | 
     if fmt == "OGG" and not integrity.ogg_is_complete(tail):
         raise _bad_file(path, "the file is truncated: its Ogg stream ends without an end-of-stream page "
                         f"(libsndfile sees {info.frames} frames; the rest is missing)")
+    # Encoders count the stream from its first frame; compared with the whole
+    # file size (ID3v2 tag included) so that no encoder's convention can make
+    # a complete file look cut. Smaller cuts are caught by the exact length.
     declared = integrity.mp3_declared_bytes(frame_head) if is_mpeg else None
-    if declared is not None and declared > size - id3:
+    if declared is not None and declared > size:
         raise _bad_file(path, f"the file is truncated: its Xing/Info header records {declared} bytes of MPEG "
-                        f"audio but the file ends after {size - id3}")
+                        f"audio but the file has only {size} bytes")
     if info.frames == 0:
         wav_data = _wav_data_chunk(head) if fmt in ("WAV", "WAVEX") else None
         # PyAV containers that report no frames are refused like the PyAV
