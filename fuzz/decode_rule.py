@@ -126,7 +126,7 @@ def check_file(path: str, *, expect_audio: bool = False) -> str:
     with f:
         info = f.info
         n, channels = info.frames, info.channels
-        if n < 0 or channels < 1 or info.sample_rate < 1:
+        if n < 0 or channels < 1 or not 1 <= info.sample_rate <= integrity.MAX_SAMPLE_RATE:
             raise _violation(path, f"implausible header accepted: {info}")
         if expect_audio and n == 0:
             raise _violation(path, "header claims 0 frames but the file holds audio bytes")

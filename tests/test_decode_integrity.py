@@ -147,6 +147,19 @@ def test_corrupt_flac_frames_are_errors_not_silence(good, tmp_path):
     _assert_names_file(info.value, path)
 
 
+def test_absurd_sample_rate_is_refused(good, tmp_path):
+    """Found by the fuzzer: a 1 GHz WAV made a 0.1 s excerpt pad 100 million frames (seconds, GBs)."""
+    data = bytearray(good["wav"])
+    data[24:28] = struct.pack("<I", 1_048_576_000)
+    path = _write(tmp_path, "fast.wav", bytes(data))
+    with pytest.raises(AudioReadError) as info:
+        AudioTree.from_file(path, duration=0.1)
+    _assert_names_file(info.value, path, "sample rate of 1048576000 Hz")
+    data[24:28] = struct.pack("<I", 384_000)  # a real high rate still reads
+    with AudioFile(_write(tmp_path, "hi.wav", bytes(data))) as f:
+        assert f.info.sample_rate == 384_000 and f.read_all().shape == (RATE, 1)
+
+
 # ---------------------------------------------------------------- zero-length claims
 
 

@@ -778,6 +778,9 @@ def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | 
     (to tell an empty file from a cut one); nothing for typical WAV/FLAC.
     """
     info = reader.info
+    if not 1 <= info.sample_rate <= integrity.MAX_SAMPLE_RATE:
+        raise _bad_file(path, f"its header claims a sample rate of {info.sample_rate} Hz, outside "
+                        f"1-{integrity.MAX_SAMPLE_RATE} Hz; the header is corrupt")
     fmt, subtype = info.format, info.subtype
     is_mpeg = fmt == "MP3" or (subtype or "").startswith("MPEG_LAYER")
     try:

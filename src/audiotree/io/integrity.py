@@ -26,7 +26,13 @@ from __future__ import annotations
 import re
 import struct
 
-__all__ = ["max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes", "ogg_is_complete", "read_head"]
+__all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes", "ogg_is_complete", "read_head"]
+
+#: Highest sample rate a header may claim, in Hz. Covers every audio rate in
+#: use, ultrasonic recorders (up to ~1 MHz) and DSD64 carried as PCM
+#: (2.8224 MHz). Beyond it the header is corrupt: a rate of 1 GHz would make a
+#: 0.1 s excerpt 100 million frames long.
+MAX_SAMPLE_RATE = 4_000_000
 
 # Bytes read from the start of a file for header parsing (STREAMINFO, the
 # first Ogg pages, the first MPEG frame after an ID3v2 tag of modest size).
