@@ -92,6 +92,10 @@ def test_ogg_missing_its_last_47_bytes_is_refused(good, tmp_path):
     with pytest.raises(AudioReadError):
         probe(path)  # was: 0 frames
     _excerpt_policies(path)  # was: an all-zero item under every policy
+    # A complete stream followed by a tag that some tools append still reads.
+    tagged = _write(tmp_path, "tagged.ogg", good["ogg"] + b"TAG" + b"x" * 125)
+    with AudioFile(tagged) as f:
+        assert f.read_all().shape == (RATE, 1)
 
 
 def _flac_total_samples(data: bytes, value: int) -> bytes:

@@ -244,13 +244,16 @@ def ogg_is_complete(tail: bytes) -> bool:
     Every Ogg stream closes with a page flagged end-of-stream. A file cut
     anywhere ends either inside a page or after a page without that flag;
     libsndfile then reports only the frames of the last whole page, which
-    would pass the cut file off as a shorter one.
+    would pass the cut file off as a shorter one. Bytes after the last page
+    that do not start another page (a tag some tools append) are ignored.
     """
     i = tail.rfind(b"OggS")
     while i >= 0:
         if i + 27 <= len(tail) and tail[i + 4] == 0:
             body = i + 27 + tail[i + 26]
-            if body <= len(tail) and body + sum(tail[i + 27 : body]) == len(tail):
-                return bool(tail[i + 5] & 0x04)
+            end = body + sum(tail[i + 27 : body]) if body <= len(tail) else len(tail) + 1
+            if end <= len(tail):
+                # The last whole page: what follows must not be the start of a cut page.
+                return bool(tail[i + 5] & 0x04) and not tail[end:].startswith(b"OggS")
         i = tail.rfind(b"OggS", 0, i)
     return False
