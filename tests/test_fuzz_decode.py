@@ -45,7 +45,8 @@ def test_regression_input_keeps_the_rule(path, tmp_path):
         assert outcome == "refused", f"{path.name} should be refused when opened, got {outcome}"
 
 
-def _fuzz(fmt: str, tmp_path, seconds: float) -> subprocess.CompletedProcess:
+def _fuzz(fmt: str, tmp_path, seconds: float) -> tuple[subprocess.CompletedProcess, object]:
+    """Runs the harness for ``seconds``; returns the finished process and its artifact folder."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for p in _REGRESSION_FILES:  # start from the known-bad inputs as well as the seeds
