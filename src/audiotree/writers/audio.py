@@ -34,7 +34,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from audiotree import _manifest
+from audiotree import _limits, _manifest
 from audiotree._fs import check_relative, fsync_dir, fsync_path, naming_os_errors
 
 __all__ = ["AudioWriter"]
@@ -371,7 +371,12 @@ class AudioWriter:
                 f"AudioWriter takes a rank 3 (B, C, T) waveform, got rank {ndim}; "
                 + ("call flatten_mini_batches() first." if ndim == 4 else "build the tree with AudioTree.create().")
             )
-        rate = int(tree.sample_rate)
+        rate = _limits.check_sample_rate(tree.sample_rate, f"AudioWriter for {self.directory}")
+        channels, frames = np.shape(tree.waveform)[1:]
+        for field, value, high in (("channels", channels, _limits.MAX_CHANNELS), ("frames", frames, _limits.MAX_FRAMES)):
+            problem = _limits.int_problem(field, value, 0, high)
+            if problem:
+                raise ValueError(f"AudioWriter for {self.directory}: {problem}")
         if self._sample_rate is not None and rate != self._sample_rate:
             raise ValueError(
                 f"This batch is at {rate} Hz, but {self.directory} holds {self._sample_rate} Hz audio; resample it first."
