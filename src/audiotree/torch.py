@@ -79,7 +79,8 @@ keys, so resuming skips work instead of re-reading it.
   same cursors. For iterables it relies on torch's in-order round robin over
   workers: on resume, worker ``0`` takes over the shard that was due next. A
   map-style checkpoint resumes with any ``num_workers``; an iterable one taken
-  mid-epoch needs the same ``num_workers``.
+  mid-epoch needs the same ``num_workers``. A checkpoint taken after ``break``
+  resumes at the batch after the last one you consumed.
 
 With torchdata (``pip install torchdata``; optional, nothing here imports it)::
 
