@@ -342,6 +342,17 @@ def test_render_killed_midway_resumes(corpus, tmp_path):
 
 
 # ------------------------------------------------------------------ demo
+def test_the_demo_folder_is_git_ignored():
+    # `audiotree demo` writes ./audiotree-demo/ wherever it runs, the repository included.
+    from conftest import REPO_ROOT
+
+    if shutil.which("git") is None or not (REPO_ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in ("audiotree-demo/index.html", "examples/audiotree-demo/speech/000.wav"):
+        result = subprocess.run(["git", "-C", str(REPO_ROOT), "check-ignore", "-q", path], timeout=60)
+        assert result.returncode == 0, f"{path} is not ignored by .gitignore"
+
+
 @pytest.mark.slow
 def test_demo_from_a_fresh_cache(tmp_path):
     cache = tmp_path / "cache"

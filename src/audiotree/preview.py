@@ -11,9 +11,8 @@
 * ``<group>/NNN.png``: the whole source file's waveform envelope and its
   short-term loudness curve (3 s windows every 0.1 s; momentary 0.4 s
   windows when less than 15 s is plotted), the excerpt's span highlighted and the ``lufs_cutoff`` line.
-  Drawn with matplotlib's Agg backend when matplotlib is installed
-  (``pip install 'audiotree[plot]'``); without it the same plot is written as
-  a hand-made SVG (``image_format="svg"`` forces that);
+  Drawn with matplotlib's Agg backend (a dependency of audiotree), or, with
+  ``image_format="svg"``, as a small hand-made vector SVG of the same plot;
 * ``manifest.json``: one record per excerpt (machine-readable, stable keys).
 
 The page carries a small script that, once every player has fired
@@ -291,17 +290,16 @@ def _draw_svg(path: Path, curves: _Curves, span: tuple[float, float], cutoff: fl
 def _resolve_image_format(image_format: str) -> str:
     if image_format not in ("auto", "png", "svg"):
         raise ValueError(f"image_format must be 'auto', 'png' or 'svg', got {image_format!r}.")
-    if image_format != "auto":
-        if image_format == "png":
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError:
-                raise RuntimeError("PNG plots need matplotlib: pip install 'audiotree[plot]'.") from None
-        return image_format
+    if image_format == "svg":
+        return "svg"
     try:
         import matplotlib  # noqa: F401
-    except ImportError:
-        return "svg"
+    except ImportError as exc:
+        # A dependency of audiotree: its absence is a broken install, not a reason to change format silently.
+        raise RuntimeError(
+            f"PNG plots need matplotlib, which audiotree depends on but which cannot be imported here ({exc}); "
+            "reinstall it (pip install audiotree), or pass image_format='svg'."
+        ) from None
     return "png"
 
 
@@ -421,7 +419,8 @@ def render_preview(
       n: how many excerpts.
       lufs_cutoff: draw this loudness threshold on every plot (``None``: no line).
       title, subtitle: page heading and a line under it.
-      image_format: ``"auto"`` (PNG with matplotlib, else SVG), ``"png"`` or ``"svg"``.
+      image_format: ``"png"`` (matplotlib), ``"svg"`` (vector, drawn without matplotlib) or
+        ``"auto"`` (the same as ``"png"``).
       context_seconds: longest stretch of a source file to plot around its excerpt.
 
     Returns:

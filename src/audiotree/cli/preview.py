@@ -17,7 +17,7 @@ from audiotree.cli._common import build_dataset, pipeline_options, resolve_sourc
 @click.option("-n", "--num-excerpts", "n", type=click.IntRange(min=1), default=12, show_default=True,
               help="How many excerpts.")
 @click.option("--image-format", type=click.Choice(["auto", "png", "svg"]), default="auto", show_default=True,
-              help="Plot format: PNG needs matplotlib (audiotree[plot]); auto falls back to SVG.")
+              help="Plot format: PNG (matplotlib) or a small vector SVG; auto is PNG.")
 @pipeline_options()
 def preview(sources, out_dir: Path, n: int, image_format: str, pipeline) -> None:
     """Render N excerpts into a static index.html: a player and a plot per excerpt.
