@@ -479,3 +479,38 @@ def test_cache_missing_or_garbage(tmp_path, cache_dir):
     (cache_dir / "window_lufs.npz").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="not a readable .npz.*Rebuild"):
         load_window_lufs(cache_dir)
+
+
+# -------------------------------------------------------------------- render
+@pytest.fixture()
+def render_dir(tree_template, tmp_path) -> Path:
+    out = tmp_path / "render"
+    out.mkdir()
+    shutil.copytree(tree_template, out / "part-00000")
+    record = {"version": 1, "config": {"format": "tree"}, "complete": True, "total": 2,
+              "parts": [{"dir": "part-00000", "start": 0, "stop": 2, "count": 2}]}
+    (out / "render.json").write_text(json.dumps(record))
+    return out
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p[0].update(dir="../elsewhere"), "part 0 must be an object with dir 'part-00000'"),
+        (lambda p: p[0].update(stop=10**30), "part 0 stop is 10{30}, outside the sane range"),
+        (lambda p: p[0].update(count=-1), "part 0 count is -1, outside the sane range"),
+        (lambda p: p[0].update(count=3), r"covers items \[0, 2\) with 3 written"),
+        (lambda p: p[0].update(start=1), "must start at 0"),
+        (lambda p: p.append({"dir": "part-00001", "start": 5, "stop": 6, "count": 1}), "part 1 covers items"),
+    ],
+)
+def test_render_record_numbers_are_checked(render_dir, edit, message):
+    from audiotree.sources import open_render
+
+    assert len(open_render(render_dir)) == 2
+    record = json.loads((render_dir / "render.json").read_text())
+    edit(record["parts"])
+    (render_dir / "render.json").write_text(json.dumps(record))
+    with pytest.raises(Exception, match=message) as info:
+        open_render(render_dir)
+    assert "render.json is damaged" in str(info.value) and "--overwrite" in str(info.value)
