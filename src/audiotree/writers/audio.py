@@ -373,8 +373,9 @@ class AudioWriter:
             )
         rate = _limits.check_sample_rate(tree.sample_rate, f"AudioWriter for {self.directory}")
         channels, frames = np.shape(tree.waveform)[1:]
-        for field, value, high in (("channels", channels, _limits.MAX_CHANNELS), ("frames", frames, _limits.MAX_FRAMES)):
-            problem = _limits.int_problem(field, value, 0, high)
+        for field, value, low, high in (("channels", channels, 1, _limits.MAX_CHANNELS),
+                                        ("frames", frames, 0, _limits.MAX_FRAMES)):
+            problem = _limits.int_problem(field, value, low, high)
             if problem:
                 raise ValueError(f"AudioWriter for {self.directory}: {problem}")
         if self._sample_rate is not None and rate != self._sample_rate:
