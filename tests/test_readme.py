@@ -271,8 +271,9 @@ def test_readme_command_reproduces(index, demo, demo_corpus, base_env, workdir):
     corpus = demo_corpus
     line, example = CONSOLE[index]
     command = example["command"]
-    if command == "audiotree ...same arguments...":  # the README's "run it again"
+    if command.endswith(" ...same arguments..."):  # the README's "run it again"
         command = CONSOLE[index - 1][1]["command"]
+        assert command.startswith(example["command"].split(" ...")[0]), (line, command)
     expected = _expected_lines(example["expected"], corpus)
     argv = _argv(command, corpus)
     where = f"README.md line {line}: $ {command}"
