@@ -53,7 +53,7 @@ def test_scan_plot_without_loudness_and_bad_input(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="at least one"):
         plot_scan(path, durations=[])
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(RuntimeError, match=r"audiotree\[plot\]"):
+    with pytest.raises(RuntimeError, match=r"needs matplotlib, a dependency of audiotree"):
         plot_scan(path, durations=[1.0])
 
 

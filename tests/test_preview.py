@@ -157,14 +157,16 @@ def test_render_preview_gives_up_on_a_dataset_of_dropped_items(tmp_path):
         render_preview(nothing, tmp_path / "p", n=2)
 
 
-def test_auto_format_falls_back_to_svg_without_matplotlib(corpus, tmp_path, monkeypatch):
+def test_without_matplotlib_png_is_a_clear_error_and_svg_still_works(corpus, tmp_path, monkeypatch):
     from audiotree.preview import render_preview
 
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails, as after `pip install .`
-    result = render_preview(_dataset(corpus), tmp_path / "p", n=1)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails: a broken install
+    for image_format in ("auto", "png"):
+        with pytest.raises(RuntimeError, match=r"matplotlib, which audiotree depends on.*image_format='svg'"):
+            render_preview(_dataset(corpus), tmp_path / image_format, n=1, image_format=image_format)
+        assert not (tmp_path / image_format).exists() or not list((tmp_path / image_format).iterdir())
+    result = render_preview(_dataset(corpus), tmp_path / "svg", n=1, image_format="svg")
     assert result.image_format == "svg" and result.excerpts[0]["image"].endswith(".svg")
-    with pytest.raises(RuntimeError, match=r"audiotree\[plot\]"):
-        render_preview(_dataset(corpus), tmp_path / "q", n=1, image_format="png")
 
 
 # ------------------------------------------------------------------ labels, groups, gaps
@@ -291,3 +293,13 @@ def test_png_card_has_the_stated_size_and_a_spectrogram_that_tells_tone_from_noi
         rows.append((panel.mean(axis=1) > 100).mean())  # bright rows: bands within ~40 dB of the loudest
     tone_rows, noise_rows = rows
     assert tone_rows < 0.35 and noise_rows > 0.9, rows
+
+
+def test_matplotlib_is_a_base_dependency():
+    # The README's own install (pip install -e .) must draw the PNG plots its examples show.
+    import tomllib
+
+    from conftest import REPO_ROOT
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert any(dep.startswith("matplotlib") for dep in project["dependencies"])

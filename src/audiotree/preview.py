@@ -13,9 +13,8 @@
   source file's peak/RMS level in dBFS and loudness curve in LUFS (3 s windows
   every 0.1 s; momentary 0.4 s windows when less than 15 s is plotted), silent
   stretches left as gaps, the excerpt's span, its loudness and the cutoff line;
-  and under it a mel spectrogram of the excerpt. Drawn with matplotlib when it
-  is installed (``pip install 'audiotree[plot]'``); without it the same card is
-  written as SVG (``image_format="svg"`` forces that);
+  and under it a mel spectrogram of the excerpt. Drawn with matplotlib's Agg backend
+  (a dependency of audiotree), or, with ``image_format="svg"``, as SVG;
 * ``manifest.json``: one record per excerpt (machine-readable, stable keys).
 
 **Labels.** Each card lists the item's labels: the ``pitch``, ``velocity`` and
@@ -282,18 +281,18 @@ def _read_view(path: str, offset: float, duration: float, context_seconds: float
 
 
 def _resolve_image_format(image_format: str) -> str:
-    from audiotree.plots._figure import require_matplotlib
-
     if image_format not in ("auto", "png", "svg"):
         raise ValueError(f"image_format must be 'auto', 'png' or 'svg', got {image_format!r}.")
-    if image_format == "png":
-        require_matplotlib("PNG plots")
-    if image_format != "auto":
-        return image_format
+    if image_format == "svg":
+        return "svg"
     try:
         import matplotlib  # noqa: F401
-    except ImportError:
-        return "svg"
+    except ImportError as exc:
+        # A dependency of audiotree: its absence is a broken install, not a reason to change format silently.
+        raise RuntimeError(
+            f"PNG plots need matplotlib, which audiotree depends on but which cannot be imported here ({exc}); "
+            "reinstall it (pip install audiotree), or pass image_format='svg'."
+        ) from None
     return "png"
 
 
@@ -533,7 +532,8 @@ def render_preview(
       n: how many excerpts.
       lufs_cutoff: draw this loudness threshold on every card (``None``: no line).
       title, subtitle: page heading and a line under it.
-      image_format: ``"auto"`` (PNG with matplotlib, else SVG), ``"png"`` or ``"svg"``.
+      image_format: ``"png"`` (matplotlib), ``"svg"`` (vector, drawn without matplotlib) or
+        ``"auto"`` (the same as ``"png"``).
       context_seconds: longest stretch of a source file to plot around its excerpt.
       group_by: the column whose values make the page's sections: ``"source"``,
         ``"folder"``, ``"format"`` or a label (see :func:`item_labels`); ``None``

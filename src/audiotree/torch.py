@@ -79,7 +79,8 @@ keys, so resuming skips work instead of re-reading it.
   same cursors. For iterables it relies on torch's in-order round robin over
   workers: on resume, worker ``0`` takes over the shard that was due next. A
   map-style checkpoint resumes with any ``num_workers``; an iterable one taken
-  mid-epoch needs the same ``num_workers``.
+  mid-epoch needs the same ``num_workers``. A checkpoint taken after ``break``
+  resumes at the batch after the last one you consumed.
 
 With torchdata (``pip install torchdata``; optional, nothing here imports it)::
 
@@ -806,6 +807,7 @@ class _MapProgress:
     start: int
     batches: int = 0
     finished: bool = False
+    abandoned: bool = False  # left early (``break``): the next iter() starts the next epoch
 
 
 @dataclasses.dataclass
@@ -815,6 +817,10 @@ class _IterProgress:
     batches: list
     totals: list  # batches each role yields this epoch; None = endless
     finished: bool = False
+    abandoned: bool = False
+
+    def exhausted(self) -> bool:
+        return all(total is not None and done >= total for done, total in zip(self.batches, self.totals))
 
     def record(self) -> None:
         roles = len(self.batches)
@@ -906,8 +912,9 @@ class AudioDataLoader(_tud.DataLoader):
     @property
     def epoch(self) -> int:
         """The epoch being iterated, or the one the next iteration starts."""
-        if self._progress is not None and not self._progress.finished:
-            return self._progress.epoch
+        progress = self._progress
+        if progress is not None and not progress.finished and not progress.abandoned:
+            return progress.epoch
         return self._cursor.peek()[0]
 
     def set_epoch(self, epoch: int) -> None:
@@ -957,7 +964,7 @@ class AudioDataLoader(_tud.DataLoader):
                 if batch is not None:
                     yield batch
         except GeneratorExit:
-            progress.finished = True  # abandoned: the next iter() starts the next epoch
+            progress.abandoned = True  # state_dict() keeps the position; the next iter() starts the next epoch
             raise
         progress.finished = True
 
@@ -1003,17 +1010,24 @@ class AudioDataLoader(_tud.DataLoader):
                 if batch is not None:
                     yield batch
         except GeneratorExit:
-            progress.finished = True
+            progress.abandoned = True
             raise
         progress.finished = True
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict:
-        """Where the stream continues: the rest of a live epoch, else the next epoch's start."""
+        """Where the stream continues: the batch after the last one handed out, else the next epoch's start.
+
+        Taken after ``break`` it still points at the batch after the last one you
+        consumed, so "train N steps, break, save" resumes exactly (a new ``iter()``
+        without :meth:`load_state_dict` starts the next epoch, as always).
+        """
         progress = self._progress
         state: dict = {"version": _STATE_VERSION, "kind": "iterable" if self._iterable else "map"}
         if self._iterable:
-            if progress is None or progress.finished:
+            if progress is not None and progress.abandoned and progress.exhausted():
+                state.update(epoch=self._cursor.following(), resume=None)
+            elif progress is None or progress.finished:
                 epoch, resume = self._cursor.peek() if progress is None else (self._cursor.following(), None)
                 state.update(epoch=epoch, resume=resume)
             else:
@@ -1026,11 +1040,13 @@ class AudioDataLoader(_tud.DataLoader):
         if progress is None:
             inner = sampler.state_dict()
             state.update(epoch=inner["epoch"], position=inner["position"])
-        elif progress.finished:
-            state.update(epoch=self._cursor.following(), position=0)
         else:
             position = min(progress.start + progress.batches * self.batch_size, sampler.num_items)
-            state.update(epoch=progress.epoch, position=position)
+            left = sampler.num_items - position
+            if progress.finished or (progress.abandoned and (left == 0 or (self.drop_last and left < self.batch_size))):
+                state.update(epoch=self._cursor.following(), position=0)  # nothing of this epoch is left
+            else:
+                state.update(epoch=progress.epoch, position=position)
         state.update(num_items=sampler.num_items, shuffle=sampler.shuffle, seed=sampler.seed)
         return state
 

@@ -59,7 +59,8 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise CliError("--plot needs matplotlib: pip install 'audiotree[plot]'.") from None
+            raise CliError("--plot needs matplotlib, which audiotree depends on but which cannot be imported; "
+                           "reinstall it: pip install audiotree.") from None
     parsed = resolve_sources(sources, pipeline)
 
     from audiotree.tuning import default_workers, tune

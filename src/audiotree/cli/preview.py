@@ -17,7 +17,7 @@ from audiotree.cli._common import CliError, build_dataset, pipeline_options, res
 @click.option("-n", "--num-excerpts", "n", type=click.IntRange(min=1), default=12, show_default=True,
               help="How many excerpts.")
 @click.option("--image-format", type=click.Choice(["auto", "png", "svg"]), default="auto", show_default=True,
-              help="Plot format: PNG needs matplotlib (audiotree[plot]); auto falls back to SVG.")
+              help="Plot format: PNG (matplotlib) or a small vector SVG; auto is PNG.")
 @click.option("--group-by", "group_by", default="source", show_default=True, metavar="COLUMN",
               help="Arrange the cards in sections by this column: source, folder, format or a label "
                    "the items carry (pitch, velocity, note_duration, an extras key).")

@@ -65,7 +65,29 @@ def _read_record(out: Path) -> dict | None:
         raise CliError(f"{path} is not readable JSON ({exc}); use --overwrite to start again.") from None
     if not isinstance(record, dict) or record.get("version") != RECORD_VERSION or not isinstance(record.get("parts"), list):
         raise CliError(f"{path} is not an audiotree render record; use --overwrite to start again.")
+    problem = _parts_problem(record["parts"])
+    if problem:
+        raise CliError(f"{path} is damaged: {problem}; use --overwrite to start again.")
     return record
+
+
+def _parts_problem(parts: list) -> str | None:
+    """Why the recorded parts are not what render writes (part-00000, ... covering [0, stop) in order)."""
+    from audiotree import _limits
+
+    stop = 0
+    for k, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("dir") != _PART.format(k):
+            return f"part {k} must be an object with dir {_PART.format(k)!r}"
+        for field in ("start", "stop", "count"):
+            problem = _limits.int_problem(f"part {k} {field}", part.get(field), 0, _limits.MAX_ITEMS)
+            if problem:
+                return problem.rstrip(".")
+        if part["start"] != stop or part["stop"] < part["start"] or part["count"] > part["stop"] - part["start"]:
+            return (f"part {k} covers items [{part['start']}, {part['stop']}) with {part['count']} written, "
+                    f"but it must start at {stop} and hold at most its span")
+        stop = part["stop"]
+    return None
 
 
 def open_render(out: str | os.PathLike):

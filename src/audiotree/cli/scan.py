@@ -371,7 +371,7 @@ def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise CliError("--plot needs matplotlib: pip install 'audiotree[plot]'.") from None
+            raise CliError("--plot needs matplotlib, a dependency of audiotree that cannot be imported here: reinstall it (pip install audiotree).") from None
         loudness = True  # the plot's second histogram
     parsed = resolve_sources(sources)
     durations: list[float] = []

@@ -1,6 +1,6 @@
 """Pictures of audio and of pipelines: preview cards, corpus histograms, shared figure helpers.
 
-Drawing needs matplotlib (``pip install 'audiotree[plot]'``), imported only when
+Drawing uses matplotlib (a dependency of audiotree), imported only when
 a function draws; the preview's SVG cards need nothing beyond NumPy.
 """
 

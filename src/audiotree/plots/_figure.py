@@ -23,7 +23,7 @@ def require_matplotlib(what: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise RuntimeError(f"{what} needs matplotlib: pip install 'audiotree[plot]'.") from None
+        raise RuntimeError(f"{what} needs matplotlib, a dependency of audiotree that cannot be imported here: reinstall it (pip install audiotree).") from None
 
 
 def new_figure(width_px: int, height_px: int) -> Any:

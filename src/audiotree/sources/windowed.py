@@ -62,7 +62,7 @@ from typing import Any, Mapping, Sequence
 import grain
 import numpy as np
 
-from audiotree import _format
+from audiotree import _format, _limits
 from audiotree._fs import atomic_file, npz_problem
 
 __all__ = [
@@ -295,6 +295,10 @@ def _save(
     if sample_rate is not None:
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate <= 0:
             raise ValueError(f"sample_rate must be a positive int or None, got {sample_rate!r}.")
+        _limits.check_sample_rate(sample_rate, "save_window_lufs")
+    problem = _limits.float_problem("lufs_window_sec", window_sec, 0, _limits.MAX_SECONDS, " s")
+    if problem:
+        raise ValueError(f"save_window_lufs: {problem}")
     files = [os.fspath(p) for p in lufs_per_file]
     arrays = [np.asarray(lufs_per_file[p], dtype=np.float32).reshape(-1) for p in lufs_per_file]
     if durations is not None:
@@ -302,6 +306,10 @@ def _save(
         if missing:
             raise ValueError(f"durations lacks {len(missing)} file(s) of lufs_per_file, e.g. {missing[0]!r}.")
         duration_values = np.array([float(durations[_find_key(durations, p)]) for p in files], dtype=np.float64)
+        for file, seconds in zip(files, duration_values):
+            problem = _limits.float_problem(f"the duration of {file!r}", seconds, 0, _limits.MAX_SECONDS, " s")
+            if problem:
+                raise ValueError(f"save_window_lufs: {problem}")
     else:
         duration_values = np.zeros(len(files), dtype=np.float64)
     if stats is None:
@@ -414,6 +422,13 @@ def load_window_lufs(cache_dir: str | os.PathLike, *, lufs_window_sec: float | N
     rate = header.get("sample_rate")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
         raise _corrupt(path, f"sample_rate must be a positive int or null, got {rate!r}.")
+    problem = (
+        _limits.int_problem("num_files", n, 0, _limits.MAX_ITEMS)
+        or _limits.float_problem("lufs_window_sec", window_sec, 0, _limits.MAX_SECONDS, " s")
+        or (None if rate is None else _limits.int_problem("sample_rate", rate, 1, _limits.MAX_SAMPLE_RATE, " Hz"))
+    )
+    if problem:
+        raise _corrupt(path, problem)
     mono = header.get("mono")
     has_durations = header.get("has_durations")
     if not isinstance(mono, bool) or not isinstance(has_durations, bool):
@@ -426,6 +441,9 @@ def load_window_lufs(cache_dir: str | os.PathLike, *, lufs_window_sec: float | N
         array = data[key]
         if array.dtype.kind != kind or array.shape != shape:
             raise _corrupt(path, f"{key!r} has dtype {array.dtype} and shape {array.shape}; expected kind {kind!r}, shape {shape}.")
+    problem = _limits.column_problem("durations", data["durations"], 0, _limits.MAX_SECONDS, " s")
+    if problem:
+        raise _corrupt(path, problem)
     values = data["values"]
     if values.dtype.kind != "f" or values.ndim != 1:
         raise _corrupt(path, f"'values' must be a 1-D float array, got {values.dtype} {values.shape}.")
