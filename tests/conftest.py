@@ -12,7 +12,21 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SEEDS_DIR = REPO_ROOT.parent / "shared" / "seeds"
+# The reference docs live beside the repository (../shared/seeds); a checkout elsewhere
+# (a git worktree, CI) can point at them with AUDIOTREE_SEEDS_DIR.
+SEEDS_DIR = Path(os.environ.get("AUDIOTREE_SEEDS_DIR") or REPO_ROOT.parent / "shared" / "seeds")
+
+
+def seed_page_or_skip(name: str) -> Path:
+    """The seed page ``name``; skips the calling test module, with one reason, when it is absent."""
+    page = SEEDS_DIR / name
+    if not page.is_file():
+        pytest.skip(
+            f"seed page {name} not found: expected at {page} (the shared reference docs beside the repository, "
+            "../shared/seeds/; set AUDIOTREE_SEEDS_DIR to read them from elsewhere)",
+            allow_module_level=True,
+        )
+    return page
 
 
 @pytest.fixture(scope="session")

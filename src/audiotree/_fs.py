@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import ntpath
 import os
@@ -30,6 +31,7 @@ __all__ = [
     "fsync_path",
     "read_limited",
     "npz_problem",
+    "naming_os_errors",
 ]
 
 
@@ -79,6 +81,32 @@ def refuse_to_clobber(directory: str | os.PathLike, names: Iterable[str], what: 
         )
 
 
+_WHAT_TO_DO = {
+    errno.ENOSPC: "free space on that disk, then write again",
+    errno.EDQUOT: "free space or raise the disk quota, then write again",
+    errno.EFBIG: "the file system cannot hold a file this large; write to another one",
+}
+
+
+@contextlib.contextmanager
+def naming_os_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Gives an ``OSError`` raised inside the block the file it concerns.
+
+    ``os.pwrite``, ``os.fsync`` and a buffered ``write`` report a full disk as
+    ``OSError(ENOSPC)`` with no file name. This re-raises such an error (same
+    type and errno) with ``filename=path`` and, for a full disk or quota, what
+    to do. Errors that already name a file pass through unchanged.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        reason = exc.strerror or os.strerror(exc.errno)
+        hint = _WHAT_TO_DO.get(exc.errno)
+        raise type(exc)(exc.errno, f"{reason}; {hint}" if hint else reason, os.fspath(path)) from exc
+
+
 def fsync_dir(directory: str | os.PathLike) -> None:
     """Flushes a folder's entries (new, renamed, deleted files) to disk; best effort."""
     try:
@@ -125,9 +153,10 @@ def atomic_file(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
     finally:
         os.close(fd)
     try:
-        yield tmp_path
-        fsync_path(tmp_path)
-        os.replace(tmp_path, path)
+        with naming_os_errors(path):
+            yield tmp_path
+            fsync_path(tmp_path)
+            os.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp_path.unlink()

@@ -97,6 +97,9 @@ class AudioTree:
 
     waveform: Any
     sample_rate: int
+    # Gated BS.1770 loudness (B,) and 0.4 s window loudness (B, W), in LUFS. None until measured:
+    # dataset items carry them with strategy="loudest" (it meters to choose) or measure_lufs=True
+    # (any strategy); any tree gets them from replace_lufs().
     lufs: Any = None
     lufs_windows: Any = None
     pitch: Any = None

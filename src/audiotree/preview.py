@@ -3,28 +3,37 @@
 :func:`render_preview` takes excerpts from a dataset (or any iterable of
 ``AudioTree`` items or batches) and writes, into one folder:
 
-* ``index.html``: the excerpts grouped by source, each with an
-  ``<audio controls>`` player and a plot; no external resources, so it works
-  from disk, from ``python -m http.server`` or as a CI artifact;
+* ``index.html``: the excerpts in sections (by ``source`` unless ``group_by``
+  names another column), each card with an ``<audio controls>`` player, its
+  labels and a picture; no external resources and no server needed: it opens
+  from disk (``file://``), from ``python -m http.server`` or as a CI artifact;
 * ``<group>/NNN.wav``: the excerpt exactly as the pipeline returned it
   (16-bit PCM, at the pipeline's sample rate), referenced by a relative URL;
-* ``<group>/NNN.png``: the whole source file's waveform envelope and its
-  short-term loudness curve (3 s windows every 0.1 s; momentary 0.4 s
-  windows when less than 15 s is plotted), the excerpt's span highlighted and the ``lufs_cutoff`` line.
-  Drawn with matplotlib's Agg backend when matplotlib is installed
-  (``pip install 'audiotree[plot]'``); without it the same plot is written as
-  a hand-made SVG (``image_format="svg"`` forces that);
+* ``<group>/NNN.png``: the card picture (see :mod:`audiotree.plots.card`): the
+  source file's peak/RMS level in dBFS and loudness curve in LUFS (3 s windows
+  every 0.1 s; momentary 0.4 s windows when less than 15 s is plotted), silent
+  stretches left as gaps, the excerpt's span, its loudness and the cutoff line;
+  and under it a mel spectrogram of the excerpt. Drawn with matplotlib's Agg backend
+  (a dependency of audiotree), or, with ``image_format="svg"``, as SVG;
 * ``manifest.json``: one record per excerpt (machine-readable, stable keys).
 
+**Labels.** Each card lists the item's labels: the ``pitch``, ``velocity`` and
+``note_duration`` fields and every per-item scalar or string in ``extras``
+(nested dicts read as ``outer.inner``), e.g. the label columns a corpus index
+carries into items. Integer ids are shown by name when ``vocabularies`` maps
+them (``{"speaker": ["alice", "bob"]}``). ``group_by`` arranges the cards by any
+of these columns, or by ``source``, ``folder`` (the file's parent folder) or
+``format`` (its extension).
+
 The page carries a small script that, once every player has fired
-``loadedmetadata`` (or ``error``), writes the count and durations into
-``<pre id="media-status">`` as JSON, so a headless browser can check that every
-player really loads.
+``loadedmetadata`` (or ``error``) and every picture has loaded (or failed),
+writes the counts, the players' durations and each picture's decoded size into
+``<pre id="media-status">`` as JSON, so a headless browser can check the page.
 
 Files longer than ``context_seconds`` are plotted over a window of that length
 around the excerpt instead of whole, so a preview of hour-long files stays cheap.
 When an item's source file cannot be read (e.g. items of a pre-rendered
-dataset whose originals moved), its plot shows the excerpt alone.
+dataset whose originals moved), its level panel shows the excerpt alone.
 """
 
 from __future__ import annotations
@@ -37,20 +46,20 @@ import os
 import re
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from audiotree.validation import is_int
-
-__all__ = ["render_preview", "PreviewResult"]
+__all__ = ["render_preview", "PreviewResult", "item_labels", "BUILTIN_COLUMNS"]
 
 _MANIFEST = "manifest.json"
 _ENVELOPE_BINS = 640
 _MAX_SCANNED_PER_EXCERPT = 50
-_LOUDNESS_FLOOR = -70.0
-_WIDTH, _HEIGHT = 640, 200
 _SHORT_TERM_MIN_VIEW = 15.0  # seconds of plotted audio below which the curve uses 0.4 s windows
+_LABEL_FIELDS = ("pitch", "velocity", "note_duration")
+#: Columns every item has, besides its labels: usable as ``group_by``.
+BUILTIN_COLUMNS = ("source", "folder", "format")
+_NO_VALUE = "(none)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,51 +123,140 @@ def _first(values: Any) -> Any:
     return arr[0].item() if arr.size else None
 
 
+# ---------------------------------------------------------------- labels
+def _scalar(value: Any) -> Any:
+    """The item's value of one per-item leaf of a batch-of-1 tree, or None if it is not one value."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):  # one string (or number) per item
+        return _scalar(value[0]) if len(value) == 1 and not isinstance(value[0], (list, tuple)) else None
+    try:
+        arr = np.asarray(value)
+    except Exception:  # an object NumPy cannot hold: not a label we can show
+        return None
+    if arr.dtype.kind not in "biuf" or arr.size != 1:
+        return None
+    item = arr.reshape(-1)[0].item()
+    if isinstance(item, float) and not math.isfinite(item):
+        return None
+    return item
+
+
+def _flatten_extras(extras: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in extras.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flatten_extras(value, name + ".")
+        else:
+            yield name, value
+
+
+def _named(name: str, value: Any, vocabularies: Mapping[str, Any]) -> Any:
+    vocabulary = vocabularies.get(name)
+    if vocabulary is None or isinstance(value, (str, float)) or isinstance(value, bool):
+        return value
+    try:
+        return vocabulary[value]
+    except (IndexError, KeyError, TypeError):
+        return value  # an id outside the vocabulary is shown as the id
+
+
+def item_labels(tree: Any, vocabularies: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The labels of a batch-of-1 ``AudioTree``: ``{column: value}``.
+
+    Reads ``pitch``, ``velocity``, ``note_duration`` and every per-item scalar
+    or string in ``extras`` (nested dicts as ``outer.inner``); arrays with more
+    than one value per item (embeddings, codes) are not labels and are left out.
+    ``vocabularies[column]`` (a sequence or a mapping) turns integer ids into names.
+
+    >>> import numpy as np
+    >>> from audiotree import AudioTree
+    >>> tree = AudioTree.create(np.zeros((1, 1, 8), np.float32), 8000, pitch=[60.0],
+    ...                         extras={"speaker": np.array([1]), "meta": {"lang": "fr"}})
+    >>> item_labels(tree, {"speaker": ["alice", "bob"]})
+    {'pitch': 60.0, 'speaker': 'bob', 'meta.lang': 'fr'}
+    """
+    vocabularies = vocabularies or {}
+    out: dict[str, Any] = {}
+    for name in _LABEL_FIELDS:
+        value = _scalar(getattr(tree, name, None)) if getattr(tree, name, None) is not None else None
+        if value is not None:
+            out[name] = _named(name, value, vocabularies)
+    for name, leaf in _flatten_extras(getattr(tree, "extras", None) or {}):
+        value = _scalar(leaf)
+        if value is not None:
+            out[name] = _named(name, value, vocabularies)
+    return out
+
+
+def _column(record: dict, column: str) -> Any:
+    if column == "source":
+        return record["source"]
+    if column == "folder":
+        return os.path.basename(os.path.dirname(record["filepath"] or "")) or None
+    if column == "format":
+        return os.path.splitext(record["filepath"] or "")[1].lstrip(".").lower() or None
+    return record["labels"].get(column)
+
+
+def _group_key(value: Any) -> tuple:
+    """Sort key: numbers in numeric order, then strings, then items without the column."""
+    if value is None:
+        return (2, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, str(value))
+
+
+def _format_value(value: Any) -> str:
+    if value is None:
+        return _NO_VALUE
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 # ---------------------------------------------------------------- the curves of one file
-@dataclasses.dataclass
-class _Curves:
-    view_start: float
-    view_end: float
-    file_duration: float
-    env_t: np.ndarray
-    env_lo: np.ndarray
-    env_hi: np.ndarray
-    loud_t: np.ndarray
-    loud: np.ndarray
-    loud_window: float
+def _db(values: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return 10.0 * np.log10(values)
 
 
-def _curves(frames: np.ndarray, rate: int, view_start: float, file_duration: float) -> _Curves:
-    """Envelope and loudness curve of native frames ``(n, C)`` that start at ``view_start`` seconds."""
+def _card(frames: np.ndarray, rate: int, view_start: float, span: tuple[float, float], spectrogram: Any,
+          cutoff: float | None, lufs: float | None, title: str):
+    """The card of native frames ``(n, C)`` that start at ``view_start`` seconds."""
     from audiotree.dsp.edits import downmix
     from audiotree.dsp.loudness import k_weighted_power, windowed_from_power
+    from audiotree.plots.card import Card
 
     n = frames.shape[0]
     mono = downmix(frames, axis=1)[:, 0]
     bins = max(1, min(_ENVELOPE_BINS, n))
     edges = np.linspace(0, n, bins + 1).astype(np.int64)
-    lo = np.zeros(bins, np.float32)
-    hi = np.zeros(bins, np.float32)
+    peak = np.zeros(bins, np.float64)
+    mean_square = np.zeros(bins, np.float64)
+    square = mono.astype(np.float64) ** 2
     for b in range(bins):
-        chunk = mono[edges[b] : max(edges[b + 1], edges[b] + 1)]
-        if chunk.size:
-            lo[b], hi[b] = chunk.min(), chunk.max()
+        chunk = slice(edges[b], max(edges[b + 1], edges[b] + 1))
+        if square[chunk].size:
+            peak[b] = square[chunk].max()
+            mean_square[b] = square[chunk].mean()
     env_t = view_start + (edges[:-1] + edges[1:]) / 2 / rate
     # Short-term (3 s) loudness where there is room for it; momentary (0.4 s) on short views.
     window = 3.0 if n >= _SHORT_TERM_MIN_VIEW * rate else 0.4
     if n >= int(round(window * rate)):
         power = k_weighted_power(np.ascontiguousarray(frames[:, :5].T), rate)
-        loud = windowed_from_power(power, rate, window_sec=window, hop_sec=0.1)
+        loud = np.asarray(windowed_from_power(power, rate, window_sec=window, hop_sec=0.1), dtype=np.float64)
         loud_t = view_start + window / 2 + 0.1 * np.arange(loud.shape[-1])
     else:
         loud, loud_t = np.zeros(0), np.zeros(0)
-    loud = np.where(np.isfinite(loud), np.maximum(loud, _LOUDNESS_FLOOR), _LOUDNESS_FLOOR)
-    view_end = view_start + n / rate
-    return _Curves(view_start, view_end, file_duration, env_t, lo, hi, loud_t, loud, window)
+    return Card(view=(view_start, view_start + n / rate), env_t=env_t, peak_db=_db(peak), rms_db=_db(mean_square),
+                loud_t=loud_t, loudness=loud, loud_window=window, span=span, spectrogram=spectrogram,
+                cutoff=cutoff, lufs=lufs, title=title)
 
 
-def _file_curves(path: str, offset: float, duration: float, context_seconds: float) -> _Curves | None:
-    """Curves of the source file around the excerpt; None when the file cannot be read (moved, deleted)."""
+def _read_view(path: str, offset: float, duration: float, context_seconds: float):
+    """``(frames, rate, view_start, file_duration)`` around the excerpt; None when the file cannot be read."""
     from audiotree.errors import AudioReadError
     from audiotree.io import AudioFile
 
@@ -180,131 +278,22 @@ def _file_curves(path: str, offset: float, duration: float, context_seconds: flo
         return None
     if frames.shape[0] == 0:
         return None
-    return _curves(frames, rate, view_start, total)
-
-
-def _loudness_limits(curves: _Curves, cutoff: float | None, lufs: float | None) -> tuple[float, float]:
-    values = [v for v in (cutoff, lufs) if v is not None and math.isfinite(v)]
-    if curves.loud.size:
-        values += [float(curves.loud.min()), float(curves.loud.max())]
-    low = min(values, default=-60.0)
-    high = max(values, default=0.0)
-    low = max(_LOUDNESS_FLOOR, math.floor((low - 3) / 10) * 10)
-    high = min(10.0, math.ceil((high + 3) / 10) * 10)
-    if high - low < 20:
-        low = high - 20
-    return low, high
-
-
-# ---------------------------------------------------------------- drawing
-def _draw_png(path: Path, curves: _Curves, span: tuple[float, float], cutoff: float | None, lufs: float | None,
-              title: str) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(_WIDTH / 100, _HEIGHT / 100), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_axes((0.07, 0.2, 0.84, 0.68))
-    ax.fill_between(curves.env_t, curves.env_lo, curves.env_hi, color="#9aa5b1", linewidth=0, step="mid")
-    ax.set_xlim(curves.view_start, max(curves.view_end, curves.view_start + 1e-3))
-    peak = float(max(np.abs(curves.env_lo).max(initial=0), np.abs(curves.env_hi).max(initial=0), 1e-3))
-    ax.set_ylim(-peak * 1.05, peak * 1.05)
-    ax.set_yticks([])
-    ax.set_xlabel("seconds", fontsize=8, labelpad=1)
-    ax.tick_params(labelsize=7)
-    ax.axvspan(span[0], span[1], color="#2f80ed", alpha=0.22, linewidth=0)
-    loud_ax = ax.twinx()
-    if curves.loud.size:
-        loud_ax.plot(curves.loud_t, curves.loud, color="#e8710a", linewidth=1.2,
-                     label=f"loudness ({curves.loud_window:g} s)")
-    if cutoff is not None:
-        loud_ax.axhline(cutoff, color="#c0392b", linestyle="--", linewidth=1, label=f"cutoff {cutoff:g} LUFS")
-    loud_ax.set_ylim(*_loudness_limits(curves, cutoff, lufs))
-    loud_ax.set_ylabel("LUFS", fontsize=8, labelpad=1)
-    loud_ax.tick_params(labelsize=7)
-    if curves.loud.size or cutoff is not None:
-        loud_ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=6, frameon=False,
-                       borderaxespad=0.2)
-    ax.set_title(title, fontsize=8, loc="left")
-    fig.savefig(path, format="png")
-
-
-def _svg_points(xs: Iterable[float], ys: Iterable[float]) -> str:
-    return " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys))
-
-
-def _nice_ticks(t0: float, t1: float, target: int = 6) -> list[float]:
-    """Round tick positions (steps of 1, 2 or 5 x 10^k) covering [t0, t1]."""
-    span = max(t1 - t0, 1e-9)
-    raw = span / target
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    first = math.ceil(t0 / step) * step
-    return [round(first + i * step, 10) for i in range(int((t1 - first) / step + 1e-9) + 1)]
-
-
-def _draw_svg(path: Path, curves: _Curves, span: tuple[float, float], cutoff: float | None, lufs: float | None,
-              title: str) -> None:
-    left, right, top, bottom = 40.0, _WIDTH - 48.0, 22.0, _HEIGHT - 30.0
-    t0, t1 = curves.view_start, max(curves.view_end, curves.view_start + 1e-3)
-
-    def x_of(t: Any) -> Any:
-        return left + (np.asarray(t, dtype=np.float64) - t0) / (t1 - t0) * (right - left)
-
-    peak = float(max(np.abs(curves.env_lo).max(initial=0), np.abs(curves.env_hi).max(initial=0), 1e-3)) * 1.05
-    mid = (top + bottom) / 2
-
-    def y_of_amp(a: Any) -> Any:
-        return mid - np.asarray(a, dtype=np.float64) / peak * (bottom - top) / 2
-
-    low, high = _loudness_limits(curves, cutoff, lufs)
-
-    def y_of_lufs(v: Any) -> Any:
-        return bottom - (np.asarray(v, dtype=np.float64) - low) / (high - low) * (bottom - top)
-
-    xs = x_of(curves.env_t)
-    outline = _svg_points(np.concatenate([xs, xs[::-1]]), np.concatenate([y_of_amp(curves.env_hi), y_of_amp(curves.env_lo)[::-1]]))
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" viewBox="0 0 {_WIDTH} {_HEIGHT}" '
-        'font-family="sans-serif" font-size="10">',
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{left}" y="14">{html.escape(title)}</text>',
-        f'<polygon points="{outline}" fill="#9aa5b1"/>',
-    ]
-    s0, s1 = (float(x_of(max(span[0], t0))), float(x_of(min(span[1], t1))))
-    parts.append(f'<rect x="{s0:.1f}" y="{top}" width="{max(s1 - s0, 1):.1f}" height="{bottom - top}" fill="#2f80ed" fill-opacity="0.22"/>')
-    if curves.loud.size:
-        parts.append(f'<polyline points="{_svg_points(x_of(curves.loud_t), y_of_lufs(curves.loud))}" fill="none" '
-                     'stroke="#e8710a" stroke-width="1.2"/>')
-    if cutoff is not None:
-        yc = float(y_of_lufs(cutoff))
-        parts.append(f'<line x1="{left}" x2="{right}" y1="{yc:.1f}" y2="{yc:.1f}" stroke="#c0392b" stroke-dasharray="4 3"/>')
-        parts.append(f'<text x="{right - 4}" y="{yc - 3:.1f}" text-anchor="end" fill="#c0392b">cutoff {cutoff:g} LUFS</text>')
-    parts.append(f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="none" stroke="#555"/>')
-    for value in (low, (low + high) / 2, high):
-        parts.append(f'<text x="{right + 4}" y="{float(y_of_lufs(value)) + 3:.1f}">{value:g}</text>')
-    parts.append(f'<text x="{right + 4}" y="{top - 6}">LUFS</text>')
-    for tick in _nice_ticks(t0, t1):
-        parts.append(f'<text x="{float(x_of(tick)):.1f}" y="{bottom + 13}" text-anchor="middle">{tick:g}</text>')
-    parts.append(f'<text x="{(left + right) / 2}" y="{bottom + 26}" text-anchor="middle">seconds</text>')
-    parts.append("</svg>")
-    path.write_text("\n".join(parts), encoding="utf-8")
+    return frames, rate, view_start, total
 
 
 def _resolve_image_format(image_format: str) -> str:
     if image_format not in ("auto", "png", "svg"):
         raise ValueError(f"image_format must be 'auto', 'png' or 'svg', got {image_format!r}.")
-    if image_format != "auto":
-        if image_format == "png":
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError:
-                raise RuntimeError("PNG plots need matplotlib: pip install 'audiotree[plot]'.") from None
-        return image_format
+    if image_format == "svg":
+        return "svg"
     try:
         import matplotlib  # noqa: F401
-    except ImportError:
-        return "svg"
+    except ImportError as exc:
+        # A dependency of audiotree: its absence is a broken install, not a reason to change format silently.
+        raise RuntimeError(
+            f"PNG plots need matplotlib, which audiotree depends on but which cannot be imported here ({exc}); "
+            "reinstall it (pip install audiotree), or pass image_format='svg'."
+        ) from None
     return "png"
 
 
@@ -312,25 +301,44 @@ def _resolve_image_format(image_format: str) -> str:
 _STATUS_SCRIPT = """
 (function () {
   var players = Array.prototype.slice.call(document.querySelectorAll("audio"));
+  var images = Array.prototype.slice.call(document.querySelectorAll("figure img"));
   var status = document.getElementById("media-status");
   var state = players.map(function () { return null; });
+  var pictures = images.map(function () { return null; });
   function report() {
-    var loaded = 0, errors = 0;
+    var loaded = 0, errors = 0, shown = 0, broken = 0;
     var durations = players.map(function (p, i) {
       if (state[i] === "ok") { loaded++; return Math.round(p.duration * 1000) / 1000; }
       if (state[i] === "error") { errors++; }
       return null;
     });
-    status.textContent = JSON.stringify({players: players.length, loaded: loaded, errors: errors, durations: durations});
-    if (loaded + errors === players.length) { status.setAttribute("data-complete", "true"); }
+    var sizes = images.map(function (img, i) {
+      if (pictures[i] === "ok") { shown++; }
+      if (pictures[i] === "error") { broken++; }
+      return {src: img.getAttribute("src"), complete: img.complete, width: img.naturalWidth, height: img.naturalHeight};
+    });
+    status.textContent = JSON.stringify({players: players.length, loaded: loaded, errors: errors, durations: durations,
+                                         images: images.length, decoded: shown, broken: broken, sizes: sizes});
+    if (loaded + errors === players.length && shown + broken === images.length) {
+      status.setAttribute("data-complete", "true");
+    }
+  }
+  function watch(element, list, i, event, isReady, isBroken) {
+    function ok() { if (list[i] === null) { list[i] = "ok"; report(); } }
+    function bad() { if (list[i] === null) { list[i] = "error"; report(); } }
+    element.addEventListener(event, ok);
+    element.addEventListener("error", bad);
+    if (isBroken(element)) { bad(); } else if (isReady(element)) { ok(); }
   }
   players.forEach(function (p, i) {
-    function ok() { if (state[i] === null) { state[i] = "ok"; report(); } }
-    function bad() { if (state[i] === null) { state[i] = "error"; report(); } }
-    p.addEventListener("loadedmetadata", ok);
-    p.addEventListener("error", bad);
-    if (p.readyState >= 1) { ok(); }
-    if (p.error) { bad(); }
+    watch(p, state, i, "loadedmetadata", function (e) { return e.readyState >= 1; }, function (e) { return !!e.error; });
+  });
+  images.forEach(function (img, i) {
+    // decode() resolves once the picture is really decoded (a broken one rejects).
+    function decoded() { img.decode().then(function () { if (pictures[i] === null) { pictures[i] = "ok"; report(); } },
+                                           function () { if (pictures[i] === null) { pictures[i] = "error"; report(); } }); }
+    if (img.complete) { decoded(); } else { img.addEventListener("load", decoded); }
+    img.addEventListener("error", function () { if (pictures[i] === null) { pictures[i] = "error"; report(); } });
   });
   report();
 })();
@@ -341,44 +349,91 @@ body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; backgrou
 h1 { font-size: 1.3rem; margin-bottom: 0.2rem; }
 p.meta { color: #555; margin-top: 0; }
 h2 { font-size: 1.1rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
+h2 small { color: #666; font-weight: normal; }
+.legend { display: flex; flex-wrap: wrap; gap: 0.4rem 1.2rem; font-size: 0.85rem; color: #333; margin: 0.6rem 0 1rem; }
+.legend span { display: inline-flex; align-items: center; gap: 0.35rem; }
+.legend i { display: inline-block; width: 1.2rem; height: 0.7rem; }
+.legend i.line { height: 0; border-top: 2px solid; }
+.legend i.dash { height: 0; border-top: 2px dashed; }
 .grid { display: flex; flex-wrap: wrap; gap: 1rem; }
-figure { margin: 0; background: white; border: 1px solid #ddd; border-radius: 6px; padding: 0.5rem; width: 640px; }
-figure img { width: 640px; height: 200px; display: block; }
+figure { margin: 0; background: white; border: 1px solid #ddd; border-radius: 6px; padding: 0.5rem; width: WIDTHpx; }
+figure img { width: WIDTHpx; height: HEIGHTpx; display: block; }
 figure audio { width: 100%; margin-top: 0.3rem; }
 figcaption { font-size: 0.8rem; color: #444; word-break: break-all; }
+ul.labels { list-style: none; display: flex; flex-wrap: wrap; gap: 0.3rem; margin: 0.3rem 0 0; padding: 0; }
+ul.labels li { font-size: 0.78rem; background: #eef2f7; border: 1px solid #d5dde8; border-radius: 3px; padding: 0 0.35rem; }
+ul.labels b { font-weight: 600; color: #445; }
 #media-status { font-size: 0.75rem; color: #666; white-space: pre-wrap; }
 """
 
 
-def _page(title: str, subtitle: str, groups: dict[str, list[dict]]) -> str:
+def _legend_html(cutoff: float | None) -> str:
+    from audiotree.plots.card import COLOURS
+
+    entries = [
+        ("", COLOURS["peak"], "peak level (dBFS)"), ("", COLOURS["rms"], "RMS level (dBFS)"),
+        ("line", COLOURS["loudness"], "loudness curve (LUFS; gaps are silence)"),
+        ("", COLOURS["excerpt"] + "55", "the excerpt, with its loudness as a bar"),
+    ]
+    if cutoff is not None:
+        entries.append(("dash", COLOURS["cutoff"], f"cutoff {cutoff:g} LUFS"))
+    entries.append(("", "linear-gradient(90deg, #08061e, #a83060, #fac846, #fcfab4)",
+                    "excerpt spectrogram (mel bands, quiet to loud)"))
+    parts = []
+    for kind, colour, text in entries:
+        style = f"border-color: {colour}" if kind else f"background: {colour}"
+        parts.append(f'<span><i class="{kind}" style="{style}"></i>{html.escape(text)}</span>')
+    return '<div class="legend">' + "".join(parts) + "</div>"
+
+
+def _card_html(r: dict) -> str:
+    wav = urllib.parse.quote(r["wav"])
+    image = urllib.parse.quote(r["image"])
+    name = os.path.basename(r["filepath"] or "")
+    lufs = "" if r["lufs"] is None else f" &middot; {r['lufs']:.1f} LUFS"
+    length = "" if r["file_duration"] is None else " of %.2f s" % r["file_duration"]
+    labels = "".join(f"<li><b>{html.escape(k)}</b> {html.escape(_format_value(v))}</li>"
+                     for k, v in r["labels"].items())
+    return (
+        f'<figure id="excerpt-{r["index"]}">'
+        f'<img src="{image}" width="{r["width"]}" height="{r["height"]}" '
+        f'alt="level, loudness and spectrogram of {html.escape(name, quote=True)}">'
+        f'<audio controls preload="metadata" src="{wav}"></audio>'
+        f'<figcaption title="{html.escape(r["filepath"] or "", quote=True)}">'
+        f'#{r["index"]} {html.escape(name or "?")} &middot; '
+        f'{r["offset"]:.2f}&ndash;{r["offset"] + r["duration"]:.2f} s{length}'
+        f'{lufs} &middot; {r["sample_rate"]} Hz, {r["channels"]} ch</figcaption>'
+        + (f'<ul class="labels">{labels}</ul>' if labels else "")
+        + "</figure>"
+    )
+
+
+def _page(title: str, subtitle: str, group_by: str | None, groups: dict[Any, list[dict]],
+          cutoff: float | None, width: int, height: int) -> str:
+    style = _STYLE.replace("WIDTH", str(width)).replace("HEIGHT", str(height))
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title>",
-        f"<style>{_STYLE}</style></head><body>",
+        f"<style>{style}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="meta">{html.escape(subtitle)}</p>',
+        _legend_html(cutoff),
     ]
-    for group, records in groups.items():
-        out.append(f'<section data-source="{html.escape(group, quote=True)}"><h2>{html.escape(group)} '
-                   f"<small>({len(records)} excerpt{'s' if len(records) != 1 else ''})</small></h2><div class=\"grid\">")
-        for r in records:
-            wav = urllib.parse.quote(r["wav"])
-            image = urllib.parse.quote(r["image"])
-            lufs = "" if r["lufs"] is None else f" &middot; {r['lufs']:.1f} LUFS"
-            out.append(
-                f'<figure id="excerpt-{r["index"]}">'
-                f'<img src="{image}" alt="waveform and loudness of {html.escape(os.path.basename(r["filepath"] or ""), quote=True)}" '
-                f'loading="lazy">'
-                f'<audio controls preload="metadata" src="{wav}"></audio>'
-                f'<figcaption title="{html.escape(r["filepath"] or "", quote=True)}">'
-                f'#{r["index"]} {html.escape(os.path.basename(r["filepath"] or "?"))} &middot; '
-                f'{r["offset"]:.2f}&ndash;{r["offset"] + r["duration"]:.2f} s'
-                f'{"" if r["file_duration"] is None else " of %.2f s" % r["file_duration"]}'
-                f'{lufs} &middot; {r["sample_rate"]} Hz, {r["channels"]} ch</figcaption></figure>'
-            )
+    for value, records in groups.items():
+        shown = _format_value(value)
+        heading = shown if group_by in (None, "source") else f"{group_by}: {shown}"
+        if group_by is None:
+            heading = "all excerpts"
+        out.append(
+            f'<section data-group="{html.escape(shown, quote=True)}" data-source="{html.escape(shown, quote=True)}">'
+            f"<h2>{html.escape(heading)} <small>({len(records)} excerpt{'s' if len(records) != 1 else ''})</small>"
+            '</h2><div class="grid">'
+        )
+        out.extend(_card_html(r) for r in records)
         out.append("</div></section>")
-    out.append('<h2>Players loaded</h2><pre id="media-status">waiting for the players</pre>')
+    out.append('<h2>Players and pictures loaded</h2><pre id="media-status">waiting for the players</pre>')
     out.append(f"<script>{_STATUS_SCRIPT}</script>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
@@ -402,6 +457,58 @@ def _remove_previous(out_dir: Path) -> None:
                 pass
 
 
+def _check_arguments(n: Any, context_seconds: Any, group_by: Any, vocabularies: Any) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}.")
+    if not (isinstance(context_seconds, (int, float)) and context_seconds > 0):
+        raise ValueError(f"context_seconds must be > 0, got {context_seconds!r}.")
+    if group_by is not None and (not isinstance(group_by, str) or not group_by):
+        raise ValueError(f"group_by must be a column name or None, got {group_by!r}.")
+    if vocabularies is not None and not isinstance(vocabularies, Mapping):
+        raise TypeError(f"vocabularies must be a mapping {{column: names}}, got {type(vocabularies).__name__}.")
+
+
+def _offset(tree: Any) -> float:
+    """The excerpt's start in its file; 0 when unknown (NaN for items of pre-built datasets)."""
+    value = _first(tree.offset)
+    return float(value) if value is not None and math.isfinite(float(value)) else 0.0
+
+
+def _records(trees: list[Any], vocabularies: Mapping[str, Any]) -> list[dict]:
+    """One record (without file names yet) per excerpt, with its waveform kept aside."""
+    records = []
+    for index, tree in enumerate(trees):
+        filepath = _first(tree.filepath) or ""
+        waveform = np.asarray(tree.waveform, dtype=np.float32)[0]
+        rate = int(tree.sample_rate)
+        lufs = None if tree.lufs is None else float(np.asarray(tree.lufs).reshape(-1)[0])
+        records.append({
+            "index": index, "filepath": filepath, "rate": rate, "waveform": waveform,
+            "source": _first(tree.source) or os.path.basename(os.path.dirname(filepath)) or "audio",
+            "offset": _offset(tree),
+            "lufs": lufs if lufs is not None and math.isfinite(lufs) else None,
+            "labels": item_labels(tree, vocabularies),
+        })
+    return records
+
+
+def _group(records: list[dict], group_by: str | None) -> dict[Any, list[dict]]:
+    if group_by is None:
+        return {None: records}
+    if group_by not in BUILTIN_COLUMNS and not any(group_by in r["labels"] for r in records):
+        known = sorted({k for r in records for k in r["labels"]})
+        raise ValueError(
+            f"group_by={group_by!r} is not a column of these excerpts; use one of {list(BUILTIN_COLUMNS) + known} "
+            "(labels come from the items' pitch/velocity/note_duration and extras, e.g. an index's label columns)."
+        )
+    groups: dict[Any, list[dict]] = {}
+    for r in records:
+        groups.setdefault(_column(r, group_by), []).append(r)
+    if group_by == "source":
+        return groups  # sources keep the order they first appear in (the mix's order)
+    return {k: groups[k] for k in sorted(groups, key=_group_key)}
+
+
 def render_preview(
     items: Any,
     out_dir: str | os.PathLike,
@@ -412,6 +519,8 @@ def render_preview(
     subtitle: str | None = None,
     image_format: str = "auto",
     context_seconds: float = 120.0,
+    group_by: str | None = "source",
+    vocabularies: Mapping[str, Sequence[str] | Mapping[int, str]] | None = None,
 ) -> PreviewResult:
     """Writes a static preview of ``n`` excerpts to ``out_dir`` (see the module docstring).
 
@@ -422,75 +531,85 @@ def render_preview(
       out_dir: the folder to write (created). Files of an earlier preview in it
         are replaced.
       n: how many excerpts.
-      lufs_cutoff: draw this loudness threshold on every plot (``None``: no line).
+      lufs_cutoff: draw this loudness threshold on every card (``None``: no line).
       title, subtitle: page heading and a line under it.
-      image_format: ``"auto"`` (PNG with matplotlib, else SVG), ``"png"`` or ``"svg"``.
+      image_format: ``"png"`` (matplotlib), ``"svg"`` (vector, drawn without matplotlib) or
+        ``"auto"`` (the same as ``"png"``).
       context_seconds: longest stretch of a source file to plot around its excerpt.
+      group_by: the column whose values make the page's sections: ``"source"``,
+        ``"folder"``, ``"format"`` or a label (see :func:`item_labels`); ``None``
+        puts every card in one section. Items without the label go last.
+      vocabularies: ``{column: names}`` to show integer label ids by name.
 
     Returns:
       A :class:`PreviewResult` with the index path and one record per excerpt.
+
+    Raises:
+      ValueError: a bad argument, or ``group_by`` naming no column of the excerpts.
+      RuntimeError: the dataset gave no excerpts; ``image_format="png"`` without matplotlib.
     """
     import soundfile
 
-    if not is_int(n) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}.")
-    if not (isinstance(context_seconds, (int, float)) and context_seconds > 0):
-        raise ValueError(f"context_seconds must be > 0, got {context_seconds!r}.")
+    from audiotree.dsp.spectrogram import mel_spectrogram
+    from audiotree.plots import card as cards
+
+    _check_arguments(n, context_seconds, group_by, vocabularies)
     fmt = _resolve_image_format(image_format)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     trees = _take(items, n)
     if not trees:
         raise RuntimeError("The dataset produced no excerpts to preview.")
+    groups = _group(_records(trees, vocabularies or {}), group_by)
     _remove_previous(out)
 
-    groups: dict[str, list[dict]] = {}
-    folders: dict[str, str] = {}
-    counters: dict[str, int] = {}
-    for index, tree in enumerate(trees):
-        filepath = _first(tree.filepath) or ""
-        source = _first(tree.source) or os.path.basename(os.path.dirname(filepath)) or "audio"
-        offset = float(_first(tree.offset) or 0.0)
-        waveform = np.asarray(tree.waveform, dtype=np.float32)[0]
-        rate = int(tree.sample_rate)
-        duration = waveform.shape[-1] / rate
-        lufs = None if tree.lufs is None else float(np.asarray(tree.lufs).reshape(-1)[0])
-        if lufs is not None and not math.isfinite(lufs):
-            lufs = None
-        if source not in folders:
-            folder = _safe_name(source)
-            if folder in folders.values():  # two names that clean up to the same folder
-                folder = f"{folder}_{len(folders)}"
-            folders[source] = folder
-        folder = folders[source]
+    folders: dict[Any, str] = {}
+    draw = cards.draw_png if fmt == "png" else cards.draw_svg
+    for value, records in groups.items():
+        folder = _safe_name(_format_value(value) if group_by is not None else "excerpts")
+        if folder in folders.values():  # two values that clean up to the same folder
+            folder = f"{folder}_{len(folders)}"
+        folders[value] = folder
         (out / folder).mkdir(exist_ok=True)
-        k = counters.get(source, 0)
-        counters[source] = k + 1
-        wav_name = f"{folder}/{k:03d}.wav"
-        image_name = f"{folder}/{k:03d}.{fmt}"
-        soundfile.write(out / wav_name, np.clip(waveform.T, -1.0, 1.0), rate, subtype="PCM_16")
-        curves = _file_curves(filepath, offset, duration, float(context_seconds))
-        if curves is None:  # the source file is gone: plot the excerpt alone
-            curves = _curves(np.ascontiguousarray(waveform.T), rate, offset, math.nan)
-        caption = f"{os.path.basename(filepath)}  [{offset:.2f}, {offset + duration:.2f}] s"
-        if lufs is not None:
-            caption += f"  {lufs:.1f} LUFS"
-        draw = _draw_png if fmt == "png" else _draw_svg
-        draw(out / image_name, curves, (offset, offset + duration), lufs_cutoff, lufs, caption)
-        groups.setdefault(source, []).append({
-            "index": index, "source": source, "filepath": filepath, "offset": round(offset, 6),
-            "duration": round(duration, 6), "file_duration": round(curves.file_duration, 6) if math.isfinite(curves.file_duration) else None, "sample_rate": rate,
-            "channels": int(waveform.shape[0]), "lufs": None if lufs is None else round(lufs, 3),
-            "wav": wav_name, "image": image_name,
-        })
+        for k, r in enumerate(records):
+            waveform, rate = r.pop("waveform"), r.pop("rate")
+            duration = waveform.shape[-1] / rate
+            offset = r["offset"]
+            r["wav"], r["image"] = f"{folder}/{k:03d}.wav", f"{folder}/{k:03d}.{fmt}"
+            soundfile.write(out / r["wav"], np.clip(waveform.T, -1.0, 1.0), rate, subtype="PCM_16")
+            span = (offset, offset + duration)
+            spectrogram = mel_spectrogram(waveform, rate)
+            caption = f"{os.path.basename(r['filepath'])}  [{span[0]:.2f}, {span[1]:.2f}] s"
+            view = _read_view(r["filepath"], offset, duration, float(context_seconds))
+            if view is None:  # the source file is gone: plot the excerpt alone
+                frames, native, view_start, file_duration = np.ascontiguousarray(waveform.T), rate, offset, None
+            else:
+                frames, native, view_start, file_duration = view
+            draw(out / r["image"], _card(frames, native, view_start, span, spectrogram, lufs_cutoff, r["lufs"], caption))
+            r.update({
+                "group": value,
+                "offset": round(offset, 6), "duration": round(duration, 6),
+                "file_duration": None if file_duration is None else round(file_duration, 6),
+                "sample_rate": rate, "channels": int(waveform.shape[0]),
+                "lufs": None if r["lufs"] is None else round(r["lufs"], 3),
+                "width": cards.WIDTH, "height": cards.HEIGHT,
+            })
 
-    records = [r for group in groups.values() for r in group]
+    keys = ("index", "source", "group", "filepath", "offset", "duration", "file_duration", "sample_rate", "channels",
+            "lufs", "labels", "wav", "image", "width", "height")
+    groups = {value: [{k: r[k] for k in keys} for r in records] for value, records in groups.items()}
+    ordered = [r for records in groups.values() for r in records]
     if subtitle is None:
-        subtitle = f"{len(records)} excerpts from {len(groups)} source{'s' if len(groups) != 1 else ''}"
+        sources = len({r["source"] for r in ordered})
+        subtitle = f"{len(ordered)} excerpts from {sources} source{'s' if sources != 1 else ''}"
         if lufs_cutoff is not None:
             subtitle += f"; loudness cutoff {lufs_cutoff:g} LUFS"
+    if group_by not in (None, "source"):
+        subtitle += f"; grouped by {group_by}"
     index_path = out / "index.html"
-    index_path.write_text(_page(title, subtitle, groups), encoding="utf-8")
-    manifest = {"title": title, "image_format": fmt, "lufs_cutoff": lufs_cutoff, "excerpts": records}
+    index_path.write_text(_page(title, subtitle, group_by, groups, lufs_cutoff, cards.WIDTH, cards.HEIGHT),
+                          encoding="utf-8")
+    manifest = {"title": title, "image_format": fmt, "lufs_cutoff": lufs_cutoff, "group_by": group_by,
+                "excerpts": ordered}
     (out / _MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return PreviewResult(index=index_path, excerpts=records, image_format=fmt)
+    return PreviewResult(index=index_path, excerpts=ordered, image_format=fmt)

@@ -79,7 +79,8 @@ keys, so resuming skips work instead of re-reading it.
   same cursors. For iterables it relies on torch's in-order round robin over
   workers: on resume, worker ``0`` takes over the shard that was due next. A
   map-style checkpoint resumes with any ``num_workers``; an iterable one taken
-  mid-epoch needs the same ``num_workers``.
+  mid-epoch needs the same ``num_workers``. A checkpoint taken after ``break``
+  resumes at the batch after the last one you consumed.
 
 With torchdata (``pip install torchdata``; optional, nothing here imports it)::
 
@@ -138,6 +139,13 @@ __all__ = [
 
 #: Distance between epoch starts of an endless stream read without ``epoch_size``.
 ENDLESS_EPOCH_STRIDE = 2**36
+_ENDLESS_LEN = (
+    "This audiotree stream is endless (the dataset was built with num_epochs=None), so it has no length. "
+    "Pass epoch_size=N (items per epoch) to create_dataloader()/AudioDataLoader/TorchIterableDataset: each "
+    "iteration is then one epoch of N items and len(loader) is its number of batches, the steps_per_epoch an "
+    "LR scheduler needs (e.g. OneCycleLR(opt, max_lr, total_steps=epochs * len(loader))). Or keep it endless "
+    "and give the scheduler your own step count."
+)
 #: Threads each process (worker, or the main process with ``num_workers=0``) reads with.
 DEFAULT_READ_THREADS = 4
 _STATE_VERSION = 1
@@ -343,8 +351,11 @@ class TorchAudioTree(AudioTree):
     """An :class:`~audiotree.AudioTree` whose array fields are torch tensors.
 
     What :func:`collate` returns. Array fields and array ``extras`` are tensors;
-    provenance stays as it is (``.filepath``/``.source`` are lists of strings,
-    ``.offset`` a NumPy ``(B,)`` array). Supports batch indexing, ``split`` and
+    ``.filepath``/``.source`` are lists of strings and ``.offset`` is a float64
+    ``(B,)`` CPU tensor of excerpt starts in seconds (``None`` if unknown; NaN for
+    items without a file). ``lufs`` is ``None`` unless the items were metered:
+    ``strategy="loudest"`` measures it, and the dataset builders' ``meter=True``
+    measures it for any strategy. Supports batch indexing, ``split`` and
     mini-batch reshaping, :meth:`to` and :meth:`pin_memory` (so the DataLoader's
     ``pin_memory=True`` pins it). For audio DSP methods convert back with
     :meth:`numpy`. Not a JAX pytree.
@@ -353,6 +364,18 @@ class TorchAudioTree(AudioTree):
     @property
     def backend(self) -> str:
         return "torch"
+
+    @property
+    def offset(self) -> Any:
+        """Excerpt start in seconds, a float64 ``(B,)`` CPU tensor; ``None`` if unknown.
+
+        Provenance, like ``filepath``: it stays on the CPU (``to(device)`` and
+        ``pin_memory`` leave it), and is a fresh tensor on every access.
+        """
+        value = self._metadata.get("offset")
+        if value is None or isinstance(value, torch.Tensor):
+            return value
+        return torch.from_numpy(np.array(value, dtype=np.float64))
 
     def _map_batch(self, on_array: Callable, on_strings: Callable) -> "TorchAudioTree":
         updates = {
@@ -710,6 +733,15 @@ class TorchIterableDataset(_tud.IterableDataset):
     def __repr__(self) -> str:
         return f"TorchIterableDataset(epoch_size={self.epoch_size}, epoch={self.epoch}, dataset={self.dataset})"
 
+    def __len__(self) -> int:
+        """Items per epoch (``epoch_size``). An endless stream has none: the error says what to pass."""
+        if self.epoch_size is None:
+            raise TypeError(_ENDLESS_LEN)
+        return self.epoch_size
+
+    def __bool__(self) -> bool:  # truth must not depend on len(), which an endless stream refuses
+        return True
+
     @property
     def epoch(self) -> int:
         return self._epoch.read()[0]
@@ -775,6 +807,7 @@ class _MapProgress:
     start: int
     batches: int = 0
     finished: bool = False
+    abandoned: bool = False  # left early (``break``): the next iter() starts the next epoch
 
 
 @dataclasses.dataclass
@@ -784,6 +817,10 @@ class _IterProgress:
     batches: list
     totals: list  # batches each role yields this epoch; None = endless
     finished: bool = False
+    abandoned: bool = False
+
+    def exhausted(self) -> bool:
+        return all(total is not None and done >= total for done, total in zip(self.batches, self.totals))
 
     def record(self) -> None:
         roles = len(self.batches)
@@ -814,7 +851,12 @@ class AudioDataLoader(_tud.DataLoader):
         ``(seed, epoch)`` on top of the dataset's own order (audiotree's builders
         already shuffle per epoch).
       epoch: the first epoch. ``advance_epochs=False`` repeats it every pass.
-      epoch_size: items per epoch (see the adapters).
+      epoch_size: items per epoch. Required to give an endless dataset
+        (``num_epochs=None``) epochs: each ``iter(loader)`` then reads ``N``
+        items with fresh excerpts and ``len(loader)`` is its batch count (what
+        an LR scheduler's ``steps_per_epoch``/``total_steps`` needs). Without it
+        an endless stream never ends and ``len(loader)`` raises a ``TypeError``
+        saying so. For a finite dataset it overrides ``len(dataset)``.
       read_threads: reader threads per process (default 4; see the adapters).
       num_workers, persistent_workers: ``persistent_workers`` defaults to
         ``num_workers > 0``.
@@ -870,8 +912,9 @@ class AudioDataLoader(_tud.DataLoader):
     @property
     def epoch(self) -> int:
         """The epoch being iterated, or the one the next iteration starts."""
-        if self._progress is not None and not self._progress.finished:
-            return self._progress.epoch
+        progress = self._progress
+        if progress is not None and not progress.finished and not progress.abandoned:
+            return progress.epoch
         return self._cursor.peek()[0]
 
     def set_epoch(self, epoch: int) -> None:
@@ -882,6 +925,31 @@ class AudioDataLoader(_tud.DataLoader):
             self._cursor.set(epoch, None)
         else:
             self.sampler.set_epoch(epoch)
+
+    def __bool__(self) -> bool:  # truth must not depend on len(), which an endless stream refuses
+        return True
+
+    def __len__(self) -> int:
+        """Batches per epoch, exactly as many as one iteration yields (``None`` batches aside).
+
+        Map-style: ``ceil(items / batch_size)`` (``floor`` with ``drop_last``).
+        Endless datasets read with ``epoch_size=N``: each worker batches its own
+        shard, so this is the sum over workers of their shards' batch counts
+        (torch's own estimate, ``ceil(N / batch_size)``, can be short by up to
+        ``num_workers - 1``). Without ``epoch_size`` an endless stream has no
+        length and the ``TypeError`` says what to pass.
+        """
+        if not self._iterable:
+            return _tud.DataLoader.__len__(self)
+        dataset: TorchIterableDataset = self.dataset
+        roles = self._roles()
+        total = 0
+        for role in range(roles):
+            share = dataset.shard_size(role, roles)
+            if share is None:
+                raise TypeError(_ENDLESS_LEN)
+            total += share // self.batch_size if self.drop_last else -(-share // self.batch_size)
+        return total
 
     # ---------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[Any]:
@@ -896,7 +964,7 @@ class AudioDataLoader(_tud.DataLoader):
                 if batch is not None:
                     yield batch
         except GeneratorExit:
-            progress.finished = True  # abandoned: the next iter() starts the next epoch
+            progress.abandoned = True  # state_dict() keeps the position; the next iter() starts the next epoch
             raise
         progress.finished = True
 
@@ -942,17 +1010,24 @@ class AudioDataLoader(_tud.DataLoader):
                 if batch is not None:
                     yield batch
         except GeneratorExit:
-            progress.finished = True
+            progress.abandoned = True
             raise
         progress.finished = True
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict:
-        """Where the stream continues: the rest of a live epoch, else the next epoch's start."""
+        """Where the stream continues: the batch after the last one handed out, else the next epoch's start.
+
+        Taken after ``break`` it still points at the batch after the last one you
+        consumed, so "train N steps, break, save" resumes exactly (a new ``iter()``
+        without :meth:`load_state_dict` starts the next epoch, as always).
+        """
         progress = self._progress
         state: dict = {"version": _STATE_VERSION, "kind": "iterable" if self._iterable else "map"}
         if self._iterable:
-            if progress is None or progress.finished:
+            if progress is not None and progress.abandoned and progress.exhausted():
+                state.update(epoch=self._cursor.following(), resume=None)
+            elif progress is None or progress.finished:
                 epoch, resume = self._cursor.peek() if progress is None else (self._cursor.following(), None)
                 state.update(epoch=epoch, resume=resume)
             else:
@@ -965,11 +1040,13 @@ class AudioDataLoader(_tud.DataLoader):
         if progress is None:
             inner = sampler.state_dict()
             state.update(epoch=inner["epoch"], position=inner["position"])
-        elif progress.finished:
-            state.update(epoch=self._cursor.following(), position=0)
         else:
             position = min(progress.start + progress.batches * self.batch_size, sampler.num_items)
-            state.update(epoch=progress.epoch, position=position)
+            left = sampler.num_items - position
+            if progress.finished or (progress.abandoned and (left == 0 or (self.drop_last and left < self.batch_size))):
+                state.update(epoch=self._cursor.following(), position=0)  # nothing of this epoch is left
+            else:
+                state.update(epoch=progress.epoch, position=position)
         state.update(num_items=sampler.num_items, shuffle=sampler.shuffle, seed=sampler.seed)
         return state
 

@@ -44,6 +44,74 @@ def test_help_lists_every_command():
         assert option in sub.stdout, option
 
 
+_SHARED_OPTIONS = ("--sample-rate", "--duration", "--strategy", "--lufs-cutoff", "--num-tries", "--weights",
+                   "--mono / --stereo", "--seed", "--shuffle / --no-shuffle", "--on-read-error")
+_HELP_OPTIONS = {
+    "demo": ("--out", "--workers", "--batches", "--batch-size", "-n, --num-excerpts"),
+    "scan": ("--duration", "--loudness", "--loudness-seconds", "--lufs-cutoff", "--json", "--jobs", "--plot"),
+    "preview": ("--out", "-n, --num-excerpts", "--image-format", "--group-by", *_SHARED_OPTIONS),
+    "index": ("--out", "--labels", "--labels-key", "--labels-match", "--root", "--executor", "--jobs",
+              "--chunk-size"),
+    "bench": ("--workers", "--threads", "--buffers", "--read-buffer", "--batch-size", "--batches", "--ram-budget",
+              "--tolerance", "--plot", "--json", *_SHARED_OPTIONS),
+    "render": ("--out", "-n, --num-items", "--epoch", "--format", "--workers", "--batch-size", "--part-size",
+               "--overwrite", *_SHARED_OPTIONS),
+}
+
+
+def _console_script() -> str | None:
+    # The `audiotree` script installed beside this interpreter (it calls audiotree.cli:main).
+    script = Path(sys.executable).with_name("audiotree")
+    return str(script) if script.exists() else None
+
+
+@pytest.mark.parametrize("command", sorted(_HELP_OPTIONS))
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_subcommand_help_exits_0_with_its_options(command, flag):
+    runs = [run_cli(command, flag)]
+    script = _console_script()
+    if script is not None:
+        runs.append(subprocess.run([script, command, flag], capture_output=True, text=True, timeout=120,
+                                   env={k: v for k, v in os.environ.items() if k != "AUDIOTREE_DEBUG"}))
+    for result in runs:
+        assert result.returncode == 0, (result.args, result.returncode, result.stderr)
+        assert result.stderr == "", result.stderr
+        assert result.stdout.startswith(f"Usage: audiotree {command} [OPTIONS]"), result.stdout[:200]
+        assert "Error" not in result.stdout
+        for option in (*_HELP_OPTIONS[command], "-h, --help"):
+            assert option in result.stdout, (command, option)
+
+
+def test_every_subcommand_is_covered_by_the_help_test():
+    from audiotree.cli import cli
+
+    assert sorted(cli.list_commands(None)) == sorted(_HELP_OPTIONS)
+
+
+def test_bare_command_prints_multi_line_usage():
+    result = run_cli()
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Usage: audiotree [OPTIONS] COMMAND [ARGS]..."
+    assert not any(line.startswith("Error") for line in lines)
+    assert "Commands:" in lines
+    commands = [line.split()[0] for line in lines[lines.index("Commands:") + 1:] if line.startswith("  ") and not line.startswith("   ")]
+    assert commands == ["demo", "scan", "preview", "bench", "render", "index"]
+
+
+def test_version_exits_0():
+    result = run_cli("--version")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("audiotree ")
+
+
+def test_missing_sources_is_still_one_line():
+    result = run_cli("scan")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["Error: audiotree scan: Missing argument 'SOURCES...'."]
+
+
 def _bad_cases(corpus, tmp_path):
     speech, music = f"speech={corpus['speech']}", f"music={corpus['music']}"
     out = ["--out", str(tmp_path / "out")]
@@ -128,6 +196,24 @@ def test_scan_json_report(scan_corpus):
     assert loud["measured"] == 7 and loud["silent"] == 1 and loud["below_cutoff"] == 1
     assert -40 < loud["min_lufs"] <= loud["median_lufs"] <= loud["max_lufs"] < 0
     assert sum(b["count"] for b in loud["histogram"]) == 6
+
+
+def test_scan_plot(scan_corpus, tmp_path):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    plot = tmp_path / "out" / "scan.png"
+    result = run_cli("scan", *groups(scan_corpus), "--duration", "0.5", "--loudness-seconds", "2", "--lufs-cutoff",
+                     "-40", "--plot", plot)
+    assert result.returncode == 0, result.stderr
+    assert f"Plot: {plot}" in result.stdout and "Loudness (first 2 s" in result.stdout  # --plot measures loudness
+    with Image.open(plot) as img:
+        img.load()
+        assert img.size == (960, 400)
+        rgb = np.asarray(img.convert("RGB")).astype(int)
+    # The 50 ms blip (shorter than --duration, and silent) is drawn as a red bar in the duration panel.
+    red = (np.abs(rgb - (0xC0, 0x39, 0x2B)).sum(axis=-1) < 12)
+    assert red[:, :480].sum() > 100
 
 
 def test_scan_table_report(scan_corpus):
@@ -276,6 +362,17 @@ def test_render_killed_midway_resumes(corpus, tmp_path):
 
 
 # ------------------------------------------------------------------ demo
+def test_the_demo_folder_is_git_ignored():
+    # `audiotree demo` writes ./audiotree-demo/ wherever it runs, the repository included.
+    from conftest import REPO_ROOT
+
+    if shutil.which("git") is None or not (REPO_ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in ("audiotree-demo/index.html", "examples/audiotree-demo/speech/000.wav"):
+        result = subprocess.run(["git", "-C", str(REPO_ROOT), "check-ignore", "-q", path], timeout=60)
+        assert result.returncode == 0, f"{path} is not ignored by .gitignore"
+
+
 @pytest.mark.slow
 def test_demo_from_a_fresh_cache(tmp_path):
     cache = tmp_path / "cache"

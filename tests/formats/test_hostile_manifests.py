@@ -188,6 +188,51 @@ def test_tree_manifest_schema_violations(tree_dir, edit, message):
         TreeDataSource(tree_dir)
 
 
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m["structure"]["children"]["a"].update(sample_rate=10**30),
+         r"sample_rate of the AudioTree node at a is 10{30} Hz, outside the sane range 1 \.\. 10000000 Hz"),
+        (lambda m: m["structure"]["children"]["a"].update(sample_rate=10_000_001), "sample_rate .* outside the sane range"),
+        (lambda m: m.update(num_samples=10**30), r"num_samples is 10{30}, outside the sane range 0 \.\. 1099511627776"),
+        (lambda m: m.update(expected_samples=2**63), "expected_samples is .* outside the sane range"),
+        (lambda m: m["leaves"]["x"].update(shape_per_sample=[2**40]), r"leaf 'x' shape_per_sample\[0\] is 1099511627776"),
+        (lambda m: m["leaves"]["x"].update(shape_per_sample=[0, 10**30]), r"leaf 'x' shape_per_sample\[1\] is"),
+        (lambda m: m["leaves"]["x"].update(shape_per_sample=[2**20, 2**20]), "leaf 'x' bytes per sample is 4398046511104"),
+        (lambda m: m["leaves"]["a.waveform"].update(shape_per_sample=[5000, 8]), "channels of 'a.waveform' is 5000"),
+        (lambda m: m["leaves"]["a.waveform"].update(shape_per_sample=[1, 2**37]), r"leaf 'a.waveform' shape_per_sample\[1\] is 137438953472"),
+    ],
+)
+def test_tree_manifest_numbers_out_of_range(tree_dir, edit, message):
+    _edit(tree_dir, edit)
+    with pytest.raises(ValueError, match=message) as info:
+        TreeDataSource(tree_dir)
+    assert str(tree_dir / "manifest.json") in str(info.value) and "Re-render" in str(info.value)
+
+
+def test_tree_manifest_largest_sane_rate_reads(tree_dir):
+    _edit(tree_dir, lambda m: m["structure"]["children"]["a"].update(sample_rate=10_000_000))
+    assert TreeDataSource(tree_dir)[0]["a"].sample_rate == 10_000_000
+
+
+def test_writers_refuse_what_readers_would_refuse(tmp_path):
+    tree = AudioTree.create(np.zeros((1, 1, 8), np.float32), 10**30)
+    with TreeWriter(tmp_path / "t") as writer:
+        with pytest.raises(ValueError, match="sample_rate is 10{30} Hz, outside the sane range"):
+            writer.write({"a": tree})
+    assert not (tmp_path / "t" / "manifest.json").exists()
+    with AudioWriter(tmp_path / "w") as writer:
+        with pytest.raises(ValueError, match="sample_rate is 10{30} Hz, outside the sane range"):
+            writer.write(tree)
+    assert not list((tmp_path / "w").iterdir())
+    with pytest.raises(ValueError, match="sample_rate is 10{30} Hz"):
+        save_window_lufs(tmp_path / "c", {"a.wav": np.zeros(2)}, lufs_window_sec=1.0, sample_rate=10**30)
+    with pytest.raises(ValueError, match="the duration of 'a.wav' is nan s"):
+        save_window_lufs(tmp_path / "c", {"a.wav": np.zeros(2)}, lufs_window_sec=1.0, durations={"a.wav": np.nan})
+    with pytest.raises(ValueError, match=r"lufs_window_sec is 100000000.0 s, outside the sane range 0 \.\. 1e\+07 s"):
+        save_window_lufs(tmp_path / "c", {"a.wav": np.zeros(2)}, lufs_window_sec=1e8)
+
+
 def test_newer_minor_version_may_add_fields(tree_dir):
     def newer(m):
         m["format_version"] = [1, 4]
@@ -255,6 +300,36 @@ def _header(key, value):
 def test_untampered_audio_dataset_reads(audio_dir):
     _edit_npz(audio_dir, lambda a: None)
     assert AudioDataSource(audio_dir)[1].pitch.tolist() == [61]
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda a: a.__setitem__("sample_rate", np.array([10**18, 8000])),
+         r"column 'sample_rate' holds 1000000000000000000 Hz in row 0, outside the sane range 1 \.\. 10000000 Hz"),
+        (lambda a: a.__setitem__("sample_rate", np.array([8000, 2**64 - 1], dtype=np.uint64)), "'sample_rate' holds .* in row 1"),
+        (lambda a: a.__setitem__("channels", np.array([1, 5000])), "'channels' holds 5000 in row 1"),
+        (lambda a: a.__setitem__("samples", np.array([2**40, 16])), "'samples' holds 1099511627776 in row 0"),
+        (lambda a: a.__setitem__("index", np.array([0, -1])), "'index' holds -1 in row 1"),
+        (lambda a: a.__setitem__("duration_seconds", np.array([0.002, np.inf])), "'duration_seconds' holds inf s in row 1"),
+        (lambda a: a.__setitem__("duration_seconds", np.array([np.nan, 0.002])), "'duration_seconds' holds nan s in row 0"),
+        (_header("num_entries", 10**30), r"num_entries is 10{30}, outside the sane range"),
+    ],
+)
+def test_audio_manifest_numbers_out_of_range(audio_dir, edit, message):
+    _edit_npz(audio_dir, edit)
+    with pytest.raises(ValueError, match=message) as info:
+        AudioDataSource(audio_dir)
+    assert str(audio_dir / "manifest.npz") in str(info.value)
+
+
+def test_manifest_only_row_with_huge_counts_is_refused_before_allocating(tmp_path):
+    tree = AudioTree.create(np.zeros((1, 2, 16), np.float32), 8000)
+    with AudioWriter(tmp_path / "m", write_audio=False) as writer:
+        writer.write(tree)
+    _edit_npz(tmp_path / "m", lambda a: a.update(channels=np.array([1024]), samples=np.array([2**50])))
+    with pytest.raises(ValueError, match="'samples' holds 1125899906842624 in row 0"):
+        AudioDataSource(tmp_path / "m")
 
 
 @pytest.mark.parametrize(
@@ -381,9 +456,61 @@ def test_cache_violations(cache_dir, edit, message):
     assert "window_lufs.npz" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda a, h: h.update(sample_rate=10**30), "sample_rate is 10{30} Hz, outside the sane range"),
+        (lambda a, h: h.update(lufs_window_sec=float("inf")), "lufs_window_sec is inf s, outside the sane range"),
+        (lambda a, h: h.update(num_files=10**30), "num_files is 10{30}, outside the sane range"),
+        (lambda a, h: a.__setitem__("durations", np.array([2.0, np.nan])), "'durations' holds nan s in row 1"),
+        (lambda a, h: a.__setitem__("durations", np.array([-1.0, 0.5])), "'durations' holds -1.0 s in row 0"),
+    ],
+)
+def test_cache_numbers_out_of_range(cache_dir, edit, message):
+    _edit_cache(cache_dir, edit)
+    with pytest.raises(ValueError, match=message) as info:
+        load_window_lufs(cache_dir)
+    assert "window_lufs.npz" in str(info.value)
+
+
 def test_cache_missing_or_garbage(tmp_path, cache_dir):
     with pytest.raises(FileNotFoundError, match="build_window_lufs_cache"):
         load_window_lufs(tmp_path / "nowhere")
     (cache_dir / "window_lufs.npz").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="not a readable .npz.*Rebuild"):
         load_window_lufs(cache_dir)
+
+
+# -------------------------------------------------------------------- render
+@pytest.fixture()
+def render_dir(tree_template, tmp_path) -> Path:
+    out = tmp_path / "render"
+    out.mkdir()
+    shutil.copytree(tree_template, out / "part-00000")
+    record = {"version": 1, "config": {"format": "tree"}, "complete": True, "total": 2,
+              "parts": [{"dir": "part-00000", "start": 0, "stop": 2, "count": 2}]}
+    (out / "render.json").write_text(json.dumps(record))
+    return out
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p[0].update(dir="../elsewhere"), "part 0 must be an object with dir 'part-00000'"),
+        (lambda p: p[0].update(stop=10**30), "part 0 stop is 10{30}, outside the sane range"),
+        (lambda p: p[0].update(count=-1), "part 0 count is -1, outside the sane range"),
+        (lambda p: p[0].update(count=3), r"covers items \[0, 2\) with 3 written"),
+        (lambda p: p[0].update(start=1), "must start at 0"),
+        (lambda p: p.append({"dir": "part-00001", "start": 5, "stop": 6, "count": 1}), "part 1 covers items"),
+    ],
+)
+def test_render_record_numbers_are_checked(render_dir, edit, message):
+    from audiotree.sources import open_render
+
+    assert len(open_render(render_dir)) == 2
+    record = json.loads((render_dir / "render.json").read_text())
+    edit(record["parts"])
+    (render_dir / "render.json").write_text(json.dumps(record))
+    with pytest.raises(Exception, match=message) as info:
+        open_render(render_dir)
+    assert "render.json is damaged" in str(info.value) and "--overwrite" in str(info.value)

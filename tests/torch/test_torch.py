@@ -272,13 +272,73 @@ def test_loader_matches_grain_stream_and_resumes(endless, reference):
     resumed.load_state_dict(state)
     assert flat(head) + flat(resumed) == reference[0]
     assert resumed.state_dict()["epoch"] == 1 and flat(resumed) == reference[1]
-    # Breaking out of an epoch: the next iteration (and the checkpoint) moves on to the next epoch.
+    # Breaking out of an epoch: the checkpoint keeps the position, the next iteration moves on.
     broken = make()
     for _ in broken:
         break
-    assert broken.state_dict()["epoch"] == 1 and flat(broken) == reference[1]
+    assert (broken.state_dict()["epoch"], broken.state_dict()["position"]) == (0, 5)
+    assert flat(broken) == reference[1]
     with pytest.raises(ValueError, match="iterable"):
         broken.load_state_dict({"kind": "iterable", "epoch": 0})
+
+
+def _break_loader(kind, endless, num_workers, context):
+    options = dict(num_workers=num_workers)
+    if num_workers:
+        options["multiprocessing_context"] = context
+    if kind == "map":
+        return att.create_dataloader(att.TorchMapDataset(endless, epoch_size=24), batch_size=5, **options)
+    # 22 items over 2 shards of 11 (batches of 4, 4, 3 each); one shard of 22 without workers.
+    return att.create_dataloader(endless, batch_size=4, epoch_size=22, **options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["map", "iterable"])
+# Spawned workers are covered by test_start_methods_in_a_guarded_script; here they would cost minutes.
+@pytest.mark.parametrize("num_workers, context", [(0, None), (2, "fork")])
+def test_state_after_break_resumes_at_the_next_batch(kind, num_workers, context, endless):
+    import json
+
+    uninterrupted_loader = _break_loader(kind, endless, num_workers, context)
+    uninterrupted = [keys(b) for _ in range(2) for b in uninterrupted_loader]  # epochs 0 and 1
+    del uninterrupted_loader
+
+    loader = _break_loader(kind, endless, num_workers, context)
+    consumed = []
+    for step, batch in enumerate(loader):  # "train 3 steps, break, save"
+        consumed.append(keys(batch))
+        if step == 2:
+            break
+    state = json.loads(json.dumps(loader.state_dict()))  # saved to disk and read back
+    assert state["epoch"] == 0
+    if kind == "map":
+        assert state["position"] == 15
+    else:
+        assert state["resume"] is not None and sum(state["resume"]["batches"]) == 3
+    # A new loader (a new process, in real life) continues at the fourth batch of epoch 0 and into epoch 1.
+    resumed = _break_loader(kind, endless, num_workers, context)
+    resumed.load_state_dict(state)
+    rest = [keys(b) for _ in range(2) for b in resumed]
+    assert consumed + rest == uninterrupted
+    # The loader that broke out, with its workers still alive, resumes from the same state too.
+    loader.load_state_dict(state)
+    assert [keys(b) for b in loader] == uninterrupted[3:len(uninterrupted) // 2]
+
+
+@pytest.mark.parametrize("kind", ["map", "iterable"])
+def test_state_after_break_at_the_last_batch_is_the_next_epoch(kind, endless):
+    loader = _break_loader(kind, endless, 0, None)
+    batches = len(list(_break_loader(kind, endless, 0, None)))
+    for step, _ in enumerate(loader):
+        if step == batches - 1:
+            break
+    state = loader.state_dict()
+    assert state["epoch"] == 1
+    assert state.get("position", 0) == 0 and state.get("resume") is None
+    # Breaking before the first batch is consumed leaves the epoch untouched.
+    fresh = _break_loader(kind, endless, 0, None)
+    iter(fresh)
+    assert fresh.state_dict()["epoch"] == 0
 
 
 def test_iterable_loader_single_process_epochs_and_resume(endless):

@@ -50,6 +50,10 @@ class _Group(click.Group):
         # folder, an unreadable file): one line naming the command, exit code 2.
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            # click ends `--help` and `--version` with Exit, and Ctrl-C with Abort; both
+            # subclass RuntimeError, which known_errors() turns into one-line errors.
+            raise
         except known_errors() as exc:
             if os.environ.get("AUDIOTREE_DEBUG"):
                 raise
@@ -84,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return 130
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # Bare `audiotree`: the whole usage, laid out as click formats it, not one line.
+        click.echo(exc.format_message(), err=True)
+        return exc.exit_code
     except click.ClickException as exc:
         message = one_line(exc.format_message())
         ctx = getattr(exc, "ctx", None)

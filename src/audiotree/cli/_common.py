@@ -288,3 +288,23 @@ def progress_bar(console, *, transient: bool = True):
 
 def fmt_rate(items_per_second: float) -> str:
     return f"{items_per_second:,.1f}"
+
+
+# ------------------------------------------------------------------ captions of plots
+def describe_sources(sources: Sources, *, files: int | None = None) -> str:
+    """SOURCES in one line for a plot caption: ``speech=data/speech, music=data/music (24 files)``."""
+    text = ", ".join(f"{name}={p}" if name else p for name, p in sources.labelled())
+    if len(text) > 90:
+        text = text[:87] + "..."
+    return text + (f" ({files} files)" if files is not None else "")
+
+
+def describe_pipeline(pipeline: PipelineOptions) -> str:
+    """The dataset options in one line for a plot caption."""
+    text = (f"{pipeline.duration:g} s excerpts at {pipeline.sample_rate} Hz, "
+            f"{'mono' if pipeline.mono else 'all channels'}, strategy {pipeline.strategy}")
+    if pipeline.strategy == "loudest":
+        text += f" (cutoff {pipeline.cutoff_for_plots:g} LUFS)"
+    if pipeline.weights:
+        text += ", weights " + " / ".join(f"{k} {v:g}" for k, v in pipeline.weights.items())
+    return text

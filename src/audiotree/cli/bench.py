@@ -12,6 +12,8 @@ import click
 from audiotree.cli._common import (
     CliError,
     build_dataset,
+    describe_pipeline,
+    describe_sources,
     parse_int_list,
     pipeline_options,
     resolve_sources,
@@ -39,7 +41,8 @@ from audiotree.cli._common import (
 @click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.05, show_default=True,
               help="The knee is the cheapest setting within this fraction of the best items/s.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="PNG",
-              help="Also plot items/s and peak RSS against workers (needs matplotlib).")
+              help="Also plot items/s and peak RSS against workers, the knee marked, with a caption naming the "
+                   "corpus, the pipeline and the machine (needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 @pipeline_options()
 def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, ram_budget, tolerance, plot, as_json,
@@ -56,7 +59,8 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise CliError("--plot needs matplotlib: pip install 'audiotree[plot]'.") from None
+            raise CliError("--plot needs matplotlib, which audiotree depends on but which cannot be imported; "
+                           "reinstall it: pip install audiotree.") from None
     parsed = resolve_sources(sources, pipeline)
 
     from audiotree.tuning import default_workers, tune
@@ -79,7 +83,7 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
     if plot is not None:
         if plot.parent and not plot.parent.exists():
             plot.parent.mkdir(parents=True, exist_ok=True)
-        result.plot(plot)
+        result.plot(plot, corpus=describe_sources(parsed), pipeline=describe_pipeline(pipeline))
     if as_json:
         payload = result.to_dict()
         payload["cpu_count"] = os.cpu_count()

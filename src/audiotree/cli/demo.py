@@ -74,7 +74,7 @@ def _close(iterator) -> None:
 
 @click.command(short_help="Run the balanced loudest pipeline on a built-in synthetic corpus.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("audiotree-demo"),
-              show_default=True, help="Folder for the HTML preview.")
+              show_default=True, help="Folder for the HTML preview (relative to the current folder).")
 @click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
               help="mp_prefetch worker processes (num_workers).")
 @click.option("--batches", type=click.IntRange(min=2), default=8, show_default=True,
@@ -182,6 +182,7 @@ def demo(out_dir: Path, workers: int, batches: int, batch_size: int, n: int) -> 
         console.print(f"Preview: {len(result)} excerpts with {result.image_format.upper()} plots "
                       f"({time.perf_counter() - preview_started:.1f} s)")
         console.print(f"  open {result.index}")
-        if result.image_format == "svg":
-            console.print("  (SVG plots: matplotlib is missing; pip install 'audiotree[plot]' for PNG)")
+        if not out_dir.is_absolute():
+            # The preview lands where the command runs; say so, so nobody commits it by accident.
+            console.print("  (written into the current folder; --out DIR writes it elsewhere)")
     console.print(f"Done in {time.perf_counter() - total_started:.1f} s")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from audiotree.cli._common import build_dataset, pipeline_options, resolve_sources, sources_argument, stdout_console
+from audiotree.cli._common import CliError, build_dataset, pipeline_options, resolve_sources, sources_argument, stdout_console
 
 
 @click.command(short_help="Excerpts as a static HTML page with players and plots.")
@@ -17,30 +17,39 @@ from audiotree.cli._common import build_dataset, pipeline_options, resolve_sourc
 @click.option("-n", "--num-excerpts", "n", type=click.IntRange(min=1), default=12, show_default=True,
               help="How many excerpts.")
 @click.option("--image-format", type=click.Choice(["auto", "png", "svg"]), default="auto", show_default=True,
-              help="Plot format: PNG needs matplotlib (audiotree[plot]); auto falls back to SVG.")
+              help="Plot format: PNG (matplotlib) or a small vector SVG; auto is PNG.")
+@click.option("--group-by", "group_by", default="source", show_default=True, metavar="COLUMN",
+              help="Arrange the cards in sections by this column: source, folder, format or a label "
+                   "the items carry (pitch, velocity, note_duration, an extras key).")
 @pipeline_options()
-def preview(sources, out_dir: Path, n: int, image_format: str, pipeline) -> None:
-    """Render N excerpts into a static index.html: a player and a plot per excerpt.
+def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pipeline) -> None:
+    """Render N excerpts into a static index.html: a player, labels and a picture per excerpt.
 
     \b
-    Each plot shows the source file's waveform envelope and loudness curve,
-    the excerpt's span and the --lufs-cutoff line. Open OUT/index.html in a
-    browser, or serve it:  python -m http.server -d OUT
+    Each picture shows the source file's peak and RMS level (dBFS) and its
+    loudness curve (LUFS; silence is a gap), the excerpt's span, its loudness
+    and the --lufs-cutoff line, and under it a mel spectrogram of the excerpt.
+    OUT/index.html opens from disk (no server needed); to share it over HTTP:
+    python -m http.server -d OUT
     """
     from audiotree.preview import render_preview
 
     parsed = resolve_sources(sources, pipeline)
     started = time.perf_counter()
     ds = build_dataset(parsed, pipeline, num_epochs=None)
-    result = render_preview(
-        ds, out_dir, n=n, lufs_cutoff=pipeline.cutoff_for_plots, image_format=image_format,
-        title="audiotree preview",
-        subtitle=f"{n} excerpts of {pipeline.duration:g} s at {pipeline.sample_rate} Hz, strategy {pipeline.strategy}",
-    )
+    try:
+        result = render_preview(
+            ds, out_dir, n=n, lufs_cutoff=pipeline.cutoff_for_plots, image_format=image_format,
+            title="audiotree preview", group_by=group_by,
+            subtitle=f"{n} excerpts of {pipeline.duration:g} s at {pipeline.sample_rate} Hz, strategy {pipeline.strategy}",
+        )
+    except ValueError as exc:  # e.g. --group-by naming no column of the excerpts
+        raise CliError(str(exc)) from None
     console = stdout_console()
     groups: dict[str, int] = {}
     for record in result.excerpts:
-        groups[record["source"]] = groups.get(record["source"], 0) + 1
+        key = str(record["group"]) if group_by else "all"
+        groups[key] = groups.get(key, 0) + 1
     mix = ", ".join(f"{name} {count}" for name, count in groups.items())
     console.print(f"Wrote {len(result)} excerpts ({mix}) with {result.image_format.upper()} plots "
                   f"in {time.perf_counter() - started:.1f} s")

@@ -10,11 +10,12 @@ import os
 import statistics
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import click
 
-from audiotree.cli._common import progress_bar, resolve_sources, sources_argument, stderr_console, stdout_console
+from audiotree.cli._common import CliError, progress_bar, resolve_sources, sources_argument, stderr_console, stdout_console
 
 SCHEMA_VERSION = 1
 # Duration histogram bins (seconds); the last one is open-ended.
@@ -139,8 +140,12 @@ def _run_parallel(func, args: list, jobs: int, console, description: str) -> lis
 
 
 def scan_report(sources, *, duration: float, loudness: bool, loudness_seconds: float, lufs_cutoff: float | None,
-                jobs: int, console) -> dict:
-    """The scan as a JSON-serialisable dict (the ``--json`` output)."""
+                jobs: int, console, durations_out: list | None = None) -> dict:
+    """The scan as a JSON-serialisable dict (the ``--json`` output).
+
+    ``durations_out``, when given, receives the duration of every readable file
+    (for ``--plot``; the report itself keeps only the histogram).
+    """
     files, notes = _discover(sources)
     probes = _run_parallel(_probe, [(path,) for _, path in files], jobs, console, "Probing")
 
@@ -168,6 +173,8 @@ def scan_report(sources, *, duration: float, loudness: bool, loudness_seconds: f
         rates[int(info.sample_rate)] += 1
         channels[int(info.channels)] += 1
         durations.append(info.duration)
+        if durations_out is not None:
+            durations_out.append(info.duration)
         if info.duration < duration:
             short.append({"path": path, "seconds": round(info.duration, 3)})
 
@@ -313,6 +320,23 @@ def _print_report(report: dict, console) -> None:
         console.print(hist)
 
 
+def _plot(path: Path, report: dict, durations: list[float], sources) -> None:
+    from audiotree.cli._common import describe_sources
+    from audiotree.plots import plot_scan
+
+    if not durations:
+        raise CliError("--plot: no readable file to plot.")
+    loud = report["loudness"]
+    lufs = None if loud is None else [-math.inf if f["lufs"] is None else f["lufs"] for f in loud["files"]]
+    caption = (f"corpus: {describe_sources(sources, files=report['files'])}; {report['readable']} readable, "
+               f"{report['total_hours']:.2f} h\nloudness: integrated LUFS of the first "
+               f"{loud['max_seconds']:g} s of each file" if loud else "")
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    plot_scan(path, durations=durations, lufs=lufs, min_duration=report["short"]["min_seconds"],
+              lufs_cutoff=None if loud is None else loud["lufs_cutoff"], title="audiotree scan", caption=caption)
+
+
 @click.command(short_help="Corpus health: formats, rates, hours, bad files, loudness.")
 @sources_argument
 @click.option("--duration", type=float, default=1.0, show_default=True,
@@ -322,10 +346,13 @@ def _print_report(report: dict, console) -> None:
               help="Measure at most this many seconds from the start of each file.")
 @click.option("--lufs-cutoff", type=float, default=None, help="With --loudness: count the files at or below this LUFS.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stable keys) instead of tables.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="PNG",
+              help="Also draw histograms of durations and loudness, the files below --duration and "
+                   "--lufs-cutoff marked (needs matplotlib; measures loudness as --loudness does).")
 @click.option("--jobs", type=click.IntRange(min=1), default=min(8, (os.cpu_count() or 1) * 2), show_default="2 x cores, <= 8",
               help="Files probed and measured in parallel.")
 def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs_cutoff: float | None, as_json: bool,
-         jobs: int) -> None:
+         plot: Path | None, jobs: int) -> None:
     """Report a corpus' health: formats, rates, channels, hours, durations,
     unreadable and too-short files, and optionally loudness.
 
@@ -340,10 +367,21 @@ def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs
 
     if is_index_argument(sources):  # an index: rows and loudness profiles, no file is opened
         return run_index_scan(sources[0], duration=duration, lufs_cutoff=lufs_cutoff, as_json=as_json)
+    if plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CliError("--plot needs matplotlib, a dependency of audiotree that cannot be imported here: reinstall it (pip install audiotree).") from None
+        loudness = True  # the plot's second histogram
     parsed = resolve_sources(sources)
+    durations: list[float] = []
     report = scan_report(parsed, duration=duration, loudness=loudness, loudness_seconds=loudness_seconds,
-                         lufs_cutoff=lufs_cutoff, jobs=jobs, console=stderr_console())
+                         lufs_cutoff=lufs_cutoff, jobs=jobs, console=stderr_console(), durations_out=durations)
+    if plot is not None:
+        _plot(plot, report, durations, parsed)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         _print_report(report, stdout_console())
+        if plot is not None:
+            stdout_console().print(f"Plot: {plot}", soft_wrap=True)

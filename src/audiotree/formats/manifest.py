@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from audiotree import _limits
 from audiotree.formats import header as _format
 from audiotree._fs import atomic_file, npz_problem
 from audiotree.schema import LABEL_FIELDS
@@ -258,6 +259,9 @@ def read_columns(path: str | os.PathLike) -> ManifestColumns:
     n = header.get("num_entries")
     if not is_int(n) or n < 0:
         raise _bad(path, f"num_entries must be a non-negative int, got {n!r}.")
+    problem = _limits.int_problem("num_entries", n, 0, _limits.MAX_ITEMS)
+    if problem:
+        raise _bad(path, problem)
 
     masks = {k[len(MASK_PREFIX):]: arrays.pop(k) for k in list(arrays) if k.startswith(MASK_PREFIX)}
     unknown = sorted(name for name in arrays if not known_column(name) or name == "tags")

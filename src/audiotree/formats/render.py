@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from audiotree import _limits
 from audiotree._fs import atomic_file
 
-__all__ = ["RECORD", "RECORD_VERSION", "PART", "new_record", "write_record", "read_record"]
+__all__ = ["RECORD", "RECORD_VERSION", "PART", "new_record", "write_record", "read_record", "parts_problem"]
 
 RECORD = "render.json"
 RECORD_VERSION = 1
@@ -60,4 +61,24 @@ def read_record(out: Path) -> dict | None:
         raise ValueError(f"{path} is not readable JSON ({exc}); use --overwrite to start again.") from None
     if not isinstance(record, dict) or record.get("version") != RECORD_VERSION or not isinstance(record.get("parts"), list):
         raise ValueError(f"{path} is not an audiotree render record; use --overwrite to start again.")
+    problem = parts_problem(record["parts"])
+    if problem:
+        raise ValueError(f"{path} is damaged: {problem}; use --overwrite to start again.")
     return record
+
+
+def parts_problem(parts: list) -> str | None:
+    """Why the recorded parts are not what render writes (part-00000, ... covering [0, stop) in order)."""
+    stop = 0
+    for k, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("dir") != PART.format(k):
+            return f"part {k} must be an object with dir {PART.format(k)!r}"
+        for field in ("start", "stop", "count"):
+            problem = _limits.int_problem(f"part {k} {field}", part.get(field), 0, _limits.MAX_ITEMS)
+            if problem:
+                return problem.rstrip(".")
+        if part["start"] != stop or part["stop"] < part["start"] or part["count"] > part["stop"] - part["start"]:
+            return (f"part {k} covers items [{part['start']}, {part['stop']}) with {part['count']} written, "
+                    f"but it must start at {stop} and hold at most its span")
+        stop = part["stop"]
+    return None

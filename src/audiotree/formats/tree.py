@@ -50,6 +50,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from audiotree import _limits
 from audiotree.formats.header import FormatInfo, check_known_keys
 from audiotree._fs import safe_join
 from audiotree.validation import is_int
@@ -256,7 +257,8 @@ def _flatten_audio_tree(tree: Any, path: str, leaves: list[Leaf], depth: int) ->
                 leaves.append(Leaf(name, "string", decode_strings(rows)))
                 meta_children[key] = {"type": "string", "leaf": name}
         children["metadata"] = {"type": "dict", "children": meta_children}
-    return {"type": "AudioTree", "sample_rate": int(tree.sample_rate), "children": children}
+    rate = _limits.check_sample_rate(tree.sample_rate, f"TreeWriter: the AudioTree at {path or 'the root'}")
+    return {"type": "AudioTree", "sample_rate": rate, "children": children}
 
 
 # ----------------------------------------------------------------- reading
@@ -322,12 +324,15 @@ def parse_manifest(obj: Any, directory: Path, where: str, info: FormatInfo) -> T
     num_samples = obj["num_samples"]
     if not _is_int(num_samples) or num_samples < 0:
         raise _invalid(where, f"num_samples must be a non-negative int, got {num_samples!r}.")
+    _in_range(where, "num_samples", num_samples, 0, _limits.MAX_ITEMS)
     complete = obj.get("complete", False)
     if not isinstance(complete, bool):
         raise _invalid(where, f"complete must be true or false, got {complete!r}.")
     expected = obj.get("expected_samples")
     if expected is not None and (not _is_int(expected) or expected < 0):
         raise _invalid(where, f"expected_samples must be a non-negative int or null, got {expected!r}.")
+    if expected is not None:
+        _in_range(where, "expected_samples", expected, 0, _limits.MAX_ITEMS)
     metadata = obj.get("metadata", {})
     if metadata is None:
         metadata = {}
@@ -374,9 +379,13 @@ def parse_manifest(obj: Any, directory: Path, where: str, info: FormatInfo) -> T
             or not all(_is_int(d) and d >= 0 for d in shape)
         ):
             raise _invalid(where, f"leaf {name!r} has shape_per_sample {shape!r}; it must be a list of non-negative ints.")
+        for axis, size in enumerate(shape):
+            _in_range(where, f"leaf {name!r} shape_per_sample[{axis}]", size, 0, _limits.MAX_DIM)
         path = _plain_file(directory, entry["file"], where, name)
         claim(path, name)
-        arrays[name] = ArraySpec(name, np.dtype(dtype_str), tuple(int(d) for d in shape), path)
+        spec = ArraySpec(name, np.dtype(dtype_str), tuple(int(d) for d in shape), path)
+        _in_range(where, f"leaf {name!r} bytes per sample", spec.row_bytes, 0, _limits.MAX_SAMPLE_BYTES)
+        arrays[name] = spec
 
     strings: dict[str, StringSpec] = {}
     for name, entry in string_leaves.items():
@@ -412,6 +421,12 @@ def parse_manifest(obj: Any, directory: Path, where: str, info: FormatInfo) -> T
     )
 
 
+def _in_range(where: str, field: str, value: Any, low: int, high: int, unit: str = "") -> None:
+    problem = _limits.int_problem(field, value, low, high, unit)
+    if problem:
+        raise _invalid(where, problem)
+
+
 def _check_node(node: Any, where: str, referenced: list, arrays: dict, strings: dict, *, depth: int, path: str) -> str:
     """Validates one structure node; returns its type."""
     at = path or "the root"
@@ -441,6 +456,7 @@ def _check_node(node: Any, where: str, referenced: list, arrays: dict, strings: 
     rate = node.get("sample_rate")
     if not _is_int(rate) or rate <= 0:
         raise _invalid(where, f"the AudioTree node at {at} needs a positive int sample_rate, got {rate!r}.")
+    _in_range(where, f"the sample_rate of the AudioTree node at {at}", rate, 1, _limits.MAX_SAMPLE_RATE, " Hz")
     allowed = set(_ARRAY_FIELDS) | {"extras", "metadata"}
     unknown = sorted(set(children) - allowed)
     if unknown:
@@ -450,6 +466,10 @@ def _check_node(node: Any, where: str, referenced: list, arrays: dict, strings: 
         got = _check_node(child, where, referenced, arrays, strings, depth=depth + 1, path=child_path)
         if key in _ARRAY_FIELDS and got != "array":
             raise _invalid(where, f"the AudioTree field {child_path!r} must be an array node, got {got!r}.")
+        if key == "waveform" and len(arrays[child["leaf"]].shape) >= 2:
+            # (..., C, T) per sample; T is bounded like every dimension (MAX_DIM == MAX_FRAMES).
+            channels = arrays[child["leaf"]].shape[-2]
+            _in_range(where, f"the channels of {child_path!r}", channels, 0, _limits.MAX_CHANNELS)
         if key == "extras" and got != "dict":
             raise _invalid(where, f"the AudioTree field {child_path!r} must be a dict node, got {got!r}.")
         if key == "metadata":

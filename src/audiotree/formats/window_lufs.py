@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from audiotree import _limits
 from audiotree._fs import atomic_file, npz_problem
 from audiotree.formats import header as _format
 from audiotree.validation import check_positive, check_sample_rate, is_int, is_real
@@ -136,6 +137,11 @@ def write_cache(
 ) -> Path:
     window_sec = check_positive(lufs_window_sec, "lufs_window_sec")
     sample_rate = check_sample_rate(sample_rate, optional=True)
+    if sample_rate is not None:
+        _limits.check_sample_rate(sample_rate, "save_window_lufs")
+    problem = _limits.float_problem("lufs_window_sec", window_sec, 0, _limits.MAX_SECONDS, " s")
+    if problem:
+        raise ValueError(f"save_window_lufs: {problem}")
     files = [os.fspath(p) for p in lufs_per_file]
     arrays = [np.asarray(lufs_per_file[p], dtype=np.float32).reshape(-1) for p in lufs_per_file]
     if durations is not None:
@@ -143,6 +149,10 @@ def write_cache(
         if missing:
             raise ValueError(f"durations lacks {len(missing)} file(s) of lufs_per_file, e.g. {missing[0]!r}.")
         duration_values = np.array([float(durations[find_key(durations, p)]) for p in files], dtype=np.float64)
+        for file, seconds in zip(files, duration_values):
+            problem = _limits.float_problem(f"the duration of {file!r}", seconds, 0, _limits.MAX_SECONDS, " s")
+            if problem:
+                raise ValueError(f"save_window_lufs: {problem}")
     else:
         duration_values = np.zeros(len(files), dtype=np.float64)
     if stats is None:
@@ -244,6 +254,13 @@ def load_window_lufs(cache_dir: str | os.PathLike) -> WindowLufsCache:
     rate = header.get("sample_rate")
     if rate is not None and (not is_int(rate) or rate <= 0):
         raise _corrupt(path, f"sample_rate must be a positive int or null, got {rate!r}.")
+    problem = (
+        _limits.int_problem("num_files", n, 0, _limits.MAX_ITEMS)
+        or _limits.float_problem("lufs_window_sec", window_sec, 0, _limits.MAX_SECONDS, " s")
+        or (None if rate is None else _limits.int_problem("sample_rate", rate, 1, _limits.MAX_SAMPLE_RATE, " Hz"))
+    )
+    if problem:
+        raise _corrupt(path, problem)
     mono = header.get("mono")
     has_durations = header.get("has_durations")
     if not isinstance(mono, bool) or not isinstance(has_durations, bool):
@@ -256,6 +273,9 @@ def load_window_lufs(cache_dir: str | os.PathLike) -> WindowLufsCache:
         array = data[key]
         if array.dtype.kind != kind or array.shape != shape:
             raise _corrupt(path, f"{key!r} has dtype {array.dtype} and shape {array.shape}; expected kind {kind!r}, shape {shape}.")
+    problem = _limits.column_problem("durations", data["durations"], 0, _limits.MAX_SECONDS, " s")
+    if problem:
+        raise _corrupt(path, problem)
     values = data["values"]
     if values.dtype.kind != "f" or values.ndim != 1:
         raise _corrupt(path, f"'values' must be a 1-D float array, got {values.dtype} {values.shape}.")

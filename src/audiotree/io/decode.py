@@ -23,6 +23,20 @@ Determinism
     a pseudo-random generator whose state depends on where decoding
     started). In both cases the *timing* is still sample-exact.
 
+Bad data never passes as audio
+    Every read either returns exactly the frames the header promised
+    (``min(num_frames, info.frames - start_frame)``), finite, or raises
+    :class:`~audiotree.errors.AudioReadError` naming the file and the fault.
+    Opening a file checks its header's frame count against what the file's
+    bytes can hold (:mod:`audiotree.io.integrity`; nothing is allocated for a
+    lying header), refuses Ogg streams without their end-of-stream page and
+    MP3s whose Xing/Info header records more bytes than the file has, and
+    tells genuinely empty files from ones claiming 0 frames over audio data.
+    A decode that stops before the promised frames is an error, never padding.
+    The one estimate is an MP3 without a length header: decoding may end up
+    to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES` MPEG frames before mpg123's
+    estimated length, and that tail is returned as silence.
+
 Workarounds (measured with libsndfile 1.2.2 / soundfile 0.14 / PyAV 18)
     * soundfile re-seeks to the current position after *every* read call.
       For MP3 that re-seek makes mpg123 drop its bit reservoir, so reading
@@ -66,6 +80,7 @@ import numpy as np
 import soundfile
 
 from audiotree.errors import AudioReadError
+from audiotree.io import integrity
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 
 __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
@@ -289,7 +304,7 @@ class _SoundfileReader:
 
     backend = "soundfile"
 
-    __slots__ = ("_file", "info", "_mode", "_pos", "_preroll", "_tail")
+    __slots__ = ("_file", "info", "_mode", "_pos", "_preroll", "_tail", "length_slack")
 
     def __init__(self, path: str) -> None:
         f = soundfile.SoundFile(path)
@@ -301,7 +316,7 @@ class _SoundfileReader:
             self._mode = _VORBIS
         elif subtype == "OPUS":
             self._mode = _OPUS
-        elif subtype in ("MPEG_LAYER_I", "MPEG_LAYER_II", "MPEG_LAYER_III"):
+        elif subtype in ("MPEG_LAYER_I", "MPEG_LAYER_II", "MPEG_LAYER_III") or f.format == "MP3":
             self._mode = _MPEG
             if subtype == "MPEG_LAYER_I":
                 per_frame = 384
@@ -314,6 +329,9 @@ class _SoundfileReader:
             self._mode = _EXACT
         self._pos: int | None = 0  # libsndfile's read position, None if unknown
         self._tail: int | None = None  # first frame of the final Ogg page (lazy)
+        # Frames by which decoding may fall short of an estimated length
+        # (set by _check_length_claim for MP3 without a length header).
+        self.length_slack = 0
 
     def close(self) -> None:
         self._file.close()
@@ -422,11 +440,13 @@ class _PyAVReader:
         "_origin",
         "_preroll",
         "_jitter",
+        "length_slack",
     )
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._dirty = False
+        self.length_slack = 0  # raised by _duration_frames when the length is an estimate
         self._open_container()
         container, stream, codec = self._container, self._stream, self._codec
         try:
@@ -488,7 +508,10 @@ class _PyAVReader:
         if stream.duration is not None and stream.duration > 0:
             return self._to_samples(int(stream.duration))
         if container.duration is not None and container.duration > 0:
-            # container.duration is in AV_TIME_BASE (microseconds).
+            # container.duration is in AV_TIME_BASE (microseconds), and may be
+            # FFmpeg's estimate from the bitrate: allow decoding to end a
+            # quarter second short of it (see AudioFile.read).
+            self.length_slack = -(-sample_rate // 4)
             return int(round(container.duration * sample_rate / 1_000_000))
         total = 0
         self._dirty = True
@@ -576,6 +599,11 @@ class _PyAVReader:
                 if expected is None and pos > start and not from_beginning:
                     overshot = True  # samples before `pos` would be missing
                     break
+                if expected is not None and pos - expected > self._jitter and pos > start and expected < end:
+                    # Packets the decoder dropped (corrupt data) leave a hole in
+                    # the timeline; zeros there would pass for audio.
+                    raise _bad_file(self._path, f"decoding skipped frames {max(expected, start)}-{min(pos, end)} "
+                                    "(corrupt or missing packets)")
                 expected = pos + n
                 if pos + n <= start:
                     continue  # pre-roll / before the excerpt
@@ -635,9 +663,7 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
     ext = _extension(path)
     if ext in PYAV_EXTENSIONS:
         try:
-            return _PyAVReader(path)
-        except MemoryError:
-            raise
+            reader = _PyAVReader(path)
         except ImportError as exc:
             hint = (
                 f"Decoding {ext} files needs the optional PyAV package: install it with "
@@ -646,16 +672,14 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
             raise _error(path, exc, hint) from exc
         except Exception as exc:
             raise _error(path, exc, _failure_hint(path, size)) from exc
+        return _checked(path, size, reader)
 
     try:
         reader = _SoundfileReader(path)
-    except MemoryError:
-        raise
     except Exception as exc:
         sf_exc = exc
     else:
-        _refuse_truncated_wav(path, size, reader)
-        return reader
+        return _checked(path, size, reader)
     # libsndfile could not open it. PyAV may (unusual WAV codecs, misnamed
     # files), but an empty file is hopeless, and a fallback that "succeeds"
     # with no audio is treated as a failure rather than as a valid empty file.
@@ -663,15 +687,25 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
     if size != 0 and pyav_available():
         try:
             reader = _PyAVReader(path)
-        except MemoryError:
-            raise
         except Exception as av_exc:
             hint = f"(The PyAV fallback also failed: {_describe(av_exc)}.) {hint}"
         else:
             if reader.info.frames > 0:
-                return reader
+                return _checked(path, size, reader)
             reader.close()
     raise _error(path, sf_exc, hint) from sf_exc
+
+
+def _checked(path: str, size: int | None, reader: _SoundfileReader | _PyAVReader):
+    """``reader`` once its header's length claim is backed by the file, else closes it and raises."""
+    try:
+        if isinstance(reader, _SoundfileReader):
+            _refuse_truncated_wav(path, size, reader)
+        _check_length_claim(path, size, reader)
+    except BaseException:
+        reader.close()
+        raise
+    return reader
 
 
 def _wav_data_chunk(head: bytes) -> tuple[int, int] | None:
@@ -707,13 +741,95 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: _SoundfileReader)
     offset, declared = chunk
     if declared in (0, 0xFFFFFFFF) or offset + declared <= size:
         return
-    reader.close()
     raise AudioReadError(
         f"Failed to read audio file '{path}': the file is truncated: its header declares "
         f"{declared} bytes of audio but the file ends {offset + declared - size} bytes early "
         f"(only {reader.info.frames} frames are present). Re-download or re-encode it, {_SKIP_HINT}.",
         path,
     )
+
+
+#: An MP3 without a Xing/Info/VBRI header has an *estimated* length: mpg123
+#: derives it from the file size and the first frames' bitrate. Decoding may
+#: end up to this many MPEG frames (0.2-0.3 s) before the estimate; that tail
+#: is returned as silence so every read still has the promised length. A
+#: decode that ends earlier is a truncated or corrupt file (AudioReadError).
+#: MP3s with a length header are held to their exact length, like every other
+#: format.
+MP3_ESTIMATE_TOLERANCE_FRAMES = 8
+
+# The frame count libsndfile reports for a FLAC stream whose STREAMINFO does
+# not record its length (total_samples = 0).
+_UNKNOWN_LENGTH = 2**63 - 1
+
+
+def _bad_file(path: str, what: str) -> AudioReadError:
+    return AudioReadError(
+        f"Failed to read audio file '{path}': {what}. Re-download or re-encode it, {_SKIP_HINT}.", path
+    )
+
+
+def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | _PyAVReader) -> None:
+    """Refuses a header whose frame count the file's bytes cannot back (see io.integrity).
+
+    Runs before anything is decoded or allocated. Reads the final page of an
+    Ogg file, a 4 KiB head of an MP3 (or of a file whose claim is too large
+    for its format's smallest blocks), and 1 MiB of a file claiming 0 frames
+    (to tell an empty file from a cut one); nothing for typical WAV/FLAC.
+    """
+    info = reader.info
+    if not 1 <= info.sample_rate <= integrity.MAX_SAMPLE_RATE:
+        raise _bad_file(path, f"its header claims a sample rate of {info.sample_rate} Hz, outside "
+                        f"1-{integrity.MAX_SAMPLE_RATE} Hz; the header is corrupt")
+    fmt, subtype = info.format, info.subtype
+    is_mpeg = fmt == "MP3" or (subtype or "").startswith("MPEG_LAYER")
+    try:
+        size = os.stat(path).st_size if size is None else size
+        # The head is read only when a check needs it: MP3 (its Xing header),
+        # 0-frame claims, and claims too large for the format's smallest blocks.
+        bound = None if info.frames == 0 else integrity.max_frames(
+            fmt, subtype, info.channels, info.sample_rate, size, None
+        )
+        head = b""
+        if info.frames == 0:
+            head = integrity.read_head(path, 1 << 20)
+        elif is_mpeg or (bound is not None and info.frames > bound):
+            head = integrity.read_head(path, 4096)
+        if fmt == "OGG":
+            tail = integrity.read_head(path, integrity.OGG_MAX_PAGE, max(0, size - integrity.OGG_MAX_PAGE))
+        id3 = integrity.id3v2_size(head) if is_mpeg else 0
+        if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
+            frame_head = head[id3:] if id3 + 200 <= len(head) else integrity.read_head(path, 200, id3)
+    except OSError:  # the file vanished after opening: the first read will say so
+        return
+    if fmt == "OGG" and not integrity.ogg_is_complete(tail):
+        raise _bad_file(path, "the file is truncated: its Ogg stream ends without an end-of-stream page "
+                        f"(libsndfile sees {info.frames} frames; the rest is missing)")
+    # Encoders count the stream from its first frame; compared with the whole
+    # file size (ID3v2 tag included) so that no encoder's convention can make
+    # a complete file look cut. Smaller cuts are caught by the exact length.
+    declared = integrity.mp3_declared_bytes(frame_head) if is_mpeg else None
+    if declared is not None and declared > size:
+        raise _bad_file(path, f"the file is truncated: its Xing/Info header records {declared} bytes of MPEG "
+                        f"audio but the file has only {size} bytes")
+    if info.frames == 0:
+        wav_data = _wav_data_chunk(head) if fmt in ("WAV", "WAVEX") else None
+        # PyAV containers that report no frames are refused like the PyAV
+        # fallback's (see _open_reader): their length metadata is all we have.
+        if isinstance(reader, _PyAVReader) or integrity.holds_audio(fmt, subtype, head, size, wav_data):
+            raise _bad_file(path, f"its header claims 0 frames but the file ({size} bytes) holds audio data "
+                            "after its header; it is truncated or its header is corrupt")
+        return
+    if bound is not None and info.frames > bound:
+        bound = integrity.max_frames(fmt, subtype, info.channels, info.sample_rate, size, head)
+    if bound is not None and info.frames > bound:
+        if fmt == "FLAC" and info.frames == _UNKNOWN_LENGTH:
+            raise _bad_file(path, "its FLAC header does not record the stream length (total_samples is 0), "
+                            "so reads cannot be checked or positioned exactly")
+        raise _bad_file(path, f"its header claims {info.frames} frames but a {size}-byte {fmt} file "
+                        f"holds at most {bound}; the header is corrupt")
+    if isinstance(reader, _SoundfileReader) and is_mpeg and integrity.mp3_length_is_estimated(frame_head):
+        reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * (reader._preroll // _MPEG_PREROLL_FRAMES)
 
 
 class AudioFile:
@@ -785,7 +901,9 @@ class AudioFile:
 
         Raises:
             ValueError: for negative arguments or a closed file.
-            AudioReadError: if decoding fails or the samples contain NaN/Inf.
+            AudioReadError: if decoding fails, ends before the frames the
+                header promises (a truncated or corrupt file), runs out of
+                memory, or the samples contain NaN/Inf.
         """
         reader = self._reader
         if reader is None:
@@ -805,12 +923,43 @@ class AudioFile:
             return np.empty((0, self.info.channels), dtype=np.float32)
         try:
             x = reader.read(start, end - start)
-        except (AudioReadError, MemoryError):
+        except AudioReadError:
             raise
+        except MemoryError as exc:
+            gib = (end - start) * self.info.channels * 4 / 2**30
+            raise AudioReadError(
+                f"Failed to read audio file '{self.path}': not enough memory to decode frames {start}-{end} "
+                f"({gib:.2f} GiB as float32). Read shorter excerpts, {_SKIP_HINT}.",
+                self.path,
+            ) from exc
         except Exception as exc:
             raise _error(self.path, exc, _failure_hint(self.path, _file_size(self.path))) from exc
+        if len(x) != end - start:
+            x = self._short_read(x, start, end, reader.length_slack)
         _check_finite(x, self.path, start)
         return x
+
+    def _short_read(self, x: np.ndarray, start: int, end: int, slack: int) -> np.ndarray:
+        """A decode that ended at frame ``start + len(x)`` before ``end``: pad within ``slack`` or raise.
+
+        Only an estimated length (``slack > 0``) may come up short, and only
+        near its estimated end; anything else means the file holds fewer
+        frames than its header promises.
+        """
+        stopped = start + len(x)
+        frames = self.info.frames
+        if frames - stopped <= slack:
+            out = np.zeros((end - start, self.info.channels), dtype=np.float32)
+            out[: len(x)] = x
+            return out
+        if slack:
+            what = (f"its length is estimated at {frames} frames (the MP3 has no Xing/Info header) but decoding "
+                    f"stopped at frame {stopped}, more than the {slack}-frame tolerance short; it is truncated or "
+                    "corrupt")
+        else:
+            what = (f"decoding stopped at frame {stopped} but its header promises {frames} frames; "
+                    "it is truncated or corrupt")
+        raise _bad_file(self.path, what)
 
     def read_all(self) -> np.ndarray:
         """Decode the whole file: ``read(0, None)``; shape ``(frames, channels)``."""

@@ -23,7 +23,7 @@ from audiotree.excerpt import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.common import check_common, probe_channels, resolve_files
 from audiotree.sources.files import SourceSpec
-from audiotree.sources.loading import ExcerptLoader, StampSource
+from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import mix_shuffled
 from audiotree.sources.ordering import EpochShuffledMapDataset
@@ -65,6 +65,7 @@ def create_audio_dataset(
     min_duration: float | None = None,
     max_duration: float | None = None,
     on_stale: str = "error",
+    measure_lufs: bool = False,
 ) -> grain.MapDataset:
     """One excerpt per file per epoch, as a Grain ``MapDataset``.
 
@@ -97,6 +98,11 @@ def create_audio_dataset(
       on_stale: a file whose size or mtime differs from its index row:
         ``"error"`` (naming the file and the refresh command), ``"reprobe"``
         (read it as it is now) or ``"skip"`` the item.
+      measure_lufs: give every item ``lufs`` ``(1,)`` and ``lufs_windows``
+        (0.4 s windows), measured on the item as returned, whatever the
+        strategy (one K-weighting pass per item). By default only
+        ``strategy="loudest"`` items carry loudness (it meters to choose);
+        others have ``lufs=None``.
 
     Raises:
       FileNotFoundError: a source folder does not exist.
@@ -135,6 +141,8 @@ def create_audio_dataset(
         files, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
         loader=loader,
     )
+    if check_measure_lufs(measure_lufs):
+        ds = ds.map(MeasureLufs())
     item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=duration)
     return AudioMapDataset(ds, item_bytes=item_bytes)
 
@@ -177,6 +185,7 @@ def create_balanced_audio_dataset(
     min_duration: float | None = None,
     max_duration: float | None = None,
     on_stale: str = "error",
+    measure_lufs: bool = False,
 ) -> grain.MapDataset:
     """A weighted mix of named groups, balanced in every batch.
 
@@ -195,6 +204,8 @@ def create_balanced_audio_dataset(
         also be an index itself: ``sources={"speech": "speech.parquet"}``.
       labels, min_duration, max_duration, on_stale: for index groups, as in
         :func:`create_audio_dataset`.
+      measure_lufs: meter every item of every group, ``datasets=`` groups
+        included (see :func:`create_audio_dataset`).
       Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s.
 
     Groups get seeds derived from their *names*, so adding, removing or
@@ -232,6 +243,7 @@ def create_balanced_audio_dataset(
         check_on_stale(on_stale)
     else:
         indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
+    check_measure_lufs(measure_lufs)
     if sources is None and datasets is None:
         raise ValueError("Pass sources= ({group: folders}) and/or datasets= ({group: MapDataset}).")
     sources = dict(sources or {})
@@ -295,6 +307,8 @@ def create_balanced_audio_dataset(
         parts.append(ds.map(StampSource(name)))
 
     mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"))
+    if measure_lufs:
+        mixed = mixed.map(MeasureLufs())
     window_duration = getattr(window, "duration", None)
     item_duration = float(window_duration) if window_duration is not None else float(duration)
     item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=item_duration)

@@ -18,7 +18,7 @@ from audiotree.errors import AudioReadError
 from audiotree.core import AudioTree
 from audiotree.excerpt import ExcerptConfig
 
-__all__ = ["ExcerptLoader", "StampSource", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
+__all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
 OnReadError = Literal["raise", "skip", "warn"]
 ON_READ_ERROR = ("raise", "skip", "warn")
@@ -93,3 +93,26 @@ class StampSource(grain.transforms.Map):
         metadata.setdefault("filepath", encode_strings([""] * batch))
         metadata.setdefault("offset", np.full((batch,), np.nan))
         return element.replace(_metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureLufs(grain.transforms.Map):
+    """Measures ``lufs`` ``(1,)`` and ``lufs_windows`` ``(1, W)`` (0.4 s windows) of items that lack them.
+
+    What the builders' ``measure_lufs=True`` appends. It meters the item as it
+    is returned (after resampling and downmixing, padding included: BS.1770's
+    gate leaves digital silence out), one K-weighting pass per item. Items that
+    already carry loudness (``strategy="loudest"``, which meters every candidate
+    at the file's own rate) keep theirs. Deterministic: a pure function of the item.
+    """
+
+    def map(self, element: Any):
+        if element is None or element.lufs is not None:
+            return element
+        return element.replace_lufs(engine="numpy")
+
+
+def check_measure_lufs(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"measure_lufs must be True or False, got {value!r}.")
+    return value

@@ -33,6 +33,7 @@ from audiotree.formats.window_lufs import WindowLufsCache, file_stat, save_windo
 from audiotree.io.decode import AudioFile, probe
 from audiotree.seeds import derive_streams
 from audiotree.sources.common import check_common, resolve_files
+from audiotree.sources.loading import MeasureLufs, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.indexed import (
     IndexedLoader,
@@ -377,6 +378,7 @@ def create_windowed_audio_dataset(
     min_duration: float | None = None,
     max_duration: float | None = None,
     on_stale: str = "error",
+    measure_lufs: bool = False,
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -400,6 +402,8 @@ def create_windowed_audio_dataset(
         corpus index, as in :func:`create_audio_dataset`. Durations come from
         the index; with ``lufs_window_sec`` (a multiple of 0.1 s) quiet slots
         are dropped using the index's loudness profiles.
+      measure_lufs: as in :func:`create_audio_dataset` (items carry
+        ``lufs=None`` unless ``measure_lufs=True``).
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -437,5 +441,7 @@ def create_windowed_audio_dataset(
         excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, durations=durations,
         lufs_per_file=lufs_per_file, rows=rows, on_stale=on_stale,
     )
+    if check_measure_lufs(measure_lufs):
+        ds = ds.map(MeasureLufs())
     item_bytes = estimate_item_bytes(channels=1 if mono else 2, sample_rate=sample_rate, duration=window.duration)
     return AudioMapDataset(ds, item_bytes=item_bytes)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import io
 import numbers
 import os
 import string
@@ -33,8 +34,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from audiotree import _limits
+from audiotree._fs import check_relative, fsync_dir, fsync_path, naming_os_errors
 from audiotree.formats import manifest as _manifest
-from audiotree._fs import check_relative, fsync_dir, fsync_path
 from audiotree.schema import LABEL_FIELDS
 from audiotree.validation import is_int
 
@@ -322,13 +324,19 @@ class AudioWriter:
                 target = self.directory / row["filename"]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = target.with_name(f".{target.name}.partial")
+                # Encode in memory, then write the bytes ourselves: libsndfile reports a full
+                # disk as "System error" with no errno, we get OSError(ENOSPC) naming the file.
+                encoded = io.BytesIO()
+                soundfile.write(
+                    encoded, np.ascontiguousarray(waveform[i].T), int(tree.sample_rate), subtype=self.subtype,
+                    format=self._format,
+                )
                 try:
-                    soundfile.write(
-                        tmp, np.ascontiguousarray(waveform[i].T), int(tree.sample_rate), subtype=self.subtype,
-                        format=self._format,
-                    )
-                    fsync_path(tmp)
-                    os.replace(tmp, target)
+                    with naming_os_errors(target):
+                        with open(tmp, "wb") as f:
+                            f.write(encoded.getbuffer())
+                        fsync_path(tmp)
+                        os.replace(tmp, target)
                 finally:
                     with contextlib.suppress(OSError):
                         tmp.unlink()
@@ -362,7 +370,13 @@ class AudioWriter:
                 f"AudioWriter takes a rank 3 (B, C, T) waveform, got rank {ndim}; "
                 + ("call flatten_mini_batches() first." if ndim == 4 else "build the tree with AudioTree.create().")
             )
-        rate = int(tree.sample_rate)
+        rate = _limits.check_sample_rate(tree.sample_rate, f"AudioWriter for {self.directory}")
+        channels, frames = np.shape(tree.waveform)[1:]
+        for field, value, low, high in (("channels", channels, 1, _limits.MAX_CHANNELS),
+                                        ("frames", frames, 0, _limits.MAX_FRAMES)):
+            problem = _limits.int_problem(field, value, low, high)
+            if problem:
+                raise ValueError(f"AudioWriter for {self.directory}: {problem}")
         if self._sample_rate is not None and rate != self._sample_rate:
             raise ValueError(
                 f"This batch is at {rate} Hz, but {self.directory} holds {self._sample_rate} Hz audio; resample it first."
@@ -447,8 +461,16 @@ class AudioWriter:
     def __enter__(self) -> "AudioWriter":
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.close()
+            return
+        # Keep the error that ended the block (e.g. a full disk); a close() that fails
+        # after it (often for the same reason) is told in a note, not raised over it.
+        try:
+            self.close()
+        except Exception as close_error:
+            exc.add_note(f"{type(self).__name__}.close() failed too: {close_error}; the last committed manifest is kept.")
 
     def get_stats(self) -> dict:
         """``{total_files, output_directory, current_index, write_audio}`` (+ ``total_batches`` with timestamps)."""

@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from audiotree._fs import fsync_dir, naming_os_errors, write_json_atomic
 from audiotree.formats import header as _format
-from audiotree._fs import fsync_dir, write_json_atomic
 from audiotree.formats.tree import (
     INDEX_DTYPE,
     MANIFEST_NAME,
@@ -67,14 +67,15 @@ __all__ = ["TreeWriter"]
 _ON_OVERFLOW = ("grow", "error", "trim")
 
 
-def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int, path: Path) -> None:
     view = memoryview(data).cast("B")
-    while view.nbytes:
-        written = os.pwrite(fd, view, offset)
-        if written <= 0:  # pragma: no cover - the OS reports errors by raising
-            raise OSError(f"pwrite wrote {written} bytes")
-        view = view[written:]
-        offset += written
+    with naming_os_errors(path):  # os.pwrite's OSError (e.g. ENOSPC) names no file
+        while view.nbytes:
+            written = os.pwrite(fd, view, offset)
+            if written <= 0:  # pragma: no cover - the OS reports errors by raising
+                raise OSError(f"pwrite wrote {written} bytes")
+            view = view[written:]
+            offset += written
 
 
 def _existing_dataset_files(directory: Path) -> list[str]:
@@ -212,8 +213,16 @@ class TreeWriter:
     def __enter__(self) -> "TreeWriter":
         return self.open()
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.close()
+            return
+        # Keep the error that ended the block (e.g. a full disk); a close() that fails
+        # after it (often for the same reason) is told in a note, not raised over it.
+        try:
+            self.close()
+        except Exception as close_error:
+            exc.add_note(f"{type(self).__name__}.close() failed too: {close_error}; the last committed manifest is kept.")
 
     def _require_open(self) -> None:
         if self._state == "new":
@@ -384,9 +393,11 @@ class TreeWriter:
 
     def _grow(self, capacity: int) -> None:
         for spec in self._arrays.values():
-            os.ftruncate(spec.fd, capacity * spec.row_bytes)
+            with naming_os_errors(spec.path):
+                os.ftruncate(spec.fd, capacity * spec.row_bytes)
         for spec in self._strings.values():
-            os.ftruncate(spec.index_fd, capacity * INDEX_DTYPE.itemsize)
+            with naming_os_errors(spec.index_path):
+                os.ftruncate(spec.index_fd, capacity * INDEX_DTYPE.itemsize)
         self._capacity = capacity
 
     def _write_rows(self, leaves: list[Leaf], count: int) -> None:
@@ -397,7 +408,7 @@ class TreeWriter:
                 spec = self._arrays[leaf.name]
                 rows = np.ascontiguousarray(leaf.value[:count], dtype=spec.dtype)
                 if rows.nbytes:
-                    _pwrite_all(spec.fd, rows.data, start * spec.row_bytes)
+                    _pwrite_all(spec.fd, rows.data, start * spec.row_bytes, spec.path)
             else:
                 spec = self._strings[leaf.name]
                 encoded = [s.encode("utf-8") for s in leaf.value[:count]]
@@ -405,18 +416,26 @@ class TreeWriter:
                 ends = (spec.text_bytes + np.cumsum(lengths, dtype=np.uint64)).astype(INDEX_DTYPE)
                 blob = b"".join(encoded)
                 if blob:
-                    _pwrite_all(spec.data_fd, blob, spec.text_bytes)
-                _pwrite_all(spec.index_fd, ends.tobytes(), start * INDEX_DTYPE.itemsize)
+                    _pwrite_all(spec.data_fd, blob, spec.text_bytes, spec.data_path)
+                _pwrite_all(spec.index_fd, ends.tobytes(), start * INDEX_DTYPE.itemsize, spec.index_path)
                 pending_text[leaf.name] = spec.text_bytes + len(blob)
         for name, size in pending_text.items():
             self._strings[name].text_bytes = size
 
     # ------------------------------------------------------------------ commit
-    def _fds(self) -> list[int]:
-        fds = [spec.fd for spec in self._arrays.values()]
+    def _files(self) -> list[tuple[int, Path]]:
+        files = [(spec.fd, spec.path) for spec in self._arrays.values()]
         for spec in self._strings.values():
-            fds.extend((spec.index_fd, spec.data_fd))
-        return [fd for fd in fds if fd != -1]
+            files.extend(((spec.index_fd, spec.index_path), (spec.data_fd, spec.data_path)))
+        return [(fd, path) for fd, path in files if fd != -1]
+
+    def _fds(self) -> list[int]:
+        return [fd for fd, _ in self._files()]
+
+    def _fsync_all(self) -> None:
+        for fd, path in self._files():
+            with naming_os_errors(path):
+                os.fsync(fd)
 
     def _manifest(self, complete: bool) -> dict:
         leaves = {
@@ -440,8 +459,7 @@ class TreeWriter:
         }
 
     def _commit(self, *, complete: bool) -> None:
-        for fd in self._fds():
-            os.fsync(fd)
+        self._fsync_all()
         write_json_atomic(self.directory / MANIFEST_NAME, self._manifest(complete))
         self._committed = self._written
         self._last_commit = time.monotonic()
@@ -463,16 +481,14 @@ class TreeWriter:
         self._state = "closed"
         try:
             if was_open and self._structure is not None:
-                for fd in self._fds():
-                    os.fsync(fd)
+                self._fsync_all()
                 n = self._written
                 for spec in self._arrays.values():
                     os.ftruncate(spec.fd, n * spec.row_bytes)
                 for spec in self._strings.values():
                     os.ftruncate(spec.index_fd, n * INDEX_DTYPE.itemsize)
                     os.ftruncate(spec.data_fd, spec.text_bytes)
-                for fd in self._fds():
-                    os.fsync(fd)
+                self._fsync_all()
                 write_json_atomic(self.directory / MANIFEST_NAME, self._manifest(complete=True))
                 self._committed = n
         finally:

@@ -1,0 +1,84 @@
+"""The decode layer under coverage-guided fuzzing (atheris), and its regression inputs.
+
+* Every file in ``tests/data/fuzz_regressions/`` (inputs that once broke the
+  decode rule: the issue's examples, mutants and fuzzer finds) is replayed
+  through every kind of read and must keep the rule.
+* A bounded atheris run per format (``fuzz/fuzz_decode.py``) must finish
+  without a crash. The default budget is 15 s per format (60 s in all);
+  ``AUDIOTREE_FUZZ_SECONDS`` sets the seconds per format. The libFuzzer seed
+  is fixed per format, so a run is repeatable. Longer campaigns: see
+  ``fuzz/README.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import audiotree
+from conftest import REPO_ROOT
+
+FUZZ_DIR = REPO_ROOT / "fuzz"
+REGRESSIONS = REPO_ROOT / "tests" / "data" / "fuzz_regressions"
+sys.path.insert(0, str(FUZZ_DIR))
+from decode_rule import FORMATS, check_file  # noqa: E402
+
+FUZZ_SECONDS = float(os.environ.get("AUDIOTREE_FUZZ_SECONDS", "15"))
+_REGRESSION_FILES = sorted(p for p in REGRESSIONS.iterdir() if p.suffix.lstrip(".") in FORMATS)
+
+
+def test_regression_inputs_are_present():
+    assert {p.suffix.lstrip(".") for p in _REGRESSION_FILES} == set(FORMATS)
+
+
+@pytest.mark.parametrize("path", _REGRESSION_FILES, ids=lambda p: p.name)
+def test_regression_input_keeps_the_rule(path, tmp_path):
+    copy = tmp_path / path.name  # read a copy: the repository file stays untouched
+    shutil.copyfile(path, copy)
+    outcome = check_file(str(copy))  # raises RuleViolation if the rule is broken
+    if not path.name.startswith("mutant-"):  # the issue's examples and fuzzer finds: refused at open
+        assert outcome == "refused", f"{path.name} should be refused when opened, got {outcome}"
+
+
+def _fuzz(fmt: str, tmp_path, seconds: float) -> tuple[subprocess.CompletedProcess, object]:
+    """Runs the harness for ``seconds``; returns the finished process and its artifact folder."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for p in _REGRESSION_FILES:  # start from the known-bad inputs as well as the seeds
+        if p.suffix == f".{fmt}":
+            shutil.copyfile(p, corpus / p.name)
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    src = os.path.dirname(os.path.dirname(os.path.abspath(audiotree.__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    seeds = tmp_path / "seeds"  # the harness seeds an empty first corpus folder with valid files
+    cmd = [
+        sys.executable, str(FUZZ_DIR / "fuzz_decode.py"), "--format", fmt, str(seeds), str(corpus),
+        # A fixed seed makes the run repeatable (up to how far the time budget gets).
+        f"-seed={1 + FORMATS.index(fmt)}", f"-max_total_time={int(seconds)}", "-timeout=30", "-rss_limit_mb=2048",
+        f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 300), artifacts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bounded_fuzz_run_finds_nothing(fmt, tmp_path):
+    pytest.importorskip("atheris", reason="atheris (in the [test] extra) runs the fuzz harness")
+    proc, artifacts = _fuzz(fmt, tmp_path, FUZZ_SECONDS)
+    found = sorted(p.name for p in artifacts.iterdir())
+    tail = proc.stderr[-4000:]
+    assert proc.returncode == 0 and not found, (
+        f"the {fmt} fuzzer found inputs that break the decode rule: {found} (in {artifacts}); "
+        f"fix the bug and add each input to tests/data/fuzz_regressions/.\n{tail}"
+    )
+    done = re.search(r"#(\d+)\s+DONE\s+cov: (\d+) ft: (\d+)", proc.stderr)
+    assert done, tail
+    executions, cov, features = map(int, done.groups())
+    assert executions > 0 and cov > 0 and features > 0
+    print(f"fuzz {fmt}: {executions} executions in {FUZZ_SECONDS:.0f} s, cov {cov}, ft {features}")
