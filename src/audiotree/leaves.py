@@ -108,15 +108,20 @@ def normalize_key(key: Any, batch_size: int) -> Any:
     return key
 
 
-def map_leaves(value: Any, on_array: Callable, on_strings: Callable) -> Any:
-    """Applies ``on_array``/``on_strings`` through nested dicts of batch leaves."""
+def map_leaves(value: Any, on_array: Callable, on_strings: Callable, *,
+               is_leaf_array: Callable[[Any], bool] | None = None) -> Any:
+    """Applies ``on_array``/``on_strings`` through nested dicts of batch leaves.
+
+    ``is_leaf_array`` decides what counts as an array (default :func:`is_array`;
+    the torch adapter adds tensors).
+    """
     if value is None:
         return None
     if isinstance(value, dict):
-        return {k: map_leaves(v, on_array, on_strings) for k, v in value.items()}
+        return {k: map_leaves(v, on_array, on_strings, is_leaf_array=is_leaf_array) for k, v in value.items()}
     if is_string_leaf(value):
         return on_strings(value)
-    if is_array(value):
+    if (is_leaf_array or is_array)(value):
         return on_array(value)
     return value
 

@@ -1,0 +1,333 @@
+"""The loader that resumes exactly: ``AudioDataLoader``, ``create_dataloader``, ``as_torch_dataset``.
+
+See :mod:`audiotree.torch` and ``docs/torch.md`` for the design.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.utils.data as _tud
+
+from audiotree.torch.iterable import TorchIterableDataset
+from audiotree.torch.map_style import EpochSampler, TorchMapDataset
+from audiotree.torch.reading import (
+    ENDLESS_LENGTH_ERROR,
+    STATE_VERSION,
+    check_epoch,
+    check_count,
+    check_threads,
+    dataset_length,
+    EpochCursor,
+)
+from audiotree.torch.tensors import collate
+
+__all__ = ["AudioDataLoader", "create_dataloader", "as_torch_dataset"]
+
+
+def as_torch_dataset(dataset: Any, *, epoch_size: int | None = None, epoch: int = 0,
+                     read_threads: int | None = None) -> Any:
+    """:class:`TorchMapDataset` for a finite dataset, :class:`TorchIterableDataset` for an endless one.
+
+    Our adapters are returned unchanged (arguments that contradict them raise).
+    """
+    if isinstance(dataset, (TorchMapDataset, TorchIterableDataset)):
+        for name, value in (("epoch_size", epoch_size), ("read_threads", read_threads)):
+            if value is not None and value != getattr(dataset, name):
+                raise ValueError(f"{name}={value} conflicts with the adapter's {name}={getattr(dataset, name)}.")
+        return dataset
+    kwargs = dict(epoch_size=epoch_size, epoch=epoch, read_threads=check_threads(read_threads))
+    if dataset_length(dataset) >= sys.maxsize:
+        return TorchIterableDataset(dataset, **kwargs)
+    return TorchMapDataset(dataset, **kwargs)
+
+
+@dataclasses.dataclass
+class _MapProgress:
+    epoch: int
+    start: int
+    batches: int = 0
+    finished: bool = False
+    abandoned: bool = False  # left early (``break``): the next iter() starts the next epoch
+
+
+@dataclasses.dataclass
+class _IterProgress:
+    epoch: int
+    next_role: int
+    batches: list
+    totals: list  # batches each role yields this epoch; None = endless
+    finished: bool = False
+    abandoned: bool = False
+
+    def exhausted(self) -> bool:
+        return all(total is not None and done >= total for done, total in zip(self.batches, self.totals))
+
+    def record(self) -> None:
+        roles = len(self.batches)
+        for step in range(roles):
+            role = (self.next_role + step) % roles
+            if self.totals[role] is None or self.batches[role] < self.totals[role]:
+                self.batches[role] += 1
+                self.next_role = (role + 1) % roles
+                return
+        raise RuntimeError("The DataLoader returned more batches than the epoch holds.")
+
+
+class AudioDataLoader(_tud.DataLoader):
+    """A ``torch.utils.data.DataLoader`` for audiotree datasets that resumes exactly.
+
+    Wraps ``dataset`` with :func:`as_torch_dataset` (finite: map-style with an
+    :class:`EpochSampler`; endless: :class:`TorchIterableDataset`). Each ``iter()``
+    is the next epoch, with new excerpts, also with persistent workers.
+    :meth:`state_dict` counts the batches handed to you (not what workers
+    prefetched), and :meth:`load_state_dict` makes the next iteration continue at
+    the exact next batch, in this process or a new one. Batches that ``collate``
+    returns as ``None`` (every item unreadable) are skipped.
+
+    Args:
+      dataset: an audiotree/Grain ``MapDataset`` or one of our adapters.
+      batch_size: items per batch.
+      shuffle, seed: finite datasets only; a per-epoch permutation keyed on
+        ``(seed, epoch)`` on top of the dataset's own order (audiotree's builders
+        already shuffle per epoch).
+      epoch: the first epoch. ``advance_epochs=False`` repeats it every pass.
+      epoch_size: items per epoch. Required to give an endless dataset
+        (``num_epochs=None``) epochs: each ``iter(loader)`` then reads ``N``
+        items with fresh excerpts and ``len(loader)`` is its batch count (what
+        an LR scheduler's ``steps_per_epoch``/``total_steps`` needs). Without it
+        an endless stream never ends and ``len(loader)`` raises a ``TypeError``
+        saying so. For a finite dataset it overrides ``len(dataset)``.
+      read_threads: reader threads per process (default 4; see the adapters).
+      num_workers, persistent_workers: ``persistent_workers`` defaults to
+        ``num_workers > 0``.
+      pin_memory: defaults to ``torch.cuda.is_available()``.
+      collate_fn: defaults to :func:`collate`.
+      **kwargs: other ``DataLoader`` arguments (``prefetch_factor``,
+        ``multiprocessing_context``, ``worker_init_fn``, ``timeout``, ...).
+        ``sampler``/``batch_sampler`` are owned by the loader; ``in_order=False``
+        is refused because exact resume needs in-order delivery.
+
+    Memory: about ``num_workers * prefetch_factor`` batches are in flight.
+    """
+
+    def __init__(self, dataset: Any, batch_size: int = 32, *, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+                 epoch_size: int | None = None, read_threads: int | None = None, advance_epochs: bool = True,
+                 drop_last: bool = False,
+                 collate_fn: Callable | None = None, num_workers: int = 0, persistent_workers: bool | None = None,
+                 pin_memory: bool | None = None, **kwargs: Any):
+        for owned in ("sampler", "batch_sampler"):
+            if kwargs.get(owned) is not None:
+                raise TypeError(
+                    f"AudioDataLoader owns its {owned}; use torch's DataLoader with our adapters for a custom one."
+                )
+            kwargs.pop(owned, None)
+        if kwargs.get("in_order") is False:
+            raise ValueError("AudioDataLoader needs in_order=True: its checkpoints count batches in order.")
+        batch_size = check_count("batch_size", batch_size)
+        adapter = as_torch_dataset(dataset, epoch_size=epoch_size, epoch=epoch, read_threads=read_threads)
+        if persistent_workers is None:
+            persistent_workers = num_workers > 0
+        if pin_memory is None:
+            pin_memory = torch.cuda.is_available()
+        self._iterable = isinstance(adapter, TorchIterableDataset)
+        self._progress: Any = None
+        if self._iterable:
+            if shuffle:
+                raise ValueError(
+                    "shuffle=True needs a finite dataset; an endless audiotree stream is already shuffled "
+                    "(and balanced mixes are shuffled in blocks)."
+                )
+            self._cursor = EpochCursor(check_epoch(epoch), advance_epochs)
+            sampler = None
+        else:
+            sampler = EpochSampler(adapter, shuffle=shuffle, seed=seed, epoch=epoch, advance_epochs=advance_epochs)
+            self._cursor = sampler._cursor
+        super().__init__(
+            adapter, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
+            collate_fn=collate if collate_fn is None else collate_fn, num_workers=num_workers,
+            persistent_workers=persistent_workers, pin_memory=pin_memory, **kwargs,
+        )
+
+    # ---------------------------------------------------------------- epochs
+    @property
+    def epoch(self) -> int:
+        """The epoch being iterated, or the one the next iteration starts."""
+        progress = self._progress
+        if progress is not None and not progress.finished and not progress.abandoned:
+            return progress.epoch
+        return self._cursor.peek()[0]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the next iteration start ``epoch`` from its beginning."""
+        epoch = check_epoch(epoch)
+        self._progress = None
+        if self._iterable:
+            self._cursor.set(epoch, None)
+        else:
+            self.sampler.set_epoch(epoch)
+
+    def __bool__(self) -> bool:  # truth must not depend on len(), which an endless stream refuses
+        return True
+
+    def __len__(self) -> int:
+        """Batches per epoch, exactly as many as one iteration yields (``None`` batches aside).
+
+        Map-style: ``ceil(items / batch_size)`` (``floor`` with ``drop_last``).
+        Endless datasets read with ``epoch_size=N``: each worker batches its own
+        shard, so this is the sum over workers of their shards' batch counts
+        (torch's own estimate, ``ceil(N / batch_size)``, can be short by up to
+        ``num_workers - 1``). Without ``epoch_size`` an endless stream has no
+        length and the ``TypeError`` says what to pass.
+        """
+        if not self._iterable:
+            return _tud.DataLoader.__len__(self)
+        dataset: TorchIterableDataset = self.dataset
+        roles = self._roles()
+        total = 0
+        for role in range(roles):
+            share = dataset.shard_size(role, roles)
+            if share is None:
+                raise TypeError(ENDLESS_LENGTH_ERROR)
+            total += share // self.batch_size if self.drop_last else -(-share // self.batch_size)
+        return total
+
+    # ---------------------------------------------------------------- iteration
+    def __iter__(self) -> Iterator[Any]:
+        return self._iter_iterable() if self._iterable else self._iter_map()
+
+    def _iter_map(self) -> Iterator[Any]:
+        epoch, start = self.sampler._cursor.peek()
+        progress = self._progress = _MapProgress(epoch, int(start or 0))
+        try:
+            for batch in _tud.DataLoader.__iter__(self):
+                progress.batches += 1
+                if batch is not None:
+                    yield batch
+        except GeneratorExit:
+            progress.abandoned = True  # state_dict() keeps the position; the next iter() starts the next epoch
+            raise
+        progress.finished = True
+
+    def _roles(self) -> int:
+        return max(int(self.num_workers), 1)
+
+    def _iter_iterable(self) -> Iterator[Any]:
+        dataset: TorchIterableDataset = self.dataset
+        roles = self._roles()
+        epoch, resume = self._cursor.begin()
+        totals = []
+        for role in range(roles):
+            share = dataset.shard_size(role, roles)
+            if share is None:
+                totals.append(None)
+            else:
+                totals.append(share // self.batch_size if self.drop_last else -(-share // self.batch_size))
+        if resume is not None:
+            if resume["num_workers"] != roles:
+                raise ValueError(
+                    f"This checkpoint is mid-epoch with {resume['num_workers']} worker shard(s); resume it with "
+                    f"num_workers={resume['num_workers'] if resume['num_workers'] > 1 else 0}, not {self.num_workers}."
+                )
+            batches, shift = list(resume["batches"]), int(resume["next_role"])
+            consumed = []
+            for role in range(roles):
+                share = dataset.shard_size(role, roles)
+                items = batches[role] * self.batch_size
+                consumed.append(items if share is None else min(items, share))
+            dataset._resume = {"epoch": epoch, "num_workers": roles, "shift": shift, "consumed": consumed}
+        else:
+            batches, shift = [0] * roles, 0
+            dataset._resume = None
+        dataset.set_epoch(epoch)
+        progress = self._progress = _IterProgress(epoch, shift, batches, totals)
+        try:
+            iterator = _tud.DataLoader.__iter__(self)  # starts (or resumes) the workers with the state above
+        finally:
+            dataset._resume = None
+        try:
+            for batch in iterator:
+                progress.record()
+                if batch is not None:
+                    yield batch
+        except GeneratorExit:
+            progress.abandoned = True
+            raise
+        progress.finished = True
+
+    # ---------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        """Where the stream continues: the batch after the last one handed out, else the next epoch's start.
+
+        Taken after ``break`` it still points at the batch after the last one you
+        consumed, so "train N steps, break, save" resumes exactly (a new ``iter()``
+        without :meth:`load_state_dict` starts the next epoch, as always).
+        """
+        progress = self._progress
+        state: dict = {"version": STATE_VERSION, "kind": "iterable" if self._iterable else "map"}
+        if self._iterable:
+            if progress is not None and progress.abandoned and progress.exhausted():
+                state.update(epoch=self._cursor.following(), resume=None)
+            elif progress is None or progress.finished:
+                epoch, resume = self._cursor.peek() if progress is None else (self._cursor.following(), None)
+                state.update(epoch=epoch, resume=resume)
+            else:
+                state.update(epoch=progress.epoch, resume={
+                    "num_workers": len(progress.batches), "next_role": progress.next_role,
+                    "batches": list(progress.batches), "batch_size": self.batch_size,
+                })
+            return state
+        sampler: EpochSampler = self.sampler
+        if progress is None:
+            inner = sampler.state_dict()
+            state.update(epoch=inner["epoch"], position=inner["position"])
+        else:
+            position = min(progress.start + progress.batches * self.batch_size, sampler.num_items)
+            left = sampler.num_items - position
+            if progress.finished or (progress.abandoned and (left == 0 or (self.drop_last and left < self.batch_size))):
+                state.update(epoch=self._cursor.following(), position=0)  # nothing of this epoch is left
+            else:
+                state.update(epoch=progress.epoch, position=position)
+        state.update(num_items=sampler.num_items, shuffle=sampler.shuffle, seed=sampler.seed)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Makes the next ``iter()`` continue where ``state`` left off."""
+        kind = "iterable" if self._iterable else "map"
+        if state.get("kind") != kind:
+            raise ValueError(f"This is a {state.get('kind')!r} checkpoint; this loader reads a {kind!r} dataset.")
+        self._progress = None
+        if not self._iterable:
+            self.sampler.load_state_dict(state)
+            return
+        resume = state.get("resume")
+        if resume is not None and resume.get("batch_size", self.batch_size) != self.batch_size:
+            raise ValueError(
+                f"This checkpoint was taken with batch_size={resume['batch_size']}, not {self.batch_size}."
+            )
+        self._cursor.set(check_epoch(state["epoch"]), resume)
+        if resume is not None:
+            self._stop_workers()  # live persistent workers cannot learn the resume point
+
+    def _stop_workers(self) -> None:
+        iterator = getattr(self, "_iterator", None)
+        if iterator is not None:
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            self._iterator = None
+
+
+def create_dataloader(dataset: Any, batch_size: int = 32, num_workers: int = 0, **kwargs: Any) -> AudioDataLoader:
+    """An :class:`AudioDataLoader` over ``dataset``: ``create_dataloader(ds, batch_size=32, num_workers=2)``.
+
+    Finite datasets read map-style with an :class:`EpochSampler`; endless ones
+    (``num_epochs=None``) through :class:`TorchIterableDataset` (pass
+    ``epoch_size=`` for epochs). Defaults: :func:`collate`, persistent workers when
+    ``num_workers > 0``, ``pin_memory`` only when CUDA is available. See
+    :class:`AudioDataLoader` for the other arguments.
+    """
+    return AudioDataLoader(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
