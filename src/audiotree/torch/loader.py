@@ -17,11 +17,11 @@ from audiotree.torch.map_style import EpochSampler, TorchMapDataset
 from audiotree.torch.reading import (
     ENDLESS_LENGTH_ERROR,
     STATE_VERSION,
-    check_epoch,
+    EpochCursor,
     check_count,
+    check_epoch,
     check_threads,
     dataset_length,
-    EpochCursor,
 )
 from audiotree.torch.tensors import collate
 

@@ -15,15 +15,15 @@ from audiotree.seeds import check_seed, epoch_rng
 from audiotree.torch.reading import (
     DEFAULT_READ_THREADS,
     STATE_VERSION,
-    check_epoch,
+    EpochCursor,
+    SharedEpoch,
+    SharedEpochMixin,
     check_count,
+    check_epoch,
     check_threads,
     dataset_length,
     read_item,
     read_pool,
-    SharedEpoch,
-    SharedEpochMixin,
-    EpochCursor,
 )
 
 __all__ = ["TorchMapDataset", "EpochSampler"]
