@@ -50,6 +50,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from audiotree.validation import is_int
+
 __all__ = ["render_preview", "PreviewResult", "item_labels", "BUILTIN_COLUMNS"]
 
 _MANIFEST = "manifest.json"
@@ -458,7 +460,7 @@ def _remove_previous(out_dir: Path) -> None:
 
 
 def _check_arguments(n: Any, context_seconds: Any, group_by: Any, vocabularies: Any) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_int(n) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}.")
     if not (isinstance(context_seconds, (int, float)) and context_seconds > 0):
         raise ValueError(f"context_seconds must be > 0, got {context_seconds!r}.")

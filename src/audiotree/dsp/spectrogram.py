@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from audiotree.validation import is_int
+
 __all__ = ["MelSpectrogram", "mel_spectrogram", "hz_to_mel", "mel_to_hz"]
 
 _SILENCE_DB = -200.0  # floor for log of zero power (digital silence)
@@ -100,7 +102,7 @@ def mel_spectrogram(
     >>> round(float(spec.db.max()))  # a full-scale sine reads about 0 dB
     0
     """
-    if isinstance(bands, bool) or not isinstance(bands, int) or bands < 1:
+    if not is_int(bands) or bands < 1:
         raise ValueError(f"bands must be an int >= 1, got {bands!r}.")
     rate = int(sample_rate)
     if rate <= 0:

@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from audiotree.index.labels import as_label_source, join_labels
 from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
+from audiotree.validation import is_int
 
 __all__ = ["build_index", "IndexBuildReport"]
 
@@ -389,7 +390,7 @@ def build_index(
     executor_obj, owned, workers = _make_executor(executor, max_workers) if todo else (None, False, 1)
     if chunk_size is None:
         chunk_size = max(1, min(64, math.ceil(len(todo) / (4 * workers)))) if todo else 1
-    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+    elif not is_int(chunk_size) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}.")
     chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
     new_rows: list[dict] = []

@@ -19,6 +19,8 @@ from typing import Any, Mapping, Sequence
 import grain
 import numpy as np
 
+from audiotree.validation import is_real
+
 __all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "rows_by_group"]
 
 
@@ -122,7 +124,7 @@ class IndexedLoader(grain.transforms.RandomMap):
 
 def _check_filters(min_duration: Any, max_duration: Any) -> None:
     for name, value in (("min_duration", min_duration), ("max_duration", max_duration)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
+        if value is not None and (not is_real(value) or not value >= 0):
             raise ValueError(f"{name} must be a number of seconds >= 0 or None, got {value!r}.")
     if min_duration is not None and max_duration is not None and min_duration > max_duration:
         raise ValueError(f"min_duration ({min_duration}) is above max_duration ({max_duration}).")
