@@ -252,3 +252,66 @@ def test_trim_of_a_padded_batch_adds_padding_not_audio():
     assert np.all(out.waveform[1, :, 8000:] == 0)
     cut = T.trim(length=0.3)(batch)
     assert cut.lengths.tolist() == [4000, 4800]
+
+
+# ------------------------------------------------------------ whole files
+@pytest.fixture()
+def whole_files(tmp_path):
+    import soundfile as sf
+
+    out = []
+    for i, (seconds, ext) in enumerate([(0.4, "wav"), (1.3, "flac"), (2.2, "ogg")]):
+        path = tmp_path / f"w{i}.{ext}"
+        sf.write(path, _noise(int(seconds * SR), channels=2, seed=i).T, SR)
+        out.append(str(path))
+    return out
+
+
+def test_full_strategy_reads_whole_files_with_lengths(whole_files):
+    from audiotree.excerpt import ExcerptConfig, select_excerpt
+
+    rng = np.random.default_rng(0)
+    for path, seconds in zip(whole_files, (0.4, 1.3, 2.2)):
+        tree = select_excerpt(path, rng, duration=None, excerpt=ExcerptConfig(strategy="full"), sample_rate=SR)
+        assert abs(tree.samples - seconds * SR) <= 2 and tree.lengths.tolist() == [tree.samples]
+        capped = AudioTree.excerpt(path, rng, None, excerpt=ExcerptConfig(strategy="full", max_duration=1.0),
+                                   sample_rate=SR)
+        assert capped.samples == min(tree.samples, SR) and capped.lengths.tolist() == [capped.samples]
+        np.testing.assert_array_equal(capped.waveform, tree.waveform[..., : capped.samples])
+
+
+def test_whole_file_datasets(whole_files):
+    from audiotree.sources import ExcerptConfig, create_audio_dataset, create_balanced_audio_dataset
+
+    ds = create_audio_dataset(filepaths=whole_files, duration=None, shuffle=False, sample_rate=SR, mono=False)
+    items = [ds[i] for i in range(3)]
+    assert [it.samples for it in items] == [it.lengths[0] for it in items]
+    batch = AudioTree.batch(items)
+    assert batch.waveform.shape[:2] == (3, 2) and batch.lengths.tolist() == [it.samples for it in items]
+    same = create_audio_dataset(filepaths=whole_files, excerpt=ExcerptConfig(strategy="full"), shuffle=False,
+                                sample_rate=SR, mono=False)
+    assert same[1].samples == items[1].samples
+    mixed = create_balanced_audio_dataset(
+        sources={"a": whole_files[:2], "b": whole_files[2:]}, excerpt=ExcerptConfig(strategy="full", max_duration=1.0),
+        sample_rate=SR,
+    )
+    assert all(mixed[i].samples <= SR and mixed[i].lengths is not None for i in range(6))
+
+
+def test_whole_file_bad_input(whole_files):
+    from audiotree.sources import ExcerptConfig, create_audio_dataset
+
+    with pytest.raises(ValueError, match="only applies to strategy='full'"):
+        ExcerptConfig(max_duration=2.0)
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        ExcerptConfig(strategy="full", max_duration=-1)
+    with pytest.raises(ValueError, match="search does not apply"):
+        ExcerptConfig(strategy="full", search="bias_early")
+    with pytest.raises(ValueError, match="duration=2.0 does not apply"):
+        create_audio_dataset(filepaths=whole_files, duration=2.0, excerpt=ExcerptConfig(strategy="full"))
+    with pytest.raises(ValueError, match="loudest' needs duration"):
+        create_audio_dataset(filepaths=whole_files, duration=None, excerpt=ExcerptConfig(strategy="loudest"))
+    from audiotree.excerpt import select_excerpt
+
+    with pytest.raises(ValueError, match="takes no duration"):
+        select_excerpt(whole_files[0], np.random.default_rng(0), duration=1.0, excerpt=ExcerptConfig(strategy="full"))
