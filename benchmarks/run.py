@@ -636,13 +636,28 @@ def parse_args(argv=None):
     return args
 
 
+def keep_sections(path: Path, report: str) -> str:
+    """``report`` plus the ``<!-- section:NAME -->`` blocks other harnesses wrote into ``path``.
+
+    ``benchmarks/bucketing.py`` keeps its lhotse comparison in such a block; a
+    rerun of this harness must not erase it.
+    """
+    import re
+
+    old = path.read_text() if path.exists() else ""
+    kept = [m.group(0) for m in re.finditer(r"<!-- section:(\S+) -->.*?<!-- /section:\1 -->", old, flags=re.S)]
+    if not kept:
+        return report
+    return report.rstrip("\n") + "\n\n" + "\n\n".join(kept) + "\n"
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     default_out = RESULTS / "quick.md" if args.quick else REPO / "BENCHMARKS.md"
     out_path = Path(args.out) if args.out else default_out
     if args.report_only:
         data = json.loads(Path(args.report_only).read_text())
-        out_path.write_text(render(data))
+        out_path.write_text(keep_sections(out_path, render(data)))
         print(render(data))
         return 0
 
@@ -705,7 +720,7 @@ def main(argv=None) -> int:
     raw_path.write_text(json.dumps(data, indent=1, default=str))
     report = render(data)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(report)
+    out_path.write_text(keep_sections(out_path, report))
     print(report, flush=True)
     log(f"wrote {out_path} (raw results: {raw_path})")
     return 0

@@ -14,9 +14,12 @@ the files) into batches of item indices, without reading any audio:
    bucket: it compiles at most ``len(edges)`` times.
 2. Epoch ``e`` orders the items with a permutation keyed on ``(seed, e)``,
    fills each bucket's batches in that order, then shuffles the batches (same
-   key), so buckets interleave. The last, partial batch of a bucket is padded
-   with *filler* slots (``remainder="pad"``: empty items, ``lengths == 0``),
-   dropped (``"drop"``) or kept short (``"keep"``: one more shape per bucket).
+   key), so buckets interleave. The items left over by a bucket's last,
+   partial batch ride up into the next bucket (they fit, at a little more
+   padding), so only the longest bucket can end an epoch on a partial batch:
+   it is padded with *filler* slots (``remainder="pad"``: empty items,
+   ``lengths == 0``), dropped (``"drop"``) or kept short (``"keep"``: one
+   more shape).
 3. With ``groups`` and ``weights``, epoch ``e`` instead draws from each group
    its share of the epoch, by seconds of audio (``weight_by="duration"``) or by
    item count (``"count"``): group ``g`` walks its own permutations keyed on
@@ -282,18 +285,24 @@ class BucketPlan:
         buckets = self.bucket_of[items]
         batches: list[np.ndarray] = []
         labels: list[int] = []
+        carry = np.zeros(0, dtype=np.int64)
+        last = self.edges.size - 1
         for b in range(self.edges.size):
-            members = items[buckets == b]
+            # Items left over by the bucket below ride up into this one (they fit:
+            # edges increase), so only the last bucket can end on a partial batch.
+            members = np.concatenate([carry, items[buckets == b]]).astype(np.int64)
             size = int(self.batch_sizes[b])
-            for start in range(0, members.size, size):
-                chunk = members[start : start + size]
-                if chunk.size < size:
-                    if self.remainder == "drop":
-                        continue
-                    if self.remainder == "pad":
-                        chunk = np.concatenate([chunk, np.full(size - chunk.size, FILLER, dtype=np.int64)])
-                batches.append(chunk.astype(np.int64))
+            whole = (members.size // size) * size
+            for start in range(0, whole, size):
+                batches.append(members[start : start + size])
                 labels.append(b)
+            carry = members[whole:]
+            if b < last or carry.size == 0 or self.remainder == "drop":
+                continue
+            if self.remainder == "pad":
+                carry = np.concatenate([carry, np.full(size - carry.size, FILLER, dtype=np.int64)])
+            batches.append(carry)
+            labels.append(b)
         order = np.random.default_rng([self.seed, epoch, 2]).permutation(len(batches)) if self.shuffle \
             else np.arange(len(batches))
         plan = EpochPlan(tuple(batches[i] for i in order), np.asarray(labels, dtype=np.int64)[order])
@@ -391,9 +400,10 @@ def plan_buckets(
       too_long: items longer than ``max_seconds`` or the last edge: ``"raise"``
         ``ValueError`` naming the first, ``"crop"`` them to the last edge (the
         reader keeps their first seconds), or ``"skip"`` them.
-      remainder: each bucket's last partial batch per epoch: ``"pad"`` with
-        filler slots (empty items, ``lengths == 0``; shapes stay fixed),
-        ``"drop"`` it, or ``"keep"`` it smaller (one more shape per bucket).
+      remainder: the epoch's one partial batch (in the longest bucket; the
+        other buckets pass their leftovers up): ``"pad"`` it with filler slots
+        (empty items, ``lengths == 0``; shapes stay fixed), ``"drop"`` it, or
+        ``"keep"`` it smaller (one more shape).
       groups: a group name per item, to mix groups by ``weights`` (groups left
         out of ``weights`` weigh 1) rather than by corpus size.
       weight_by: groups share each epoch by seconds of audio (``"duration"``)
