@@ -16,10 +16,11 @@ the files) into batches of item indices, without reading any audio:
    fills each bucket's batches in that order, then shuffles the batches (same
    key), so buckets interleave. The items left over by a bucket's last,
    partial batch ride up into the next bucket (they fit, at a little more
-   padding), so only the longest bucket can end an epoch on a partial batch:
-   it is padded with *filler* slots (``remainder="pad"``: empty items,
-   ``lengths == 0``), dropped (``"drop"``) or kept short (``"keep"``: one
-   more shape).
+   padding). With ``remainder="pad"`` they stay when filling their batch with
+   *filler* slots (empty items, ``lengths == 0``) pads fewer seconds than
+   riding up would. The longest bucket's leftovers are padded with filler
+   (``"pad"``), dropped (``"drop"``) or kept as a short batch (``"keep"``:
+   one more shape).
 3. With ``groups`` and ``weights``, epoch ``e`` instead draws from each group
    its share of the epoch, by seconds of audio (``weight_by="duration"``) or by
    item count (``"count"``): group ``g`` walks its own permutations keyed on
@@ -285,11 +286,9 @@ class BucketPlan:
         buckets = self.bucket_of[items]
         batches: list[np.ndarray] = []
         labels: list[int] = []
-        carry = np.zeros(0, dtype=np.int64)
+        carry = np.zeros(0, dtype=np.int64)  # leftovers riding up from the bucket below
         last = self.edges.size - 1
         for b in range(self.edges.size):
-            # Items left over by the bucket below ride up into this one (they fit:
-            # edges increase), so only the last bucket can end on a partial batch.
             members = np.concatenate([carry, items[buckets == b]]).astype(np.int64)
             size = int(self.batch_sizes[b])
             whole = (members.size // size) * size
@@ -297,12 +296,21 @@ class BucketPlan:
                 batches.append(members[start : start + size])
                 labels.append(b)
             carry = members[whole:]
-            if b < last or carry.size == 0 or self.remainder == "drop":
+            if carry.size == 0:
+                continue
+            if b < last:
+                # Leftovers ride up into the next bucket (they fit: edges increase)
+                # unless filling this bucket's batch with filler pads less.
+                up = carry.size * float(self.edges[b + 1])
+                if self.remainder != "pad" or up < size * float(self.edges[b]):
+                    continue
+            elif self.remainder == "drop":
                 continue
             if self.remainder == "pad":
                 carry = np.concatenate([carry, np.full(size - carry.size, FILLER, dtype=np.int64)])
             batches.append(carry)
             labels.append(b)
+            carry = np.zeros(0, dtype=np.int64)
         order = np.random.default_rng([self.seed, epoch, 2]).permutation(len(batches)) if self.shuffle \
             else np.arange(len(batches))
         plan = EpochPlan(tuple(batches[i] for i in order), np.asarray(labels, dtype=np.int64)[order])
@@ -400,10 +408,11 @@ def plan_buckets(
       too_long: items longer than ``max_seconds`` or the last edge: ``"raise"``
         ``ValueError`` naming the first, ``"crop"`` them to the last edge (the
         reader keeps their first seconds), or ``"skip"`` them.
-      remainder: the epoch's one partial batch (in the longest bucket; the
-        other buckets pass their leftovers up): ``"pad"`` it with filler slots
-        (empty items, ``lengths == 0``; shapes stay fixed), ``"drop"`` it, or
-        ``"keep"`` it smaller (one more shape).
+      remainder: leftovers of a bucket's last batch ride up a bucket; the
+        longest bucket's (and, with ``"pad"``, any bucket's where that pads
+        less) are ``"pad"``-ded with filler slots (empty items, ``lengths ==
+        0``; shapes stay fixed), ``"drop"``-ped, or ``"keep"``-t as a smaller
+        batch (one more shape).
       groups: a group name per item, to mix groups by ``weights`` (groups left
         out of ``weights`` weigh 1) rather than by corpus size.
       weight_by: groups share each epoch by seconds of audio (``"duration"``)
