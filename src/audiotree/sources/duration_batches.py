@@ -26,6 +26,8 @@ from audiotree.sources.bucketing import DEFAULT_NUM_BUCKETS, FILLER, BucketPlan,
 __all__ = ["batch_by_duration", "DurationBatchDataset"]
 
 _PAD_TO = ("bucket", "longest")
+#: Bytes per second of audio assumed for read buffers when the items do not say (48 kHz stereo float32).
+WORST_CASE_BYTES_PER_SECOND = 48_000 * 2 * 4
 #: Decoded audio may exceed its bucket edge by this much (header rounding) before it is an error.
 LENGTH_TOLERANCE_SECONDS = 0.05
 
@@ -267,9 +269,14 @@ def batch_by_duration(
     ds = DurationBatchDataset(items, plan, num_epochs=num_epochs, pad_to=pad_to, shard_index=shard_index)
     from audiotree.sources.memory import AudioMapDataset
 
-    if isinstance(items, AudioMapDataset):
-        per_batch = items.item_bytes * int(np.ceil(plan.batch_sizes.mean() / shard_count))
-        wrapped = AudioMapDataset(ds, item_bytes=per_batch)
-        wrapped.plan = plan
-        return wrapped
-    return ds
+    # Size read buffers in bytes of batches, not Grain's 500 elements: from the
+    # items' own estimate when they carry one, else for the worst case we serve
+    # (max_seconds of 48 kHz stereo float32 per batch).
+    known = next((node for node in _walk(items) if isinstance(node, AudioMapDataset)), None)
+    if known is not None:
+        per_batch = known.item_bytes * int(np.ceil(plan.batch_sizes.mean() / shard_count))
+    else:
+        per_batch = int(math.ceil(plan.max_seconds / shard_count * WORST_CASE_BYTES_PER_SECOND))
+    wrapped = AudioMapDataset(ds, item_bytes=per_batch)
+    wrapped.plan = plan
+    return wrapped
