@@ -315,3 +315,17 @@ def test_whole_file_bad_input(whole_files):
 
     with pytest.raises(ValueError, match="takes no duration"):
         select_excerpt(whole_files[0], np.random.default_rng(0), duration=1.0, excerpt=ExcerptConfig(strategy="full"))
+
+
+def test_tree_writer_keeps_lengths(tmp_path):
+    from audiotree import TreeWriter
+    from audiotree.sources import TreeDataSource
+
+    batch = _batch((300, 1000, 700))
+    with TreeWriter(tmp_path / "ds", 3) as writer:
+        writer.write(batch)
+    source = TreeDataSource(tmp_path / "ds")
+    assert [source[i].lengths.tolist() for i in range(3)] == [[300], [1000], [700]]
+    again = AudioTree.batch([source[i] for i in range(3)])
+    np.testing.assert_array_equal(again.waveform, batch.waveform)
+    assert again.lengths.tolist() == [300, 1000, 700]
