@@ -329,3 +329,19 @@ def test_tree_writer_keeps_lengths(tmp_path):
     again = AudioTree.batch([source[i] for i in range(3)])
     np.testing.assert_array_equal(again.waveform, batch.waveform)
     assert again.lengths.tolist() == [300, 1000, 700]
+
+
+def test_audio_writer_writes_only_real_samples(tmp_path):
+    import soundfile as sf
+
+    from audiotree import AudioWriter
+    from audiotree.sources import AudioDataSource
+
+    batch = _batch((300, 1000, 700))
+    with AudioWriter(tmp_path / "out") as writer:
+        paths = writer.write(batch)
+    assert [sf.info(p).frames for p in paths] == [300, 1000, 700]
+    source = AudioDataSource(tmp_path / "out")
+    back = AudioTree.batch([source[i] for i in range(3)])
+    assert back.lengths.tolist() == [300, 1000, 700]
+    np.testing.assert_allclose(back.waveform, batch.waveform, atol=1e-4)  # 16-bit PCM

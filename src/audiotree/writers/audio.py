@@ -242,8 +242,11 @@ class AudioWriter:
             if not isinstance(value, (str, bytes, bool, numbers.Number, np.generic)):
                 raise ValueError(f"tag {key!r} must be a scalar (str, bytes, bool or number), got {type(value).__name__}.")
         rows = []
+        # A padded batch of whole utterances: each file holds only its item's real samples.
+        real = None if tree.lengths is None else np.asarray(tree.lengths).reshape(-1)
         for i in range(batch):
             index = self._index + i
+            samples = int(real[i]) if real is not None else int(waveform.shape[-1])
             row: dict[str, Any] = {
                 "index": np.int32(index),
                 "filename": self._filename(index),
@@ -326,7 +329,8 @@ class AudioWriter:
                 tmp = target.with_name(f".{target.name}.partial")
                 try:
                     soundfile.write(
-                        tmp, np.ascontiguousarray(waveform[i].T), int(tree.sample_rate), subtype=self.subtype,
+                        tmp, np.ascontiguousarray(waveform[i, :, : int(row["samples"])].T), int(tree.sample_rate),
+                        subtype=self.subtype,
                         format=self._format,
                     )
                     fsync_path(tmp)
