@@ -94,6 +94,12 @@ def test_mask_under_jit_and_vmap():
     assert np.asarray(compiled(other)[0]).sum(axis=(1, 2)).tolist() == [1, 2, 3, 4]
     per_item = jax.vmap(lambda w, n: jnp.arange(w.shape[-1]) < n)(batch.waveform, batch.lengths)
     np.testing.assert_array_equal(np.asarray(per_item), np.asarray(mask)[:, 0])
+    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda t: t.mask())(batch)), np.asarray(mask))
+    # Built inside jit from traced lengths (checked by shape only; values are checked eagerly).
+    built = jax.jit(lambda w, n: AudioTree.create(w, SR, lengths=n).mask())(batch.waveform, batch.lengths)
+    np.testing.assert_array_equal(np.asarray(built), np.asarray(mask))
+    with pytest.raises(ValueError, match="disagree"):
+        AudioTree.create(batch.waveform, SR, lengths=jnp.asarray([1, 2, 3, 16001]))
 
 
 def test_create_zeroes_padding_and_validates_lengths():

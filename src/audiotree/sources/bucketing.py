@@ -472,17 +472,10 @@ def plan_buckets(
         labels = [str(g) for g in groups]
         if len(labels) != d.size:
             raise ValueError(f"groups has {len(labels)} entries for {d.size} durations; give one group per item.")
+        from audiotree.sources.datasets import _check_weights  # the same rules as balanced datasets
+
         names_of_groups = sorted(set(labels))
-        weights = dict(weights or {})
-        unknown = sorted(set(weights) - set(names_of_groups))
-        if unknown:
-            raise ValueError(f"weights name unknown groups {unknown}; the groups are {names_of_groups}.")
-        w = []
-        for name in names_of_groups:
-            value = weights.get(name, 1.0)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"Weight for group {name!r} must be a finite number > 0, got {value!r}.")
-            w.append(float(value))
+        w = _check_weights(weights, names_of_groups)
         index = {name: i for i, name in enumerate(names_of_groups)}
         group_spec = (np.asarray([index[g] for g in labels], dtype=np.int64), np.asarray(w), names_of_groups)
     elif weights:
