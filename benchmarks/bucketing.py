@@ -172,6 +172,10 @@ def render(results: list[dict], machine: str) -> str:
               + "; planning time "
               + ", ".join(f"{r['corpus']}/{r['buckets']}: {median(r['ours'], 'planning_s') / median(r['lhotse'], 'planning_s'):.3f}×"
                           for r in results) + ".",
+              "",
+              "Batch sizes spread wider in ours by design: every batch of a bucket with edge `e` holds exactly "
+              "`floor(max_duration / e)` slots, so the shortest bucket's batches are the largest; in exchange each "
+              "bucket is one shape and no batch exceeds `max_duration` padded seconds.",
               f"<!-- /section:{SECTION} -->", ""]
     return "\n".join(lines)
 
