@@ -53,6 +53,7 @@ TORCH_PIN = "torch==2.13.0"
 sys.path.insert(0, str(HERE))
 import bench_worker  # noqa: E402  (shared protocol constants and configs)
 import corpus as corpus_mod  # noqa: E402
+from _sections import keep_sections  # noqa: E402
 
 IMPLS = ("ours", "reference", "floor", "torch")
 
@@ -636,11 +637,6 @@ def parse_args(argv=None):
     return args
 
 
-def _kept_sections(path: Path) -> str:
-    """Sections other harnesses append to the report (from their marker on), kept across reruns."""
-    marker = "<!-- index-startup: written by benchmarks/index_startup.py -->"
-    text = path.read_text() if path.exists() else ""
-    return "\n" + text[text.index(marker):] if marker in text else ""
 
 
 def main(argv=None) -> int:
@@ -649,7 +645,7 @@ def main(argv=None) -> int:
     out_path = Path(args.out) if args.out else default_out
     if args.report_only:
         data = json.loads(Path(args.report_only).read_text())
-        out_path.write_text(render(data) + _kept_sections(out_path))
+        out_path.write_text(keep_sections(out_path, render(data)))
         print(render(data))
         return 0
 
@@ -712,7 +708,7 @@ def main(argv=None) -> int:
     raw_path.write_text(json.dumps(data, indent=1, default=str))
     report = render(data)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(report + _kept_sections(out_path))
+    out_path.write_text(keep_sections(out_path, report))
     print(report, flush=True)
     log(f"wrote {out_path} (raw results: {raw_path})")
     return 0

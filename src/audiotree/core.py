@@ -11,6 +11,13 @@ Shape conventions
 * Provenance (``filepath``, ``source``, ``offset``) lives in the private
   ``_metadata`` dict; strings are int32 code-point rows ``(B, 1024)`` so they
   batch, cross processes and pass through ``jax.jit`` like any array.
+* ``lengths``: ``(B,)`` int32, the real samples of each item of a padded batch
+  of variable-length items (``(M, B)`` after mini-batching). ``None`` means
+  every item fills the whole ``T`` (fixed-length excerpts): fixed-length
+  batches keep the tree structure of audiotree 1.0. Samples at or past an
+  item's length are padding: zeros, never metered, normalised or augmented.
+  :meth:`AudioTree.mask` gives the ``(B, 1, T)`` boolean mask, in NumPy and
+  under ``jit``.
 
 ``sample_rate`` is static pytree metadata: trees at different rates have
 different tree definitions. Every method returns a new tree; nothing mutates.
@@ -20,6 +27,7 @@ NumPy and JAX leaves are both supported; operations stay in the leaf's library.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -144,12 +152,104 @@ def _flatten_strings(values: Sequence[Any]) -> list:
     return out
 
 
-def _batch_nodes(nodes: Sequence[Any]) -> Any:
+def check_lengths(lengths: Any, waveform: Any) -> Any:
+    """Validated ``lengths`` for ``waveform`` ``(..., C, T)``: int32 ``(...,)`` in ``[0, T]``.
+
+    Concrete values are checked; traced JAX values (under ``jit``) only by shape.
+    """
+    if waveform is None:
+        raise ValueError("lengths needs a waveform to describe; this tree is token-only.")
+    shape = tuple(np.shape(waveform))
+    if _is_jax(lengths):
+        import jax.numpy as jnp
+
+        values = lengths
+        if not jnp.issubdtype(values.dtype, jnp.integer):
+            raise ValueError(f"lengths must be integers (samples), got dtype {values.dtype}.")
+        if tuple(values.shape) != shape[:-2]:
+            raise ValueError(
+                f"lengths has shape {tuple(values.shape)} but the waveform {shape} has items {shape[:-2]}."
+            )
+        if isinstance(values, jax.core.Tracer):
+            return values.astype(jnp.int32)
+        concrete = np.asarray(values)
+    else:
+        concrete = np.asarray(lengths)
+        if concrete.dtype.kind == "f" and concrete.size and np.all(np.mod(concrete, 1) == 0):
+            concrete = concrete.astype(np.int64)
+        if concrete.dtype.kind not in "iu" and concrete.size:
+            raise ValueError(f"lengths must be integers (samples), got {concrete.dtype} values.")
+        if concrete.shape != shape[:-2]:
+            raise ValueError(
+                f"lengths has shape {concrete.shape} but the waveform {shape} has items {shape[:-2]}; "
+                "give one length (in samples) per item."
+            )
+    if concrete.size and (concrete.min() < 0 or concrete.max() > shape[-1]):
+        raise ValueError(
+            f"lengths {concrete.reshape(-1).tolist()[:8]} disagree with the waveform: every length must be in "
+            f"[0, {shape[-1]}] samples (the waveform's last axis)."
+        )
+    return lengths.astype(np.int32) if _is_jax(lengths) else concrete.astype(np.int32)
+
+
+def _check_pad_to(pad_to: Any) -> int:
+    if isinstance(pad_to, bool) or not isinstance(pad_to, (int, np.integer)) or pad_to < 0:
+        raise ValueError(f"pad_to must be a number of samples >= 0, got {pad_to!r}.")
+    return int(pad_to)
+
+
+def _pad_last(x: Any, target: int, value: float) -> Any:
+    xp = _xp(x)
+    missing = target - int(np.shape(x)[-1])
+    if missing == 0:
+        return x
+    widths = [(0, 0)] * (np.ndim(x) - 1) + [(0, missing)]
+    return xp.pad(xp.asarray(x), widths, constant_values=value)
+
+
+def _pad_items(nodes: Sequence["AudioTree"], pad_to: int | None) -> list["AudioTree"] | None:
+    """Items padded to one length with ``lengths`` filled, or None when plain concatenation fits."""
+    if any(n.waveform is None for n in nodes):
+        return None
+    samples = [int(np.shape(n.waveform)[-1]) for n in nodes]
+    if pad_to is None and len(set(samples)) == 1 and all(n.lengths is None for n in nodes):
+        return None
+    channels = {int(np.shape(n.waveform)[-2]) for n in nodes}
+    if len(channels) != 1:
+        raise ValueError(
+            f"Cannot batch AudioTrees with different channel counts {sorted(channels)}; "
+            "read them with mono=True or convert with to_mono()/to_stereo()."
+        )
+    target = max(samples) if pad_to is None else pad_to
+    if target < max(samples):
+        longest = int(np.argmax(samples))
+        where = nodes[longest].filepath
+        raise ValueError(
+            f"Item {longest}{' (' + where[0] + ')' if where else ''} has {samples[longest]} samples, more than "
+            f"pad_to={pad_to}; crop it first (ExcerptConfig(strategy='full', max_duration=...)) or pad to more."
+        )
+    windows = [n.lufs_windows for n in nodes if n.lufs_windows is not None]
+    window_target = max(int(np.shape(w)[-1]) for w in windows) if windows else 0
+    out = []
+    for node, n in zip(nodes, samples):
+        lengths = node.full_lengths() if node.lengths is None else check_lengths(node.lengths, node.waveform)
+        updates: dict = {"waveform": _pad_last(node.waveform, target, 0.0), "lengths": lengths}
+        if node.lufs_windows is not None:
+            updates["lufs_windows"] = _pad_last(node.lufs_windows, window_target, -np.inf)
+        out.append(dataclasses.replace(node, **updates))
+    return out
+
+
+def _batch_nodes(nodes: Sequence[Any], pad_to: int | None = None) -> Any:
     first = nodes[0]
     if isinstance(first, AudioTree):
         rates = {n.sample_rate for n in nodes}
         if len(rates) != 1:
             raise ValueError(f"Cannot batch AudioTrees with different sample rates: {sorted(rates)}.")
+        padded = _pad_items(nodes, pad_to)
+        if padded is not None:
+            nodes = padded
+            first = nodes[0]
         for field in ARRAY_FIELDS:
             present = [getattr(n, field) is not None for n in nodes]
             if any(present) and not all(present):
@@ -157,7 +257,7 @@ def _batch_nodes(nodes: Sequence[Any]) -> Any:
                     f"Cannot batch AudioTrees where {field!r} is set for {sum(present)} of {len(nodes)} items; "
                     f"compute it for all items (e.g. replace_lufs()) or clear it (replace({field}=None))."
                 )
-        updates = {f: _batch_nodes([getattr(n, f) for n in nodes]) for f in PYTREE_FIELDS}
+        updates = {f: _batch_nodes([getattr(n, f) for n in nodes], pad_to) for f in PYTREE_FIELDS}
         return dataclasses.replace(first, **updates)
     if all(n is None for n in nodes):
         return None
@@ -171,12 +271,18 @@ def _batch_nodes(nodes: Sequence[Any]) -> Any:
                     "Cannot batch items whose dict keys differ: "
                     f"{sorted(map(str, keys))} vs {sorted(map(str, n)) if isinstance(n, dict) else type(n)}."
                 )
-        return {k: _batch_nodes([n[k] for n in nodes]) for k in keys}
+        return {k: _batch_nodes([n[k] for n in nodes], pad_to) for k in keys}
     if isinstance(first, (list, tuple)):
         if any(not isinstance(n, (list, tuple)) or len(n) != len(first) for n in nodes):
             raise ValueError("Cannot batch items whose list structure differs.")
-        return type(first)(_batch_nodes([n[i] for n in nodes]) for i in range(len(first)))
+        return type(first)(_batch_nodes([n[i] for n in nodes], pad_to) for i in range(len(first)))
     if all(_is_array(n) and np.ndim(n) > 0 for n in nodes):
+        shapes = {tuple(np.shape(n))[1:] for n in nodes}
+        if len(shapes) != 1:
+            raise ValueError(
+                f"Cannot batch arrays whose shapes past the batch axis differ: {sorted(shapes)}. Only the "
+                "waveform (and lufs_windows) of AudioTrees are padded; pad other variable-length leaves yourself."
+            )
         return _concat(nodes)
     return list(nodes)
 
@@ -204,6 +310,8 @@ class AudioTree:
     latents: Any = None
     extras: dict = dataclasses.field(default_factory=dict)
     _metadata: dict = dataclasses.field(default_factory=dict)
+    # Last, so positional construction and the 1.0 leaf order are unchanged.
+    lengths: Any = None
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -223,13 +331,21 @@ class AudioTree:
         filepath: str | os.PathLike | Sequence[str] | None = None,
         source: str | Sequence[str] | None = None,
         offset: Any = None,
+        lengths: Any = None,
     ) -> "AudioTree":
         """Builds a validated tree.
 
         ``waveform`` may be ``(T,)`` (becomes ``(1, 1, T)``), ``(C, T)`` (becomes
         ``(1, C, T)``), ``(B, C, T)``, or ``None``. ``filepath``/``source`` take one
         string (repeated for every item) or a list of exactly ``B``; ``offset``
-        (seconds) a scalar or a ``(B,)`` array.
+        (seconds) a scalar or a ``(B,)`` array. ``lengths`` (samples, ``(B,)``
+        integers in ``[0, T]``) marks padded items; samples past a length are
+        set to zero. ``ValueError`` when ``lengths`` disagrees with the waveform.
+
+        >>> import numpy as np
+        >>> tree = AudioTree.create(np.ones((2, 1, 4), np.float32), 8000, lengths=[4, 2])
+        >>> tree.mask()[:, 0].tolist()
+        [[True, True, True, True], [True, True, False, False]]
         """
         if waveform is not None:
             ndim = np.ndim(waveform)
@@ -267,7 +383,9 @@ class AudioTree:
             elif off.ndim != 1 or (batch is not None and off.shape[0] != batch):
                 raise ValueError(f"offset must be a scalar or shaped ({batch},), got {off.shape}.")
             metadata["offset"] = off
-        return cls(
+        if lengths is not None:
+            lengths = check_lengths(lengths, waveform)
+        tree = cls(
             waveform=waveform,
             sample_rate=int(sample_rate),
             lufs=lufs,
@@ -279,7 +397,9 @@ class AudioTree:
             latents=latents,
             extras=extras,
             _metadata=metadata,
+            lengths=lengths,
         )
+        return tree._zero_padding() if lengths is not None else tree
 
     @classmethod
     def from_file(
@@ -416,7 +536,10 @@ class AudioTree:
         if self.batch_size != 1:
             raise ValueError(f"write() needs batch_size == 1, got {self.batch_size}; iterate the batch.")
         path = Path(filepath)
-        data = np.asarray(self.waveform[0]).T
+        data = np.asarray(self.waveform[0])
+        if self.lengths is not None:  # only the real samples, not the batch padding
+            data = data[..., : int(np.asarray(self.lengths)[0])]
+        data = data.T
         soundfile.write(path, data, self.sample_rate, subtype=subtype, endian=endian, format=format)
         return path
 
@@ -452,6 +575,41 @@ class AudioTree:
     def num_channels(self) -> int:
         """Channels, ``waveform.shape[-2]``."""
         return int(np.shape(self.waveform)[-2])
+
+    def mask(self) -> Any:
+        """``(..., 1, T)`` bool: True on real samples, False on padding.
+
+        Broadcasts against the waveform ``(..., C, T)``. All True when
+        ``lengths`` is None. Stays in the array library of the waveform and
+        works under ``jax.jit`` (shapes are static, lengths may be traced).
+
+        >>> import numpy as np
+        >>> AudioTree.create(np.zeros((1, 2, 3), np.float32), 8000, lengths=[1]).mask().shape
+        (1, 1, 3)
+        """
+        if self.waveform is None:
+            raise ValueError("mask() needs a waveform; this tree is token-only.")
+        shape = tuple(np.shape(self.waveform))
+        xp = _xp(self.waveform, self.lengths)
+        if self.lengths is None:
+            return xp.ones(shape[:-2] + (1, shape[-1]), dtype=bool)
+        lengths = xp.asarray(self.lengths)
+        return xp.arange(shape[-1])[None, :] < lengths[..., None, None]
+
+    def full_lengths(self) -> Any:
+        """``lengths``, or ``T`` for every item when it is None; int32 ``(...,)``."""
+        if self.lengths is not None:
+            return self.lengths
+        shape = tuple(np.shape(self.waveform))
+        return _xp(self.waveform).full(shape[:-2], shape[-1], dtype=np.int32)
+
+    def _zero_padding(self) -> "AudioTree":
+        """The same tree with every sample past its item's length set to zero."""
+        if self.lengths is None or self.waveform is None:
+            return self
+        xp = _xp(self.waveform, self.lengths)
+        waveform = xp.where(self.mask(), self.waveform, xp.zeros((), dtype=self.waveform.dtype))
+        return dataclasses.replace(self, waveform=waveform)
 
     @property
     def batch_size(self) -> int:
@@ -536,17 +694,34 @@ class AudioTree:
             yield self[i]
 
     @staticmethod
-    def batch(items: Sequence[Any]) -> Any:
+    def batch(items: Sequence[Any], *, pad_to: int | None = None) -> Any:
         """Concatenates items along axis 0 (grain's ``batch_fn``).
 
         Works through dicts, lists and tuples: AudioTrees are concatenated field by
         field, arrays concatenated, strings collected into one list, other leaves
         gathered with ``list(...)``. Any JAX input gives JAX output.
+
+        Items of different lengths (whole utterances, or short reads with
+        ``pad_mode=None``) are right-padded with zeros to the longest item, or to
+        ``pad_to`` samples, and the batch's ``lengths`` ``(B,)`` records each
+        item's real samples (``lufs_windows`` are padded with ``-inf``, the
+        loudness of padding). Batches of equal-length items without ``lengths``
+        are concatenated as before (``lengths`` stays None) unless ``pad_to`` is
+        given.
+
+        >>> import numpy as np
+        >>> a = AudioTree.create(np.ones(3, np.float32), 8000)
+        >>> b = AudioTree.create(np.ones(5, np.float32), 8000)
+        >>> batch = AudioTree.batch([a, b])
+        >>> batch.waveform.shape, batch.lengths.tolist()
+        ((2, 1, 5), [3, 5])
         """
         items = list(items)
         if not items:
             raise ValueError("AudioTree.batch needs at least one item.")
-        return _batch_nodes(items)
+        if pad_to is not None:
+            pad_to = _check_pad_to(pad_to)
+        return _batch_nodes(items, pad_to)
 
     def split(self, n_splits: int) -> list["AudioTree"]:
         """Splits the batch into ``n_splits`` equal trees along axis 0."""
@@ -648,7 +823,19 @@ class AudioTree:
             from audiotree.dsp.resample import resample
 
             out = resample(np.asarray(self.waveform), self.sample_rate, sample_rate, output_length=output_length)
-        return dataclasses.replace(self._invalidate_derived(waveform=out), sample_rate=sample_rate)
+        tree = dataclasses.replace(self._invalidate_derived(waveform=out), sample_rate=sample_rate)
+        if self.lengths is not None:
+            # Each item's real samples scale like the whole axis; the resampler's
+            # ringing past them is cleared so padding stays silent.
+            # floor(n * new / old) in int32 without overflow: reduce the ratio first.
+            xp = _xp(self.waveform, self.lengths)
+            g = math.gcd(sample_rate, self.sample_rate)
+            up, down = sample_rate // g, self.sample_rate // g
+            n = xp.asarray(self.lengths)
+            scaled = (n // down) * up + ((n % down) * up) // down
+            new = xp.minimum(scaled, np.shape(out)[-1]).astype(xp.int32)
+            tree = dataclasses.replace(tree, lengths=new)._zero_padding()
+        return tree
 
     # --------------------------------------------------------------- loudness
     def replace_lufs(
@@ -661,6 +848,10 @@ class AudioTree:
     ) -> "AudioTree":
         """Measures BS.1770-4 loudness: gated ``lufs`` ``(...,)`` and ungated
         ``lufs_windows`` ``(..., W)`` in LUFS, float32, from one K-weighting pass.
+
+        With ``lengths``, only each item's real samples are metered: a padded
+        item measures what it measures alone, and windows past its end read
+        ``-inf``.
 
         ``engine`` is ``"numpy"`` (exact IIR, CPU) or ``"jax"`` (jittable); by
         default it follows the waveform's library, and a non-CPU ``device`` forces
@@ -679,12 +870,18 @@ class AudioTree:
         if engine == "numpy":
             from audiotree.dsp.loudness import measure
 
-            lufs, windows = measure(np.asarray(self.waveform), self.sample_rate, window_sec=lufs_window_sec, hop_sec=lufs_hop_sec)
+            lengths = None if self.lengths is None else np.asarray(self.lengths)
+            lufs, windows = measure(
+                np.asarray(self.waveform), self.sample_rate, window_sec=lufs_window_sec, hop_sec=lufs_hop_sec,
+                lengths=lengths,
+            )
         else:
             from audiotree.dsp.loudness_jax import measure_jax
 
             x = self.waveform if dev is None else jax.device_put(self.waveform, dev)
-            lufs, windows = measure_jax(x, self.sample_rate, window_sec=lufs_window_sec, hop_sec=lufs_hop_sec)
+            lufs, windows = measure_jax(
+                x, self.sample_rate, window_sec=lufs_window_sec, hop_sec=lufs_hop_sec, lengths=self.lengths
+            )
         if _is_jax(self.waveform):
             import jax.numpy as jnp
 
@@ -750,7 +947,8 @@ def _resolve_device(device: Any) -> Any:
 
 PYTREE_FIELDS = tuple(f.name for f in dataclasses.fields(AudioTree) if f.name != "sample_rate")
 ARRAY_FIELDS = tuple(f for f in PYTREE_FIELDS if f not in ("extras", "_metadata"))
-LABEL_FIELDS = tuple(f for f in ARRAY_FIELDS if f != "waveform")
+# ``lengths`` describes the batch's padding, not the audio: it is not a label.
+LABEL_FIELDS = tuple(f for f in ARRAY_FIELDS if f not in ("waveform", "lengths"))
 
 jax.tree_util.register_dataclass(AudioTree, data_fields=list(PYTREE_FIELDS), meta_fields=["sample_rate"])
 

@@ -1,5 +1,10 @@
 """Choosing and reading excerpts: ``ExcerptConfig``, offset searches, and the
-``start``/``random``/``loudest`` strategies.
+``start``/``random``/``loudest``/``full`` strategies.
+
+``full`` reads whole files (whole utterances for TTS/ASR), capped at
+``max_duration`` seconds (the first ``max_duration`` seconds are kept). Such
+items carry ``lengths`` ``(1,)``, their true length in samples, so batches of
+them pad and mask correctly (see :meth:`audiotree.AudioTree.batch`).
 
 Every function here is deterministic given its ``np.random.Generator``; the
 dataset builders hand each global index its own generator, so ``ds[i]`` is
@@ -60,7 +65,7 @@ __all__ = [
 
 Searcher = Callable[[np.random.Generator, float, float, float, int, int], float]
 
-_STRATEGIES = ("start", "random", "loudest")
+_STRATEGIES = ("start", "random", "loudest", "full")
 _ON_FAILURE = ("keep", "skip", "raise")
 #: ``np.pad`` modes accepted wherever audio is padded to length.
 PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
@@ -126,14 +131,23 @@ class ExcerptConfig:
         loudest attempt, ``"skip"`` the item (``None``), or ``"raise"``.
       scan_max_seconds: after a first miss, ``loudest`` decodes files up to this
         long whole and searches an energy map; longer files keep seeking.
+      max_duration: ``full`` only: the longest item in seconds; longer files
+        keep their first ``max_duration`` seconds. ``None`` reads every file whole.
+
+    ``strategy="full"`` reads each file whole (no ``duration``; items differ in
+    length and carry ``lengths``). It is deterministic: no offset is drawn.
+
+    >>> ExcerptConfig(strategy="full", max_duration=20.0).max_duration
+    20.0
     """
 
-    strategy: Literal["start", "random", "loudest"] = "random"
+    strategy: Literal["start", "random", "loudest", "full"] = "random"
     num_tries: int = 8
     lufs_cutoff: float = -40.0
     search: Union[str, Searcher] = "uniform"
     on_failure: Literal["keep", "skip", "raise"] = "keep"
     scan_max_seconds: float = 30.0
+    max_duration: float | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in _STRATEGIES:
@@ -154,8 +168,18 @@ class ExcerptConfig:
                         f"ExcerptConfig.{knob} only applies to strategy='loudest' "
                         f"(strategy is {self.strategy!r}); remove it or switch strategy."
                     )
-        if self.strategy == "start" and self.search != "uniform":
-            raise ValueError("ExcerptConfig.search does not apply to strategy='start' (its offset is fixed).")
+        if self.strategy in ("start", "full") and self.search != "uniform":
+            raise ValueError(f"ExcerptConfig.search does not apply to strategy={self.strategy!r} (its offset is fixed).")
+        if self.max_duration is not None:
+            if self.strategy != "full":
+                raise ValueError(
+                    f"ExcerptConfig.max_duration only applies to strategy='full' (strategy is {self.strategy!r}); "
+                    "other strategies read duration= seconds."
+                )
+            value = self.max_duration
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not math.isfinite(float(value)) or value <= 0:
+                raise ValueError(f"ExcerptConfig.max_duration must be a positive number of seconds, got {value!r}.")
         _resolve_search(self.search)
 
     @property
@@ -281,7 +305,7 @@ def select_excerpt(
     audio_path: str | os.PathLike,
     rng: np.random.Generator,
     *,
-    duration: float,
+    duration: float | None,
     offset: float = 0.0,
     excerpt: ExcerptConfig | None = None,
     sample_rate: int | None = None,
@@ -293,12 +317,25 @@ def select_excerpt(
 
     ``random`` draws the offset with ``excerpt.search`` from ``rng`` (starting at
     ``offset``); ``start`` reads at ``offset``; ``loudest`` delegates to
-    :func:`loudest_excerpt`. Returns a batch-of-1 ``AudioTree`` (or ``None`` from
+    :func:`loudest_excerpt`; ``full`` (or ``duration=None`` with ``random`` or
+    ``start``) reads the whole file from ``offset``, up to ``max_duration``, and
+    records ``lengths``. Returns a batch-of-1 ``AudioTree`` (or ``None`` from
     ``loudest`` with ``on_failure="skip"``).
     """
     _check_duration(duration)
     _check_pad_mode(pad_mode)
     excerpt = excerpt or ExcerptConfig()
+    if excerpt.strategy == "full" or (duration is None and excerpt.strategy != "loudest"):
+        if duration is not None:
+            raise ValueError(
+                "strategy='full' reads whole files and takes no duration=; cap them with "
+                "ExcerptConfig(strategy='full', max_duration=...)."
+            )
+        path = os.fspath(audio_path)
+        # No padding: the item is exactly as long as the file (or max_duration).
+        data, rate, start_seconds = _read_at(path, None, offset, excerpt.max_duration, sample_rate, mono, None)
+        lengths = np.asarray([data.shape[-1]], dtype=np.int32)
+        return _make_tree(path, data, rate, start_seconds, tree_kwargs, lengths=lengths)
     if excerpt.strategy == "loudest":
         if offset:
             raise ValueError("strategy='loudest' chooses its own offset; do not pass offset.")

@@ -36,6 +36,9 @@ __all__ = [
     "AudioDataSource",
     "TreeDataSource",
     "open_render",
+    "batch_by_duration",
+    "plan_buckets",
+    "BucketPlan",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.
@@ -50,6 +53,9 @@ _LAZY = {
     "WindowConfig": "audiotree.sources.windowed",
     "AudioDataSource": "audiotree.sources.audio",
     "TreeDataSource": "audiotree.sources.tree",
+    "batch_by_duration": "audiotree.sources.duration_batches",
+    "plan_buckets": "audiotree.sources.bucketing",
+    "BucketPlan": "audiotree.sources.bucketing",
     # Reads what `audiotree render` wrote (finished parts, in item order).
     "open_render": "audiotree.cli.render",
 }

@@ -131,7 +131,7 @@ def create_audio_dataset(
     excerpt_seed: int | None = None,
     sample_rate: int = 44_100,
     mono: bool = True,
-    duration: float = 1.0,
+    duration: float | None = 1.0,
     pad_mode: str | None = "constant",
     extensions: Sequence[str] | None = None,
     excerpt: ExcerptConfig = ExcerptConfig(),
@@ -158,8 +158,11 @@ def create_audio_dataset(
       mono: average channels; ``False`` keeps them and checks that every file
         has ``channels`` (default: the first file's count).
       duration: excerpt length in seconds; items are ``(1, C, round(duration*sample_rate))``.
+        ``None`` reads whole files (``ExcerptConfig(strategy="full")``): items
+        differ in length and carry ``lengths``; see :func:`batch_by_duration`.
       pad_mode: ``np.pad`` mode for files shorter than ``duration``; ``None``
-        leaves them short (batching then fails).
+        leaves them short (``AudioTree.batch`` then pads with zeros and fills
+        ``lengths``).
       extensions: file extensions to discover (default: every decodable format).
       excerpt: how the offset is chosen (:class:`ExcerptConfig`).
       source: a group name recorded in every item's ``source``.
@@ -191,10 +194,11 @@ def create_audio_dataset(
         num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
-    _check_duration(duration)
-    _check_pad_mode(pad_mode)
     if not isinstance(excerpt, ExcerptConfig):
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
+    duration, excerpt = resolve_whole_files(duration, excerpt)
+    _check_duration(duration)
+    _check_pad_mode(pad_mode)
     from audiotree.sources import indexed
 
     rows = None
@@ -210,8 +214,9 @@ def create_audio_dataset(
         if not mono and channels is None:
             channels = _probe_channels(files[0])
     loader = ExcerptLoader(
-        sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
-        source=source, channels=None if mono else channels, on_read_error=on_read_error,
+        sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=mono,
+        pad_mode=pad_mode, excerpt=excerpt, source=source, channels=None if mono else channels,
+        on_read_error=on_read_error,
     )
     if rows is not None:
         loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=source is None)
@@ -221,8 +226,39 @@ def create_audio_dataset(
     )
     if check_measure_lufs(measure_lufs):
         ds = ds.map(MeasureLufs())
-    item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=duration)
+    item_bytes = estimate_item_bytes(
+        channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=item_seconds(duration, excerpt)
+    )
     return AudioMapDataset(ds, item_bytes=item_bytes)
+
+
+#: Seconds assumed per whole-file item without max_duration, for buffer-memory estimates only.
+WHOLE_FILE_ESTIMATE_SECONDS = 20.0
+
+
+def resolve_whole_files(duration: float | None, excerpt: ExcerptConfig) -> tuple[float | None, ExcerptConfig]:
+    """``duration=None`` means whole files; ``strategy="full"`` takes no duration."""
+    if excerpt.strategy == "full":
+        if duration is not None and duration != 1.0:
+            raise ValueError(
+                f"strategy='full' reads whole files, so duration={duration!r} does not apply; pass duration=None "
+                "and cap long files with ExcerptConfig(strategy='full', max_duration=...)."
+            )
+        return None, excerpt
+    if duration is None:
+        if excerpt.strategy == "loudest":
+            raise ValueError("strategy='loudest' needs duration= (the excerpt length); use strategy='full' for whole files.")
+        if excerpt.strategy == "random" and excerpt != ExcerptConfig():
+            raise ValueError("duration=None reads whole files; a custom search does not apply. Use ExcerptConfig(strategy='full').")
+        return None, ExcerptConfig(strategy="full")
+    return duration, excerpt
+
+
+def item_seconds(duration: float | None, excerpt: ExcerptConfig) -> float:
+    """Seconds per item for memory estimates (whole files: ``max_duration`` or a typical utterance)."""
+    if duration is not None:
+        return float(duration)
+    return float(excerpt.max_duration or WHOLE_FILE_ESTIMATE_SECONDS)
 
 
 def _check_weights(weights: Mapping[str, Any] | None, names: Sequence[str]) -> list[float]:
@@ -284,7 +320,8 @@ def create_balanced_audio_dataset(
         :func:`create_audio_dataset`.
       measure_lufs: meter every item of every group, ``datasets=`` groups
         included (see :func:`create_audio_dataset`).
-      Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s.
+      Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s
+      (``excerpt=ExcerptConfig(strategy="full")`` reads whole files instead).
 
     Groups get seeds derived from their *names*, so adding, removing or
     reordering groups leaves every other group's stream unchanged. The mix keeps
@@ -335,7 +372,10 @@ def create_balanced_audio_dataset(
             raise ValueError("window= carries its own duration; do not pass duration= as well.")
         if on_read_error != "raise":
             raise ValueError("window= supports only on_read_error='raise'.")
-    duration = 1.0 if duration is None else duration
+    if excerpt.strategy == "full":
+        duration, excerpt = resolve_whole_files(duration, excerpt)
+    else:
+        duration = 1.0 if duration is None else duration
     _check_duration(duration)
     _check_pad_mode(pad_mode)
     collisions = sorted(set(sources) & set(datasets))
@@ -372,8 +412,9 @@ def create_balanced_audio_dataset(
             ))
             continue
         loader = ExcerptLoader(
-            sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
-            source=name, channels=None if mono else channels, on_read_error=on_read_error,
+            sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=mono,
+            pad_mode=pad_mode, excerpt=excerpt, source=name, channels=None if mono else channels,
+            on_read_error=on_read_error,
         )
         if rows is not None:
             loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale)
@@ -390,7 +431,7 @@ def create_balanced_audio_dataset(
     if measure_lufs:
         mixed = mixed.map(MeasureLufs())
     window_duration = getattr(window, "duration", None)
-    item_duration = float(window_duration) if window_duration is not None else float(duration)
+    item_duration = float(window_duration) if window_duration is not None else item_seconds(duration, excerpt)
     item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=item_duration)
     return AudioMapDataset(mixed, item_bytes=item_bytes)
 

@@ -41,11 +41,12 @@ class ExcerptLoader(grain.transforms.RandomMap):
     """Reads one excerpt of a file path with the item's own ``rng``.
 
     Returns a batch-of-1 ``AudioTree`` ``(1, C, round(duration * sample_rate))``
+    (``duration=None``: the whole file, with ``lengths``; see ``strategy="full"``)
     or ``None`` when the file is dropped by ``on_read_error`` or ``on_failure``.
     """
 
     sample_rate: int
-    duration: float
+    duration: float | None
     mono: bool = True
     pad_mode: str | None = "constant"
     excerpt: ExcerptConfig = ExcerptConfig()

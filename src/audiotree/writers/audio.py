@@ -243,8 +243,11 @@ class AudioWriter:
             if not isinstance(value, (str, bytes, bool, numbers.Number, np.generic)):
                 raise ValueError(f"tag {key!r} must be a scalar (str, bytes, bool or number), got {type(value).__name__}.")
         rows = []
+        # A padded batch of whole utterances: each file holds only its item's real samples.
+        real = None if tree.lengths is None else np.asarray(tree.lengths).reshape(-1)
         for i in range(batch):
             index = self._index + i
+            samples = int(real[i]) if real is not None else int(waveform.shape[-1])
             row: dict[str, Any] = {
                 "index": np.int32(index),
                 "filename": self._filename(index),
@@ -329,7 +332,8 @@ class AudioWriter:
                 # disk as "System error" with no errno, we get OSError(ENOSPC) naming the file.
                 encoded = io.BytesIO()
                 soundfile.write(
-                    encoded, np.ascontiguousarray(waveform[i].T), int(tree.sample_rate), subtype=self.subtype,
+                    encoded, np.ascontiguousarray(waveform[i, :, : int(row["samples"])].T), int(tree.sample_rate),
+                    subtype=self.subtype,
                     format=self._format,
                 )
                 try:
