@@ -1,4 +1,4 @@
-"""Grain multiprocessing from plain, unguarded scripts (see audiotree.sources._grain_setup)."""
+"""Grain multiprocessing from plain, unguarded scripts (see audiotree.sources.workers and .lifecycle)."""
 
 from __future__ import annotations
 
@@ -63,24 +63,6 @@ def test_absl_users_still_parse_their_flags(corpus, tmp_path):
     result = subprocess.run([sys.executable, str(script), "--items=5"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ITEMS 5" in result.stdout
-
-
-def test_prepare_grain_is_idempotent_and_scoped():
-    import multiprocessing.spawn as spawn
-
-    from audiotree.sources._grain_setup import prepare_grain
-
-    prepare_grain()
-    first = spawn.get_preparation_data
-    prepare_grain()
-    assert spawn.get_preparation_data is first
-    grain_data = spawn.get_preparation_data("grain-process-prefetch-X")
-    other = spawn.get_preparation_data("SpawnProcess-1")
-    assert "init_main_from_path" not in grain_data and "init_main_from_name" not in grain_data
-    # Other processes (e.g. a PyTorch DataLoader's) keep the standard behaviour:
-    # under `python -m pytest` the main module is named, so they re-import it.
-    assert {"init_main_from_path", "init_main_from_name"} & set(other)
-    assert set(other) - set(grain_data) <= {"init_main_from_path", "init_main_from_name"}
 
 
 EARLY_EXIT = """
