@@ -12,7 +12,11 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SEEDS_DIR = REPO_ROOT.parent / "shared" / "seeds"
+# ../shared/seeds beside the main checkout; a git worktree nested deeper finds it further up.
+SEEDS_DIR = next(
+    (p / "shared" / "seeds" for p in REPO_ROOT.parents if (p / "shared" / "seeds").is_dir()),
+    REPO_ROOT.parent / "shared" / "seeds",
+)
 
 
 @pytest.fixture(scope="session")
