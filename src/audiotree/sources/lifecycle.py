@@ -12,11 +12,16 @@ which runs while everything is still importable:
 1. closes every such iterator still open, which stops its workers;
 2. unlinks the shared-memory blocks of the batches those iterators returned
    and the program still holds, and tells each block it no longer owns the
-   name, so its own finaliser only unmaps it (the mapping stays valid until
-   the process ends, so nothing is freed under the user's feet).
+   name (the mapping stays valid until the process ends, so nothing is freed
+   under the user's feet).
 
-Nothing of Grain is replaced or patched. The hook is registered when the first
-such iterator is created, not on import.
+Grain's finaliser of such a block still runs at shutdown and may find its
+modules gone. Rather than replacing ``SharedMemoryArray.__del__`` for every
+array in the process, each shared-memory leaf our iterators return is given a
+subclass, :class:`_OwnedSharedMemoryArray`, whose finaliser is Grain's but
+drops errors during shutdown (views made from the leaf inherit it). Arrays
+and iterators of other pipelines are untouched, and so is every Grain class.
+The hook is registered when the first such iterator is created, not on import.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from typing import Any, Callable
 import grain
 import jax
 from grain.multiprocessing import SharedMemoryArray
+
+from audiotree.sources.workers import disarm_this_thread, hold_grain_flag
 
 __all__ = ["ClosingIterDataset"]
 
@@ -140,6 +147,9 @@ class _TrackingIterator(grain.DatasetIterator):
             if self._hold is not None:
                 self._hold.drop()
             raise
+        except BaseException:
+            disarm_this_thread()
+            raise
         _track_shared_memory(element)
         return element
 
@@ -149,7 +159,11 @@ class _TrackingIterator(grain.DatasetIterator):
     def set_state(self, state):
         if self._hold is not None:
             self._hold.take()
-        self._parent.set_state(state)
+        try:
+            self._parent.set_state(state)
+        except BaseException:
+            disarm_this_thread()
+            raise
 
     def close(self) -> None:
         try:
@@ -179,8 +193,6 @@ class ClosingIterDataset(grain.IterDataset):
     def __iter__(self):
         hold = None
         if self._prepare_workers:
-            from audiotree.sources.workers import hold_grain_flag
-
             hold = _Hold(hold_grain_flag)
             hold.take()  # Grain may create workers' iterators as soon as it has ours
         try:

@@ -34,6 +34,11 @@ the ``map``/``filter``/``batch``/... methods of one):
   The mark is removed when the last such iterator closes (unless a parse
   has since set the flag from the command line).
 
+If Grain fails between pickling the marker and starting the worker (say, a
+``map`` function that cannot be pickled), the error reaches the caller through
+audiotree's iterator, which disarms the calling thread; an arm left in one of
+Grain's own worker-starting threads only lasts until that thread's next start.
+
 Opt out with the environment variable ``AUDIOTREE_PLAIN_WORKERS=1`` (read each
 time ``mp_prefetch`` is called): audiotree pipelines then start their workers
 exactly as Grain does, so scripts need the ``__main__`` guard and parsed flags.
@@ -55,6 +60,7 @@ __all__ = [
     "PLAIN_WORKERS_ENV",
     "plain_workers_requested",
     "hold_grain_flag",
+    "disarm_this_thread",
 ]
 
 #: Grain names its prefetch processes ``grain-process-prefetch-<iterator>``.
@@ -105,6 +111,13 @@ def _arm_this_thread() -> None:
             _original = spawn.get_preparation_data
             _installed = _wrap(_original)
             spawn.get_preparation_data = _installed
+
+
+def disarm_this_thread() -> None:
+    """Forgets this thread's arm if no start consumed it (Grain failed between the two)."""
+    if getattr(_armed, "pending", False):
+        _armed.pending = False
+        _release_start()
 
 
 def _release_start() -> None:
