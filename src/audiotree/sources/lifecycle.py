@@ -9,13 +9,16 @@ warnings. For the iterators of pipelines built with audiotree's ``mp_prefetch``
 (and only those: they are tracked with weak references), an ``atexit`` hook,
 which runs while everything is still importable:
 
-1. closes every such iterator still open, which stops its workers;
+1. closes every such iterator still open, and every Grain iterator inside it,
+   which stops its workers; their finalisers, which would only close them
+   again (and fail on modules already gone), are retired by giving each of
+   these objects a subclass of its own class whose ``__del__`` does nothing;
 2. unlinks the shared-memory blocks of the batches those iterators returned
    and the program still holds, and tells each block it no longer owns the
    name (the mapping stays valid until the process ends, so nothing is freed
    under the user's feet).
 
-Grain's finaliser of such a block still runs at shutdown and may find its
+Grain's finaliser of a shared-memory block still runs at shutdown and may find its
 modules gone. Rather than replacing ``SharedMemoryArray.__del__`` for every
 array in the process, each shared-memory leaf our iterators return is given a
 subclass, :class:`_OwnedSharedMemoryArray`, whose finaliser is Grain's but
@@ -27,6 +30,7 @@ The hook is registered when the first such iterator is created, not on import.
 from __future__ import annotations
 
 import atexit
+import functools
 import sys
 import threading
 import weakref
@@ -76,6 +80,49 @@ def _track_shared_memory(element: Any) -> None:
                     _live_shared_arrays[key] = weakref.ref(leaf, lambda _, key=key: _live_shared_arrays.pop(key, None))
 
 
+@functools.cache
+def _closed_variant(cls: type) -> type:
+    """``cls`` with a finaliser that does nothing: for iterators the exit hook closed.
+
+    Grain's ``DatasetIterator.__del__`` only calls ``close()``, which the hook
+    has already done while every module was importable; at shutdown some
+    ``close()`` methods fail on module globals that are gone.
+    """
+    return type(cls.__name__, (cls,), {"__del__": lambda self: None, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
+
+
+def _pipeline_iterators(root: grain.DatasetIterator, limit: int = 10_000) -> list:
+    """Every Grain iterator reachable from ``root`` through attributes and containers."""
+    found, seen, stack = [], set(), [root]
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, grain.DatasetIterator):
+            found.append(obj)
+            stack.extend(vars(obj).values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+    return found
+
+
+def _close_quietly(root: grain.DatasetIterator) -> None:
+    """Closes ``root`` and every iterator below it, and retires their finalisers."""
+    for iterator in _pipeline_iterators(root):
+        try:
+            iterator.close()
+        except Exception:  # noqa: BLE001 - at exit there is no one to report to
+            pass
+        try:
+            iterator.__class__ = _closed_variant(type(iterator))
+        except TypeError:  # a layout that refuses a subclass: keep Grain's finaliser
+            pass
+
+
 def _release_at_exit() -> None:
     global _exiting
     _exiting = True
@@ -85,10 +132,7 @@ def _release_at_exit() -> None:
         _live_iterators.clear()
         _live_shared_arrays.clear()
     for iterator in iterators:
-        try:
-            iterator.close()
-        except Exception:  # noqa: BLE001 - at exit there is no one to report to
-            pass
+        _close_quietly(iterator)
     for array in arrays:
         try:
             array.shm.unlink()

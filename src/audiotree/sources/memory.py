@@ -106,35 +106,38 @@ class AudioMapDataset(grain.MapDataset):
     def _getitems(self, indices: Sequence[int]):
         return self._parent._getitems(indices)  # pylint: disable=protected-access
 
-    def _carry(self, ds: grain.MapDataset, factor: int = 1) -> "AudioMapDataset":
-        return AudioMapDataset(ds, item_bytes=self.item_bytes * factor)
+    def _then(self, name: str, *args, factor: int = 1, **kwargs) -> "AudioMapDataset":
+        # Applied to the parent and re-wrapped, so the wrapper is only ever the
+        # outermost node: the graph below is Grain's own, and so are the
+        # default seeds Grain derives from it (they depend on node depths).
+        return AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor)
 
     def map(self, transform):
-        return self._carry(super().map(transform))
+        return self._then("map", transform)
 
     def map_with_index(self, transform):
-        return self._carry(super().map_with_index(transform))
+        return self._then("map_with_index", transform)
 
     def random_map(self, transform, *, seed: int | None = None):
-        return self._carry(super().random_map(transform, seed=seed))
+        return self._then("random_map", transform, seed=seed)
 
     def filter(self, transform):
-        return self._carry(super().filter(transform))
+        return self._then("filter", transform)
 
     def seed(self, seed: int):
-        return self._carry(super().seed(seed))
+        return self._then("seed", seed)
 
     def shuffle(self, seed: int | None = None):
-        return self._carry(super().shuffle(seed))
+        return self._then("shuffle", seed)
 
     def slice(self, sl: slice):
-        return self._carry(super().slice(sl))
+        return self._then("slice", sl)
 
     def repeat(self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True):
-        return self._carry(super().repeat(num_epochs, reseed_each_epoch=reseed_each_epoch))
+        return self._then("repeat", num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def batch(self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable | None = None):
-        return self._carry(super().batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn), batch_size)
+        return self._then("batch", batch_size, factor=batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def to_iter_dataset(self, read_options: grain.ReadOptions | None = None, *, allow_nones: bool = False):
         """Like Grain's, with :func:`default_read_options` when none are given.
