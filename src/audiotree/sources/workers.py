@@ -38,6 +38,10 @@ If Grain fails between pickling the marker and starting the worker (say, a
 ``map`` function that cannot be pickled), the error reaches the caller through
 audiotree's iterator, which disarms the calling thread; an arm left in one of
 Grain's own worker-starting threads only lasts until that thread's next start.
+Likewise, pickling or deep-copying an ``mp_prefetch`` pipeline yourself arms
+your thread until its next process start (only a Grain worker's start is
+changed by it). While any arm is pending, ``get_preparation_data`` is our
+wrapper, which passes every other call through unchanged.
 
 Opt out with the environment variable ``AUDIOTREE_PLAIN_WORKERS=1`` (read each
 time ``mp_prefetch`` is called): audiotree pipelines then start their workers
