@@ -41,3 +41,21 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def python_exe() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def absl_flags_parsed():
+    """What a plain Grain user does before ``mp_prefetch``: parse absl flags (undone afterwards).
+
+    audiotree prepares Grain's flag only for its own pipelines (see
+    ``audiotree.sources.workers``); a pipeline built with ``grain.MapDataset``
+    directly follows Grain's rules, and Grain reads a flag while creating workers.
+    """
+    from absl import flags
+
+    was_parsed = flags.FLAGS.is_parsed()
+    if not was_parsed:
+        flags.FLAGS.mark_as_parsed()
+    yield
+    if not was_parsed:
+        flags.FLAGS.unparse_flags()

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import audiotree.sources  # noqa: F401  (prepares Grain's absl flags; the page imports it too)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "transforms.md"
 _FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)

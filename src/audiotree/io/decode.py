@@ -66,9 +66,6 @@ Workarounds (measured with libsndfile 1.2.2 / soundfile 0.14 / PyAV 18)
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import operator
 import os
 import struct
@@ -82,6 +79,7 @@ import soundfile
 from audiotree.errors import AudioReadError
 from audiotree.io import integrity
 from audiotree.io.formats import PYAV_EXTENSIONS, normalize_extension, pyav_available
+from audiotree.io.quiet import quiet_c_stderr
 
 __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
 
@@ -195,49 +193,6 @@ _EXACT, _VORBIS, _OPUS, _MPEG = range(4)
 # backwards); shorter forward seeks take the buggy skip path. Decoding
 # through instead is correct and costs at most 2 s of extra decoding.
 _VORBIS_SKIP_SECONDS = 2
-
-_stderr_lock = threading.Lock()
-_stderr_users = 0
-_stderr_saved: int | None = None
-
-
-@contextlib.contextmanager
-def _quiet_mpg123(active: bool):
-    """Silences libmpg123's messages on file descriptor 2 while decoding MP3.
-
-    Decoding the pre-roll frames after a seek makes mpg123 print
-    ``part2_3_length ... too large`` for every frame whose bit reservoir lies
-    before the seek point. Those frames are discarded on purpose, so the
-    messages are noise, printed straight to fd 2 where Python cannot filter
-    them. Concurrent MP3 reads (reader threads) share one redirection, counted,
-    so decoding stays parallel. Set ``AUDIOTREE_DECODER_MESSAGES=1`` to keep them.
-    """
-    global _stderr_users, _stderr_saved
-    if not active or os.environ.get("AUDIOTREE_DECODER_MESSAGES") == "1":
-        yield
-        return
-    with _stderr_lock:
-        if _stderr_users == 0:
-            try:
-                _stderr_saved = os.dup(2)
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                try:
-                    os.dup2(devnull, 2)
-                finally:
-                    os.close(devnull)
-            except OSError:  # no usable fd 2: nothing to silence
-                _stderr_saved = None
-        _stderr_users += 1
-    try:
-        yield
-    finally:
-        with _stderr_lock:
-            _stderr_users -= 1
-            if _stderr_users == 0 and _stderr_saved is not None:
-                os.dup2(_stderr_saved, 2)
-                os.close(_stderr_saved)
-                _stderr_saved = None
-
 
 # MP3 pre-roll in MPEG frames: the bit reservoir may reference up to 511 bytes
 # of earlier frames (several frames at low bitrates) plus one granule of
@@ -397,7 +352,9 @@ class _SoundfileReader:
             # behind by an earlier read is therefore never decoded from,
             # except for Vorbis where that re-seek is a no-op.
             begin = self._plan(start)
-            with _quiet_mpg123(self._mode == _MPEG):
+            # The MP3 pre-roll makes libmpg123 complain on the C stderr stream
+            # about the frames we discard; see audiotree.io.quiet.
+            with quiet_c_stderr(self._mode == _MPEG):
                 if self._mode != _VORBIS or begin != self._position():
                     begin = int(f.seek(begin))
                     if begin > start:  # pragma: no cover - defensive

@@ -23,7 +23,6 @@ import grain
 import numpy as np
 
 from audiotree.excerpt import ExcerptConfig, _check_duration, _check_pad_mode
-from audiotree.sources._grain_setup import prepare_grain
 from audiotree.sources.files import SourceSpec, _discover
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs, check_on_read_error
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
@@ -58,7 +57,6 @@ def _check_sample_rate(sample_rate: Any) -> int:
 
 def _check_common(*, num_epochs, on_read_error, sample_rate, shuffle_seed, excerpt_seed) -> tuple[int, int, int | None]:
     """Validation shared by the builders; returns (sample_rate, shuffle_seed, excerpt_seed)."""
-    prepare_grain()
     _check_num_epochs(num_epochs)
     check_on_read_error(on_read_error)
     sample_rate = _check_sample_rate(sample_rate)
