@@ -1,10 +1,10 @@
 """The version header shared by every on-disk artifact audiotree writes.
 
 Every artifact (a ``TreeWriter`` dataset, an ``AudioWriter`` manifest, a
-windowed-LUFS cache) carries four fields:
+windowed-LUFS cache, an ArrayRecord index) carries four fields:
 
 * ``format``: which artifact this is (:data:`TREE`, :data:`MANIFEST`,
-  :data:`LUFS_WINDOWS_CACHE`);
+  :data:`LUFS_WINDOWS_CACHE`, :data:`ARRAY_RECORD`);
 * ``format_version``: ``[major, minor]`` of the layout that wrote it;
 * ``min_reader_version``: ``[major, minor]``, the oldest reader that can read it;
 * ``producer``: ``"audiotree <version>"``, informational only.
@@ -30,6 +30,7 @@ __all__ = [
     "TREE",
     "MANIFEST",
     "LUFS_WINDOWS_CACHE",
+    "ARRAY_RECORD",
     "CURRENT_VERSION",
     "HEADER_KEYS",
     "FormatInfo",
@@ -41,7 +42,8 @@ __all__ = [
 TREE = "audiotree-tree"
 MANIFEST = "audiotree-manifest"
 LUFS_WINDOWS_CACHE = "audiotree-lufs-windows"
-_FORMATS = (TREE, MANIFEST, LUFS_WINDOWS_CACHE)
+ARRAY_RECORD = "audiotree-arrayrecord"
+_FORMATS = (TREE, MANIFEST, LUFS_WINDOWS_CACHE, ARRAY_RECORD)
 
 #: The layout version this code writes and reads.
 CURRENT_VERSION: tuple[int, int] = (1, 0)

@@ -36,6 +36,8 @@ __all__ = [
     "AudioDataSource",
     "TreeDataSource",
     "open_render",
+    "ArrayRecordAudioSource",
+    "open_arrayrecord",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.
@@ -52,6 +54,8 @@ _LAZY = {
     "TreeDataSource": "audiotree.sources.tree",
     # Reads what `audiotree render` wrote (finished parts, in item order).
     "open_render": "audiotree.cli.render",
+    "ArrayRecordAudioSource": "audiotree.sources.arrayrecord",
+    "open_arrayrecord": "audiotree.sources.arrayrecord",
 }
 
 prepare_grain()
