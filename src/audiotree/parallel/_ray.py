@@ -21,8 +21,10 @@ from typing import Any, Iterator
 
 from audiotree.parallel.executors import _IN_FLIGHT_PER_WORKER, Runner
 
-__all__ = ["RayRunner", "import_ray"]
+__all__ = ["RayRunner", "import_ray", "TASK_NAME"]
 
+#: Every chunk task carries this name (its worker's process title is ``ray::audiotree-chunk``).
+TASK_NAME = "audiotree-chunk"
 _EXTRA_HINT = "pip install 'audiotree[ray]'"
 
 
@@ -48,7 +50,8 @@ class RayRunner(Runner):
         self._ray = ray
         self.max_retries = int(max_retries)
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self._task = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(_call)
+        self._task = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(_call).options(
+            name=TASK_NAME)
 
     @classmethod
     @contextlib.contextmanager
