@@ -40,3 +40,11 @@ def assert_same_render(a: Path, b: Path) -> None:
             x, y = json.loads(x), json.loads(y)
             assert x.pop("created_at", None) and y.pop("created_at", None)
         assert x == y, f"{name} differs between {a} and {b}"
+
+
+def run_cli_subprocess(args, *, timeout: float = 300, env: dict | None = None):
+    """``python -m audiotree.cli ARGS`` in a fresh interpreter; returns the CompletedProcess."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "audiotree.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
