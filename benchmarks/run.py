@@ -636,6 +636,16 @@ def parse_args(argv=None):
     return args
 
 
+def _keep_scale_section(report: str, out_path: Path) -> str:
+    """Carries over the section benchmarks/scale.py wrote (it has its own harness and run)."""
+    begin, end = "<!-- scale:begin -->", "<!-- scale:end -->"
+    old = out_path.read_text() if out_path.exists() else ""
+    if begin in old and end in old:
+        section = old[old.index(begin):old.index(end) + len(end)]
+        return report.rstrip("\n") + "\n\n" + section + "\n"
+    return report
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     default_out = RESULTS / "quick.md" if args.quick else REPO / "BENCHMARKS.md"
@@ -703,7 +713,7 @@ def main(argv=None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw_path = RESULTS / f"{'quick' if args.quick else 'full'}-{stamp}.json"
     raw_path.write_text(json.dumps(data, indent=1, default=str))
-    report = render(data)
+    report = _keep_scale_section(render(data), out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(report)
     print(report, flush=True)
