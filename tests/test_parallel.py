@@ -16,7 +16,7 @@ from helpers import run_script
 
 @pytest.mark.parametrize("module", [
     "audiotree.parallel.chunks", "audiotree.parallel.executors", "audiotree.formats.arrayrecord",
-    "audiotree.writers.arrayrecord",
+    "audiotree.writers.arrayrecord", "audiotree.sources.arrayrecord",
 ])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
@@ -115,3 +115,31 @@ def test_missing_ray_names_the_extra(tmp_path):
     result = run_script(code, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "pip install 'audiotree[ray]'" in result.stdout
+
+
+def test_cli_refuses_contradictory_executor_options(corpus, tmp_path, capsys):
+    from audiotree.cli import main
+
+    base = ["render", str(corpus["speech"]), "-n", "2", "--out", str(tmp_path / "out")]
+    assert main([*base, "--executor", "process", "--workers", "2"]) == 2
+    assert "--workers (mp_prefetch) and --executor are alternatives" in capsys.readouterr().err
+    assert main([*base, "--ray-address", "auto"]) == 2
+    assert "--ray-address needs --executor ray" in capsys.readouterr().err
+    assert main(["scan", str(corpus["speech"]), "--executor", "process", "--ray-address", "auto"]) == 2
+    assert "--ray-address needs --executor ray" in capsys.readouterr().err
+    assert main(["scan", str(corpus["speech"]), "--executor", "dask"]) == 2
+    assert "'dask' is not one of 'process', 'ray'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_scan_report_is_the_same_on_a_process_pool(corpus, capsys):
+    import json
+
+    from audiotree.cli import main
+
+    args = ["scan", str(corpus["effects"]), "--loudness", "--json"]
+    assert main(args) == 0
+    threads = capsys.readouterr().out
+    assert main([*args, "--executor", "process"]) == 0
+    pooled = capsys.readouterr().out
+    assert pooled == threads and json.loads(pooled)["loudness"]["measured"] == 8

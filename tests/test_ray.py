@@ -247,3 +247,23 @@ def test_render_survives_a_killed_worker(cluster, corpus, tmp_path, local_render
 
     rendered = open_render(target)
     assert len(rendered) == 24 and np.isfinite(np.asarray(rendered[23].waveform)).all()
+
+
+def test_scan_command_on_ray_prints_the_same_report(cluster, corpus, capsys):
+    from audiotree.cli import main
+
+    args = ["scan", str(corpus["music"]), "--loudness", "--json"]
+    assert main(args) == 0
+    threads = capsys.readouterr().out
+    assert main([*args, "--executor", "ray"]) == 0
+    assert capsys.readouterr().out == threads and json.loads(threads)["readable"] == 8
+
+
+def test_arrayrecord_render_on_ray_equals_the_local_one(cluster, corpus, tmp_path):
+    from audiotree.cli import main
+
+    common = ["render", str(corpus["effects"]), "-n", "10", "--part-size", "4", "--duration", "0.3",
+              "--sample-rate", "16000", "--format", "arrayrecord"]
+    assert main([*common, "--out", str(tmp_path / "local")]) == 0
+    assert main([*common, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
+    assert_same_render(tmp_path / "local", tmp_path / "ray")

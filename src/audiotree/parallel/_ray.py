@@ -89,7 +89,9 @@ class RayRunner(Runner):
                         break
                 if not pending:
                     return
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, rest = ray.wait(list(pending), num_returns=1)
+                if rest:  # everything else already finished, without waiting: fewer passes over `pending`
+                    ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
                 for ref in ready:
                     index = pending.pop(ref)
                     yield index, self._get(ref, index)

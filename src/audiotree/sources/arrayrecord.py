@@ -94,6 +94,17 @@ class ArrayRecordAudioSource:
       ValueError: a damaged index, a shard whose record count differs from
         the index, or fewer shards than hosts. A damaged record raises
         ``ValueError`` naming its file when it is read.
+
+    >>> import numpy as np, tempfile
+    >>> from audiotree import AudioTree
+    >>> from audiotree.writers import ArrayRecordWriter
+    >>> folder = tempfile.mkdtemp()
+    >>> with ArrayRecordWriter(folder, records_per_shard=2) as writer:
+    ...     writer.write(AudioTree.create(np.zeros((5, 1, 4), np.float32), 8_000, offset=np.arange(5.0)))
+    5
+    >>> source = ArrayRecordAudioSource(folder)
+    >>> len(source), float(source[3].offset[0]), len(source.shard_files)
+    (5, 3.0, 3)
     """
 
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, shard_options: Any = None):
