@@ -171,13 +171,24 @@ def test_render_to_arrayrecord_equals_the_tree_render(corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_render_on_a_process_pool_equals_the_local_render_byte_for_byte(corpus, tmp_path):
+def test_render_resumed_on_a_process_pool_equals_the_local_render_byte_for_byte(corpus, tmp_path):
+    import shutil
+
     from audiotree.cli import main
 
-    for fmt in ("tree", "arrayrecord"):
-        common = [str(corpus["music"]), "-n", "13", "--part-size", "4", "--batch-size", "3", "--duration", "0.4",
-                  "--sample-rate", "16000", "--format", fmt]
-        assert main(["render", *common, "--out", str(tmp_path / f"local-{fmt}")]) == 0
-        assert main(["render", *common, "--out", str(tmp_path / f"pool-{fmt}"), "--executor", "process"]) == 0
-        assert not (tmp_path / f"pool-{fmt}" / ".staging").exists()
-        assert_same_render(tmp_path / f"local-{fmt}", tmp_path / f"pool-{fmt}")
+    common = ["render", str(corpus["music"]), "-n", "13", "--part-size", "4", "--batch-size", "3", "--duration", "0.4",
+              "--sample-rate", "16000"]
+    local, resumed = tmp_path / "local", tmp_path / "resumed"
+    assert main([*common, "--out", str(local)]) == 0
+    # An interrupted run: one part recorded, one unrecorded part folder, an attempt left in .staging.
+    shutil.copytree(local, resumed)
+    record = json.loads((resumed / "render.json").read_text())
+    record.update(parts=record["parts"][:1], complete=False)
+    (resumed / "render.json").write_text(json.dumps(record, indent=2) + "\n")
+    for name in ("part-00002", "part-00003"):
+        shutil.rmtree(resumed / name)
+    (resumed / ".staging" / "part-000000000004.123-abcd").mkdir(parents=True)
+    # (tests/test_ray.py renders from scratch on Ray, in both formats, against local renders)
+    assert main([*common, "--out", str(resumed), "--executor", "process"]) == 0
+    assert not (resumed / ".staging").exists()
+    assert_same_render(local, resumed)
