@@ -35,25 +35,36 @@ def _home_state() -> dict:
     return {name: sorted(os.listdir(home / name)) if (home / name).is_dir() else None for name in (".ray", ".config")}
 
 
+def _exited(proc) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE  # dead, only not yet reaped by its parent
+    except psutil.NoSuchProcess:
+        return True
+
+
 @pytest.fixture(scope="module")
 def cluster():
     before = _home_state()
+    # Children of this process that other tests left: not the cluster's, so not checked here.
+    earlier = {p.pid for p in psutil.Process().children(recursive=True)}
     # A short folder: Ray's Unix sockets live under it and their paths have a length limit.
     temp_dir = tempfile.mkdtemp(prefix="atray", dir="/tmp")
     # The auth token comes from the environment (tests/conftest.py sets it before Ray is imported).
     assert os.environ.get("RAY_AUTH_TOKEN") and os.environ.get("RAY_AUTH_MODE") == "token"
-    if True:
-        ray.init(num_cpus=2, _temp_dir=temp_dir, _node_ip_address="127.0.0.1", include_dashboard=False,
-                 log_to_driver=False)
-        started = psutil.Process().children(recursive=True)
-        try:
-            yield {"address": ray.get_runtime_context().gcs_address, "processes": started}
-        finally:
-            ray.shutdown()
-            _, alive = psutil.wait_procs(psutil.Process().children(recursive=True) + started, timeout=60)
-            for proc in alive:  # only what this fixture started; reported below as a failure
-                proc.kill()
-            shutil.rmtree(temp_dir, ignore_errors=True)
+    ray.init(num_cpus=2, _temp_dir=temp_dir, _node_ip_address="127.0.0.1", include_dashboard=False,
+             log_to_driver=False)
+    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in earlier]
+    try:
+        yield {"address": ray.get_runtime_context().gcs_address, "processes": started}
+    finally:
+        # Taken before the shutdown: a worker orphaned by a dying raylet would no longer be our descendant.
+        ours = started + [p for p in psutil.Process().children(recursive=True) if p.pid not in earlier]
+        ray.shutdown()
+        _, alive = psutil.wait_procs(ours, timeout=60)
+        alive = [p for p in alive if not _exited(p)]
+        for proc in alive:  # only what the cluster started; reported below as a failure
+            proc.kill()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert not alive, f"Ray processes left behind: {alive}"
     assert _home_state() == before, "the Ray run wrote under the home folder"
 

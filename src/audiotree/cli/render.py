@@ -292,6 +292,7 @@ def _render_on_executor(out_dir: Path, record: dict, make_dataset, *, fmt: str, 
                         start: int, total: int, executor: str, ray_address: str | None) -> int:
     """Renders the remaining parts as tasks; adopts each finished one in item order. Returns items written."""
     from audiotree.parallel import map_chunks
+    from audiotree.parallel.staging import InOrder
     from audiotree.writers.parts import RenderRange
 
     parts = record["parts"]
@@ -299,32 +300,27 @@ def _render_on_executor(out_dir: Path, record: dict, make_dataset, *, fmt: str, 
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     bounds = _part_bounds(start, total, part_size)
-    finished: dict[int, dict] = {}
-    state = {"next": 0, "rendered": 0}
+    rendered = [0]
     record.update(total=total, complete=False)
 
-    def adopt(index: int, result: dict) -> None:
-        # Parts finish in any order; the record only ever grows by the next part in item order,
-        # so an interrupted run resumes exactly like a local one.
-        finished[index] = result
-        while state["next"] in finished:
-            done = finished.pop(state["next"])
-            name = _PART.format(len(parts))
-            if done["staged"] is not None:
-                os.replace(staging / done["staged"], out_dir / name)
-                fsync_dir(out_dir)
-            parts.append({"dir": name, "start": done["start"], "stop": done["stop"], "count": done["count"]})
-            _write_record(out_dir, record)
-            state["next"] += 1
-            state["rendered"] += done["count"]
+    def adopt(index: int, done: dict) -> None:
+        # Called in item order (InOrder): the record only ever grows by the next part, so an
+        # interrupted run resumes exactly like a local one.
+        name = _PART.format(len(parts))
+        if done["staged"] is not None:
+            os.replace(staging / done["staged"], out_dir / name)
+            fsync_dir(out_dir)
+        parts.append({"dir": name, "start": done["start"], "stop": done["stop"], "count": done["count"]})
+        _write_record(out_dir, record)
+        rendered[0] += done["count"]
 
     task = RenderRange(make_dataset=make_dataset, fmt=fmt, staging=os.path.abspath(staging), batch_size=batch_size)
     with progress_bar(stderr_console(), transient=False) as progress:
         bar = progress.add_task("Rendering", total=total, completed=start)
         with open_executor(executor, ray_address) as runner:
-            map_chunks(task, bounds, executor=runner, on_result=adopt, sizes=[b - a for a, b in bounds],
+            map_chunks(task, bounds, executor=runner, on_result=InOrder(adopt), sizes=[b - a for a, b in bounds],
                        progress=lambda count: progress.advance(bar, count))
     shutil.rmtree(staging)  # attempts of tasks whose worker died were never adopted
     record["complete"] = True
     _write_record(out_dir, record)
-    return state["rendered"]
+    return rendered[0]

@@ -7,7 +7,8 @@ Run locally, one stream writes part after part. With an executor
 1. it rebuilds the dataset from a picklable factory (the pipeline is
    deterministic by index, so item ``i`` is the same in every process);
 2. it writes items ``[start, stop)`` into a *fresh* folder of its own under the
-   staging folder (``part-NNNNN.<pid>-<random>``), never into the render itself;
+   staging folder (:func:`audiotree.parallel.staging.attempt_dir`), never into
+   the render itself;
 3. it returns that folder's name and the count of items written.
 
 The driver then adopts a finished attempt by renaming it to ``part-NNNNN``
@@ -21,11 +22,11 @@ whatever the batching.
 from __future__ import annotations
 
 import dataclasses
-import os
-import secrets
 import shutil
 from pathlib import Path
 from typing import Any, Callable
+
+from audiotree.parallel.staging import attempt_dir
 
 __all__ = ["FORMATS", "RenderRange", "batch_in_order", "open_part_writer"]
 
@@ -79,8 +80,7 @@ class RenderRange:
         # Dropped items stay in the stream as None, so positions follow dataset indices.
         stream = ds[start:stop].to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0),
                                                 allow_nones=True).batch(self.batch_size, batch_fn=batch_in_order)
-        name = f"part-{start:012d}.{os.getpid()}-{secrets.token_hex(4)}"
-        directory = Path(self.staging) / name
+        directory = attempt_dir(self.staging, f"part-{start:012d}")
         writer = None
         count = 0
         try:
@@ -97,4 +97,4 @@ class RenderRange:
             if writer is not None:
                 shutil.rmtree(directory, ignore_errors=True)
             raise
-        return {"staged": name if writer is not None else None, "count": count, "start": start, "stop": stop}
+        return {"staged": directory.name if writer is not None else None, "count": count, "start": start, "stop": stop}
