@@ -17,7 +17,8 @@ later (a larger ``-n``) extends the render the same way.
 With ``--executor process|ray`` every part is a task of its own
 (:class:`audiotree.writers.parts.RenderRange`) writing into ``.staging/``; the
 driver adopts finished parts in item order (rename, then record), so the render
-is the same, byte for byte, as a local one, and resumes the same way.
+is the same, byte for byte, as a local one (TreeWriter manifests differ only in
+``created_at``), and resumes the same way.
 
 Read a render back with :func:`open_render` (one ``grain.MapDataset`` over the
 parts, in order).
