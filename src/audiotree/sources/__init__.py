@@ -38,6 +38,8 @@ __all__ = [
     "batch_by_duration",
     "plan_buckets",
     "BucketPlan",
+    "ArrayRecordAudioSource",
+    "open_arrayrecord",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.
@@ -57,6 +59,8 @@ _LAZY = {
     "BucketPlan": "audiotree.sources.bucketing",
     # Reads what `audiotree render` wrote (finished parts, in item order).
     "open_render": "audiotree.cli.render",
+    "ArrayRecordAudioSource": "audiotree.sources.arrayrecord",
+    "open_arrayrecord": "audiotree.sources.arrayrecord",
 }
 
 
