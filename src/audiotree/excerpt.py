@@ -617,7 +617,13 @@ class _PlannedSearch(_LoudestSearch):
         for _ in range(self.excerpt.num_tries if blocks is None else 1):
             block = self.plan.draw(self.rng) if blocks is None else blocks[0]
             start = min(block * step, last_start)
-            if self._consider(start, self._read(start, self.need)):
+            frames = self._read(start, self.need)
+            known = self.plan.loudness(block) if blocks is None else None
+            if known is not None:
+                # The profile cleared cutoff + margin; its reading is the item's lufs (no meter pass).
+                self.best = _Candidate(known[0], start, frames, known[1])
+                break
+            if self._consider(start, frames):
                 break
         if self.best is None:
             raise AudioReadError(f"Failed to read audio file '{self.f.path}': every read came back empty.", self.f.path)

@@ -85,6 +85,26 @@ class RowPlan(NamedTuple):
     best: int
     best_lufs: float
     window_blocks: int
+    profile: np.ndarray | None = None
+
+    def loudness(self, block: int) -> tuple[float, np.ndarray] | None:
+        """Profile loudness of the window at ``block``: (gated LUFS, ungated 0.4 s windows), or ``None``.
+
+        Within 0.1 LU of the meter on windows above -50 LUFS (see
+        :mod:`audiotree.index.profile`); ``None`` without a stored profile.
+        """
+        if self.profile is None:
+            return None
+        from audiotree.index.profile import GATING_BLOCKS, window_loudness
+
+        blocks = self.profile[block:block + self.window_blocks]
+        lufs = window_loudness(blocks, blocks.size)
+        if lufs.size == 0:
+            return None
+        quads = blocks[: blocks.size // GATING_BLOCKS * GATING_BLOCKS].reshape(-1, GATING_BLOCKS).mean(axis=1)
+        with np.errstate(divide="ignore"):
+            windows = np.where(quads > 0, -0.691 + 10 * np.log10(np.maximum(quads, 1e-300)), -np.inf)
+        return float(lufs[0]), windows.astype(np.float32)
 
     @property
     def qualifies(self) -> bool:
@@ -105,7 +125,9 @@ class LoudestPlan:
 
     Row ``i``'s runs are ``first[ptr[i]:ptr[i + 1]]`` / ``count[...]`` (in 100 ms
     blocks); ``best[i]`` is ``-1`` when the row has no profile (then ``loudest``
-    falls back to the probe search for it).
+    falls back to the probe search for it). With ``profiles`` (the rows'
+    profiles end to end, row ``i``'s at ``profiles[pptr[i]:pptr[i + 1]]``) an
+    item's ``lufs`` comes from the profile and nothing is metered.
     """
 
     window_blocks: int
@@ -115,13 +137,16 @@ class LoudestPlan:
     count: np.ndarray
     best: np.ndarray
     best_lufs: np.ndarray
+    pptr: np.ndarray | None = None
+    profiles: np.ndarray | None = None
 
     def row(self, i: int) -> RowPlan | None:
         if self.best[i] < 0:
             return None
         a, b = int(self.ptr[i]), int(self.ptr[i + 1])
+        profile = None if self.profiles is None else self.profiles[self.pptr[i]:self.pptr[i + 1]]
         return RowPlan(self.first[a:b], self.count[a:b], int(self.best[i]), float(self.best_lufs[i]),
-                       self.window_blocks)
+                       self.window_blocks, profile)
 
     def qualifying(self) -> np.ndarray:
         """Rows with a qualifying window, or with no profile (not known to be silent)."""
@@ -129,21 +154,30 @@ class LoudestPlan:
 
     def take(self, rows: np.ndarray) -> "LoudestPlan":
         rows = np.asarray(rows, dtype=np.int64)
-        lengths = (self.ptr[rows + 1] - self.ptr[rows]).astype(np.int64)
-        picks = np.concatenate([np.arange(self.ptr[r], self.ptr[r + 1]) for r in rows]) if rows.size else \
-            np.zeros(0, np.int64)
-        return dataclasses.replace(
-            self, ptr=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-            first=self.first[picks.astype(np.int64)], count=self.count[picks.astype(np.int64)],
-            best=self.best[rows], best_lufs=self.best_lufs[rows],
-        )
+        ptr, picks = _take_ragged(self.ptr, rows)
+        out = dataclasses.replace(self, ptr=ptr, first=self.first[picks], count=self.count[picks],
+                                  best=self.best[rows], best_lufs=self.best_lufs[rows])
+        if self.profiles is not None:
+            pptr, ppicks = _take_ragged(self.pptr, rows)
+            out = dataclasses.replace(out, pptr=pptr, profiles=self.profiles[ppicks])
+        return out
 
 
-def build_plan(profiles, *, duration: float, cutoff: float, margin: float = PROFILE_MARGIN_LU) -> LoudestPlan:
+def _take_ragged(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """New offsets and the flat positions of ``rows`` of a ragged array with offsets ``ptr``."""
+    lengths = (ptr[rows + 1] - ptr[rows]).astype(np.int64)
+    picks = np.concatenate([np.arange(ptr[r], ptr[r + 1]) for r in rows]) if rows.size else np.zeros(0, np.int64)
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), picks.astype(np.int64)
+
+
+def build_plan(profiles, *, duration: float, cutoff: float, margin: float = PROFILE_MARGIN_LU,
+               keep_profiles: bool = False) -> LoudestPlan:
     """A :class:`LoudestPlan` from per-row profiles (``None`` for a row without one).
 
     A file shorter than ``duration`` has one window, the whole file. Cost: one
     vectorised :func:`~audiotree.index.window_loudness` per row.
+    ``keep_profiles`` stores the profiles (4 bytes per 100 ms of audio) so
+    items take their ``lufs`` from them instead of metering.
 
     >>> p = np.r_[np.full(100, 1e-9), np.full(30, 1e-2), np.full(100, 1e-9)]
     >>> plan = build_plan([p, np.full(100, 1e-9), None], duration=3.0, cutoff=-40.0)
@@ -172,9 +206,15 @@ def build_plan(profiles, *, duration: float, cutoff: float, margin: float = PROF
         best.append(k)
         best_lufs.append(float(lufs[k]))
     flat = lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)  # noqa: E731
-    return LoudestPlan(window_blocks=w, cutoff=float(cutoff), ptr=np.asarray(ptr, np.int64), first=flat(firsts),
+    plan = LoudestPlan(window_blocks=w, cutoff=float(cutoff), ptr=np.asarray(ptr, np.int64), first=flat(firsts),
                        count=flat(counts), best=np.asarray(best, np.int64),
                        best_lufs=np.asarray(best_lufs, np.float64))
+    if keep_profiles:
+        sizes = [0 if p is None else len(p) for p in profiles]
+        kept = [np.asarray(p, np.float32) for p in profiles if p is not None and len(p)]
+        plan = dataclasses.replace(plan, pptr=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                                   profiles=np.concatenate(kept) if kept else np.zeros(0, np.float32))
+    return plan
 
 
 # ------------------------------------------------------------------- probes

@@ -192,7 +192,7 @@ def create_audio_dataset(
     from audiotree.sources import indexed
 
     rows = None
-    loudest = indexed.loudest_spec(excerpt, duration, has_index=index is not None)
+    loudest = indexed.loudest_spec(excerpt, duration, has_index=index is not None, mono=mono)
     if index is not None:
         rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
                                         max_duration=max_duration, on_stale=on_stale, loudest=loudest)
@@ -294,7 +294,7 @@ def create_balanced_audio_dataset(
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
     loudest = indexed.loudest_spec(
         excerpt, 1.0 if duration is None else duration,
-        has_index=index is not None or any(indexed.is_index_path(v) for v in (sources or {}).values()),
+        has_index=index is not None or any(indexed.is_index_path(v) for v in (sources or {}).values()), mono=mono,
     )
     if index is not None:
         if group_by is None:

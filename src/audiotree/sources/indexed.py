@@ -170,16 +170,17 @@ class LoudestSpec:
 
     excerpt: Any
     duration: float
+    mono: bool = True
 
 
-def loudest_spec(excerpt: Any, duration: float, *, has_index: bool) -> LoudestSpec | None:
+def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool = True) -> LoudestSpec | None:
     """The spec when ``excerpt`` is ``loudest`` (``None`` otherwise); refuses ``skip_silent`` without an index."""
     if excerpt.strategy != "loudest":
         return None
     if excerpt.skip_silent and not has_index:
         raise ValueError("ExcerptConfig(skip_silent=True) needs index= (a corpus index with loudness profiles): "
                          "without one, silent files are not known before they are read.")
-    return LoudestSpec(excerpt, float(duration))
+    return LoudestSpec(excerpt, float(duration), bool(mono))
 
 
 def _attach_plan(rows: IndexRows, ix: Any, selected: np.ndarray, spec: LoudestSpec) -> IndexRows:
@@ -198,7 +199,9 @@ def _attach_plan(rows: IndexRows, ix: Any, selected: np.ndarray, spec: LoudestSp
     for r in selected:
         value = column[int(r)]
         profiles.append(np.asarray(value.values, dtype=np.float32) if value.is_valid else None)
-    plan = build_plan(profiles, duration=spec.duration, cutoff=float(spec.excerpt.lufs_cutoff))
+    # Items take lufs from the profile when it describes what they meter (the same mono/stereo mix).
+    plan = build_plan(profiles, duration=spec.duration, cutoff=float(spec.excerpt.lufs_cutoff),
+                      keep_profiles=ix.mono == spec.mono)
     return dataclasses.replace(rows, plan=plan)
 
 
