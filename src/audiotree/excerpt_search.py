@@ -95,16 +95,24 @@ class RowPlan(NamedTuple):
         """
         if self.profile is None:
             return None
-        from audiotree.index.profile import GATING_BLOCKS, window_loudness
+        from audiotree.dsp.loudness import gated_from_block_power
+        from audiotree.index.profile import GATING_BLOCKS
 
-        blocks = self.profile[block:block + self.window_blocks]
-        lufs = window_loudness(blocks, blocks.size)
-        if lufs.size == 0:
+        # One window only: the gating blocks straight from a cumulative sum, as window_loudness
+        # computes them for every start (its validation and slicing cost more than this on the hot path).
+        blocks = self.profile[block:block + self.window_blocks].astype(np.float64)
+        if blocks.size == 0:
             return None
-        quads = blocks[: blocks.size // GATING_BLOCKS * GATING_BLOCKS].reshape(-1, GATING_BLOCKS).mean(axis=1)
+        if blocks.size >= GATING_BLOCKS:
+            csum = np.cumsum(blocks)
+            gating = (csum[GATING_BLOCKS - 1:] - np.r_[0.0, csum[:-GATING_BLOCKS]]) / GATING_BLOCKS
+        else:
+            gating = blocks.mean(keepdims=True)
+        lufs = float(gated_from_block_power(gating[None])[0])
+        quads = gating[: blocks.size - GATING_BLOCKS + 1: GATING_BLOCKS]
         with np.errstate(divide="ignore"):
             windows = np.where(quads > 0, -0.691 + 10 * np.log10(np.maximum(quads, 1e-300)), -np.inf)
-        return float(lufs[0]), windows.astype(np.float32)
+        return lufs, windows.astype(np.float32)
 
     @property
     def qualifies(self) -> bool:
