@@ -225,3 +225,19 @@ def test_skip_silent_errors(with_silent, tmp_path):
     with pytest.raises(RuntimeError, match="leaves nothing to sample"):
         create_audio_dataset(index=tmp_path / "a.parquet", sample_rate=RATE, duration=DURATION,
                              excerpt=ExcerptConfig(strategy="loudest", skip_silent=True, lufs_cutoff=-10.0))
+
+
+def test_profile_loudness_of_one_window_matches_window_loudness():
+    from audiotree.index.profile import window_loudness
+
+    rng = np.random.default_rng(5)
+    profile = (10 ** rng.uniform(-9, -1, 400)).astype(np.float32)
+    profile[100:160] = 0  # digital silence is gated away
+    plan = build_plan([profile], duration=DURATION, cutoff=-90.0, keep_profiles=True).row(0)
+    reference = window_loudness(profile, plan.window_blocks)
+    for block in (0, 90, 120, 200, 370):
+        lufs, windows = plan.loudness(block)
+        assert lufs == pytest.approx(reference[block], abs=1e-9) or lufs == reference[block] == -np.inf
+        quads = profile[block:block + 28].astype(np.float64).reshape(7, 4).mean(axis=1)
+        with np.errstate(divide="ignore"):
+            np.testing.assert_allclose(windows, -0.691 + 10 * np.log10(quads), atol=1e-4)

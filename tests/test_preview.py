@@ -104,6 +104,7 @@ def test_render_preview_files_and_manifest(corpus, tmp_path):
         svg = (tmp_path / "p" / record["image"]).read_text()
         assert svg.startswith("<svg") and "cutoff -35 LUFS" in svg and "<polyline" in svg
         assert record["lufs"] == pytest.approx(float(item.lufs[0]), abs=1e-3)
+        assert record["excerpt_method"] == "search" and "(search)" in svg  # how loudest chose it
     # Sections are grouped by source.
     sections = re.findall(r'<section data-source="([^"]+)"', page)
     assert len(sections) == len(set(sections)) == len({r["source"] for r in manifest["excerpts"]})

@@ -47,6 +47,25 @@ EXCERPT_METHODS = ("start", "random", "search", "index")
 #: qualifying: 5x the profile's measured error on program material (0.1 LU),
 #: so a window the meter would put below the cutoff is (all but) never drawn.
 PROFILE_MARGIN_LU = 0.5
+_LUFS_OFFSET = -0.691
+_ABS_GATE = 10 ** ((-70.0 - _LUFS_OFFSET) / 10)  # BS.1770: -70 LUFS absolute gate, as a mean square
+_REL_GATE = 0.1  # and 10 LU below the absolutely gated mean
+
+
+def _gate_one(gating: np.ndarray) -> float:
+    """BS.1770 gated loudness of one window's gating-block mean squares.
+
+    The same gates as :func:`audiotree.dsp.loudness.gated_from_block_power`,
+    for a single 1-D window: its general (batched, masked) form costs
+    ~10x more than this on a few dozen blocks, once per item.
+    """
+    kept = gating[gating > _ABS_GATE]
+    if kept.size == 0:
+        return -math.inf
+    kept = kept[kept > float(kept.sum()) / kept.size * _REL_GATE]
+    return _LUFS_OFFSET + 10 * math.log10(float(kept.sum()) / kept.size) if kept.size else -math.inf
+
+
 # Probe search: probes at most this many per file, this long (seconds).
 _MAX_PROBES = 4096
 _MIN_PROBE_SEC = 0.01
@@ -95,24 +114,23 @@ class RowPlan(NamedTuple):
         """
         if self.profile is None:
             return None
-        from audiotree.dsp.loudness import gated_from_block_power
         from audiotree.index.profile import GATING_BLOCKS
 
         # One window only: the gating blocks straight from a cumulative sum, as window_loudness
         # computes them for every start (its validation and slicing cost more than this on the hot path).
-        blocks = self.profile[block:block + self.window_blocks].astype(np.float64)
+        blocks = self.profile[block:block + self.window_blocks]
         if blocks.size == 0:
             return None
+        csum = np.zeros(blocks.size + 1)
+        np.cumsum(blocks, dtype=np.float64, out=csum[1:])
         if blocks.size >= GATING_BLOCKS:
-            csum = np.cumsum(blocks)
-            gating = (csum[GATING_BLOCKS - 1:] - np.r_[0.0, csum[:-GATING_BLOCKS]]) / GATING_BLOCKS
+            gating = (csum[GATING_BLOCKS:] - csum[:-GATING_BLOCKS]) * (1.0 / GATING_BLOCKS)
         else:
-            gating = blocks.mean(keepdims=True)
-        lufs = float(gated_from_block_power(gating[None])[0])
+            gating = csum[-1:] / blocks.size
         quads = gating[: blocks.size - GATING_BLOCKS + 1: GATING_BLOCKS]
         with np.errstate(divide="ignore"):
-            windows = np.where(quads > 0, -0.691 + 10 * np.log10(np.maximum(quads, 1e-300)), -np.inf)
-        return lufs, windows.astype(np.float32)
+            windows = _LUFS_OFFSET + 10 * np.log10(quads)  # log10(0) = -inf: silence
+        return _gate_one(gating), windows.astype(np.float32)
 
     @property
     def qualifies(self) -> bool:

@@ -472,13 +472,16 @@ def render_preview(
         caption = f"{os.path.basename(filepath)}  [{offset:.2f}, {offset + duration:.2f}] s"
         if lufs is not None:
             caption += f"  {lufs:.1f} LUFS"
+        method = _excerpt_method(tree)
+        if method is not None:  # how loudest chose it: from the corpus index or by search
+            caption += f"  ({method})"
         draw = _draw_png if fmt == "png" else _draw_svg
         draw(out / image_name, curves, (offset, offset + duration), lufs_cutoff, lufs, caption)
         groups.setdefault(source, []).append({
             "index": index, "source": source, "filepath": filepath, "offset": round(offset, 6),
             "duration": round(duration, 6), "file_duration": round(curves.file_duration, 6) if math.isfinite(curves.file_duration) else None, "sample_rate": rate,
             "channels": int(waveform.shape[0]), "lufs": None if lufs is None else round(lufs, 3),
-            "wav": wav_name, "image": image_name,
+            "wav": wav_name, "image": image_name, "excerpt_method": method,
         })
 
     records = [r for group in groups.values() for r in group]
@@ -491,3 +494,13 @@ def render_preview(
     manifest = {"title": title, "image_format": fmt, "lufs_cutoff": lufs_cutoff, "excerpts": records}
     (out / _MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return PreviewResult(index=index_path, excerpts=records, image_format=fmt)
+
+
+def _excerpt_method(tree: Any) -> str | None:
+    """``"index"``/``"search"`` from ``extras["excerpt_method"]`` (``None`` when absent)."""
+    code = (getattr(tree, "extras", None) or {}).get("excerpt_method")
+    if code is None:
+        return None
+    from audiotree.excerpt_search import method_name
+
+    return method_name(np.asarray(code).reshape(-1)[0])
