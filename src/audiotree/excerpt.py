@@ -24,9 +24,13 @@ near-silence with one loud passage, that misses most of the time. Ours:
    estimate cannot clear the cutoff (K-weighting adds at most ~4 dB) moves to
    the nearest window that can. A loud passage longer than ``duration`` is
    therefore always found, and offsets stay spread over every loud region.
-4. Longer files keep seeking. The raw block energies bound an excerpt's
-   loudness from above, and the meter is skipped for candidates that cannot beat
-   the loudest so far.
+4. Longer files are probed (:mod:`audiotree.excerpt_search`): short reads
+   ``duration / 2`` apart map the raw energy along the file, then each further
+   attempt reads ``2 * duration`` around the loudest unexplored probe and
+   meters the loudest window in it. The raw block energies bound an excerpt's
+   loudness from above, and the meter is skipped for candidates that cannot
+   beat the loudest so far. With a corpus index none of this runs: the index's
+   loudness profiles say which windows clear the cutoff (``plan=``).
 5. Only the winner is resampled. Its ``lufs``/``lufs_windows`` come from the
    same K-weighting pass that accepted it, measured on real samples only (zero
    padding is never filtered).
@@ -34,7 +38,9 @@ near-silence with one loud passage, that misses most of the time. Ours:
 Cost per item at native rate ``r``: one seek+read of ``duration`` and one
 K-weighting pass when the first attempt clears the cutoff. A miss on a short
 file adds one decode of the file and ~4 flops per sample for the map; each
-further metered attempt adds one K-weighting pass of ``duration``.
+further metered attempt adds one K-weighting pass of ``duration``. A miss on
+a long file adds the probes and at most ``num_tries - 1`` reads of
+``2 * duration`` (bounds in ``docs/excerpts.md``).
 """
 
 from __future__ import annotations

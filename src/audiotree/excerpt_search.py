@@ -52,18 +52,23 @@ _ABS_GATE = 10 ** ((-70.0 - _LUFS_OFFSET) / 10)  # BS.1770: -70 LUFS absolute ga
 _REL_GATE = 0.1  # and 10 LU below the absolutely gated mean
 
 
-def _gate_one(gating: np.ndarray) -> float:
-    """BS.1770 gated loudness of one window's gating-block mean squares.
+def _to_lufs(ms: float) -> float:
+    return _LUFS_OFFSET + 10 * math.log10(ms) if ms > 0 else -math.inf
+
+
+def _gate_one(gating: list) -> float:
+    """BS.1770 gated loudness of one window's gating-block mean squares (floats).
 
     The same gates as :func:`audiotree.dsp.loudness.gated_from_block_power`,
-    for a single 1-D window: its general (batched, masked) form costs
-    ~10x more than this on a few dozen blocks, once per item.
+    for a single window: its general (batched, masked) form costs ~10x more
+    than this on a few dozen blocks, once per item.
     """
-    kept = gating[gating > _ABS_GATE]
-    if kept.size == 0:
+    kept = [ms for ms in gating if ms > _ABS_GATE]
+    if not kept:
         return -math.inf
-    kept = kept[kept > float(kept.sum()) / kept.size * _REL_GATE]
-    return _LUFS_OFFSET + 10 * math.log10(float(kept.sum()) / kept.size) if kept.size else -math.inf
+    floor = sum(kept) / len(kept) * _REL_GATE
+    kept = [ms for ms in kept if ms > floor]
+    return _to_lufs(sum(kept) / len(kept)) if kept else -math.inf
 
 
 # Probe search: probes at most this many per file, this long (seconds).
@@ -116,21 +121,20 @@ class RowPlan(NamedTuple):
             return None
         from audiotree.index.profile import GATING_BLOCKS
 
-        # One window only: the gating blocks straight from a cumulative sum, as window_loudness
-        # computes them for every start (its validation and slicing cost more than this on the hot path).
-        blocks = self.profile[block:block + self.window_blocks]
-        if blocks.size == 0:
+        # One window of a few dozen blocks: plain Python floats beat a dozen tiny NumPy calls here,
+        # and this runs once per item (window_loudness computes the same for every start).
+        blocks = self.profile[block:block + self.window_blocks].tolist()
+        if not blocks:
             return None
-        csum = np.zeros(blocks.size + 1)
-        np.cumsum(blocks, dtype=np.float64, out=csum[1:])
-        if blocks.size >= GATING_BLOCKS:
-            gating = (csum[GATING_BLOCKS:] - csum[:-GATING_BLOCKS]) * (1.0 / GATING_BLOCKS)
+        g = GATING_BLOCKS
+        if len(blocks) >= g:
+            gating = [(blocks[k] + blocks[k + 1] + blocks[k + 2] + blocks[k + 3]) * 0.25
+                      for k in range(len(blocks) - g + 1)]
         else:
-            gating = csum[-1:] / blocks.size
-        quads = gating[: blocks.size - GATING_BLOCKS + 1: GATING_BLOCKS]
-        with np.errstate(divide="ignore"):
-            windows = _LUFS_OFFSET + 10 * np.log10(quads)  # log10(0) = -inf: silence
-        return _gate_one(gating), windows.astype(np.float32)
+            gating = [sum(blocks) / len(blocks)]
+        windows = np.array([_to_lufs(ms) for ms in gating[::g]], dtype=np.float32) if len(blocks) >= g else \
+            np.zeros(0, np.float32)
+        return _gate_one(gating), windows
 
     @property
     def qualifies(self) -> bool:
