@@ -152,6 +152,11 @@ def test_items_are_deterministic_with_index(sparse_short):
         np.testing.assert_array_equal(a[i].waveform, b[i].waveform)
     offsets = {round(float(a[i].offset[0]), 1) for i in range(12)}
     assert len(offsets) > 1  # draws spread over the qualifying starts
+    # Spawned workers get the dataset pickled (plan and profiles included) and draw the same items.
+    import pickle
+
+    c = pickle.loads(pickle.dumps(a))
+    assert c[5].offset[0] == a[5].offset[0] and c[5].lufs[0] == a[5].lufs[0]
 
 
 def test_probe_layout_covers_the_file_at_half_duration():
