@@ -246,3 +246,16 @@ def test_profile_loudness_of_one_window_matches_window_loudness():
         quads = profile[block:block + 28].astype(np.float64).reshape(7, 4).mean(axis=1)
         with np.errstate(divide="ignore"):
             np.testing.assert_allclose(windows, -0.691 + 10 * np.log10(quads), atol=1e-4)
+
+
+def test_index_mix_differs_from_dataset_meters_the_winner(sparse_short):
+    # A mono index read by a mono=False dataset: the profile does not describe the item's mix, so the
+    # winner is metered (its lufs is the meter's exactly) and a draw the meter rejects is redrawn.
+    folder = sparse_short["flac"]
+    ds = create_audio_dataset(index=_index(folder), num_epochs=2, shuffle=False, sample_rate=RATE,
+                              duration=DURATION, excerpt=LOUDEST, mono=False)
+    for i in range(len(ds)):
+        tree = ds[i]
+        assert EXCERPT_METHODS[int(tree.extras["excerpt_method"][0])] == "index"
+        assert float(tree.lufs[0]) > CUTOFF
+        assert abs(float(tree.lufs[0]) - integrated_loudness(tree.waveform[0], RATE)) < 0.01
