@@ -200,9 +200,10 @@ def create_audio_dataset(
     from audiotree.sources import indexed
 
     rows = None
+    loudest = indexed.loudest_spec(excerpt, duration, has_index=index is not None, mono=mono)
     if index is not None:
         rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
-                                        max_duration=max_duration, on_stale=on_stale)
+                                        max_duration=max_duration, on_stale=on_stale, loudest=loudest)
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
         if not mono and channels is None:
             channels = indexed.first_channels(rows)
@@ -335,6 +336,12 @@ def create_balanced_audio_dataset(
     from audiotree.sources import indexed
 
     group_rows: dict = {}
+    if not isinstance(excerpt, ExcerptConfig):
+        raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
+    loudest = indexed.loudest_spec(
+        excerpt, 1.0 if duration is None else duration,
+        has_index=index is not None or any(indexed.is_index_path(v) for v in (sources or {}).values()), mono=mono,
+    )
     if index is not None:
         if group_by is None:
             raise ValueError("index= with create_balanced_audio_dataset needs group_by= (e.g. group_by='group'); or "
@@ -342,14 +349,15 @@ def create_balanced_audio_dataset(
         if sources is not None:
             raise ValueError("Pass index= (with group_by=) or sources=, not both.")
         group_rows = indexed.rows_by_group(index, group_by, labels=labels, min_duration=min_duration,
-                                           max_duration=max_duration)
+                                           max_duration=max_duration, loudest=loudest)
         sources = {name: None for name in group_rows}
     elif group_by is not None:
         raise ValueError("group_by= groups the rows of an index; pass index= as well.")
     for name, spec in (sources or {}).items():
         if indexed.is_index_path(spec):
             group_rows[name] = indexed.rows_from_index(spec, labels=labels, min_duration=min_duration,
-                                                       max_duration=max_duration, what=f"group {name!r}")
+                                                       max_duration=max_duration, what=f"group {name!r}",
+                                                       loudest=loudest)
     if group_rows:
         from audiotree.index.reader import check_on_stale
 

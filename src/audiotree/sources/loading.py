@@ -55,11 +55,14 @@ class ExcerptLoader(grain.transforms.RandomMap):
     on_read_error: str = "raise"
 
     def random_map(self, element: Any, rng: np.random.Generator):
-        path = element
+        return self.read(element, rng)
+
+    def read(self, path: Any, rng: np.random.Generator, plan: Any = None):
+        """One excerpt of ``path``; ``plan`` is a corpus index's ``RowPlan`` for ``loudest``."""
         try:
             tree = select_excerpt(
                 path, rng, duration=self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,
-                mono=self.mono, pad_mode=self.pad_mode, source=self.source,
+                mono=self.mono, pad_mode=self.pad_mode, source=self.source, plan=plan,
             )
         except AudioReadError as exc:
             handle_read_error(exc, self.on_read_error)
