@@ -153,6 +153,23 @@ def test_scan_and_lufs_cache_on_ray_equal_serial(cluster, corpus, tmp_path):
         scan_durations([*files, str(bad)], executor="ray")
 
 
+def test_index_on_ray_equals_serial(cluster, corpus, tmp_path):
+    from audiotree.index import build_index
+    from helpers import run_cli_subprocess
+
+    sources = {"speech": corpus["speech"], "music": corpus["music"]}
+    build_index(sources, tmp_path / "serial.parquet", executor="serial", show_progress=False)
+    report = build_index(sources, tmp_path / "ray.parquet", executor="ray", chunk_size=2, show_progress=False)
+    assert report.rows > 4
+    assert (tmp_path / "ray.parquet").read_bytes() == (tmp_path / "serial.parquet").read_bytes()
+    # A separate driver joining the cluster by address, as on a real cluster.
+    result = run_cli_subprocess(["index", f"speech={corpus['speech']}", f"music={corpus['music']}", "--out",
+                                 tmp_path / "cli.parquet", "--executor", "ray", "--ray-address", cluster["address"],
+                                 "--no-progress"])
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "cli.parquet").read_bytes() == (tmp_path / "serial.parquet").read_bytes()
+
+
 def _slow_duration(path: str, log: str) -> float:
     """A real header probe that takes long enough to be caught mid-task; logs each attempt."""
     from audiotree.sources.windowed import _header_duration
