@@ -118,7 +118,9 @@ def open_render(out: str | os.PathLike):
     else:
         from audiotree.sources import TreeDataSource as Source
     parts = [grain.MapDataset.source(Source(out / part["dir"])) for part in record["parts"] if part["count"]]
-    return parts[0] if len(parts) == 1 else grain.MapDataset.concatenate(parts)
+    from audiotree.sources.memory import wrap_stored
+
+    return wrap_stored(parts[0] if len(parts) == 1 else grain.MapDataset.concatenate(parts))
 
 
 def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:

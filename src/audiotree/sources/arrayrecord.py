@@ -165,4 +165,6 @@ def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, 
     """The items of ArrayRecord datasets as a ``grain.MapDataset`` (see :class:`ArrayRecordAudioSource`)."""
     import grain
 
-    return grain.MapDataset.source(ArrayRecordAudioSource(paths, shard_options=shard_options))
+    from audiotree.sources.memory import wrap_stored
+
+    return wrap_stored(grain.MapDataset.source(ArrayRecordAudioSource(paths, shard_options=shard_options)))

@@ -256,6 +256,20 @@ class AudioIterDataset(grain.IterDataset):
         return ClosingIterDataset(prefetched, prepare_workers=not plain)
 
 
+def wrap_stored(ds: grain.MapDataset) -> "AudioMapDataset":
+    """``ds`` (items read back from disk) as an :class:`AudioMapDataset`, sized by its first item.
+
+    So that pipelines over rendered datasets get audiotree's ``mp_prefetch``
+    (plain-script workers, memory checks) like the builders' datasets.
+    """
+    item_bytes = 0
+    if len(ds):
+        first = ds[0]
+        waveform = getattr(first, "waveform", None)
+        item_bytes = int(getattr(waveform, "nbytes", 0) or 0)
+    return AudioMapDataset(ds, item_bytes=item_bytes)
+
+
 def estimate_item_bytes(*, channels: int, sample_rate: int, duration: float) -> int:
     """Bytes of one float32 excerpt plus its provenance rows."""
     return int(channels) * int(round(duration * sample_rate)) * 4 + 2 * 1024 * 4 + 64
