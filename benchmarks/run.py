@@ -578,7 +578,10 @@ def render(data: dict) -> str:
         "`.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))` for 2 workers; a torch `DataLoader(batch_size=32, "
         "num_workers=...)` for lhotse (`CutSet.from_manifests(recordings=RecordingSet.from_recordings(Recording.from_file(p) ...))`, "
         "then per item `cut.truncate(offset=random, duration=3.0).resample(44100).load_audio()`) and the plain "
-        "`Dataset`; the plain loop forks 2 processes for 2 workers.",
+        "`Dataset` (in-process, i.e. 0 workers, the harness calls `torch.set_num_threads(1)`, as a `DataLoader` "
+        "worker does itself, so torch's intra-op pool does not spin on the second core); the plain loop forks 2 "
+        "processes for 2 workers. Each library's dataset is built the way its docs show; lhotse resamples with its "
+        "own backend (SciPy here, torchaudio is not installed).",
         f"* Timed window: {rb[0].batches if rb else '?'} (random) / {lb[0].batches if lb else '?'} (loudest) batches "
         "after a warm-up (the first batch; with 2 workers the first 4). Each run is a fresh interpreter; the "
         f"implementations of a configuration run interleaved (A, B, C, A, B, C, ...), {args['runs']} time(s) each"
