@@ -46,12 +46,24 @@ import math
 import numbers
 
 import numpy as np
-from scipy.signal import sosfilt
 
-try:  # scipy's C kernel behind sosfilt; see _k_filter for why we call it directly
-    from scipy.signal._sosfilt import _sosfilt as _sosfilt_kernel
-except ImportError:  # pragma: no cover - other scipy layouts use the public function
-    _sosfilt_kernel = None
+
+@functools.cache
+def _scipy_sosfilt():
+    """``(sosfilt, kernel)``: scipy's public function and the C kernel behind it (or None).
+
+    Imported on first use, not with this module: ``scipy.signal`` pulls in most of
+    SciPy (about 1 s of CPU and tens of MB per process), and ``audiotree.dsp`` is
+    imported by every data-loader worker, most of which (random excerpts) never meter.
+    See ``_k_filter`` for why the kernel is called directly.
+    """
+    from scipy.signal import sosfilt
+
+    try:
+        from scipy.signal._sosfilt import _sosfilt as kernel
+    except ImportError:  # pragma: no cover - other scipy layouts use the public function
+        kernel = None
+    return sosfilt, kernel
 
 __all__ = [
     "ABSOLUTE_GATE_LUFS",
@@ -258,13 +270,14 @@ def _k_filter(sos: np.ndarray, x: np.ndarray) -> np.ndarray:
     C-contiguous ``(signals, samples)`` float64 array in place; when a scipy
     release lays it out differently, the public function is used.
     """
-    if _sosfilt_kernel is None:
+    sosfilt, kernel = _scipy_sosfilt()
+    if kernel is None:
         return sosfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
     if not sos.flags.writeable:  # the kernel takes a writable buffer (it never writes to it)
         sos = sos.copy()
     y = np.array(x.reshape(-1, x.shape[-1]), dtype=np.float64, order="C")  # a copy, filtered in place
     try:
-        _sosfilt_kernel(sos, y, np.zeros((y.shape[0], sos.shape[0], 2)))
+        kernel(sos, y, np.zeros((y.shape[0], sos.shape[0], 2)))
     except (TypeError, ValueError):  # pragma: no cover - kernel signature changed
         return sosfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
     return y.reshape(x.shape)
