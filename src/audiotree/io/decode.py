@@ -66,6 +66,7 @@ import numpy as np
 import soundfile
 
 from audiotree.errors import AudioReadError
+from audiotree.io import storage
 from audiotree.io.formats import PYAV_EXTENSIONS, normalize_extension, pyav_available
 
 __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
@@ -121,12 +122,13 @@ class AudioInfo:
 
 def _failure_hint(path: str, size: int | None) -> str:
     """An actionable hint for a file that failed to open or decode."""
+    path = storage.redact(path)
     if size == 0:
         return (
             "The file is empty (0 bytes); it was probably truncated while being copied or "
             f"downloaded. Re-create it or remove it from the dataset, {_SKIP_HINT}."
         )
-    if os.path.isdir(path):
+    if not storage.is_url(path) and os.path.isdir(path):
         return "The path is a directory, not an audio file; fix the file list."
     return (
         "The file may be corrupt, truncated, or not audio at all. Re-encode it "
@@ -141,14 +143,33 @@ def _describe(exc: BaseException) -> str:
 
 
 def _error(path: str, exc: BaseException, hint: str) -> AudioReadError:
-    return AudioReadError(f"Failed to read audio file '{path}': {_describe(exc)}. {hint}", path)
+    message = f"Failed to read audio file '{path}': {_describe(exc)}. {hint}"
+    return AudioReadError(storage.redact(message), storage.redact(path))
 
 
 def _file_size(path: str) -> int | None:
     try:
-        return os.stat(path).st_size
+        return storage.file_size(path)
     except OSError:
         return None
+
+
+def _read_span(source: Any, offset: int, count: int) -> bytes:
+    """``count`` bytes at ``offset`` (negative: from the end) of a path or an open file object.
+
+    A file object shared with a decoder gets its position back, so the
+    decoder's own bookkeeping stays right.
+    """
+    if isinstance(source, str):
+        with open(source, "rb") as fh:
+            return _read_span(fh, offset, count)
+    saved = source.tell()
+    try:
+        size = source.seek(0, os.SEEK_END)
+        source.seek(max(0, size + offset) if offset < 0 else offset)
+        return source.read(count)
+    finally:
+        source.seek(saved)
 
 
 def _check_finite(x: np.ndarray, path: str, start: int) -> None:
@@ -235,7 +256,7 @@ _MPEG_PREROLL_FRAMES = 8
 _OGG_MAX_PAGE = 27 + 255 + 255 * 255
 
 
-def _ogg_final_page_span(path: str) -> int | None:
+def _ogg_final_page_span(path: Any) -> int | None:
     """Granule span of the last Ogg page of ``path``, or None if unparsable.
 
     The span is in the codec's granule units (samples for Vorbis, 48 kHz
@@ -244,11 +265,7 @@ def _ogg_final_page_span(path: str) -> int | None:
     only if they chain back-to-back from the end of the file, which rejects
     "OggS" byte sequences that happen to occur inside packet data.
     """
-    with open(path, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        n = min(size, 2 * _OGG_MAX_PAGE)
-        fh.seek(size - n)
-        buf = fh.read(n)
+    buf = _read_span(path, -2 * _OGG_MAX_PAGE, 2 * _OGG_MAX_PAGE)
     pages: dict[int, tuple[int, int, int]] = {}  # end offset -> (start, granule, serial)
     i = buf.find(b"OggS")
     while i >= 0:
@@ -289,10 +306,12 @@ class _SoundfileReader:
 
     backend = "soundfile"
 
-    __slots__ = ("_file", "info", "_mode", "_pos", "_preroll", "_tail")
+    __slots__ = ("_file", "_source", "info", "_mode", "_pos", "_preroll", "_tail")
 
-    def __init__(self, path: str) -> None:
-        f = soundfile.SoundFile(path)
+    def __init__(self, path: str, source: Any = None) -> None:
+        # ``source``: the local path, or an open remote file object (closed by close()).
+        self._source = path if source is None else source
+        f = soundfile.SoundFile(self._source)
         self._file = f
         self.info = AudioInfo(path, int(f.frames), int(f.samplerate), int(f.channels), f.format, f.subtype)
         subtype = f.subtype
@@ -317,6 +336,8 @@ class _SoundfileReader:
 
     def close(self) -> None:
         self._file.close()
+        if not isinstance(self._source, str):
+            self._source.close()
 
     def _position(self) -> int:
         if self._pos is None:
@@ -328,7 +349,7 @@ class _SoundfileReader:
         if self._tail is None:
             info = self.info
             try:
-                span = _ogg_final_page_span(info.path)
+                span = _ogg_final_page_span(self._source)
             except OSError:
                 span = None
             if span is None:
@@ -411,6 +432,7 @@ class _PyAVReader:
 
     __slots__ = (
         "_path",
+        "_source",
         "_dirty",
         "_container",
         "_stream",
@@ -424,8 +446,9 @@ class _PyAVReader:
         "_jitter",
     )
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, source: Any = None) -> None:
         self._path = path
+        self._source = path if source is None else source  # path or open remote file object
         self._dirty = False
         self._open_container()
         container, stream, codec = self._container, self._stream, self._codec
@@ -464,7 +487,9 @@ class _PyAVReader:
     def _open_container(self) -> None:
         import av  # deferred: importing FFmpeg is slow and optional
 
-        container = av.open(self._path, mode="r")
+        if not isinstance(self._source, str):
+            self._source.seek(0)  # a re-open (fresh decoder) starts from the top
+        container = av.open(self._source, mode="r")
         try:
             streams = container.streams.audio
             stream = streams[0] if streams else None
@@ -499,6 +524,8 @@ class _PyAVReader:
 
     def close(self) -> None:
         self._container.close()
+        if not isinstance(self._source, str):
+            self._source.close()
 
     def _to_samples(self, ticks: int) -> int:
         """Convert a duration in stream time-base ticks to frames (rounded)."""
@@ -617,9 +644,12 @@ def _extension(path: str) -> str:
 
 
 def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
-    """Open ``path`` with the right decoder or raise AudioReadError."""
+    """Open ``path`` (a local path or a URL) with the right decoder or raise AudioReadError."""
+    if storage.is_url(path):
+        return _open_remote_reader(path)
+    path = storage.local_path(path)
     try:
-        size: int | None = os.stat(path).st_size
+        size: int | None = storage.file_size(path)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             hint = (
@@ -631,47 +661,105 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
         else:
             hint = _failure_hint(path, None)
         raise _error(path, exc, hint) from exc
+    return _open_decoder(path, size, lambda: path)
 
+
+def _open_remote_reader(url: str) -> _SoundfileReader | _PyAVReader:
+    """Opens a URL through :mod:`audiotree.io.storage`: ranged reads, no download."""
+    try:
+        first = storage.open_input(url)
+    except (ImportError, ValueError) as exc:
+        raise AudioReadError(storage.redact(str(exc)), storage.redact(url)) from exc
+    handles = [first]
+
+    def reopen():
+        # Each decoder attempt gets its own handle (a failed one may have
+        # moved or closed it); the first is reused for the first attempt.
+        if handles:
+            return handles.pop()
+        return storage.open_input(url)
+
+    try:
+        return _open_decoder(url, first.size, reopen)
+    except BaseException:
+        if not first.closed:
+            first.close()
+        raise
+
+
+def _open_decoder(path: str, size: int | None, source) -> _SoundfileReader | _PyAVReader:
+    """The decoder choice and fallbacks, for a local path or a remote file object.
+
+    ``source()`` returns what the decoder opens (the path, or a fresh remote
+    handle that the reader then owns).
+    """
     ext = _extension(path)
     if ext in PYAV_EXTENSIONS:
+        src = source()
         try:
-            return _PyAVReader(path)
+            return _PyAVReader(path, src)
         except MemoryError:
             raise
         except ImportError as exc:
+            _close_source(src)
             hint = (
                 f"Decoding {ext} files needs the optional PyAV package: install it with "
                 "`pip install av` (or `pip install audiotree[av]`), or convert the file to WAV/FLAC."
             )
             raise _error(path, exc, hint) from exc
         except Exception as exc:
+            _close_source(src)
             raise _error(path, exc, _failure_hint(path, size)) from exc
 
+    src = source()
     try:
-        reader = _SoundfileReader(path)
+        reader = _SoundfileReader(path, src)
     except MemoryError:
         raise
     except Exception as exc:
         sf_exc = exc
+        _close_source(src)
     else:
+        try:
+            _check_source(src)
+        except AudioReadError:
+            reader.close()
+            raise
         _refuse_truncated_wav(path, size, reader)
         return reader
+    if not isinstance(src, str) and src.failure is not None:
+        sf_exc = src.failure
+    if isinstance(sf_exc, AudioReadError):  # a storage error (status named): no fallback helps
+        raise sf_exc
     # libsndfile could not open it. PyAV may (unusual WAV codecs, misnamed
     # files), but an empty file is hopeless, and a fallback that "succeeds"
     # with no audio is treated as a failure rather than as a valid empty file.
     hint = _failure_hint(path, size)
     if size != 0 and pyav_available():
+        src = source()
         try:
-            reader = _PyAVReader(path)
+            reader = _PyAVReader(path, src)
         except MemoryError:
             raise
         except Exception as av_exc:
+            _close_source(src)
             hint = f"(The PyAV fallback also failed: {_describe(av_exc)}.) {hint}"
         else:
             if reader.info.frames > 0:
                 return reader
             reader.close()
     raise _error(path, sf_exc, hint) from sf_exc
+
+
+def _check_source(source: Any) -> None:
+    """Raises the storage error a remote read hit inside the decoder (see storage.RemoteInput)."""
+    if not isinstance(source, str):
+        source.check()
+
+
+def _close_source(source: Any) -> None:
+    if not isinstance(source, str) and not source.closed:
+        source.close()
 
 
 def _wav_data_chunk(head: bytes) -> tuple[int, int] | None:
@@ -698,8 +786,7 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: _SoundfileReader)
     if size is None or reader.info.format not in ("WAV", "WAVEX"):
         return
     try:
-        with open(path, "rb") as fh:
-            chunk = _wav_data_chunk(fh.read(65536))
+        chunk = _wav_data_chunk(_read_span(reader._source, 0, 65536))
     except OSError:
         return
     if chunk is None:
@@ -805,6 +892,7 @@ class AudioFile:
             return np.empty((0, self.info.channels), dtype=np.float32)
         try:
             x = reader.read(start, end - start)
+            _check_source(reader._source)
         except (AudioReadError, MemoryError):
             raise
         except Exception as exc:
