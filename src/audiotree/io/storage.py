@@ -240,20 +240,31 @@ def _status(exc: BaseException) -> int | None:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
-        return False
+    """Whether retrying may help: a transient HTTP status, or a connection/timeout error in the cause chain.
+
+    The chain matters: fsspec's HTTP backend reports a failed HEAD as
+    ``FileNotFoundError`` raised from the real error (a 503, a reset).
+    """
     status = _status(exc)
     if status is not None:
         return status in _TRANSIENT_STATUS
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return True
-    if isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT):
-        return True
-    name = type(exc).__name__
-    # aiohttp/botocore connection failures do not subclass the builtins.
-    return any(s in name for s in ("ClientConnectorError", "ServerDisconnected", "ClientPayloadError",
-                                   "ClientOSError", "ConnectionClosed", "EndpointConnectionError",
-                                   "ReadTimeout", "ConnectTimeout"))
+    cur: BaseException | None = exc
+    for _ in range(8):
+        if cur is None:
+            break
+        if isinstance(cur, (ConnectionError, TimeoutError)):
+            return True
+        if isinstance(cur, OSError) and cur.errno in (errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT):
+            return True
+        # aiohttp/botocore connection failures do not all subclass the builtins.
+        if any(s in type(cur).__name__ for s in _TRANSIENT_NAMES):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+_TRANSIENT_NAMES = ("ClientConnectorError", "ServerDisconnected", "ClientPayloadError", "ClientOSError",
+                    "ConnectionClosed", "EndpointConnectionError", "ReadTimeout", "ConnectTimeout")
 
 
 def _retry(call: Callable[[], Any], url: str, what: str, storage_options: Mapping[str, Any] | None = None):
