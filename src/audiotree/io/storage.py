@@ -347,6 +347,7 @@ def _make_cache_class():
             self.end = 0
             self.window = max(int(blocksize or 0), MIN_WINDOW)
             self.min_window = self.window
+            self.expected = 0  # bytes the caller announced for its next read (see RemoteInput.expect)
             self.full = False
 
         def _get(self, start: int, end: int) -> bytes:
@@ -393,7 +394,9 @@ def _make_cache_class():
                 self.cache = part + fetched
             else:
                 self.window = self.min_window
-                stop = min(self.size, end + self.window)
+                # An announced read (a whole excerpt) comes in one request.
+                stop = min(self.size, max(end, start + self.expected) + self.window)
+                self.expected = 0
                 fetched = self._get(start, stop)
                 if self.full:
                     return self.cache[start:end]
@@ -467,6 +470,16 @@ class RemoteInput:
             return 0
         buffer[: len(data)] = data
         return len(data)
+
+    def expect(self, nbytes: int) -> None:
+        """Announces that the next read starting at a new position will consume about ``nbytes``.
+
+        The cache then fetches them in one request instead of growing its
+        window over several (each request pays the storage's latency).
+        """
+        cache = getattr(self._file, "cache", None)
+        if cache is not None and hasattr(cache, "expected"):
+            cache.expected = max(0, min(int(nbytes), MAX_WINDOW))
 
     def check(self) -> None:
         """Raises the storage error a read hit (see :attr:`failure`), if any."""
