@@ -94,6 +94,23 @@ class LatencyProxy:
         self.sock.close()
 
 
+def _serve(latency: float, ports, counter, stop) -> None:
+    """Child process: moto S3 plus the latency proxy, so serving never shares the readers' GIL."""
+    from moto.server import ThreadedMotoServer
+
+    moto_port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
+    server.start()
+    proxy = LatencyProxy(moto_port, latency)
+    ports.put((moto_port, proxy.port))
+    try:
+        while not stop.wait(0.05):
+            counter.value = proxy.bytes_from_server
+    finally:
+        proxy.stop()
+        server.stop()
+
+
 def _encode(x: np.ndarray, rate: int, fmt: str) -> bytes:
     import soundfile
 
@@ -109,12 +126,18 @@ def main(argv=None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args(argv)
 
-    from moto.server import ThreadedMotoServer
+    import multiprocessing
 
-    moto_port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
-    server.start()
-    proxy = LatencyProxy(moto_port, args.latency_ms / 1000)
+    ctx = multiprocessing.get_context("spawn")
+    ports, counter, stop = ctx.Queue(), ctx.Value("q", 0), ctx.Event()
+    child = ctx.Process(target=_serve, args=(args.latency_ms / 1000, ports, counter, stop), daemon=True)
+    child.start()
+    moto_port, proxy_port = ports.get(timeout=120)
+
+    def sent_so_far() -> int:
+        time.sleep(0.2)  # let the child publish its count
+        return counter.value
+
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench-secret", AWS_DEFAULT_REGION="us-east-1")
     try:
         import grain
@@ -135,17 +158,17 @@ def main(argv=None) -> int:
         for i in range(24):
             direct.pipe(f"bench/clips/c{i:02d}.wav", wav)
 
-        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
+        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy_port}"
         s3fs.S3FileSystem.clear_instance_cache()
         from audiotree.io import AudioFile
         from audiotree.sources import create_audio_dataset
 
         rows = []
         for fmt in ("WAV", "FLAC"):
-            before = proxy.bytes_from_server
+            before = sent_so_far()
             with AudioFile(f"s3://bench/long/long.{fmt.lower()}") as f:
                 f.read(30 * rate, 3 * rate)
-            sent = proxy.bytes_from_server - before
+            sent = sent_so_far() - before
             excerpt = sizes[fmt] * 3 / 60
             rows.append((fmt, sent, excerpt))
 
@@ -161,15 +184,18 @@ def main(argv=None) -> int:
             rates[threads] = args.items / (time.perf_counter() - t0)
             del it
     finally:
-        proxy.stop()
-        server.stop()
+        stop.set()
+        child.join(timeout=30)
+        if child.is_alive():
+            child.terminate()
+            child.join(timeout=10)
 
     lines = [
         _BEGIN,
         "",
         "## Object storage (S3)",
         "",
-        f"`python benchmarks/storage.py` ({time.strftime('%Y-%m-%d %H:%M')}): a moto S3 server on 127.0.0.1 behind a "
+        f"`python benchmarks/storage.py` ({time.strftime('%Y-%m-%d %H:%M')}): a moto S3 server on 127.0.0.1 (in its own process) behind a "
         f"TCP proxy adding {args.latency_ms:g} ms to every request; bytes counted at the proxy (server side, HTTP "
         "headers included).",
         "",
