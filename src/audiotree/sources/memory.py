@@ -76,7 +76,26 @@ def _check(total: float, detail: str, ram: int | None) -> None:
         )
 
 
-class AudioMapDataset(grain.MapDataset):
+class _Chained:
+    """Grain's element-wise transformations, each re-wrapped by the subclass's ``_then``."""
+
+    def map(self, transform):
+        return self._then("map", transform)
+
+    def map_with_index(self, transform):
+        return self._then("map_with_index", transform)
+
+    def random_map(self, transform, *, seed: int | None = None):
+        return self._then("random_map", transform, seed=seed)
+
+    def filter(self, transform):
+        return self._then("filter", transform)
+
+    def seed(self, seed: int):
+        return self._then("seed", seed)
+
+
+class AudioMapDataset(_Chained, grain.MapDataset):
     """A pass-through ``MapDataset`` that knows its item size in bytes.
 
     Grain's transformations called on it (``map``, ``random_map``, ``filter``,
@@ -111,21 +130,6 @@ class AudioMapDataset(grain.MapDataset):
         # outermost node: the graph below is Grain's own, and so are the
         # default seeds Grain derives from it (they depend on node depths).
         return AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor)
-
-    def map(self, transform):
-        return self._then("map", transform)
-
-    def map_with_index(self, transform):
-        return self._then("map_with_index", transform)
-
-    def random_map(self, transform, *, seed: int | None = None):
-        return self._then("random_map", transform, seed=seed)
-
-    def filter(self, transform):
-        return self._then("filter", transform)
-
-    def seed(self, seed: int):
-        return self._then("seed", seed)
 
     def shuffle(self, seed: int | None = None):
         return self._then("shuffle", seed)
@@ -169,7 +173,7 @@ class AudioMapDataset(grain.MapDataset):
 WORKER_READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
-class AudioIterDataset(grain.IterDataset):
+class AudioIterDataset(_Chained, grain.IterDataset):
     """A pass-through ``IterDataset`` that checks ``mp_prefetch`` buffer memory.
 
     It remembers how it was built (the source, the read options, and every
@@ -205,21 +209,6 @@ class AudioIterDataset(grain.IterDataset):
 
     def batch(self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable | None = None):
         return self._then("batch", batch_size, factor=batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
-
-    def map(self, transform):
-        return self._then("map", transform)
-
-    def map_with_index(self, transform):
-        return self._then("map_with_index", transform)
-
-    def random_map(self, transform, *, seed: int | None = None):
-        return self._then("random_map", transform, seed=seed)
-
-    def filter(self, transform):
-        return self._then("filter", transform)
-
-    def seed(self, seed: int):
-        return self._then("seed", seed)
 
     def _rebuilt(self, options: grain.ReadOptions) -> grain.IterDataset:
         ds = self._source._iter_with(options, self._allow_nones)  # pylint: disable=protected-access

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from audiotree import _limits, _manifest
-from audiotree._fs import check_relative, fsync_dir, fsync_path, naming_os_errors
+from audiotree._fs import close_keeping_error, check_relative, fsync_dir, fsync_path, naming_os_errors
 
 __all__ = ["AudioWriter"]
 
@@ -467,15 +467,7 @@ class AudioWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is None:
-            self.close()
-            return
-        # Keep the error that ended the block (e.g. a full disk); a close() that fails
-        # after it (often for the same reason) is told in a note, not raised over it.
-        try:
-            self.close()
-        except Exception as close_error:
-            exc.add_note(f"{type(self).__name__}.close() failed too: {close_error}; the last committed manifest is kept.")
+        close_keeping_error(self, exc)
 
     def get_stats(self) -> dict:
         """``{total_files, output_directory, current_index, write_audio}`` (+ ``total_batches`` with timestamps)."""
