@@ -10,8 +10,16 @@ Protocol on stdout (one line each, flushed):
 * ``AUDIOTREE_BENCH_FIRST_BATCH`` right after the first batch arrives (the
   harness times interpreter start to this line from outside);
 * ``AUDIOTREE_BENCH_RESULT {json}`` at the end: items/s over ``--batches``
-  batches after the warm-up (the first batch; with ``k`` workers, the first ``2k``), CPU seconds of this process over the
-  same window, and the versions of what ran.
+  batches after the warm-up (the first batch; with ``k`` workers, the first ``2k``), the CPU seconds
+  (user + system) of the whole process tree over the same window (this process, its threads and
+  every live descendant: worker processes included), items per CPU-second, and the versions of what ran.
+
+Implementations: ``ours`` / ``reference`` (the installed audiotree's Grain pipeline; ``--reads sync``
+passes ``ReadOptions(num_threads=0, prefetch_buffer_size=0)``, ``default`` the library's own), ``torch``
+(our ``audiotree.torch`` adapter), ``floor`` (``floor.py``), ``plain`` (a plain torch ``Dataset``
+doing soundfile seek+read, mono, soxr HQ and padding, under a ``DataLoader``) and ``lhotse`` (a
+``CutSet`` of the recordings, random 3 s ``truncate``, ``resample`` and ``load_audio`` under a
+``DataLoader``; run from its own venv, ``benchmarks/.venv-lhotse``).
 """
 
 from __future__ import annotations
@@ -50,12 +58,17 @@ def grain_dataset(config: str, corpus: str):
     )
 
 
-def grain_batches(config: str, corpus: str, workers: int, batch_size: int):
+def grain_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
     import grain
 
     from audiotree import AudioTree
 
-    it = grain_dataset(config, corpus).to_iter_dataset().batch(batch_size, batch_fn=AudioTree.batch)
+    ds = grain_dataset(config, corpus)
+    if reads == "sync":  # the seed page's advice: no read threads, no prefetch buffer
+        it = ds.to_iter_dataset(read_options=grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+    else:
+        it = ds.to_iter_dataset()
+    it = it.batch(batch_size, batch_fn=AudioTree.batch)
     if workers:
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
     return iter(it)
@@ -67,7 +80,7 @@ _TORCH_DATASETS = ("TorchDataset", "AudioTorchDataset", "MapStyleDataset", "as_t
 _TORCH_COLLATES = ("collate", "collate_fn", "collate_audio_trees", "collate_trees")
 
 
-def torch_batches(config: str, corpus: str, workers: int, batch_size: int):
+def torch_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
     """Our ``audiotree.torch`` path: a torch ``DataLoader`` over the same dataset."""
     import audiotree.torch as att  # ImportError -> the harness reports n/a
 
@@ -92,7 +105,7 @@ def torch_batches(config: str, corpus: str, workers: int, batch_size: int):
     return iter(loader)
 
 
-def floor_batches(config: str, corpus: str, workers: int, batch_size: int):
+def floor_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import floor
 
@@ -105,6 +118,120 @@ def floor_batches(config: str, corpus: str, workers: int, batch_size: int):
         groups = {g: floor.list_files(folder) for g, folder in folders.items()}
         weights = WEIGHTS
     return floor.floor_batches(groups, weights, cfg, workers=workers)
+
+
+def _all_files(corpus: str) -> list[str]:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import floor
+
+    return sorted(f for folder in _folders(corpus).values() for f in floor.list_files(folder))
+
+
+class _PlainDataset:
+    """Item ``i``: a random file, a random 3 s excerpt, mono, soxr HQ to the target rate, padded.
+
+    Seeded per item (``default_rng([0, i])``), so any worker computes the same item.
+    """
+
+    def __init__(self, files: list[str], duration: float, rate: int):
+        self.files, self.duration, self.rate = files, duration, rate
+
+    def __len__(self):
+        return 1 << 30
+
+    def __getitem__(self, i):
+        import numpy as np
+        import soundfile
+        import soxr
+
+        rng = np.random.default_rng([0, i])
+        path = self.files[int(rng.integers(len(self.files)))]
+        with soundfile.SoundFile(path) as f:
+            rate, frames = f.samplerate, f.frames
+            need = int(self.duration * rate + 0.999999) + 1
+            f.seek(int(rng.integers(0, max(frames - need, 0) + 1)))
+            x = f.read(need, dtype="float32", always_2d=True)
+        x = x.mean(axis=1, keepdims=True, dtype=np.float32)
+        if rate != self.rate:
+            x = soxr.resample(x, rate, self.rate)
+        target = int(round(self.duration * self.rate))
+        out = np.zeros((1, target), dtype=np.float32)
+        n = min(target, x.shape[0])
+        out[0, :n] = x[:n, 0]
+        return out
+
+
+class _LhotseDataset:
+    """Item ``i``: a random cut of the ``CutSet``, truncated to a random 3 s, resampled, loaded, mono, padded."""
+
+    def __init__(self, cuts: list, duration: float, rate: int):
+        self.cuts, self.duration, self.rate = cuts, duration, rate
+
+    def __len__(self):
+        return 1 << 30
+
+    def __getitem__(self, i):
+        import numpy as np
+
+        rng = np.random.default_rng([0, i])
+        cut = self.cuts[int(rng.integers(len(self.cuts)))]
+        if cut.duration > self.duration:
+            cut = cut.truncate(offset=float(rng.uniform(0.0, cut.duration - self.duration)), duration=self.duration)
+        cut = cut.resample(self.rate)
+        audio = cut.load_audio()  # (channels, samples)
+        x = audio.mean(axis=0, dtype=np.float32)
+        target = int(round(self.duration * self.rate))
+        out = np.zeros((1, target), dtype=np.float32)
+        n = min(target, x.shape[0])
+        out[0, :n] = x[:n]
+        return out
+
+
+def _loader(dataset, workers: int, batch_size: int):
+    import torch
+    import torch.utils.data
+
+    if not workers:
+        # DataLoader workers run torch single-threaded; in-process, torch's intra-op pool
+        # (default_collate's torch.stack) would otherwise keep a second core spinning.
+        torch.set_num_threads(1)
+
+    return iter(torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
+                                            persistent_workers=workers > 0))
+
+
+def plain_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
+    cfg = CONFIGS[config]
+    return _loader(_PlainDataset(_all_files(corpus), cfg["duration"], cfg["sample_rate"]), workers, batch_size)
+
+
+def lhotse_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
+    from lhotse import CutSet, Recording, RecordingSet
+
+    cfg = CONFIGS[config]
+    recordings = RecordingSet.from_recordings(Recording.from_file(p) for p in _all_files(corpus))
+    cuts = list(CutSet.from_manifests(recordings=recordings))
+    return _loader(_LhotseDataset(cuts, cfg["duration"], cfg["sample_rate"]), workers, batch_size)
+
+
+def tree_cpu_seconds() -> float:
+    """User + system CPU seconds of this process (all threads) and every live descendant.
+
+    Reaped children count too (``children_user``/``children_system``), so a worker that
+    exits inside the window is not lost.
+    """
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in me.children(recursive=True):
+        try:
+            c = child.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += c.user + c.system
+    return total
 
 
 def _batch_items(batch) -> int:
@@ -124,6 +251,15 @@ def _versions(impl: str) -> dict:
 
     out.update(numpy=numpy.__version__, soundfile=soundfile.__version__, soxr=soxr.__version__,
                libsndfile=soundfile.__libsndfile_version__)
+    if impl in ("plain", "lhotse"):
+        import torch
+
+        out["torch"] = torch.__version__
+        if impl == "lhotse":
+            import lhotse
+
+            out["lhotse"] = lhotse.__version__
+        return out
     if impl == "floor":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import floor
@@ -151,7 +287,8 @@ def _versions(impl: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--impl", choices=("ours", "reference", "floor", "torch"), required=True)
+    ap.add_argument("--impl", choices=("ours", "reference", "floor", "torch", "plain", "lhotse"), required=True)
+    ap.add_argument("--reads", choices=("sync", "default"), default="default")
     ap.add_argument("--config", choices=tuple(CONFIGS), required=True)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--corpus", required=True)
@@ -164,8 +301,9 @@ def main(argv=None) -> int:
         from absl import flags
 
         flags.FLAGS.mark_as_parsed()
-    make = {"ours": grain_batches, "reference": grain_batches, "torch": torch_batches, "floor": floor_batches}[args.impl]
-    it = make(args.config, args.corpus, args.workers, args.batch_size)
+    make = {"ours": grain_batches, "reference": grain_batches, "torch": torch_batches, "floor": floor_batches,
+            "plain": plain_batches, "lhotse": lhotse_batches}[args.impl]
+    it = make(args.config, args.corpus, args.workers, args.batch_size, args.reads)
     first = next(it)
     print(FIRST, flush=True)
     # With workers, batches come round-robin: wait until every worker has delivered one
@@ -173,14 +311,14 @@ def main(argv=None) -> int:
     for _ in range(2 * args.workers - 1 if args.workers else 0):
         next(it)
     items = 0
-    cpu0, t0 = os.times(), time.perf_counter()
+    cpu0, t0 = tree_cpu_seconds(), time.perf_counter()
     for _ in range(args.batches):
         items += _batch_items(next(it))
     elapsed = time.perf_counter() - t0
-    cpu1 = os.times()
-    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    cpu = tree_cpu_seconds() - cpu0
     result = {
         "items": items, "seconds": elapsed, "items_per_s": items / elapsed, "cpu_seconds": cpu,
+        "items_per_cpu_s": items / cpu if cpu > 0 else None,
         "first_batch_items": _batch_items(first), "versions": _versions(args.impl),
     }
     print(RESULT, json.dumps(result), flush=True)

@@ -1,25 +1,24 @@
 #!/usr/bin/env python
-"""audiotree benchmarks: ours vs the published audiotree 1.0.0 vs the physical floor.
+"""audiotree benchmarks, per CPU core: ours vs audiotree 1.0 vs lhotse vs plain loops.
 
-    python benchmarks/run.py            # full run, rewrites BENCHMARKS.md (~12 min on 2 cores)
-    python benchmarks/run.py --quick    # smoke run: tiny corpus, ours + floor, 1 run
+    python benchmarks/run.py            # full run: both corpora, all peers; rewrites BENCHMARKS.md
+    python benchmarks/run.py --quick    # smoke run: tiny synthetic corpus, ours + plain loops, 1 run
 
-Run it with the dev venv (``audiotree`` installed, plus ``psutil`` and
-``loudness``). See BENCHMARKS.md for the method; in short:
+Run it with the dev venv (``audiotree`` installed, plus ``psutil``, ``loudness``
+and ``torch``). In short:
 
-1. A deterministic synthetic corpus (``benchmarks/corpus.py``) is built once
-   and cached under ``benchmarks/.corpus/``.
-2. The reference, ``audiotree==1.0.0`` from PyPI, lives in its own venv
-   ``benchmarks/.venv-reference/`` (created here if missing; torch is
-   constrained to 2.13.0 should anything ask for it).
-3. Every configuration runs ours, the reference and the floor *interleaved*
-   (A, B, C, A, B, C, ...), each run in a fresh interpreter
-   (``benchmarks/bench_worker.py``), and we report medians and ratios. While a
-   run is alive the harness samples the RSS of its whole process tree and
-   times interpreter start to the first batch from outside.
-4. First run in a fresh venv: ours is pip-installed from this repo into a
-   throwaway venv; the reference's first run is emulated with an empty
-   ``NUMBA_CACHE_DIR``.
+1. Two corpora, cached under ``benchmarks/.corpus/``: the synthetic one
+   (``benchmarks/corpus.py``) and a real one built from audio Debian packages
+   ship (``benchmarks/real_corpus.py``).
+2. Peers live in their own venvs, created here if missing: the published
+   ``audiotree==1.0.0`` in ``benchmarks/.venv-reference/`` and lhotse in
+   ``benchmarks/.venv-lhotse/`` (torch pinned to 2.13.0 in both).
+3. Every configuration runs its implementations *interleaved* (A, B, C, A, B,
+   C, ...), each run in a fresh interpreter (``benchmarks/bench_worker.py``),
+   which reports items per CPU-second of its whole process tree. The harness
+   samples the tree's RSS and times start to first batch from outside.
+4. BENCHMARKS.md is rewritten; sections other harnesses append (from their
+   ``<!-- ... -->`` marker on) are kept.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKER = HERE / "bench_worker.py"
 REF_VENV = HERE / ".venv-reference"
+LHOTSE_VENV = HERE / ".venv-lhotse"
 FRESH_VENV = HERE / ".venv-fresh-ours"
 RESULTS = HERE / ".results"
 CORPUS_ROOT = HERE / ".corpus"
@@ -53,31 +53,45 @@ TORCH_PIN = "torch==2.13.0"
 sys.path.insert(0, str(HERE))
 import bench_worker  # noqa: E402  (shared protocol constants and configs)
 import corpus as corpus_mod  # noqa: E402
+from _sections import keep_sections  # noqa: E402
 
-IMPLS = ("ours", "reference", "floor", "torch")
+IMPLS = ("ours", "reference", "floor", "plain", "lhotse", "torch")
+CORPORA = ("synthetic", "real")
+OURS_SRC = [str(REPO / "src")]  # --ours-src: measure a frozen copy while the tree is being edited
 
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-    """One configuration; its impls run interleaved."""
+    """One configuration on one corpus; its impls run interleaved."""
 
     key: str
     label: str
     config: str
     workers: int
+    reads: str  # "sync": ReadOptions(num_threads=0, prefetch_buffer_size=0); "default": the library's own
     impls: tuple[str, ...]
     batches: int
+    corpus: str = "synthetic"
 
 
 def groups_for(args) -> list[Group]:
-    rb, lb = (args.batches, args.batches) if args.batches else (80, 40)
-    three = ("ours", "reference", "floor")
-    return [
-        Group("random_0w", "random 3 s @44.1k, 0 workers", "random", 0, three, rb),
-        Group("random_2w", "random 3 s @44.1k, 2 workers", "random", 2, three, rb),
-        Group("loudest_0w", "balanced loudest 3 s @48k, 0 workers", "loudest", 0, three, lb),
-        Group("loudest_2w", "balanced loudest 3 s @48k, 2 workers", "loudest", 2, three + ("torch",), lb),
-    ]
+    rb, lb = (args.batches, args.batches) if args.batches else (12, 8)
+    out = []
+    for corpus in args.corpora:
+        out += [
+            Group("random_sync_0w", "random 3 s @44.1k, sync reads, 0 workers", "random", 0, "sync",
+                  ("ours", "reference", "floor", "plain", "lhotse"), rb, corpus),
+            Group("random_sync_2w", "random 3 s @44.1k, sync reads, 2 workers", "random", 2, "sync",
+                  ("ours", "reference", "plain", "lhotse"), rb, corpus),
+            Group("random_default_0w", "random 3 s @44.1k, default ReadOptions, 0 workers", "random", 0, "default",
+                  ("ours", "reference"), rb, corpus),
+            Group("loudest_sync_0w", "balanced loudest 3 s @48k, sync reads, 0 workers", "loudest", 0, "sync",
+                  ("ours", "reference", "floor"), lb, corpus),
+            Group("loudest_sync_2w", "balanced loudest 3 s @48k, sync reads, 2 workers", "loudest", 2, "sync",
+                  ("ours", "reference", "torch"), lb, corpus),
+        ]
+    return out
+
 
 
 def log(msg: str) -> None:
@@ -179,25 +193,57 @@ def subprocess_env(extra: dict | None = None) -> dict:
 
 
 def python_for(impl: str) -> str:
-    return str(REF_VENV / "bin" / "python") if impl == "reference" else sys.executable
+    if impl == "reference":
+        return str(REF_VENV / "bin" / "python")
+    if impl == "lhotse":
+        return str(LHOTSE_VENV / "bin" / "python")
+    return sys.executable
 
 
 def run_one(impl: str, group: Group, corpus_dir: str, *, run: int, timeout: float, logs: Path) -> dict:
     cmd = [
         python_for(impl), str(WORKER), "--impl", impl, "--config", group.config, "--workers", str(group.workers),
-        "--corpus", corpus_dir, "--batches", str(group.batches),
+        "--corpus", corpus_dir, "--batches", str(group.batches), "--reads", group.reads,
     ]
-    raw = run_process(cmd, env=subprocess_env(), timeout=timeout, log_path=logs / f"{group.key}-{impl}-{run}.log")
-    rec = {"impl": impl, "group": group.key, "run": run, "ok": raw["result"] is not None,
+    name = f"{group.corpus}-{group.key}-{impl}-{run}"
+    # "ours" is this checkout's source tree, whatever the dev venv's editable install points at.
+    env = subprocess_env({"PYTHONPATH": OURS_SRC[0]} if impl in ("ours", "torch") else None)
+    raw = run_process(cmd, env=env, timeout=timeout, log_path=logs / f"{name}.log")
+    rec = {"impl": impl, "group": group.key, "corpus": group.corpus, "run": run, "ok": raw["result"] is not None,
            "first_batch_s": raw["first_batch_s"], "peak_rss": raw["peak_rss"], "wall_s": raw.get("seconds")}
     if raw["result"] is not None:
-        rec.update(items_per_s=raw["result"]["items_per_s"], cpu_seconds=raw["result"]["cpu_seconds"],
-                   window_s=raw["result"]["seconds"], versions=raw["result"]["versions"])
+        res = raw["result"]
+        rec.update(items_per_s=res["items_per_s"], cpu_seconds=res["cpu_seconds"], window_s=res["seconds"],
+                   items_per_cpu_s=res.get("items_per_cpu_s"), versions=res["versions"])
     else:
         rec["error"] = raw.get("error") or "failed"
-        text = (logs / f"{group.key}-{impl}-{run}.log").read_text(errors="replace")
-        rec["unavailable"] = impl == "torch" and ("ImportError" in text or "ModuleNotFoundError" in text)
+        text = (logs / f"{name}.log").read_text(errors="replace")
+        rec["unavailable"] = impl in ("torch", "lhotse", "plain") and (
+            "ImportError" in text or "ModuleNotFoundError" in text)
     return rec
+
+
+# ------------------------------------------------------------------ lhotse
+def ensure_lhotse() -> dict:
+    """Creates ``benchmarks/.venv-lhotse`` if missing (lhotse never enters the dev venv)."""
+    py = LHOTSE_VENV / "bin" / "python"
+    check = [str(py), "-c", "import lhotse, torch, psutil, scipy; print(lhotse.__version__)"]
+    res = subprocess.run(check, capture_output=True, text=True, env=subprocess_env()) if py.exists() else None
+    if res is not None and res.returncode == 0:
+        return {"ok": True, "version": res.stdout.strip(), "packages": _pip_list(py)}
+    log(f"creating the lhotse venv {LHOTSE_VENV.relative_to(REPO)} ...")
+    shutil.rmtree(LHOTSE_VENV, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(LHOTSE_VENV)], check=True)
+    wheel = sorted(Path("/opt/wheels").glob("torch-2.13.0*.whl")) if Path("/opt/wheels").is_dir() else []
+    # scipy: lhotse's resampling backend when torchaudio is absent; urllib3: imported by lhotse.
+    pkgs = [str(wheel[0]) if wheel else TORCH_PIN, "lhotse", "soundfile", "soxr", "psutil", "scipy", "urllib3"]
+    res = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c",
+                          str(write_constraints()), *pkgs], capture_output=True, text=True, env=subprocess_env())
+    if res.returncode != 0:
+        return {"ok": False, "note": "pip install failed: " + (res.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    res = subprocess.run(check, capture_output=True, text=True, env=subprocess_env())
+    return {"ok": res.returncode == 0, "version": res.stdout.strip(), "packages": _pip_list(py),
+            "note": None if res.returncode == 0 else res.stderr.strip()[-300:]}
 
 
 # --------------------------------------------------------------- reference
@@ -220,7 +266,7 @@ def ensure_reference() -> dict:
     """Creates the reference venv if missing; returns {ok, note, packages}."""
     py = REF_VENV / "bin" / "python"
     check = [str(py), "-c", "import audiotree, psutil; print(audiotree.__version__)"]
-    if py.exists() and subprocess.run(check, capture_output=True, text=True).stdout.strip() == "1.0.0":
+    if py.exists() and subprocess.run(check, capture_output=True, text=True, env=subprocess_env()).stdout.strip() == "1.0.0":
         return {"ok": True, "created": False, "packages": _pip_list(py)}
     log(f"creating the reference venv {REF_VENV.relative_to(REPO)} ({REFERENCE_PIN}) ...")
     shutil.rmtree(REF_VENV, ignore_errors=True)
@@ -231,7 +277,7 @@ def ensure_reference() -> dict:
     )
     if res.returncode != 0:
         return {"ok": False, "created": True, "note": "pip install failed: " + res.stderr.strip().splitlines()[-1][:300]}
-    version = subprocess.run(check, capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(check, capture_output=True, text=True, env=subprocess_env()).stdout.strip()
     return {"ok": version == "1.0.0", "created": True, "packages": _pip_list(py),
             "note": None if version == "1.0.0" else f"import check printed {version!r}"}
 
@@ -292,6 +338,8 @@ def fresh_venv_runs(folders: dict, ref_ok: bool, logs: Path) -> dict:
 
 
 # ------------------------------------------------------------------ report
+
+
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -313,25 +361,27 @@ def machine_info() -> dict:
 
 
 def summarize(records: list[dict], groups: list[Group]) -> dict:
-    """Medians per (group, impl) plus min/max spread."""
+    """Per (corpus, group, impl): medians and min/max of items per CPU-second, wall rate, RSS, first batch."""
     summary: dict = {}
     for g in groups:
         for impl in g.impls:
-            recs = [r for r in records if r["group"] == g.key and r["impl"] == impl]
-            ok = [r for r in recs if r["ok"]]
+            recs = [r for r in records if r["group"] == g.key and r["impl"] == impl and r.get("corpus") == g.corpus]
+            ok = [r for r in recs if r["ok"] and r.get("items_per_cpu_s")]
             entry = {"runs": len(recs), "ok": len(ok)}
             if ok:
+                per_cpu = [r["items_per_cpu_s"] for r in ok]
                 rates = [r["items_per_s"] for r in ok]
                 entry.update(
-                    items_per_s=median(rates), min=min(rates), max=max(rates),
+                    per_cpu=median(per_cpu), min=min(per_cpu), max=max(per_cpu),
+                    items_per_s=median(rates), wall_min=min(rates), wall_max=max(rates),
                     first_batch_s=median([r["first_batch_s"] for r in ok]),
                     peak_rss=median([r["peak_rss"] for r in ok]),
-                    cores=median([r["cpu_seconds"] / r["window_s"] for r in ok]) if not g.workers else None,
+                    cores=median([r["cpu_seconds"] / r["window_s"] for r in ok]),
                 )
             elif recs:
                 entry["error"] = recs[-1].get("error")
                 entry["unavailable"] = all(r.get("unavailable") for r in recs)
-            summary[f"{g.key}/{impl}"] = entry
+            summary[f"{g.corpus}/{g.key}/{impl}"] = entry
     return summary
 
 
@@ -353,91 +403,53 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def _cell(summary, key, field="items_per_s", kind="rate", skipped=False):
-    e = summary.get(key)
-    if e is None:
-        return "skipped" if skipped else "—"
-    if e.get(field) is None:
-        if e.get("unavailable"):
-            return "n/a (not importable)"
-        return "skipped" if skipped else ("error" if "error" in e else "n/a")
-    return _fmt(e[field], kind)
+IMPL_LABELS = {"ours": "ours", "reference": "audiotree 1.0", "floor": "plain loop", "plain": "plain torch Dataset",
+               "lhotse": "lhotse", "torch": "ours via audiotree.torch"}
 
 
-def build_tables(summary: dict, fresh: dict | None, ref_skipped: bool) -> tuple[list[list[str]], dict]:
-    """Rows of the main table and the numbers the targets use."""
-    def val(key, field="items_per_s"):
-        e = summary.get(key) or {}
-        return e.get(field)
-
-    rows, nums = [], {}
-    for key, label in (
-        ("random_0w", "random 3 s @44.1k, 0 workers (items/s)"),
-        ("random_2w", "random 3 s @44.1k, 2 workers (items/s)"),
-        ("loudest_0w", "balanced loudest 3 s @48k, 0 workers (items/s)"),
-        ("loudest_2w", "balanced loudest 3 s @48k, 2 workers (items/s)"),
-    ):
-        o, r, f = val(f"{key}/ours"), val(f"{key}/reference"), val(f"{key}/floor")
-        nums[key] = (o, r, f)
-        rows.append([label, _cell(summary, f"{key}/ours"), _cell(summary, f"{key}/reference", skipped=ref_skipped),
-                     _cell(summary, f"{key}/floor"), _fmt(_ratio(o, r), "ratio"), _fmt(_ratio(o, f), "ratio")])
-    t, r, f = val("loudest_2w/torch"), val("loudest_2w/reference"), val("loudest_2w/floor")
-    nums["torch_2w"] = (t, r, f)
-    rows.append(["our torch DataLoader, balanced loudest, 2 workers (items/s; reference/floor: their 2-worker rows)",
-                 _cell(summary, "loudest_2w/torch"), _cell(summary, "loudest_2w/reference", skipped=ref_skipped),
-                 _cell(summary, "loudest_2w/floor"), _fmt(_ratio(t, r), "ratio"), _fmt(_ratio(t, f), "ratio")])
-    for cfg, label in (("random", "random"), ("loudest", "balanced loudest")):
-        s = [_ratio(val(f"{cfg}_2w/{i}"), val(f"{cfg}_0w/{i}")) for i in ("ours", "reference", "floor")]
-        nums[f"scaling_{cfg}"] = tuple(s)
-        rows.append([f"{label}: 2-worker rate / 0-worker rate", _fmt(s[0], "ratio"),
-                     _fmt(s[1], "ratio") if not ref_skipped else "skipped", _fmt(s[2], "ratio"), "", ""])
-    o, r, f = val("loudest_2w/ours", "peak_rss"), val("loudest_2w/reference", "peak_rss"), val("loudest_2w/floor", "peak_rss")
-    nums["rss"] = (o, r, f)
-    rows.append(["peak RSS of the process tree, loudest 2 workers", _fmt(o, "mb"),
-                 _fmt(r, "mb") if not ref_skipped else "skipped", _fmt(f, "mb"), _fmt(_ratio(o, r), "ratio"), _fmt(_ratio(o, f), "ratio")])
-    o, r, f = (val("loudest_2w/ours", "first_batch_s"), val("loudest_2w/reference", "first_batch_s"),
-               val("loudest_2w/floor", "first_batch_s"))
-    nums["first_batch"] = (o, r, f)
-    rows.append(["interpreter start → first batch, loudest 2 workers", _fmt(o, "s"),
-                 _fmt(r, "s") if not ref_skipped else "skipped", _fmt(f, "s"), _fmt(_ratio(o, r), "ratio"), _fmt(_ratio(o, f), "ratio")])
-    if fresh:
-        o = (fresh.get("ours") or {}).get("seconds")
-        r = (fresh.get("reference") or {}).get("seconds")
-        nums["fresh"] = (o, r, None)
-        rows.append(["first run in a fresh venv → first batch, loudest 0 workers", _fmt(o, "s"), _fmt(r, "s"),
-                     "—", _fmt(_ratio(o, r), "ratio"), ""])
-    else:
-        nums["fresh"] = (None, None, None)
-        rows.append(["first run in a fresh venv → first batch, loudest 0 workers", "skipped", "skipped", "—", "", ""])
-    return rows, nums
+def _rate_cell(e: dict | None) -> str:
+    if not e:
+        return "—"
+    if e.get("per_cpu") is None:
+        return "n/a (not installed)" if e.get("unavailable") else "failed"
+    return f"{_fmt(e['per_cpu'])} ({_fmt(e['min'])}–{_fmt(e['max'])})"
 
 
-def targets(nums: dict) -> list[tuple[str, str, str]]:
-    """(target, measured, verdict)."""
-    def verdict(value, ok):
-        return "n/a" if value is None else ("HOLDS" if ok(value) else "MISSES")
+def goals(summary: dict, corpora: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(goal, measured, verdict) for issue 18's goals, per corpus."""
+    def v(corpus, key, impl, field="per_cpu"):
+        return (summary.get(f"{corpus}/{key}/{impl}") or {}).get(field)
+
+    def verdict(x, ok):
+        return "n/a" if x is None else ("HOLDS" if ok(x) else "MISSES")
 
     out = []
-    o, r, f = nums["random_0w"]
-    x = _ratio(o, r)
-    out.append(("random (0 workers) ≥ 1.4× reference", _fmt(x, "ratio"), verdict(x, lambda v: v >= 1.4)))
-    x = _ratio(o, f)
-    out.append(("random (0 workers) within 5% of the floor (≥ 0.95× floor)", _fmt(x, "ratio"), verdict(x, lambda v: v >= 0.95)))
-    for key, label in (("loudest_0w", "0 workers"), ("loudest_2w", "2 workers")):
-        o, r, _ = nums[key]
-        x = _ratio(o, r)
-        out.append((f"balanced loudest ({label}) ≥ 4× reference", _fmt(x, "ratio"), verdict(x, lambda v: v >= 4.0)))
-    for cfg in ("loudest", "random"):
-        x = nums[f"scaling_{cfg}"][0]
-        out.append((f"ours 2 workers ≥ 1.85× our 0-worker rate ({cfg})", _fmt(x, "ratio"), verdict(x, lambda v: v >= 1.85)))
-    o, r, _ = nums["rss"]
-    x = _ratio(o, r)
-    out.append(("peak RSS with 2 workers ≤ 0.6× reference", _fmt(x, "ratio"), verdict(x, lambda v: v <= 0.6)))
-    o, r, _ = nums["first_batch"]
-    x = _ratio(o, r)
-    out.append(("interpreter start → first batch ≤ 0.5× reference", _fmt(x, "ratio"), verdict(x, lambda v: v <= 0.5)))
-    o = nums["fresh"][0]
-    out.append(("first run in a fresh venv ≤ 3 s", _fmt(o, "s"), verdict(o, lambda v: v <= 3.0)))
+    for c in corpora:
+        x = _ratio(v(c, "random_sync_0w", "ours"), v(c, "random_sync_0w", "floor"))
+        out.append((f"{c}: random ≥ 1.0× the plain loop, items per CPU-second (sync, 0 workers)", _fmt(x, "ratio"),
+                    verdict(x, lambda r: r >= 1.0)))
+        x = _ratio(v(c, "random_sync_0w", "ours"), v(c, "random_sync_0w", "plain"))
+        out.append((f"{c}: random ≥ 1.0× a plain torch Dataset, items per CPU-second (sync, 0 workers)", _fmt(x, "ratio"),
+                    verdict(x, lambda r: r >= 1.0)))
+        x = _ratio(v(c, "loudest_sync_0w", "ours"), v(c, "loudest_sync_0w", "reference"))
+        out.append((f"{c}: loudest without an index ≥ 4× audiotree 1.0 (sync, 0 workers)", _fmt(x, "ratio"),
+                    verdict(x, lambda r: r >= 4.0)))
+        for key, label in (("random_sync_0w", "0 workers"), ("random_sync_2w", "2 workers")):
+            x = _ratio(v(c, key, "ours"), v(c, key, "lhotse"))
+            out.append((f"{c}: random ≥ 1.5× lhotse, items per CPU-second ({label})", _fmt(x, "ratio"),
+                        verdict(x, lambda r: r >= 1.5)))
+        eff = _ratio(v(c, "random_sync_2w", "ours"), v(c, "random_sync_0w", "ours"))
+        wall = _ratio(v(c, "random_sync_2w", "ours", "items_per_s"), v(c, "random_sync_0w", "ours", "items_per_s"))
+        proj = 2 * eff if eff is not None else None
+        out.append((f"{c}: 2 workers ≥ 1.8× the 0-worker rate (sync, random): per-CPU efficiency 2w/0w × 2 cores "
+                    "(the wall ratio on this loaded machine is in brackets)",
+                    f"{_fmt(proj, 'ratio')} ({_fmt(wall, 'ratio')} wall)", verdict(proj, lambda r: r >= 1.8)))
+        for key in ("random_sync_2w", "loudest_sync_2w"):
+            x = _ratio(v(c, key, "ours", "peak_rss"), v(c, key, "reference", "peak_rss"))
+            out.append((f"{c}: peak RSS of the process tree, {key.split('_')[0]} 2 workers ≤ 0.6× audiotree 1.0",
+                        _fmt(x, "ratio"), verdict(x, lambda r: r <= 0.6)))
+        out.append((f"{c}: loudest with a corpus index ≥ 0.9× our random", "—",
+                    "PENDING (the index-backed loudest lands from another branch; no such configuration here yet)"))
     return out
 
 
@@ -454,158 +466,159 @@ def _versions(records, impl):
     return {}
 
 
+def _corpus_line(name: str, c: dict) -> str:
+    if name == "real":
+        pk = ", ".join(f"{p} {v}" for p, v in c.get("packages", {}).items())
+        return (f"* **real** (`benchmarks/real_corpus.py`): {c['files']} files ({', '.join(f'{k} {n}' for k, n in c['per_group'].items())}), "
+                f"{c['bytes'] / 2**20:.0f} MB, {c['hours'] * 60:.0f} min, from the Debian packages {pk} "
+                f"(`apt-get download` + `dpkg-deb -x`), converted to {', '.join(c['formats'])} at "
+                f"{', '.join(str(r) for r in c['rates'])} Hz; {c['under_2s']} files under 2 s, {c['from_30_to_120s']} "
+                "of 30 s or more (cut at 120 s).")
+    return (f"* **synthetic** (`benchmarks/corpus.py`): {c['files']} files, {c['bytes'] / 2**20:.0f} MB, "
+            f"{c['hours'] * 60:.0f} min in three groups; {c['under_2s']} under 2 s, {c['from_30_to_120s']} from 30 to "
+            f"120 s; {', '.join(c['formats'])} at {', '.join(str(r) for r in c['rates'])} Hz; "
+            f"{c.get('mostly_silent', 0)} files silent outside one loud passage.")
+
+
 def render(data: dict) -> str:
     args = data["args"]
     groups = [Group(**g) for g in data["groups"]]
+    corpora = tuple(dict.fromkeys(g.corpus for g in groups))
     summary = summarize(data["records"], groups)
-    ref_skipped = not data["reference"].get("ok")
-    rows, nums = build_tables(summary, data.get("fresh"), ref_skipped)
     m = data["machine"]
-    c = data["corpus"]
     mode = "quick (smoke) run" if args["quick"] else "full run"
     cmd = "python benchmarks/run.py" + (" --quick" if args["quick"] else "")
+    impls = [i for i in IMPLS if any(i in g.impls for g in groups)]
     parts = [
         "# Benchmarks",
         "",
-        f"Generated by `{cmd}` ({mode}, {data['finished']}); every number below comes from that one run on one machine."
-        " Do not edit by hand: rerun the harness.",
+        f"Generated by `{cmd}` ({mode}, {data['finished']}); every number below comes from that one run on one "
+        "machine. Do not edit by hand: rerun the harness.",
         "",
-        "Ours is this repository's `audiotree` (dev venv); the reference is the published "
-        f"`{REFERENCE_PIN}` in its own venv (`benchmarks/.venv-reference/`); the floor is a plain loop of soundfile "
-        "seek+read, soxr resampling and the libloudness meter doing the same per-item work (`benchmarks/floor.py`).",
+        "**The unit is items per CPU-second**: items delivered in the timed window divided by the user + system CPU "
+        "time of the whole process tree (the run's process, its threads, every worker) in that window. Cores are "
+        "what a training host gives a loader, and the machine is shared, so wall rates say little; the wall rates "
+        "and the cores each run kept busy are in the detail table.",
         "",
         "## Reproduce",
         "",
         "```bash",
         "# from the repository root, in the dev venv (audiotree installed, e.g. pip install -e '.[test]')",
-        "pip install psutil loudness        # once: RSS sampling, and the floor's libloudness meter",
-        "python benchmarks/run.py           # full run (~12 min on 2 cores), rewrites BENCHMARKS.md",
-        "python benchmarks/run.py --quick   # smoke run (tests/test_benchmarks_smoke.py), writes benchmarks/.results/quick.md",
-        "python benchmarks/profile_paths.py # per-item time breakdown (decode, meter, resample, ...) of ours and the floor",
+        "pip install psutil loudness torch==2.13.0   # once: CPU/RSS sampling, the plain loop's meter, the torch rows",
+        "python benchmarks/run.py                    # full run: both corpora, all peers; rewrites BENCHMARKS.md",
+        "python benchmarks/run.py --quick            # smoke run (tests/test_benchmarks_smoke.py), writes benchmarks/.results/quick.md",
+        "python benchmarks/profile_paths.py          # per-item time breakdown of ours and the plain loop (PROFILE.md)",
         "```",
         "",
-        "The reference venv is created on first use (`pip install audiotree==1.0.0 psutil`, torch constrained to "
-        f"`{TORCH_PIN}`); the corpus is cached in `benchmarks/.corpus/`; per-run logs and raw JSON go to "
-        "`benchmarks/.results/`. `--runs`, `--batches`, `--skip-reference` and `--skip-fresh` trade time for detail.",
+        "Created on first use, each in its own venv: the published `audiotree==1.0.0` (`benchmarks/.venv-reference/`) "
+        "and lhotse (`benchmarks/.venv-lhotse/`, with `torch==2.13.0`); lhotse is never installed in the dev venv. The "
+        "corpora are cached in `benchmarks/.corpus/`; logs and raw JSON go to `benchmarks/.results/`.",
         "",
-        "## Results",
+        "## Results: items per CPU-second",
         "",
-        f"Medians of {args['runs']} run(s) per cell. Ratios are ours ÷ other: above 1 is better for rates, "
-        "below 1 is better for memory and time.",
-        "",
-        _md_table(["config", "ours", "reference 1.0.0", "floor", "ours/reference", "ours/floor"], rows),
-        "",
-        "## Targets",
-        "",
-        _md_table(["target", "measured", "verdict"], targets(nums)),
+        f"Median over {args['runs']} interleaved run(s) per cell (min–max in brackets). *sync reads* = "
+        "`ReadOptions(num_threads=0, prefetch_buffer_size=0)`, the primary configuration (the seed page's advice); "
+        "*default ReadOptions* come second. The plain loop (`benchmarks/floor.py`) and the plain torch `Dataset` "
+        "(soundfile seek+read, mono, soxr HQ, pad) do the same physical work as ours without a framework; lhotse and the "
+        "plain `Dataset` run under a torch `DataLoader` (batch 32, `num_workers` 0 or 2).",
         "",
     ]
-    # Detail: spread and CPU use.
+    for c in corpora:
+        rows = []
+        for g in [g for g in groups if g.corpus == c]:
+            rows.append([g.label] + [_rate_cell(summary.get(f"{c}/{g.key}/{i}")) if i in g.impls else "" for i in impls])
+        parts += [f"### {c} corpus", "", _md_table(["configuration"] + [IMPL_LABELS[i] for i in impls], rows), ""]
+    parts += ["## Goals (issue 18)", "", _md_table(["goal", "measured", "verdict"], goals(summary, corpora)), "",
+              "Misses are analysed in [benchmarks/PROFILE.md](benchmarks/PROFILE.md).", ""]
     detail = []
     for g in groups:
         for impl in g.impls:
-            e = summary.get(f"{g.key}/{impl}") or {}
-            if e.get("items_per_s") is None:
-                detail.append([g.label, impl, e.get("error", "n/a") or "n/a", "", "", "", ""])
+            e = summary.get(f"{g.corpus}/{g.key}/{impl}") or {}
+            if e.get("per_cpu") is None:
+                detail.append([g.corpus, g.label, IMPL_LABELS[impl], e.get("error", "n/a") or "n/a", "", "", "", ""])
                 continue
-            failed = f" ({e['runs'] - e['ok']} of {e['runs']} runs failed)" if e["ok"] < e["runs"] else ""
-            detail.append([g.label, impl, f"{e['items_per_s']:.1f}", f"{e['min']:.1f}–{e['max']:.1f}{failed}",
-                           f"{e['cores']:.2f}" if e.get("cores") is not None else "—",
+            failed = f" ({e['runs'] - e['ok']} of {e['runs']} failed)" if e["ok"] < e["runs"] else ""
+            detail.append([g.corpus, g.label, IMPL_LABELS[impl], f"{e['per_cpu']:.1f}{failed}",
+                           f"{e['items_per_s']:.1f} ({e['wall_min']:.1f}–{e['wall_max']:.1f})", f"{e['cores']:.2f}",
                            _fmt(e["first_batch_s"], "s"), _fmt(e["peak_rss"], "mb")])
     parts += [
         "## Detail",
         "",
-        "Per configuration and implementation: median items/s, min–max over the runs, CPU cores used by the main "
-        "process during the timed window (0-worker runs; the default `ReadOptions` read with a thread pool, so this "
-        "can exceed 1), "
-        "interpreter start → first batch, and peak RSS of the process tree.",
+        "Items per CPU-second (median), wall items/s (median, min–max; the machine is shared, so these depend on "
+        "its load), CPU cores the process tree kept busy in the timed window, interpreter start → first batch, and "
+        "the peak RSS of the process tree (sum over the process and its descendants, sampled every 50 ms).",
         "",
-        _md_table(["config", "impl", "items/s", "spread", "cores (main proc)", "start → 1st batch", "peak RSS"], detail),
+        _md_table(["corpus", "configuration", "impl", "items/CPU-s", "wall items/s", "cores", "start → 1st batch",
+                   "peak RSS"], detail),
         "",
     ]
     failures = [r for r in data["records"] if not r["ok"] and not r.get("unavailable")]
     if failures:
         parts += ["Failed runs (excluded from the medians; logs in `benchmarks/.results/logs/`):", ""]
-        parts += [f"* {r['group']} {r['impl']} run {r['run'] + 1}: `{r.get('error')}`" for r in failures]
+        parts += [f"* {r.get('corpus')} {r['group']} {r['impl']} run {r['run'] + 1}: `{r.get('error')}`" for r in failures]
         parts.append("")
     fresh = data.get("fresh")
     if fresh:
         parts += [
-            "First run in a fresh venv: " + (
-                f"ours: `pip install .` into a new venv took {_fmt(fresh.get('ours_install_s'), 's')}, then the first "
-                f"`python -c` run of the loudest 0-worker config took {_fmt((fresh.get('ours') or {}).get('seconds'), 's')} "
-                f"to its first batch (second run: {_fmt((fresh.get('ours_second') or {}).get('seconds'), 's')}; "
-                f"torch installed: {fresh.get('ours_has_torch')}). "
-            ) + (
-                f"Reference, with an empty `NUMBA_CACHE_DIR` to emulate its first run: "
-                f"{_fmt((fresh.get('reference') or {}).get('seconds'), 's')} (second run, cache warm: "
-                f"{_fmt((fresh.get('reference_second') or {}).get('seconds'), 's')})."
-                if fresh.get("reference") else ""
-            ),
-            "",
-        ]
+            f"First run in a fresh venv (`--fresh`): `pip install .` took {_fmt(fresh.get('ours_install_s'), 's')}; the "
+            f"first run of the loudest 0-worker config took {_fmt((fresh.get('ours') or {}).get('seconds'), 's')} to "
+            f"its first batch (audiotree 1.0 with an empty numba cache: "
+            f"{_fmt((fresh.get('reference') or {}).get('seconds'), 's')}).", ""]
+    lb = [g for g in groups if g.config == "loudest"]
+    rb = [g for g in groups if g.config == "random"]
     parts += [
-        "## Where the time goes",
-        "",
-        "Targets that miss are analysed in [benchmarks/PROFILE.md](benchmarks/PROFILE.md): a per-item time "
-        "breakdown of our paths and the floor's (`python benchmarks/profile_paths.py`), and what bounds them.",
-        "",
         "## Method",
         "",
-        f"* Corpus (`benchmarks/corpus.py`, signals from `audiotree.synth.synthesize`): {c['files']} files, "
-        f"{c['bytes'] / 2**20:.0f} MB, {c['hours'] * 60:.0f} min of audio in three groups (speech, music, effects); "
-        f"{c['under_2s']} files under 2 s, {c['from_30_to_120s']} from 30 to 120 s, the rest 2 to 30 s; formats "
-        f"{', '.join(c['formats'])}; rates {', '.join(str(r) for r in c['rates'])} Hz; "
-        f"{'mono and stereo' if len(c['channels']) > 1 else 'channels ' + str(c['channels'])}; near-silent gaps "
-        f"everywhere and {c['mostly_silent']} files that are silent (-60 dB) outside one 4-12 s loud passage.",
-        "* Configurations, as a user writes them: `create_audio_dataset([speech, music, effects], duration=3.0, "
-        "sample_rate=44100, num_epochs=None)`; `create_balanced_audio_dataset({...}, weights={speech: 0.5, music: 0.3, "
+        "* Corpora:",
+        *["  " + _corpus_line(c, data["corpora"][c]) for c in corpora],
+        "* Work per item, the same for everyone: `random` = a random 3 s excerpt of a random file, mono, resampled to "
+        "44.1 kHz (soxr HQ), padded; `loudest` = `create_balanced_audio_dataset(..., weights={speech: 0.5, music: 0.3, "
         "effects: 0.2}, duration=3.0, sample_rate=48000, excerpt=ExcerptConfig(strategy=\"loudest\", lufs_cutoff=-40, "
-        "num_tries=5))`; then `.to_iter_dataset().batch(32, batch_fn=AudioTree.batch)` with each library's default "
-        "`ReadOptions` (what a user gets: Grain's 16 threads / 500 items for the reference; ours sizes its own, "
-        "`audiotree.sources.memory.default_read_options`), and "
-        "`.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))` for 2 workers. The reference "
-        "gets `absl.flags.FLAGS.mark_as_parsed()` first (it needs it for `mp_prefetch` in a plain script). Our torch row "
-        "uses `audiotree.torch` with `num_workers=2` over the same dataset.",
-        f"* Items/s: {groups[0].batches} (random) / {groups[-1].batches} (loudest) batches of 32 timed after a "
-        "warm-up (the first batch; with 2 workers the first 4, so both workers have started). Each run is a fresh interpreter; the implementations of a configuration run interleaved "
-        f"(A, B, C, A, B, C, ...), {args['runs']} time(s) each, after {'one untimed warm-up run each' if not args['quick'] else 'no warm-up run'}.",
-        "* Floor: one process for 0 workers; for 2 workers, two forked processes each run the loop and send their "
-        "batches to the parent through a `multiprocessing.Queue`.",
-        "* Peak RSS: the sum of RSS over the run's process and all its descendants, sampled every 50 ms by the "
-        "harness (psutil). Start → first batch: wall time from `Popen` to the marker line the run prints after its "
-        "first batch.",
-        f"* Machine load average at start / end: {' / '.join(', '.join(f'{x:.1f}' for x in la) for la in (data['machine']['loadavg'], data['loadavg_end']))} "
-        "(the machine is shared; hence medians, ratios and interleaving).",
+        "num_tries=5))` (the plain loop retries up to 5 random reads metered with libloudness). Batches of 32: "
+        "`.to_iter_dataset(read_options=...).batch(32, batch_fn=AudioTree.batch)` for audiotree, with "
+        "`.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))` for 2 workers; a torch `DataLoader(batch_size=32, "
+        "num_workers=...)` for lhotse (`CutSet.from_manifests(recordings=RecordingSet.from_recordings(Recording.from_file(p) ...))`, "
+        "then per item `cut.truncate(offset=random, duration=3.0).resample(44100).load_audio()`) and the plain "
+        "`Dataset` (in-process, i.e. 0 workers, the harness calls `torch.set_num_threads(1)`, as a `DataLoader` "
+        "worker does itself, so torch's intra-op pool does not spin on the second core); the plain loop forks 2 "
+        "processes for 2 workers. Each library's dataset is built the way its docs show; lhotse resamples with its "
+        "own backend (SciPy here, torchaudio is not installed).",
+        f"* Timed window: {rb[0].batches if rb else '?'} (random) / {lb[0].batches if lb else '?'} (loudest) batches "
+        "after a warm-up (the first batch; with 2 workers the first 4). Each run is a fresh interpreter; the "
+        f"implementations of a configuration run interleaved (A, B, C, A, B, C, ...), {args['runs']} time(s) each"
+        + (f", {args.get('lanes', 1)} harness lanes in parallel (one per corpus; CPU time is per process tree, so "
+           "lanes do not distort it)" if args.get("lanes", 1) > 1 else "") + ".",
+        f"* Machine load average at start / end: "
+        f"{' / '.join(', '.join(f'{x:.1f}' for x in la) for la in (m['loadavg'], data['loadavg_end']))} "
+        "(shared machine: hence CPU time, medians, ratios and interleaving).",
         "",
         "## Machine and versions",
         "",
         f"* {m['cores']} cores, {m['ram_gb']:.0f} GB RAM, CPU: {m['cpu']}, {m['os']}",
     ]
     vrows = []
-    for impl, label in (("ours", "ours"), ("reference", "reference"), ("floor", "floor")):
+    for impl in ("ours", "reference", "floor", "lhotse"):
         v = _versions(data["records"], impl)
         if v:
-            vrows.append([label, v.get("audiotree", "—"), v.get("python", "?"), v.get("numpy", "?"), v.get("grain", "—"),
-                          v.get("jax", "—"), v.get("soundfile", "?"), v.get("soxr", "?"), v.get("libsndfile", "?")])
+            vrows.append([IMPL_LABELS[impl], v.get("audiotree", "—"), v.get("lhotse", "—"), v.get("python", "?"),
+                          v.get("numpy", "?"), v.get("grain", "—"), v.get("jax", "—"), v.get("torch", "—"),
+                          v.get("soundfile", "?"), v.get("soxr", "?"), v.get("libsndfile", "?")])
     if vrows:
-        parts += ["", _md_table(["venv", "audiotree", "python", "numpy", "grain", "jax", "soundfile", "soxr", "libsndfile"], vrows)]
-    tv = _versions(data["records"], "torch")
-    fv = _versions(data["records"], "floor")
+        parts += ["", _md_table(["venv", "audiotree", "lhotse", "python", "numpy", "grain", "jax", "torch", "soundfile",
+                                 "soxr", "libsndfile"], vrows)]
+    tv = _versions(data["records"], "torch") or _versions(data["records"], "plain")
     extras = []
     if tv.get("torch"):
-        extras.append(f"torch {tv['torch']}")
-    if fv.get("meter"):
-        extras.append(f"floor meter: {fv['meter']}")
+        extras.append(f"dev venv torch {tv['torch']}")
+    lh = data.get("lhotse") or {}
+    if lh.get("packages"):
+        extras.append("lhotse venv: " + ", ".join(p for p in lh["packages"] if p.split("==")[0].lower()
+                                                  in ("lhotse", "torch", "torchaudio", "scipy", "soundfile")))
+    if lh.get("note"):
+        extras.append(f"lhotse: {lh['note']}")
     ref = data["reference"]
-    if ref.get("packages"):
-        pkgs = ref["packages"]
-        heavy = [p for p in pkgs if p.split("==")[0].lower() in ("torch", "numba", "llvmlite", "librosa", "flax", "jaxloudnorm", "tensorstore", "scikit-learn")]
-        extras.append(f"the reference venv holds {len(pkgs)} packages, among them {', '.join(heavy)} (no torch, no CUDA)"
-                      if not any(p.lower().startswith(("torch==", "nvidia")) for p in pkgs)
-                      else f"the reference venv holds {len(pkgs)} packages, among them {', '.join(heavy)}")
     if ref.get("note"):
-        extras.append(f"reference: {ref['note']}")
+        extras.append(f"audiotree 1.0: {ref['note']}")
     if extras:
         parts += ["", "* " + "\n* ".join(extras)]
     parts.append("")
@@ -615,32 +628,73 @@ def render(data: dict) -> str:
 # -------------------------------------------------------------------- main
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="tiny corpus, 1 run, 3 batches, ours + floor only, no venvs")
-    ap.add_argument("--runs", type=int, default=None, help="runs per implementation and config (default 3; quick 1)")
-    ap.add_argument("--batches", type=int, default=None, help="timed batches per run (default 80 random / 40 loudest; quick 3)")
-    ap.add_argument("--skip-reference", action="store_true", help="ours + floor only")
-    ap.add_argument("--skip-fresh", action="store_true", help="skip the fresh-venv first-run timings")
-    ap.add_argument("--only", default=None, help="comma-separated config keys, e.g. loudest_0w,loudest_2w")
-    ap.add_argument("--corpus-dir", default=None, help="where to build/cache the corpus (default benchmarks/.corpus/<full|quick>)")
+    ap.add_argument("--quick", action="store_true", help="tiny synthetic corpus, 1 run, 2 batches, no reference/lhotse venvs")
+    ap.add_argument("--runs", type=int, default=None, help="interleaved runs per implementation and config (default 3; quick 1)")
+    ap.add_argument("--batches", type=int, default=None, help="timed batches per run (default 12 random / 8 loudest; quick 2)")
+    ap.add_argument("--corpora", default=None, help="comma-separated: synthetic,real (default both; quick synthetic)")
+    ap.add_argument("--lanes", type=int, default=1, help="corpora measured in parallel harness lanes (CPU time is per tree)")
+    ap.add_argument("--skip-reference", action="store_true", help="no audiotree 1.0 runs")
+    ap.add_argument("--skip-lhotse", action="store_true", help="no lhotse runs")
+    ap.add_argument("--fresh", action="store_true", help="also time the first run in a fresh venv")
+    ap.add_argument("--only", default=None, help="comma-separated config keys, e.g. random_sync_0w,loudest_sync_0w")
+    ap.add_argument("--corpus-dir", default=None, help="where to build/cache the corpora (default benchmarks/.corpus/)")
     ap.add_argument("--out", default=None, help="report path (default: BENCHMARKS.md; quick: benchmarks/.results/quick.md)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before it is killed (default 600; quick 240)")
+    ap.add_argument("--ours-src", default=None, help="source tree to measure as ours (default: this checkout's src/)")
     ap.add_argument("--report-only", default=None, metavar="JSON", help="re-render a report from a saved results JSON")
     args = ap.parse_args(argv)
     if args.quick:
-        args.skip_reference = args.skip_fresh = True
+        args.skip_reference = args.skip_lhotse = True
         args.runs = args.runs or 1
-        args.batches = args.batches or 3
+        args.batches = args.batches or 2
         args.timeout = args.timeout or 240
+        args.corpora = args.corpora or "synthetic"
+    args.corpora = tuple((args.corpora or ",".join(CORPORA)).split(","))
     args.runs = args.runs or 3
     args.timeout = args.timeout or 600
     return args
 
 
-def _kept_sections(path: Path) -> str:
-    """Sections other harnesses append to the report (from their marker on), kept across reruns."""
-    marker = "<!-- index-startup: written by benchmarks/index_startup.py -->"
-    text = path.read_text() if path.exists() else ""
-    return "\n" + text[text.index(marker):] if marker in text else ""
+
+
+def _corpus(name: str, args) -> tuple[str, dict]:
+    base = Path(args.corpus_dir) if args.corpus_dir else CORPUS_ROOT
+    if name == "real":
+        import real_corpus
+
+        root = base / "real"
+        real_corpus.build_real_corpus(root, log=log)
+        return str(root), real_corpus.describe(root)
+    root = base / ("quick" if args.quick else "full")
+    corpus_mod.build_corpus(root, corpus_mod.QUICK_SPEC if args.quick else corpus_mod.FULL_SPEC, log=log)
+    return str(root), corpus_mod.describe(root)
+
+
+def _warm_page_cache(root: str) -> None:
+    """Reads every corpus file once, so the first timed run does not pay for the disk."""
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            with open(os.path.join(dirpath, n), "rb") as f:
+                while f.read(1 << 20):
+                    pass
+
+
+def _lane(groups: list[Group], corpus_dir: str, args, logs: Path, unavailable: set, records: list, counter: list) -> None:
+    for g in groups:
+        for run in range(args.runs):
+            for impl in g.impls:
+                counter[0] += 1
+                if impl in unavailable:
+                    records.append({"impl": impl, "group": g.key, "corpus": g.corpus, "run": run, "ok": False,
+                                    "unavailable": True, "error": "not importable", "first_batch_s": None, "peak_rss": 0})
+                    continue
+                rec = run_one(impl, g, corpus_dir, run=run, timeout=args.timeout, logs=logs)
+                if rec.get("unavailable"):
+                    unavailable.add(impl)
+                status = (f"{rec['items_per_cpu_s']:.1f} items/CPU-s, {rec['items_per_s']:.1f} items/s, "
+                          f"peak RSS {rec['peak_rss'] / 2**20:.0f} MB") if rec["ok"] else f"FAILED: {rec['error']}"
+                log(f"[{counter[0]}/{counter[1]}] {g.corpus} {g.key} {impl} run {run + 1}: {status}")
+                records.append(rec)
 
 
 def main(argv=None) -> int:
@@ -649,16 +703,17 @@ def main(argv=None) -> int:
     out_path = Path(args.out) if args.out else default_out
     if args.report_only:
         data = json.loads(Path(args.report_only).read_text())
-        out_path.write_text(render(data) + _kept_sections(out_path))
+        out_path.write_text(keep_sections(out_path, render(data)))
         print(render(data))
         return 0
 
+    if args.ours_src:
+        OURS_SRC[0] = str(Path(args.ours_src).resolve())
     machine = machine_info()
-    spec = corpus_mod.QUICK_SPEC if args.quick else corpus_mod.FULL_SPEC
-    corpus_dir = Path(args.corpus_dir) if args.corpus_dir else CORPUS_ROOT / ("quick" if args.quick else "full")
-    folders = corpus_mod.build_corpus(corpus_dir, spec, log=log)
-    corpus_info = corpus_mod.describe(corpus_dir)
-    log(f"corpus: {corpus_info['files']} files, {corpus_info['bytes'] / 2**20:.0f} MB in {corpus_dir}")
+    corpora = {name: _corpus(name, args) for name in args.corpora}
+    for name, (root, info) in corpora.items():
+        log(f"corpus {name}: {info['files']} files, {info['bytes'] / 2**20:.0f} MB in {root}")
+        _warm_page_cache(root)
 
     groups = groups_for(args)
     if args.only:
@@ -669,50 +724,51 @@ def main(argv=None) -> int:
         reference = ensure_reference()
         if not reference.get("ok"):
             log(f"reference unavailable: {reference.get('note')}")
-    impls_allowed = {"ours", "floor", "torch"} | ({"reference"} if reference.get("ok") else set())
-    groups = [dataclasses.replace(g, impls=tuple(i for i in g.impls if i in impls_allowed)) for g in groups]
+    lhotse = {"ok": False, "note": "skipped (--skip-lhotse/--quick)"}
+    if not args.skip_lhotse:
+        lhotse = ensure_lhotse()
+        if not lhotse.get("ok"):
+            log(f"lhotse unavailable: {lhotse.get('note')}")
+    allowed = {"ours", "floor", "torch", "plain"} | ({"reference"} if reference.get("ok") else set()) | (
+        {"lhotse"} if lhotse.get("ok") else set())
+    groups = [dataclasses.replace(g, impls=tuple(i for i in g.impls if i in allowed)) for g in groups]
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     logs = RESULTS / "logs" / f"{'quick' if args.quick else 'full'}-{stamp}"
     records: list[dict] = []
-    total = sum(len(g.impls) for g in groups) * (args.runs + (0 if args.quick else 1))
-    done = 0
+    counter = [0, sum(len(g.impls) for g in groups) * args.runs]
     unavailable: set[str] = set()
-    for g in groups:
-        schedule = ([-1] if not args.quick else []) + list(range(args.runs))  # -1: untimed warm-up
-        for run in schedule:
-            for impl in g.impls:
-                done += 1
-                if impl in unavailable:
-                    records.append({"impl": impl, "group": g.key, "run": run, "ok": False, "unavailable": True,
-                                    "error": "not importable", "first_batch_s": None, "peak_rss": 0})
-                    continue
-                rec = run_one(impl, g, str(corpus_dir), run=run, timeout=args.timeout, logs=logs)
-                if rec.get("unavailable"):
-                    unavailable.add(impl)
-                status = (f"{rec['items_per_s']:.1f} items/s, first batch {rec['first_batch_s']:.2f} s, "
-                          f"peak RSS {rec['peak_rss'] / 2**20:.0f} MB") if rec["ok"] else f"FAILED: {rec['error']}"
-                log(f"[{done}/{total}] {g.key} {impl} {'warm-up' if run < 0 else f'run {run + 1}'}: {status}")
-                if run >= 0 or not rec["ok"]:
-                    records.append(rec)
+    lanes = [[g for g in groups if g.corpus == c] for c in args.corpora]
+    if args.lanes > 1:
+        threads = [threading.Thread(target=_lane, args=(lane, corpora[lane[0].corpus][0], args, logs, unavailable,
+                                                        records, counter)) for lane in lanes if lane]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        for lane in lanes:
+            if lane:
+                _lane(lane, corpora[lane[0].corpus][0], args, logs, unavailable, records, counter)
 
     fresh = None
-    if not args.skip_fresh:
-        fresh = fresh_venv_runs(folders, bool(reference.get("ok")), logs)
+    if args.fresh:
+        fresh = fresh_venv_runs(corpus_mod.build_corpus(Path(corpora["synthetic"][0])), bool(reference.get("ok")), logs)
 
     data = {
-        "args": {"quick": args.quick, "runs": args.runs, "batches": args.batches},
+        "args": {"quick": args.quick, "runs": args.runs, "batches": args.batches, "lanes": args.lanes},
         "groups": [dataclasses.asdict(g) for g in groups],
-        "records": [r for r in records if r.get("run", 0) >= 0],
-        "reference": reference, "fresh": fresh, "machine": machine, "loadavg_end": os.getloadavg(),
-        "corpus": corpus_info, "finished": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "records": records, "reference": {k: v for k, v in reference.items()},
+        "lhotse": lhotse, "fresh": fresh, "machine": machine, "loadavg_end": os.getloadavg(),
+        "corpora": {name: info for name, (_, info) in corpora.items()},
+        "finished": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw_path = RESULTS / f"{'quick' if args.quick else 'full'}-{stamp}.json"
     raw_path.write_text(json.dumps(data, indent=1, default=str))
     report = render(data)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(report + _kept_sections(out_path))
+    out_path.write_text(keep_sections(out_path, report))
     print(report, flush=True)
     log(f"wrote {out_path} (raw results: {raw_path})")
     return 0

@@ -119,7 +119,7 @@ def check_file(path: str, *, expect_audio: bool = False) -> str:
     Raises:
         RuleViolation: if any read broke the rule.
     """
-    from audiotree.excerpt import read_excerpt
+    from audiotree.io.excerpt import read_excerpt
     from audiotree.io import AudioFile, integrity, probe
 
     f = _guard(path, "AudioFile()", lambda: AudioFile(path))

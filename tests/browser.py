@@ -68,14 +68,23 @@ def headless(chromium: str, profile: Path, *args: str, timeout: float = 120) -> 
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
-def page_status(chromium: str, page: Path, profile: Path) -> dict:
-    """Loads ``page`` from disk and returns the JSON its script wrote into ``#media-status``."""
-    dump = headless(chromium, profile, "--virtual-time-budget=10000", "--dump-dom", page.resolve().as_uri())
-    assert dump.returncode == 0, dump.stderr[-3000:]
-    match = re.search(r'<pre id="media-status"([^>]*)>(.*?)</pre>', dump.stdout, re.S)
-    assert match, dump.stdout[-2000:]
-    assert 'data-complete="true"' in match.group(1), match.group(2)[:2000]
-    return json.loads(html.unescape(match.group(2)))
+def page_status(chromium: str, page: Path, profile: Path, *, attempts: int = 3) -> dict:
+    """Loads ``page`` from disk and returns the JSON its script wrote into ``#media-status``.
+
+    On a busy machine headless Chromium can dump the page before a ``file://``
+    image has finished loading (the script then reports it neither decoded nor
+    broken). Only that case is retried, at most ``attempts`` times, each with a
+    fresh profile; an image that fails to decode is reported at once.
+    """
+    for attempt in range(attempts):
+        run_profile = profile.with_name(f"{profile.name}-{attempt}")
+        dump = headless(chromium, run_profile, "--virtual-time-budget=30000", "--dump-dom", page.resolve().as_uri())
+        assert dump.returncode == 0, dump.stderr[-3000:]
+        match = re.search(r'<pre id="media-status"([^>]*)>(.*?)</pre>', dump.stdout, re.S)
+        assert match, dump.stdout[-2000:]
+        if 'data-complete="true"' in match.group(1):
+            return json.loads(html.unescape(match.group(2)))
+    raise AssertionError(f"{page.name}: media still loading after {attempts} attempts: {match.group(2)[:2000]}")
 
 
 def image_page(folder: Path, images: list[Path], title: str = "images") -> Path:

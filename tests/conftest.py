@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -10,6 +11,14 @@ import pytest
 
 # Keep JAX on the CPU and quiet in the test process and every subprocess it starts.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Ray (tests/test_ray.py): token auth with a token from the environment, set before Ray is first imported
+# (Ray reads it once per process). Otherwise Ray would save a new token to ~/.ray/auth_token.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# A single-node cluster bound to 127.0.0.1 (Ray's macOS/Windows mode); by default Ray would bind its
+# servers to this machine's network address, and tests target loopback only.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The reference docs live beside the repository (../shared/seeds); a checkout elsewhere
@@ -41,3 +50,21 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def python_exe() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def absl_flags_parsed():
+    """What a plain Grain user does before ``mp_prefetch``: parse absl flags (undone afterwards).
+
+    audiotree prepares Grain's flag only for its own pipelines (see
+    ``audiotree.sources.workers``); a pipeline built with ``grain.MapDataset``
+    directly follows Grain's rules, and Grain reads a flag while creating workers.
+    """
+    from absl import flags
+
+    was_parsed = flags.FLAGS.is_parsed()
+    if not was_parsed:
+        flags.FLAGS.mark_as_parsed()
+    yield
+    if not was_parsed:
+        flags.FLAGS.unparse_flags()

@@ -27,3 +27,31 @@ def run_code(code: str, *, timeout: float = 120) -> str:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr
     return out.stdout
+def assert_same_render(a: Path, b: Path) -> None:
+    """Two render folders hold the same files with the same bytes.
+
+    The only difference allowed is the ``created_at`` timestamp a TreeWriter
+    writes into each part's ``manifest.json``; every other byte must match.
+    """
+    import json
+
+    def files(root: Path) -> list[str]:
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+    names = files(a)
+    assert names == files(b), (names, files(b))
+    assert names, f"{a} is empty"
+    for name in names:
+        x, y = (a / name).read_bytes(), (b / name).read_bytes()
+        if name.endswith("manifest.json"):
+            x, y = json.loads(x), json.loads(y)
+            assert x.pop("created_at", None) and y.pop("created_at", None)
+        assert x == y, f"{name} differs between {a} and {b}"
+
+
+def run_cli_subprocess(args, *, timeout: float = 300, env: dict | None = None):
+    """``python -m audiotree.cli ARGS`` in a fresh interpreter; returns the CompletedProcess."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "audiotree.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})

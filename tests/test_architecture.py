@@ -137,6 +137,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # once one of them fits, so the entry cannot outlive its reason.
 KNOWN_OVER_BUDGET = {
     "audiotree.io.decode": "issue 11 rewrites its read validation concurrently; split once that lands",
+    "audiotree.io.storage": "issue 15's remaining work extends it on a parallel branch; split once that lands",
 }
 
 

@@ -1,8 +1,9 @@
 """Smoke test of the benchmark harness: `benchmarks/run.py --quick` runs end to end.
 
 Timings are never asserted (the machine is shared and noisy); only that the
-harness exits 0 and writes a report with every row, and that ours and the floor
-produced numbers.
+harness exits 0 and writes a report with every configuration row and every goal,
+that ours, the plain loop and the plain torch Dataset produced numbers, and that
+peers the quick run skips say so.
 """
 
 from __future__ import annotations
@@ -16,18 +17,22 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-ROWS = (
-    "random 3 s @44.1k, 0 workers",
-    "random 3 s @44.1k, 2 workers",
-    "balanced loudest 3 s @48k, 0 workers",
-    "balanced loudest 3 s @48k, 2 workers",
-    "our torch DataLoader, balanced loudest, 2 workers",
-    "random: 2-worker rate / 0-worker rate",
-    "balanced loudest: 2-worker rate / 0-worker rate",
-    "peak RSS of the process tree, loudest 2 workers",
-    "interpreter start → first batch, loudest 2 workers",
-    "first run in a fresh venv → first batch, loudest 0 workers",
+CONFIGS = (
+    "random 3 s @44.1k, sync reads, 0 workers",
+    "random 3 s @44.1k, sync reads, 2 workers",
+    "random 3 s @44.1k, default ReadOptions, 0 workers",
+    "balanced loudest 3 s @48k, sync reads, 0 workers",
+    "balanced loudest 3 s @48k, sync reads, 2 workers",
 )
+GOALS = (
+    "synthetic: random ≥ 1.0× the plain loop, items per CPU-second (sync, 0 workers)",
+    "synthetic: loudest without an index ≥ 4× audiotree 1.0 (sync, 0 workers)",
+    "synthetic: random ≥ 1.5× lhotse, items per CPU-second (0 workers)",
+    "synthetic: 2 workers ≥ 1.8× the 0-worker rate (sync, random)",
+    "synthetic: peak RSS of the process tree, random 2 workers ≤ 0.6× audiotree 1.0",
+    "synthetic: loudest with a corpus index ≥ 0.9× our random",
+)
+RATE = re.compile(r"^\d+(\.\d+)? \(\d+(\.\d+)?–\d+(\.\d+)?\)$")  # "median (min–max)"
 
 
 def _row(report: str, label: str) -> list[str]:
@@ -40,6 +45,7 @@ def _row(report: str, label: str) -> list[str]:
 @pytest.mark.slow
 def test_quick_benchmark_runs_and_reports_every_row(tmp_path):
     pytest.importorskip("psutil")
+    pytest.importorskip("torch")
     out = tmp_path / "BENCH.md"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
@@ -49,16 +55,21 @@ def test_quick_benchmark_runs_and_reports_every_row(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     report = out.read_text()
-    assert "| config | ours | reference 1.0.0 | floor | ours/reference | ours/floor |" in report
-    for label in ROWS:
-        _row(report, label)
-    # Ours and the floor produced a rate in every throughput row (values not checked).
-    number = re.compile(r"^\d+(\.\d+)?$")
-    for label in ROWS[:4]:
-        cells = _row(report, label)
-        assert number.match(cells[1]) and number.match(cells[3]), cells
-        assert cells[2] == "skipped", cells  # no reference venv in quick mode
-    torch_cell = _row(report, ROWS[4])[1]
-    assert number.match(torch_cell) or torch_cell.startswith("n/a"), torch_cell
-    assert "## Targets" in report and "## Machine and versions" in report
+    header = _row(report, "configuration")
+    assert header[:3] == ["configuration", "ours", "plain loop"], header
+    assert "plain torch Dataset" in header, header
+    assert "items per CPU-second" in report
+    cells = {label: dict(zip(header, _row(report, label))) for label in CONFIGS}
+    for label in CONFIGS:
+        assert RATE.match(cells[label]["ours"]), cells[label]
+    for label in CONFIGS[:1] + CONFIGS[3:4]:  # the plain loop runs the 0-worker rows
+        assert RATE.match(cells[label]["plain loop"]), cells[label]
+    for label in CONFIGS[:2]:  # the plain torch Dataset runs both random sync rows
+        assert RATE.match(cells[label]["plain torch Dataset"]), cells[label]
+    for goal in GOALS:
+        _row(report, goal)
+    # Peers the quick run skips are reported as n/a, not as numbers.
+    assert _row(report, GOALS[1])[2] == "n/a"
+    assert _row(report, GOALS[5])[2].startswith("PENDING")
+    assert "## Method" in report and "## Machine and versions" in report
     assert not (REPO / "BENCHMARKS.md").exists() or "quick (smoke) run" not in (REPO / "BENCHMARKS.md").read_text()

@@ -55,6 +55,7 @@ def test_render_preview_files_and_manifest(corpus, tmp_path):
         assert svg.startswith("<svg") and "cutoff -35" in svg and "<polyline" in svg
         assert "data:image/png;base64," in svg  # the spectrogram, embedded
         assert record["lufs"] == pytest.approx(float(item.lufs[0]), abs=1e-3)
+        assert record["excerpt_method"] == "search" and "(search)" in svg  # how loudest chose it
     # Sections are grouped by source.
     sections = re.findall(r'<section data-group="[^"]*" data-source="([^"]+)"', page)
     assert len(sections) == len(set(sections)) == len({r["source"] for r in manifest["excerpts"]})

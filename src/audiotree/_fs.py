@@ -204,3 +204,18 @@ def npz_problem(path: str | os.PathLike) -> str | None:
     if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return "it is not a readable .npz archive (no zip header)"
     return None
+
+
+def close_keeping_error(writer: Any, exc: BaseException | None) -> None:
+    """``writer.close()`` at the end of a ``with`` block.
+
+    Keeps the error that ended the block (e.g. a full disk): a close() that
+    fails after it (often for the same reason) is told in a note, not raised over it.
+    """
+    if exc is None:
+        writer.close()
+        return
+    try:
+        writer.close()
+    except Exception as close_error:
+        exc.add_note(f"{type(writer).__name__}.close() failed too: {close_error}; the last committed manifest is kept.")

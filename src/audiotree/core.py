@@ -11,6 +11,13 @@ Shape conventions
 * Provenance (``filepath``, ``source``, ``offset``) lives in the private
   ``_metadata`` dict; strings are int32 code-point rows ``(B, 1024)`` so they
   batch, cross processes and pass through ``jax.jit`` like any array.
+* ``lengths``: ``(B,)`` int32, the real samples of each item of a padded batch
+  of variable-length items (``(M, B)`` after mini-batching). ``None`` means
+  every item fills the whole ``T`` (fixed-length excerpts): fixed-length
+  batches keep the tree structure of audiotree 1.0. Samples at or past an
+  item's length are padding: zeros, never metered, normalised or augmented.
+  :meth:`AudioTree.mask` gives the ``(B, 1, T)`` boolean mask, in NumPy and
+  under ``jit``.
 
 ``sample_rate`` is static pytree metadata: trees at different rates have
 different tree definitions. Every method returns a new tree; nothing mutates.
@@ -26,8 +33,8 @@ one way (``tests/test_architecture.py`` checks the whole graph).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import jax
@@ -36,6 +43,7 @@ import numpy as np
 from audiotree.provenance import decode_strings, encode_provenance
 from audiotree.dsp.edits import apply_gain_db, downmix, gain_to_target, shift_loudness
 from audiotree.dsp.meter import measure_loudness
+from audiotree.lengths import check_lengths, check_pad_to, pad_items, scale_lengths
 from audiotree.leaves import (
     array_module,
     batch_nodes,
@@ -46,7 +54,8 @@ from audiotree.leaves import (
     normalize_key,
     resolve_device,
 )
-from audiotree.schema import ARRAY_FIELDS, DERIVED_FIELDS, LABEL_FIELDS, METADATA_KEYS, PYTREE_FIELDS, wrap_label
+from audiotree.tree_io import FileMethods
+from audiotree.schema import ARRAY_FIELDS, DERIVED_FIELDS, LABEL_FIELDS, METADATA_KEYS, PYTREE_FIELDS
 
 __all__ = [
     "AudioTree",
@@ -59,12 +68,18 @@ __all__ = [
 
 
 
-def _batch_trees(trees: Sequence["AudioTree"]) -> "AudioTree":
-    """Concatenates AudioTrees field by field (the container half of :meth:`AudioTree.batch`)."""
-    first = trees[0]
+def _batch_trees(trees: Sequence["AudioTree"], pad_to: int | None = None) -> "AudioTree":
+    """Concatenates AudioTrees field by field (the container half of :meth:`AudioTree.batch`).
+
+    Items of different lengths (or any ``pad_to``) are padded first, see :func:`audiotree.lengths.pad_items`.
+    """
     rates = {n.sample_rate for n in trees}
     if len(rates) != 1:
         raise ValueError(f"Cannot batch AudioTrees with different sample rates: {sorted(rates)}.")
+    padded = pad_items(trees, pad_to)
+    if padded is not None:
+        trees = padded
+    first = trees[0]
     for field in ARRAY_FIELDS:
         present = [getattr(n, field) is not None for n in trees]
         if any(present) and not all(present):
@@ -72,16 +87,17 @@ def _batch_trees(trees: Sequence["AudioTree"]) -> "AudioTree":
                 f"Cannot batch AudioTrees where {field!r} is set for {sum(present)} of {len(trees)} items; "
                 f"compute it for all items (e.g. replace_lufs()) or clear it (replace({field}=None))."
             )
-    updates = {f: batch_nodes([getattr(n, f) for n in trees], _batch_tree_or_none) for f in PYTREE_FIELDS}
+    container = functools.partial(_batch_tree_or_none, pad_to=pad_to)
+    updates = {f: batch_nodes([getattr(n, f) for n in trees], container) for f in PYTREE_FIELDS}
     return dataclasses.replace(first, **updates)
 
 
-def _batch_tree_or_none(nodes: Sequence[Any]) -> Any:
-    return _batch_trees(nodes) if isinstance(nodes[0], AudioTree) else None
+def _batch_tree_or_none(nodes: Sequence[Any], pad_to: int | None = None) -> Any:
+    return _batch_trees(nodes, pad_to) if isinstance(nodes[0], AudioTree) else None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class AudioTree:
+class AudioTree(FileMethods):
     """A batch of audio excerpts with labels and provenance; an immutable pytree.
 
     Build one with :meth:`create`, :meth:`from_file` or :meth:`excerpt`; the raw
@@ -109,6 +125,8 @@ class AudioTree:
     latents: Any = None
     extras: dict = dataclasses.field(default_factory=dict)
     _metadata: dict = dataclasses.field(default_factory=dict)
+    # Last, so positional construction and the 1.0 leaf order are unchanged.
+    lengths: Any = None
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -128,13 +146,21 @@ class AudioTree:
         filepath: str | os.PathLike | Sequence[str] | None = None,
         source: str | Sequence[str] | None = None,
         offset: Any = None,
+        lengths: Any = None,
     ) -> "AudioTree":
         """Builds a validated tree.
 
         ``waveform`` may be ``(T,)`` (becomes ``(1, 1, T)``), ``(C, T)`` (becomes
         ``(1, C, T)``), ``(B, C, T)``, or ``None``. ``filepath``/``source`` take one
         string (repeated for every item) or a list of exactly ``B``; ``offset``
-        (seconds) a scalar or a ``(B,)`` array.
+        (seconds) a scalar or a ``(B,)`` array. ``lengths`` (samples, ``(B,)``
+        integers in ``[0, T]``) marks padded items; samples past a length are
+        set to zero. ``ValueError`` when ``lengths`` disagrees with the waveform.
+
+        >>> import numpy as np
+        >>> tree = AudioTree.create(np.ones((2, 1, 4), np.float32), 8000, lengths=[4, 2])
+        >>> tree.mask()[:, 0].tolist()
+        [[True, True, True, True], [True, True, False, False]]
         """
         if waveform is not None:
             ndim = np.ndim(waveform)
@@ -155,7 +181,9 @@ class AudioTree:
                 batch = int(np.shape(candidate)[0])
                 break
         metadata = encode_provenance(batch, filepath=filepath, source=source, offset=offset)
-        return cls(
+        if lengths is not None:
+            lengths = check_lengths(lengths, waveform)
+        tree = cls(
             waveform=waveform,
             sample_rate=int(sample_rate),
             lufs=lufs,
@@ -167,161 +195,9 @@ class AudioTree:
             latents=latents,
             extras=extras,
             _metadata=metadata,
+            lengths=lengths,
         )
-
-    # ------------------------------------------------------------- reading
-    # The published API has readers on the class. They stay thin: the reading
-    # itself (io.excerpt, io.manifest, io.encode) returns plain arrays and never
-    # imports this module, so every dependency points from the container down.
-    @classmethod
-    def from_file(
-        cls,
-        audio_path: str | os.PathLike,
-        *,
-        sample_rate: int | None = None,
-        offset: float = 0.0,
-        duration: float | None = None,
-        mono: bool = False,
-        pad_mode: str | None = "constant",
-        filepath: str | Sequence[str] | None = None,
-        source: str | None = None,
-        extras: dict | None = None,
-        lufs: Any = None,
-        lufs_windows: Any = None,
-        pitch: Any = None,
-        velocity: Any = None,
-        note_duration: Any = None,
-        codes: Any = None,
-        latents: Any = None,
-    ) -> "AudioTree":
-        """Decodes ``duration`` seconds from ``offset`` seconds of a file, by seeking.
-
-        Returns a ``(1, C, round(duration * rate))`` float32 tree at ``sample_rate``
-        (native rate when None); ``mono`` averages channels. Short reads are
-        right-padded with ``np.pad(mode=pad_mode)`` (``None`` leaves them short).
-        Raises :class:`~audiotree.errors.AudioReadError` for undecodable files and
-        ``ValueError`` for an offset at or past the end (naming the duration).
-        """
-        from audiotree.io.excerpt import read_excerpt
-
-        path = os.fspath(audio_path)
-        data, rate = read_excerpt(
-            path, offset=offset, duration=duration, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode
-        )
-        if filepath is not None and not isinstance(filepath, (str, os.PathLike)):
-            filepath = list(filepath)
-            if len(filepath) != 1:
-                raise ValueError(f"{len(filepath)} filepath for a batch of 1.")
-        labels = dict(lufs=lufs, lufs_windows=lufs_windows, pitch=pitch, velocity=velocity, note_duration=note_duration)
-        return cls._read_result(
-            path, data, rate, float(offset),
-            dict(filepath=filepath, source=source, extras=extras, codes=codes, latents=latents, **labels),
-        )
-
-    @classmethod
-    def _read_result(cls, path: str, data: Any, rate: int, offset: float, tree_kwargs: dict) -> "AudioTree":
-        """A batch-of-1 tree of ``(C, T)`` samples read from ``path`` at ``offset`` seconds."""
-        kwargs = dict(tree_kwargs)
-        filepath, source, extras = kwargs.pop("filepath", None) or path, kwargs.pop("source", None), kwargs.pop("extras", None)
-        if source is not None and not isinstance(source, str):
-            raise ValueError("from_file() takes a single source string.")
-        unknown = sorted(set(kwargs) - set(LABEL_FIELDS))
-        if unknown:
-            raise TypeError(f"Unexpected keyword argument {unknown[0]!r} for reading an excerpt.")
-        labels = {name: wrap_label(name, value) for name, value in kwargs.items()}
-        return cls.create(data[None], rate, filepath=filepath, source=source, offset=offset, extras=extras, **labels)
-
-    @classmethod
-    def _from_clip(cls, clip: Any, tree_kwargs: dict) -> "AudioTree":
-        """The tree of an :class:`audiotree.io.excerpt.Clip`; its loudness is measured, never given."""
-        for name in ("lufs", "lufs_windows"):
-            if name in tree_kwargs:
-                raise TypeError(f"Unexpected keyword argument {name!r} for reading an excerpt.")
-        if clip.lufs is not None:
-            tree_kwargs = {**tree_kwargs, "lufs": np.asarray([clip.lufs], np.float32), "lufs_windows": clip.lufs_windows[None]}
-        return cls._read_result(clip.path, clip.data, clip.sample_rate, clip.offset, tree_kwargs)
-
-    @classmethod
-    def from_manifest(
-        cls,
-        manifest_path: str | os.PathLike,
-        *,
-        audio_dir: str | os.PathLike | None = None,
-        filter_fn: Callable[[dict], bool] | None = None,
-    ) -> "AudioTree":
-        """Loads a whole :class:`~audiotree.AudioWriter` dataset as one batched tree.
-
-        ``filter_fn`` receives each manifest entry (a dict) and keeps it when
-        true. Items must share rate, channels and length. An empty selection
-        raises ``ValueError``; a missing audio file raises ``AudioReadError``.
-        """
-        from audiotree.io.manifest import ManifestReader
-
-        reader = ManifestReader(manifest_path, audio_dir=audio_dir, filter_fn=filter_fn)
-        if len(reader) == 0:
-            raise ValueError(f"No entries selected from {manifest_path}.")
-        return cls.batch([cls(**reader.read_fields(i)) for i in range(len(reader))])
-
-    @classmethod
-    def excerpt(
-        cls,
-        audio_path: str | os.PathLike,
-        rng: np.random.Generator,
-        duration: float,
-        offset: float = 0.0,
-        excerpt: Any = None,
-        **from_file_kwargs: Any,
-    ) -> "AudioTree | None":
-        """Reads one excerpt chosen by an :class:`~audiotree.excerpt.ExcerptConfig`.
-
-        ``random`` (default) draws one offset with the config's search from ``rng``;
-        ``start`` reads at ``offset``; ``loudest`` delegates to
-        :meth:`loudest_excerpt`. Deterministic for a given ``rng`` state.
-        """
-        from audiotree.io.excerpt import select_clip
-
-        read, tree_kwargs = _split_read_kwargs(from_file_kwargs)
-        clip = select_clip(audio_path, rng, duration=duration, offset=offset, excerpt=excerpt, **read)
-        return None if clip is None else cls._from_clip(clip, tree_kwargs)
-
-    @classmethod
-    def loudest_excerpt(
-        cls, audio_path: str | os.PathLike, rng: np.random.Generator, excerpt: Any, **from_file_kwargs: Any
-    ) -> "AudioTree | None":
-        """The ``loudest`` strategy: an excerpt that clears ``excerpt.lufs_cutoff``.
-
-        Requires ``duration=`` in the keyword arguments; ``offset`` is refused. The
-        result carries ``lufs`` and ``lufs_windows`` (0.4 s windows) of the excerpt.
-        See :mod:`audiotree.io.excerpt` for the search and its cost.
-        """
-        from audiotree.io.excerpt import loudest_clip
-
-        read, tree_kwargs = _split_read_kwargs(from_file_kwargs, ("duration", "offset"))
-        clip = loudest_clip(audio_path, rng, excerpt, **read)
-        return None if clip is None else cls._from_clip(clip, tree_kwargs)
-
-    def write(
-        self,
-        filepath: str | os.PathLike,
-        *,
-        subtype: str | None = None,
-        format: str | None = None,
-        endian: str | None = None,
-    ) -> Path:
-        """Writes the single item to an audio file (format from the extension).
-
-        With no ``subtype``, soundfile's default for the container applies
-        (PCM_16 for WAV). Requires ``batch_size == 1`` and a rank-3 waveform.
-        """
-        from audiotree.io.encode import write_audio
-
-        if self.waveform is None:
-            raise ValueError("write() needs a waveform; this tree is token-only.")
-        if np.ndim(self.waveform) == 4:
-            raise ValueError("write() does not take a rank 4 (mini-batched) tree.")
-        if self.batch_size != 1:
-            raise ValueError(f"write() needs batch_size == 1, got {self.batch_size}; iterate the batch.")
-        return write_audio(filepath, np.asarray(self.waveform[0]), self.sample_rate, subtype=subtype, format=format, endian=endian)
+        return tree._zero_padding() if lengths is not None else tree
 
     # --------------------------------------------------------------- replacing
     def replace(self, **fields: Any) -> "AudioTree":
@@ -355,6 +231,41 @@ class AudioTree:
     def num_channels(self) -> int:
         """Channels, ``waveform.shape[-2]``."""
         return int(np.shape(self.waveform)[-2])
+
+    def mask(self) -> Any:
+        """``(..., 1, T)`` bool: True on real samples, False on padding.
+
+        Broadcasts against the waveform ``(..., C, T)``. All True when
+        ``lengths`` is None. Stays in the array library of the waveform and
+        works under ``jax.jit`` (shapes are static, lengths may be traced).
+
+        >>> import numpy as np
+        >>> AudioTree.create(np.zeros((1, 2, 3), np.float32), 8000, lengths=[1]).mask().shape
+        (1, 1, 3)
+        """
+        if self.waveform is None:
+            raise ValueError("mask() needs a waveform; this tree is token-only.")
+        shape = tuple(np.shape(self.waveform))
+        xp = array_module(self.waveform, self.lengths)
+        if self.lengths is None:
+            return xp.ones(shape[:-2] + (1, shape[-1]), dtype=bool)
+        lengths = xp.asarray(self.lengths)
+        return xp.arange(shape[-1])[None, :] < lengths[..., None, None]
+
+    def full_lengths(self) -> Any:
+        """``lengths``, or ``T`` for every item when it is None; int32 ``(...,)``."""
+        if self.lengths is not None:
+            return self.lengths
+        shape = tuple(np.shape(self.waveform))
+        return array_module(self.waveform).full(shape[:-2], shape[-1], dtype=np.int32)
+
+    def _zero_padding(self) -> "AudioTree":
+        """The same tree with every sample past its item's length set to zero."""
+        if self.lengths is None or self.waveform is None:
+            return self
+        xp = array_module(self.waveform, self.lengths)
+        waveform = xp.where(self.mask(), self.waveform, xp.zeros((), dtype=self.waveform.dtype))
+        return dataclasses.replace(self, waveform=waveform)
 
     @property
     def batch_size(self) -> int:
@@ -439,17 +350,34 @@ class AudioTree:
             yield self[i]
 
     @staticmethod
-    def batch(items: Sequence[Any]) -> Any:
+    def batch(items: Sequence[Any], *, pad_to: int | None = None) -> Any:
         """Concatenates items along axis 0 (grain's ``batch_fn``).
 
         Works through dicts, lists and tuples: AudioTrees are concatenated field by
         field, arrays concatenated, strings collected into one list, other leaves
         gathered with ``list(...)``. Any JAX input gives JAX output.
+
+        Items of different lengths (whole utterances, or short reads with
+        ``pad_mode=None``) are right-padded with zeros to the longest item, or to
+        ``pad_to`` samples, and the batch's ``lengths`` ``(B,)`` records each
+        item's real samples (``lufs_windows`` are padded with ``-inf``, the
+        loudness of padding). Batches of equal-length items without ``lengths``
+        are concatenated as before (``lengths`` stays None) unless ``pad_to`` is
+        given.
+
+        >>> import numpy as np
+        >>> a = AudioTree.create(np.ones(3, np.float32), 8000)
+        >>> b = AudioTree.create(np.ones(5, np.float32), 8000)
+        >>> batch = AudioTree.batch([a, b])
+        >>> batch.waveform.shape, batch.lengths.tolist()
+        ((2, 1, 5), [3, 5])
         """
         items = list(items)
         if not items:
             raise ValueError("AudioTree.batch needs at least one item.")
-        return batch_nodes(items, _batch_tree_or_none)
+        if pad_to is not None:
+            pad_to = check_pad_to(pad_to)
+        return batch_nodes(items, functools.partial(_batch_tree_or_none, pad_to=pad_to))
 
     def split(self, n_splits: int) -> list["AudioTree"]:
         """Splits the batch into ``n_splits`` equal trees along axis 0."""
@@ -551,7 +479,14 @@ class AudioTree:
             from audiotree.dsp.resample import resample
 
             out = resample(np.asarray(self.waveform), self.sample_rate, sample_rate, output_length=output_length)
-        return dataclasses.replace(self._invalidate_derived(waveform=out), sample_rate=sample_rate)
+        tree = dataclasses.replace(self._invalidate_derived(waveform=out), sample_rate=sample_rate)
+        if self.lengths is not None:
+            # Each item's real samples scale like the whole axis; the resampler's
+            # ringing past them is cleared so padding stays silent.
+            lengths = array_module(self.waveform, self.lengths).asarray(self.lengths)
+            new = scale_lengths(lengths, self.sample_rate, sample_rate, limit=np.shape(out)[-1])
+            tree = dataclasses.replace(tree, lengths=new)._zero_padding()
+        return tree
 
     # --------------------------------------------------------------- loudness
     def replace_lufs(
@@ -565,6 +500,10 @@ class AudioTree:
         """Measures BS.1770-4 loudness: gated ``lufs`` ``(...,)`` and ungated
         ``lufs_windows`` ``(..., W)`` in LUFS, float32, from one K-weighting pass.
 
+        With ``lengths``, only each item's real samples are metered: a padded
+        item measures what it measures alone, and windows past its end read
+        ``-inf``.
+
         ``engine`` is ``"numpy"`` (exact IIR, CPU) or ``"jax"`` (jittable); by
         default it follows the waveform's library, and a non-CPU ``device`` forces
         JAX. Results come back in the waveform's array library.
@@ -573,7 +512,7 @@ class AudioTree:
             raise ValueError("replace_lufs() needs a waveform.")
         lufs, windows = measure_loudness(
             self.waveform, self.sample_rate, window_sec=lufs_window_sec, hop_sec=lufs_hop_sec, engine=engine,
-            device=resolve_device(device),
+            device=resolve_device(device), lengths=self.lengths,
         )
         return dataclasses.replace(self, lufs=lufs, lufs_windows=windows)
 
@@ -599,13 +538,6 @@ class AudioTree:
         waveform = apply_gain_db(xp, tree.waveform, gain_db)
         new_lufs, windows = shift_loudness(xp, tree.lufs, tree.lufs_windows, gain_db)
         return tree._invalidate_derived(keep=("lufs", "lufs_windows"), waveform=waveform, lufs=new_lufs, lufs_windows=windows)
-
-
-def _split_read_kwargs(kwargs: dict, reads: Sequence[str] = ()) -> tuple[dict, dict]:
-    """(arguments of the read, arguments of the tree) from ``from_file``-style keywords."""
-    read = {k: kwargs[k] for k in ("sample_rate", "mono", "pad_mode", *reads) if k in kwargs}
-    return read, {k: v for k, v in kwargs.items() if k not in read}
-
 
 
 jax.tree_util.register_dataclass(AudioTree, data_fields=list(PYTREE_FIELDS), meta_fields=["sample_rate"])

@@ -1,7 +1,10 @@
 """Choosing excerpts: ``ExcerptConfig`` and the offset searches.
 
-How a dataset picks the part of a file it reads: the ``start``, ``random`` or
-``loudest`` strategy and the search that draws offsets. This module is pure
+How a dataset picks the part of a file it reads: the ``start``, ``random``,
+``loudest`` or ``full`` strategy and the search that draws offsets. ``full``
+reads whole files (whole utterances for TTS/ASR), capped at ``max_duration``
+seconds; such items carry ``lengths`` so batches of them pad and mask
+correctly (see :meth:`audiotree.AudioTree.batch`). This module is pure
 configuration; reading lives in :mod:`audiotree.io.excerpt`.
 
 >>> import numpy as np
@@ -19,7 +22,7 @@ from typing import Callable, Literal, Union
 
 import numpy as np
 
-from audiotree.validation import is_int
+from audiotree.validation import is_int, is_real
 
 __all__ = [
     "ExcerptConfig",
@@ -29,7 +32,7 @@ __all__ = [
 
 Searcher = Callable[[np.random.Generator, float, float, float, int, int], float]
 
-_STRATEGIES = ("start", "random", "loudest")
+_STRATEGIES = ("start", "random", "loudest", "full")
 _ON_FAILURE = ("keep", "skip", "raise")
 
 
@@ -89,15 +92,30 @@ class ExcerptConfig:
       on_failure: ``loudest`` when nothing clears the cutoff: ``"keep"`` the
         loudest attempt, ``"skip"`` the item (``None``), or ``"raise"``.
       scan_max_seconds: after a first miss, ``loudest`` decodes files up to this
-        long whole and searches an energy map; longer files keep seeking.
+        long whole and searches an energy map; longer files are probed (see
+        :mod:`audiotree.excerpt_search`).
+      skip_silent: ``loudest`` over a corpus index only: leave files whose
+        profile has no window above the cutoff out of sampling (group weights
+        are unchanged; the rest of the group is sampled). Without it,
+        ``on_failure`` applies to them, decided before anything is read.
+      max_duration: ``full`` only: the longest item in seconds; longer files
+        keep their first ``max_duration`` seconds. ``None`` reads every file whole.
+
+    ``strategy="full"`` reads each file whole (no ``duration``; items differ in
+    length and carry ``lengths``). It is deterministic: no offset is drawn.
+
+    >>> ExcerptConfig(strategy="full", max_duration=20.0).max_duration
+    20.0
     """
 
-    strategy: Literal["start", "random", "loudest"] = "random"
+    strategy: Literal["start", "random", "loudest", "full"] = "random"
     num_tries: int = 8
     lufs_cutoff: float = -40.0
     search: Union[str, Searcher] = "uniform"
     on_failure: Literal["keep", "skip", "raise"] = "keep"
     scan_max_seconds: float = 30.0
+    max_duration: float | None = None
+    skip_silent: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy not in _STRATEGIES:
@@ -108,18 +126,29 @@ class ExcerptConfig:
             raise ValueError(f"num_tries must be an int >= 1, got {self.num_tries!r}.")
         if not math.isfinite(float(self.lufs_cutoff)):
             raise ValueError(f"lufs_cutoff must be finite, got {self.lufs_cutoff!r}.")
+        if not isinstance(self.skip_silent, bool):
+            raise ValueError(f"skip_silent must be True or False, got {self.skip_silent!r}.")
         if not float(self.scan_max_seconds) >= 0:
             raise ValueError(f"scan_max_seconds must be >= 0, got {self.scan_max_seconds!r}.")
         if self.strategy != "loudest":
             defaults = {f.name: f.default for f in dataclasses.fields(ExcerptConfig)}
-            for knob in ("num_tries", "lufs_cutoff", "on_failure", "scan_max_seconds"):
+            for knob in ("num_tries", "lufs_cutoff", "on_failure", "scan_max_seconds", "skip_silent"):
                 if getattr(self, knob) != defaults[knob]:
                     raise ValueError(
                         f"ExcerptConfig.{knob} only applies to strategy='loudest' "
                         f"(strategy is {self.strategy!r}); remove it or switch strategy."
                     )
-        if self.strategy == "start" and self.search != "uniform":
-            raise ValueError("ExcerptConfig.search does not apply to strategy='start' (its offset is fixed).")
+        if self.strategy in ("start", "full") and self.search != "uniform":
+            raise ValueError(f"ExcerptConfig.search does not apply to strategy={self.strategy!r} (its offset is fixed).")
+        if self.max_duration is not None:
+            if self.strategy != "full":
+                raise ValueError(
+                    f"ExcerptConfig.max_duration only applies to strategy='full' (strategy is {self.strategy!r}); "
+                    "other strategies read duration= seconds."
+                )
+            value = self.max_duration
+            if not is_real(value) or not math.isfinite(float(value)) or value <= 0:
+                raise ValueError(f"ExcerptConfig.max_duration must be a positive number of seconds, got {value!r}.")
         _resolve_search(self.search)
 
     @property

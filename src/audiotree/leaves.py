@@ -171,6 +171,12 @@ def batch_nodes(nodes: Sequence[Any], batch_container: Callable[[Sequence[Any]],
             raise ValueError("Cannot batch items whose list structure differs.")
         return type(first)(batch_nodes([n[i] for n in nodes], batch_container) for i in range(len(first)))
     if all(is_array(n) and np.ndim(n) > 0 for n in nodes):
+        shapes = {tuple(np.shape(n))[1:] for n in nodes}
+        if len(shapes) != 1:
+            raise ValueError(
+                f"Cannot batch arrays whose shapes past the batch axis differ: {sorted(shapes)}. Only the "
+                "waveform (and lufs_windows) of AudioTrees are padded; pad other variable-length leaves yourself."
+            )
         return concat(nodes)
     return list(nodes)
 

@@ -489,7 +489,8 @@ def _records(trees: list[Any], vocabularies: Mapping[str, Any]) -> list[dict]:
             "source": _first(tree.source) or os.path.basename(os.path.dirname(filepath)) or "audio",
             "offset": _offset(tree),
             "lufs": lufs if lufs is not None and math.isfinite(lufs) else None,
-            "labels": item_labels(tree, vocabularies),
+            "labels": {k: v for k, v in item_labels(tree, vocabularies).items() if k != "excerpt_method"},
+            "excerpt_method": _excerpt_method(tree),
         })
     return records
 
@@ -582,6 +583,8 @@ def render_preview(
             span = (offset, offset + duration)
             spectrogram = mel_spectrogram(waveform, rate)
             caption = f"{os.path.basename(r['filepath'])}  [{span[0]:.2f}, {span[1]:.2f}] s"
+            if r["excerpt_method"] is not None:  # how loudest chose it: from the corpus index or by search
+                caption += f"  ({r['excerpt_method']})"
             view = _read_view(r["filepath"], offset, duration, float(context_seconds))
             if view is None:  # the source file is gone: plot the excerpt alone
                 frames, native, view_start, file_duration = np.ascontiguousarray(waveform.T), rate, offset, None
@@ -598,7 +601,7 @@ def render_preview(
             })
 
     keys = ("index", "source", "group", "filepath", "offset", "duration", "file_duration", "sample_rate", "channels",
-            "lufs", "labels", "wav", "image", "width", "height")
+            "lufs", "labels", "wav", "image", "width", "height", "excerpt_method")
     groups = {value: [{k: r[k] for k in keys} for r in records] for value, records in groups.items()}
     ordered = [r for records in groups.values() for r in records]
     if subtitle is None:
@@ -615,3 +618,13 @@ def render_preview(
                 "excerpts": ordered}
     (out / _MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return PreviewResult(index=index_path, excerpts=ordered, image_format=fmt)
+
+
+def _excerpt_method(tree: Any) -> str | None:
+    """``"index"``/``"search"`` from ``extras["excerpt_method"]`` (``None`` when absent)."""
+    code = (getattr(tree, "extras", None) or {}).get("excerpt_method")
+    if code is None:
+        return None
+    from audiotree.excerpt_search import method_name
+
+    return method_name(np.asarray(code).reshape(-1)[0])

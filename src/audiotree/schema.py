@@ -6,7 +6,8 @@ on-disk formats can agree on the fields without importing the container.
 * ``PYTREE_FIELDS``: every pytree child in declaration order (which is also the
   flatten order and the on-disk leaf order); ``sample_rate`` is static metadata.
 * ``ARRAY_FIELDS``: the batch-leading arrays (``PYTREE_FIELDS`` minus ``extras``
-  and ``_metadata``). ``LABEL_FIELDS``: ``ARRAY_FIELDS`` minus ``waveform``.
+  and ``_metadata``). ``LABEL_FIELDS``: ``ARRAY_FIELDS`` minus ``waveform`` and
+  ``lengths`` (the real samples of each padded item).
 * ``DERIVED_FIELDS``: describe one particular waveform; any edit of length,
   rate, channels or level clears them.
 * ``METADATA_KEYS``: the closed key set of the private provenance dict.
@@ -45,9 +46,12 @@ PYTREE_FIELDS = (
     "latents",
     "extras",
     "_metadata",
+    # Last, so positional construction and the 1.0 leaf order are unchanged.
+    "lengths",
 )
 ARRAY_FIELDS = tuple(f for f in PYTREE_FIELDS if f not in ("extras", "_metadata"))
-LABEL_FIELDS = tuple(f for f in ARRAY_FIELDS if f != "waveform")
+# ``lengths`` describes the batch's padding, not the audio: it is not a label.
+LABEL_FIELDS = tuple(f for f in ARRAY_FIELDS if f not in ("waveform", "lengths"))
 DERIVED_FIELDS = ("lufs", "lufs_windows", "codes", "latents")
 METADATA_KEYS = ("filepath", "source", "offset")
 

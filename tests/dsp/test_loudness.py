@@ -448,4 +448,26 @@ def test_fast_k_filter_matches_public_sosfilt():
     sos = L.k_weighting_sos(44100)
     x = np.random.default_rng(5).standard_normal((3, 2, 5000)).astype(np.float32)
     np.testing.assert_array_equal(L._k_filter(sos, x), sosfilt(np.array(sos), x.astype(np.float64), axis=-1))
-    assert L._sosfilt_kernel is not None  # the fast path is really in use with this scipy
+    assert L.scipy_sosfilt()[1] is not None  # the fast path is really in use with this scipy
+
+
+def test_dsp_import_leaves_scipy_signal_until_the_meter_runs():
+    """Workers that only resample must not pay for SciPy (issue 18); metering still works after."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "import audiotree.dsp, audiotree.sources\n"
+        "assert 'scipy.signal' not in sys.modules, 'imported at import time'\n"
+        "from audiotree.dsp import resample\n"
+        "resample(np.zeros((4410, 1), np.float32), 44100, 16000, axis=0)\n"
+        "assert 'scipy.signal' not in sys.modules, 'imported by resample'\n"
+        "from audiotree.dsp import integrated_loudness\n"
+        "x = np.sin(np.arange(48000) / 48000 * 2 * np.pi * 997).astype(np.float32)[None]\n"
+        "print(round(float(integrated_loudness(x, 48000)), 1))\n"
+        "assert 'scipy.signal' in sys.modules\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert -4.0 < float(out.stdout.strip()) < -2.0  # a full-scale 997 Hz sine is -3.01 LUFS

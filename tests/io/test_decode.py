@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -702,6 +703,66 @@ os.write(2, b"STDERR STILL WORKS\\n")
         env={**os.environ, "AUDIOTREE_DECODER_MESSAGES": "1"},
     )
     assert "part2_3_length" in loud.stderr  # the messages exist; we only hide them
+
+
+_OTHER_THREAD_DURING_MP3 = """
+import ctypes, os, sys, threading, traceback, warnings
+import numpy as np, soundfile
+from audiotree.synth import synthesize
+path = {path!r}
+soundfile.write(path, synthesize('music', 6.0, 16000, 2, np.random.default_rng(0)), 16000)
+from audiotree.io import AudioFile
+
+libc = ctypes.CDLL(None)
+c_stderr = ctypes.c_void_p.in_dll(libc, "stderr")
+original = c_stderr.value
+done, reading = threading.Event(), threading.Event()
+
+def decode():
+    with AudioFile(path) as f:
+        for _ in range(40):
+            for start in range(10000, 80000, 7000):
+                reading.set()
+                f.read(start, 4410)
+                reading.clear()
+    done.set()
+
+def chatter():
+    # Another thread writing to stderr in every way Python can, until the decodes end.
+    n = during = 0
+    while not done.is_set() or n < 10:
+        inside = reading.is_set()  # an MP3 read is in progress right now
+        sys.stderr.write(f"LINE {{n}}\\n"); sys.stderr.flush()
+        os.write(2, f"RAW {{n}}\\n".encode())
+        warnings.warn(f"WARN {{n}}")
+        try:
+            raise ValueError(f"TRACE {{n}}")
+        except ValueError:
+            traceback.print_exc()
+        during += inside
+        n += 1
+    print("WRITTEN", n, during)
+
+warnings.simplefilter("always")
+threads = [threading.Thread(target=decode), threading.Thread(target=chatter)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert c_stderr.value == original
+"""
+
+
+def test_other_threads_stderr_survives_an_mp3_decode(tmp_path):
+    """Only the decoder's C-stream messages are dropped: Python-level and fd-2 writes of other threads stay."""
+    code = _OTHER_THREAD_DURING_MP3.format(path=str(tmp_path / "n.mp3"))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    written, during = map(int, result.stdout.split("WRITTEN")[1].split())
+    assert during > 0, "no write overlapped an MP3 read; the test proves nothing"
+    err = result.stderr
+    for kind in ("LINE", "RAW", "WARN", "TRACE"):
+        seen = {int(tok.split()[1].rstrip(":'\"")) for tok in re.findall(rf"{kind} \d+", err)}
+        assert seen == set(range(written)), (kind, sorted(set(range(written)) - seen)[:10])
+    assert "part2_3_length" not in err
 
 
 def test_truncated_wav_data_is_a_bad_file(tmp_path):

@@ -73,9 +73,16 @@ def test_bounded_fuzz_run_finds_nothing(fmt, tmp_path):
     proc, artifacts = _fuzz(fmt, tmp_path, FUZZ_SECONDS)
     found = sorted(p.name for p in artifacts.iterdir())
     tail = proc.stderr[-4000:]
+    # atheris prints the uncaught exception (the broken rule) on stdout, libFuzzer's log goes to stderr.
+    exception = proc.stdout[proc.stdout.find("=== Uncaught Python exception"):][:4000]
+    if found:  # keep the inputs beyond the temp folder, so a CI failure can be replayed
+        keep = REPO_ROOT / "artifacts" / f"fuzz-{fmt}"
+        keep.mkdir(parents=True, exist_ok=True)
+        for name in found:
+            shutil.copyfile(artifacts / name, keep / name)
     assert proc.returncode == 0 and not found, (
-        f"the {fmt} fuzzer found inputs that break the decode rule: {found} (in {artifacts}); "
-        f"fix the bug and add each input to tests/data/fuzz_regressions/.\n{tail}"
+        f"the {fmt} fuzzer found inputs that break the decode rule: {found} (copied to artifacts/fuzz-{fmt}/); "
+        f"fix the bug and add each input to tests/data/fuzz_regressions/.\n{exception}\n{tail}"
     )
     done = re.search(r"#(\d+)\s+DONE\s+cov: (\d+) ft: (\d+)", proc.stderr)
     assert done, tail

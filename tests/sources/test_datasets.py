@@ -6,7 +6,6 @@ import collections
 import itertools
 import math
 import os
-import sys
 import warnings
 from pathlib import Path
 
@@ -421,3 +420,45 @@ def test_symlink_loops_list_each_file_once(tmp_path):
     (tmp_path / "loop" / "alias").symlink_to(tmp_path / "loop" / "sub")
     files = find_audio_files(tmp_path / "loop")
     assert len(files) == 1 and files[0].endswith("0.wav")
+
+
+# ------------------------------------------------- transformations keep our type
+def _duration_of(t):
+    return round(t.waveform.shape[-1] / t.sample_rate, 6)
+
+
+def test_transformations_of_our_datasets_stay_audiotree_datasets(corpus):
+    """Chains built from our datasets keep our to_iter_dataset/mp_prefetch, and their data is Grain's."""
+    from audiotree.sources.lifecycle import ClosingIterDataset
+    from audiotree.sources.memory import AudioIterDataset, AudioMapDataset
+
+    ds = create_audio_dataset(corpus["music"], duration=0.2, sample_rate=8000)
+    plain = ds.parents[0]  # the same pipeline without our wrapper: Grain's classes only
+    assert not isinstance(plain, AudioMapDataset)
+    chains = {
+        "map": (lambda d: d.map(_key)),
+        "map_with_index": (lambda d: d.map_with_index(lambda i, t: (i, _key(t)))),
+        "random_map": (lambda d: d.random_map(lambda t, rng: (_key(t), int(rng.integers(1 << 30))), seed=3)),
+        "filter": (lambda d: d.filter(lambda t: "1" in t.filepath[0]).map(_key)),
+        "shuffle": (lambda d: d.shuffle(seed=5).map(_key)),
+        "slice": (lambda d: d.slice(slice(1, 6, 2)).map(_key)),
+        "getitem": (lambda d: d[2:5].map(_key)),
+        "repeat": (lambda d: d.repeat(2).map(_key)),
+        "seed": (lambda d: d.seed(9).random_map(lambda t, rng: int(rng.integers(1 << 30)))),
+    }
+    for name, chain in chains.items():
+        ours, theirs = chain(ds), chain(plain)
+        assert isinstance(ours, AudioMapDataset) and ours.item_bytes == ds.item_bytes, name
+        assert list(ours) == list(theirs), name
+    batched = ds.batch(3, batch_fn=AudioTree.batch)
+    assert isinstance(batched, AudioMapDataset) and batched.item_bytes == 3 * ds.item_bytes
+    assert [b.filepath for b in batched] == [b.filepath for b in plain.batch(3, batch_fn=AudioTree.batch)]
+
+    it = ds.to_iter_dataset().map(_duration_of).filter(lambda d: d > 0).batch(2)
+    assert isinstance(it, AudioIterDataset) and it.element_bytes == 2 * ds.item_bytes
+    assert [list(b) for b in it] == [[0.2, 0.2]] * (len(ds) // 2)
+    # Rebuilt for the workers (synchronous reads), the same steps replay.
+    from audiotree.sources.memory import WORKER_READ_OPTIONS
+
+    assert [list(b) for b in it._rebuilt(WORKER_READ_OPTIONS)] == [list(b) for b in it]
+    assert isinstance(it.mp_prefetch(grain.MultiprocessingOptions(num_workers=0)), ClosingIterDataset)

@@ -8,7 +8,6 @@ import grain
 import numpy as np
 import pytest
 
-import audiotree.sources  # noqa: F401  (prepares Grain's absl flags for mp_prefetch)
 import audiotree.transforms as T
 import audiotree.transforms.jax as TJ
 from audiotree.core import AudioTree
@@ -76,7 +75,8 @@ def test_order_matters_trim_after_normalisation_clears_lufs():
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="Grain multiprocessing is not supported on Windows")
-def test_mp_prefetch_two_workers_match_the_single_process_stream():
+def test_mp_prefetch_two_workers_match_the_single_process_stream(absl_flags_parsed):
+    """A plain Grain pipeline (not built by audiotree), so flags are parsed as Grain requires."""
     ds = _pipeline(_items(10, dropped=(3, 7)))
     single = _stream(ds, 0)
     multi = _stream(ds, 2)

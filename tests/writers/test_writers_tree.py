@@ -10,7 +10,6 @@ import warnings
 import numpy as np
 import pytest
 
-import audiotree.sources  # noqa: F401  (prepares Grain for multiprocessing)
 from audiotree import AudioTree, TreeWriter
 from audiotree.sources import TreeDataSource
 
@@ -394,7 +393,7 @@ def test_jax_arrays_are_written(tmp_path):
     assert item.extras["e"].tolist() == [1]
 
 
-def test_mp_prefetch_two_workers(tmp_path):
+def test_mp_prefetch_two_workers(tmp_path, absl_flags_parsed):  # plain Grain: flags parsed as Grain requires
     import grain
 
     with TreeWriter(tmp_path / "mp", 40) as w:

@@ -233,6 +233,25 @@ def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100) -> Cal
 sources_argument = click.argument("sources", nargs=-1, required=True, metavar="SOURCES...")
 
 
+def executor_options(func: Callable) -> Callable:
+    """``--executor process|ray`` and ``--ray-address``; the command receives ``executor`` and ``ray_address``."""
+    func = click.option("--ray-address", default=None, metavar="ADDRESS",
+                        help="With --executor ray: the cluster to join (auto, ray://host:10001, ...); "
+                             "default: the cluster named by RAY_ADDRESS, else a local one for this run.")(func)
+    return click.option("--executor", type=click.Choice(["process", "ray"]), default=None,
+                        help="Run the work on a process pool (one worker per core) or on Ray "
+                             "(pip install 'audiotree[ray]'); the output is the same.")(func)
+
+
+def open_executor(executor: str | None, ray_address: str | None):
+    """The runner for ``--executor``/``--ray-address`` (a context manager; see audiotree.parallel)."""
+    if ray_address is not None and executor != "ray":
+        raise click.UsageError("--ray-address needs --executor ray.")
+    from audiotree.parallel import open_executor as open_runner
+
+    return open_runner(executor, ray_address=ray_address)
+
+
 def resolve_sources(values: Sequence[str], pipeline: PipelineOptions | None = None) -> Sources:
     """Parses SOURCES and checks ``--weights`` names against the groups (before any heavy import)."""
     weights = pipeline.weights if pipeline is not None else None

@@ -34,15 +34,18 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
               help="Compute each file's loudness profile (decodes every file once).")
 @click.option("--mono/--stereo", default=True, show_default=True,
               help="Profile the channel average (as mono datasets meter) or BS.1770's weighted channels.")
-@click.option("--executor", type=click.Choice(["process", "serial"]), default="process", show_default=True,
-              help="Read files in a process pool, or one by one in this process.")
+@click.option("--executor", type=click.Choice(["process", "serial", "ray"]), default="process", show_default=True,
+              help="Read files in a process pool, one by one in this process, or as Ray tasks "
+                   "(pip install 'audiotree[ray]'); the index is the same.")
+@click.option("--ray-address", default=None, metavar="ADDRESS",
+              help="With --executor ray: the cluster to join; default: RAY_ADDRESS, else a local one.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes (default: one per core).")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=None,
               help="Files per task and per committed part (resume granularity).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
 def index(sources, out: str, labels: str | None, labels_key: str, labels_match: str, labels_root: str | None,
-          labels_missing: str, root: str | None, loudness: bool, mono: bool, executor: str, jobs: int | None,
-          chunk_size: int | None, progress: bool) -> None:
+          labels_missing: str, root: str | None, loudness: bool, mono: bool, executor: str, ray_address: str | None,
+          jobs: int | None, chunk_size: int | None, progress: bool) -> None:
     """Index SOURCES into one Parquet file, or refresh an existing index.
 
     SOURCES are folders, files or globs; GROUP=FOLDER names groups. Re-running
@@ -52,6 +55,8 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
     from audiotree.cli._common import resolve_sources
     from audiotree.index import LabelSource, build_index
 
+    if ray_address is not None and executor != "ray":
+        raise click.UsageError("--ray-address needs --executor ray.")
     parsed = resolve_sources(sources)
     spec: Any = parsed.groups if parsed.balanced else parsed.pool
     label_source = None
@@ -59,7 +64,7 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
         label_source = LabelSource(labels, key=labels_key, match=labels_match, root=labels_root, missing=labels_missing)
     report = build_index(
         spec, out, labels=label_source, loudness=loudness, executor=executor, show_progress=progress, mono=mono,
-        root=root, chunk_size=chunk_size, max_workers=jobs,
+        root=root, chunk_size=chunk_size, max_workers=jobs, ray_address=ray_address,
     )
     click.echo(
         f"{report.path}: {report.rows} rows ({report.read} read, {report.reused} unchanged, {report.resumed} resumed, "

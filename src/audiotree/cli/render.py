@@ -7,6 +7,12 @@ rewrites the part that was in progress, and continues from there: the dataset is
 deterministic, so item ``i`` is the same in every run. Asking for more items
 later (a larger ``-n``) extends the render the same way.
 
+With ``--executor process|ray`` every part is a task of its own
+(:class:`audiotree.writers.parts.RenderRange`) writing into ``.staging/``; the
+driver adopts finished parts in item order (rename, then record), so the render
+is the same, byte for byte, as a local one (TreeWriter manifests differ only in
+``created_at``), and resumes the same way.
+
 Read a render back with :func:`audiotree.sources.open_render` (one
 ``grain.MapDataset`` over the parts, in order).
 """
@@ -14,18 +20,21 @@ Read a render back with :func:`audiotree.sources.open_render` (one
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
+from audiotree._fs import fsync_dir
 from audiotree.cli._common import (
     CliError,
     build_dataset,
+    executor_options,
+    open_executor,
     pipeline_options,
     progress_bar,
     resolve_sources,
@@ -35,31 +44,14 @@ from audiotree.cli._common import (
 )
 from audiotree.formats.render import PART, RECORD, new_record, read_record, write_record
 
+_STAGING = ".staging"
+
 
 def _read_record(out: Path) -> dict | None:
     try:
         return read_record(out)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-
-
-def _batch_in_order(items: list) -> tuple[list[bool], Any]:
-    """Batches the items that exist; the mask says which positions held one (dropped items are None)."""
-    from audiotree.core import AudioTree
-
-    present = [item is not None for item in items]
-    kept = [item for item in items if item is not None]
-    return present, (AudioTree.batch(kept) if kept else None)
-
-
-def _open_writer(fmt: str, directory: Path, expected: int):
-    if fmt == "audio":
-        from audiotree.writers import AudioWriter
-
-        return AudioWriter(directory, pattern="audio_{index:06d}.wav", exist_ok=True)
-    from audiotree.writers import TreeWriter
-
-    return TreeWriter(directory, expected_samples=expected, exist_ok=True).open()
 
 
 def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
@@ -80,6 +72,7 @@ def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
         for part in out.glob("part-*"):  # an unfinished part, or everything with --overwrite
             if part.is_dir() and part.name not in recorded:
                 shutil.rmtree(part)
+        shutil.rmtree(out / _STAGING, ignore_errors=True)  # attempts of an interrupted --executor run
     if record is not None:
         return record
     out.mkdir(parents=True, exist_ok=True)
@@ -94,8 +87,10 @@ def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
               help="Folder of the rendered dataset (created; re-run to resume).")
 @click.option("-n", "--num-items", "n", type=click.IntRange(min=1), default=None, help="How many excerpts to render.")
 @click.option("--epoch", is_flag=True, help="Render one epoch (every file once; num_epochs=1) instead of -n items.")
-@click.option("--format", "fmt", type=click.Choice(["tree", "audio"]), default="tree", show_default=True,
-              help="tree: TreeWriter (memory-mappable arrays); audio: AudioWriter (WAV files + manifest).")
+@click.option("--format", "fmt", type=click.Choice(["tree", "audio", "arrayrecord"]), default="tree",
+              show_default=True,
+              help="tree: TreeWriter (memory-mappable arrays); audio: AudioWriter (WAV files + manifest); "
+                   "arrayrecord: ArrayRecord shards (one per part) for grain.sources.ArrayRecordDataSource.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="mp_prefetch worker processes rendering in parallel.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
@@ -103,18 +98,25 @@ def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
 @click.option("--part-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Items per part; an interruption loses at most the part in progress.")
 @click.option("--overwrite", is_flag=True, help="Delete a previous render in --out and start again.")
+@executor_options
 @pipeline_options()
 def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers: int, batch_size: int, part_size: int,
-           overwrite: bool, pipeline) -> None:
+           overwrite: bool, executor: str | None, ray_address: str | None, pipeline) -> None:
     """Pre-render N excerpts (or one --epoch) of the pipeline to a dataset on disk.
 
     \b
     Resumable: re-run the same command after an interruption and it continues
     from the last finished part (item i of the pipeline is the same in every
-    run). Read the result with audiotree.sources.open_render(OUT).
+    run). With --executor each part is a task (on every core, or on a Ray
+    cluster; OUT must then be on storage every node sees) and the result is the
+    same. Read it with audiotree.sources.open_render(OUT).
     """
     if (n is None) == (not epoch):
         raise click.UsageError("give either -n N (items) or --epoch (one pass over the files).")
+    if ray_address is not None and executor != "ray":
+        raise click.UsageError("--ray-address needs --executor ray.")
+    if executor is not None and workers:
+        raise click.UsageError("--workers (mp_prefetch) and --executor are alternatives; give one.")
     parsed = resolve_sources(sources, pipeline)
     config = {
         "format": fmt,
@@ -140,7 +142,18 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
     if start:
         console.print(f"Resuming at item {start} of {total} ({len(parts)} finished part(s) kept).")
 
+    if executor is not None:
+        started = time.perf_counter()
+        make_dataset = functools.partial(build_dataset, parsed, pipeline, num_epochs=1 if epoch else None)
+        rendered = _render_on_executor(out_dir, record, make_dataset, fmt=fmt, batch_size=batch_size,
+                                       part_size=part_size, start=start, total=total, executor=executor,
+                                       ray_address=ray_address)
+        _report(console, out_dir, parts, fmt, rendered, time.perf_counter() - started, f"--executor {executor}")
+        return
+
     import grain
+
+    from audiotree.writers.parts import batch_in_order, open_part_writer
 
     started = time.perf_counter()
     # Dropped items stay in the stream as None, and mp_prefetch reads its workers round-robin, so the
@@ -149,7 +162,7 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
                                                   allow_nones=True)
     if workers:
         pipeline_ds = pipeline_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
-    pipeline_ds = pipeline_ds.batch(batch_size, batch_fn=_batch_in_order)
+    pipeline_ds = pipeline_ds.batch(batch_size, batch_fn=batch_in_order)
 
     record.update(total=total, complete=False)
     err = stderr_console()
@@ -186,7 +199,7 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
                         directory = part_dir()
                         if directory.exists():  # left unfinished by an interruption
                             shutil.rmtree(directory)
-                        state["writer"] = _open_writer(fmt, directory, state["stop"] - state["start"])
+                        state["writer"] = open_part_writer(fmt, directory, state["stop"] - state["start"])
                     state["writer"].write(batch if (offset, end) == (0, len(indices)) else batch[offset:end])
                     state["count"] += end - offset
                     rendered += end - offset
@@ -209,8 +222,61 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
 
     record["complete"] = True
     write_record(out_dir, record)
-    elapsed = time.perf_counter() - started
+    _report(console, out_dir, parts, fmt, rendered, time.perf_counter() - started, f"{workers} workers")
+
+
+_WRITER_NAMES = {"tree": "TreeWriter", "audio": "AudioWriter", "arrayrecord": "ArrayRecordWriter"}
+
+
+def _report(console, out_dir: Path, parts: list, fmt: str, rendered: int, elapsed: float, how: str) -> None:
     written = sum(p["count"] for p in parts)
     console.print(f"Rendered {rendered} items in {elapsed:.1f} s ({rendered / max(elapsed, 1e-9):.1f} items/s, "
-                  f"{workers} workers); {out_dir} holds {written} items in {len(parts)} part(s) "
-                  f"({'TreeWriter' if fmt == 'tree' else 'AudioWriter'}).")
+                  f"{how}); {out_dir} holds {written} items in {len(parts)} part(s) ({_WRITER_NAMES[fmt]}).")
+
+
+def _part_bounds(start: int, total: int, part_size: int) -> list[tuple[int, int]]:
+    """The parts still to render: split at multiples of ``part_size``, like the local render."""
+    bounds = []
+    while start < total:
+        stop = min((start // part_size + 1) * part_size, total)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def _render_on_executor(out_dir: Path, record: dict, make_dataset, *, fmt: str, batch_size: int, part_size: int,
+                        start: int, total: int, executor: str, ray_address: str | None) -> int:
+    """Renders the remaining parts as tasks; adopts each finished one in item order. Returns items written."""
+    from audiotree.parallel import map_chunks
+    from audiotree.parallel.staging import InOrder
+    from audiotree.writers.parts import RenderRange
+
+    parts = record["parts"]
+    staging = out_dir / _STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    bounds = _part_bounds(start, total, part_size)
+    rendered = [0]
+    record.update(total=total, complete=False)
+
+    def adopt(index: int, done: dict) -> None:
+        # Called in item order (InOrder): the record only ever grows by the next part, so an
+        # interrupted run resumes exactly like a local one.
+        name = PART.format(len(parts))
+        if done["staged"] is not None:
+            os.replace(staging / done["staged"], out_dir / name)
+            fsync_dir(out_dir)
+        parts.append({"dir": name, "start": done["start"], "stop": done["stop"], "count": done["count"]})
+        write_record(out_dir, record)
+        rendered[0] += done["count"]
+
+    task = RenderRange(make_dataset=make_dataset, fmt=fmt, staging=os.path.abspath(staging), batch_size=batch_size)
+    with progress_bar(stderr_console(), transient=False) as progress:
+        bar = progress.add_task("Rendering", total=total, completed=start)
+        with open_executor(executor, ray_address) as runner:
+            map_chunks(task, bounds, executor=runner, on_result=InOrder(adopt), sizes=[b - a for a, b in bounds],
+                       progress=lambda count: progress.advance(bar, count))
+    shutil.rmtree(staging)  # attempts of tasks whose worker died were never adopted
+    record["complete"] = True
+    write_record(out_dir, record)
+    return rendered[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import json
 import math
 import os
@@ -15,7 +16,16 @@ from typing import Any
 
 import click
 
-from audiotree.cli._common import CliError, progress_bar, resolve_sources, sources_argument, stderr_console, stdout_console
+from audiotree.cli._common import (
+    CliError,
+    executor_options,
+    open_executor,
+    progress_bar,
+    resolve_sources,
+    sources_argument,
+    stderr_console,
+    stdout_console,
+)
 
 SCHEMA_VERSION = 1
 # Duration histogram bins (seconds); the last one is open-ended.
@@ -127,27 +137,35 @@ def _lufs_histogram(values: list[float]) -> list[dict]:
     return out
 
 
-def _run_parallel(func, args: list, jobs: int, console, description: str) -> list:
-    results: list = [None] * len(args)
+def _run_parallel(func, items: list, runner, console, description: str) -> list:
+    from audiotree.parallel import map_items
+
+    # A thread pool gets one file per task (a finer bar); other executors get chunks sized for them.
+    chunk_size = 1 if runner.name == "threads" else None
     with progress_bar(console) as progress:
-        task = progress.add_task(description, total=len(args))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(func, *a): i for i, a in enumerate(args)}
-            for future in concurrent.futures.as_completed(futures):
-                results[futures[future]] = future.result()
-                progress.advance(task)
-    return results
+        task = progress.add_task(description, total=len(items))
+        return map_items(func, items, executor=runner, chunk_size=chunk_size,
+                         progress=lambda n: progress.advance(task, n))
 
 
 def scan_report(sources, *, duration: float, loudness: bool, loudness_seconds: float, lufs_cutoff: float | None,
-                jobs: int, console, durations_out: list | None = None) -> dict:
+                jobs: int, console, durations_out: list | None = None, executor=None) -> dict:
     """The scan as a JSON-serialisable dict (the ``--json`` output).
 
+    ``executor`` (an :mod:`audiotree.parallel` runner) probes and measures the
+    files; default ``jobs`` threads here. The report is the same either way.
     ``durations_out``, when given, receives the duration of every readable file
     (for ``--plot``; the report itself keeps only the histogram).
     """
+    from audiotree.parallel.executors import FuturesRunner
+
+    if executor is None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            return scan_report(sources, duration=duration, loudness=loudness, loudness_seconds=loudness_seconds,
+                               lufs_cutoff=lufs_cutoff, jobs=jobs, console=console, durations_out=durations_out,
+                               executor=FuturesRunner(pool, workers=jobs, name="threads"))
     files, notes = _discover(sources)
-    probes = _run_parallel(_probe, [(path,) for _, path in files], jobs, console, "Probing")
+    probes = _run_parallel(_probe, [path for _, path in files], executor, console, "Probing")
 
     groups: dict[str, dict] = collections.OrderedDict()
     formats: collections.Counter = collections.Counter()
@@ -197,8 +215,8 @@ def scan_report(sources, *, duration: float, loudness: bool, loudness_seconds: f
         "loudness": None,
     }
     if loudness and readable:
-        measured = _run_parallel(_loudness, [(p, loudness_seconds) for p in readable], jobs, console,
-                                 "Measuring loudness")
+        measured = _run_parallel(functools.partial(_loudness, max_seconds=loudness_seconds), readable, executor,
+                                 console, "Measuring loudness")
         per_file = []
         values = []
         for path, (lufs, reason) in zip(readable, measured):
@@ -350,9 +368,10 @@ def _plot(path: Path, report: dict, durations: list[float], sources) -> None:
               help="Also draw histograms of durations and loudness, the files below --duration and "
                    "--lufs-cutoff marked (needs matplotlib; measures loudness as --loudness does).")
 @click.option("--jobs", type=click.IntRange(min=1), default=min(8, (os.cpu_count() or 1) * 2), show_default="2 x cores, <= 8",
-              help="Files probed and measured in parallel.")
+              help="Files probed and measured in parallel (threads; without --executor).")
+@executor_options
 def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs_cutoff: float | None, as_json: bool,
-         plot: Path | None, jobs: int) -> None:
+         plot: Path | None, jobs: int, executor: str | None, ray_address: str | None) -> None:
     """Report a corpus' health: formats, rates, channels, hours, durations,
     unreadable and too-short files, and optionally loudness.
 
@@ -375,8 +394,15 @@ def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs
         loudness = True  # the plot's second histogram
     parsed = resolve_sources(sources)
     durations: list[float] = []
-    report = scan_report(parsed, duration=duration, loudness=loudness, loudness_seconds=loudness_seconds,
-                         lufs_cutoff=lufs_cutoff, jobs=jobs, console=stderr_console(), durations_out=durations)
+    if executor is None and ray_address is None:
+        report = scan_report(parsed, duration=duration, loudness=loudness, loudness_seconds=loudness_seconds,
+                             lufs_cutoff=lufs_cutoff, jobs=jobs, console=stderr_console(),
+                             durations_out=durations)
+    else:
+        with open_executor(executor, ray_address) as runner:
+            report = scan_report(parsed, duration=duration, loudness=loudness, loudness_seconds=loudness_seconds,
+                                 lufs_cutoff=lufs_cutoff, jobs=jobs, console=stderr_console(), executor=runner,
+                                 durations_out=durations)
     if plot is not None:
         _plot(plot, report, durations, parsed)
     if as_json:

@@ -29,6 +29,12 @@ Conventions shared by every function here:
 * Every function is pure and deterministic: the same input gives bit-identical
   output on the same machine.
 * Input containing NaN or +-Inf raises ``ValueError``.
+* ``lengths`` (optional, ``(...,)`` samples) marks padded items of a batch of
+  variable-length audio: only the first ``lengths[i]`` samples of item ``i``
+  are metered. The K-filter is causal, so its output over those samples is the
+  item's own; gating blocks and windows that reach past the end are dropped,
+  and an item shorter than one block is one block at its real mean square. A
+  padded item therefore measures what it measures alone.
 
 The JAX twin of this module is :mod:`audiotree.dsp.loudness_jax`.
 """
@@ -39,14 +45,25 @@ import functools
 import math
 
 import numpy as np
-from scipy.signal import sosfilt
 
 from audiotree.validation import check_sample_rate
 
-try:  # scipy's C kernel behind sosfilt; see _k_filter for why we call it directly
-    from scipy.signal._sosfilt import _sosfilt as _sosfilt_kernel
-except ImportError:  # pragma: no cover - other scipy layouts use the public function
-    _sosfilt_kernel = None
+@functools.cache
+def scipy_sosfilt():
+    """``(sosfilt, kernel)``: scipy's public function and the C kernel behind it (or None).
+
+    Imported on first use, not with this module: ``scipy.signal`` pulls in most of
+    SciPy (about 1 s of CPU and tens of MB per process), and ``audiotree.dsp`` is
+    imported by every data-loader worker, most of which (random excerpts) never meter.
+    See ``_k_filter`` for why the kernel is called directly.
+    """
+    from scipy.signal import sosfilt
+
+    try:
+        from scipy.signal._sosfilt import _sosfilt as kernel
+    except ImportError:  # pragma: no cover - other scipy layouts use the public function
+        kernel = None
+    return sosfilt, kernel
 
 __all__ = [
     "ABSOLUTE_GATE_LUFS",
@@ -254,13 +271,14 @@ def _k_filter(sos: np.ndarray, x: np.ndarray) -> np.ndarray:
     C-contiguous ``(signals, samples)`` float64 array in place; when a scipy
     release lays it out differently, the public function is used.
     """
-    if _sosfilt_kernel is None:
+    sosfilt, kernel = scipy_sosfilt()
+    if kernel is None:
         return sosfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
     if not sos.flags.writeable:  # the kernel takes a writable buffer (it never writes to it)
         sos = sos.copy()
     y = np.array(x.reshape(-1, x.shape[-1]), dtype=np.float64, order="C")  # a copy, filtered in place
     try:
-        _sosfilt_kernel(sos, y, np.zeros((y.shape[0], sos.shape[0], 2)))
+        kernel(sos, y, np.zeros((y.shape[0], sos.shape[0], 2)))
     except (TypeError, ValueError):  # pragma: no cover - kernel signature changed
         return sosfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
     return y.reshape(x.shape)
@@ -325,9 +343,14 @@ def power_to_lufs(ms: np.ndarray, xp=np) -> np.ndarray:
     return xp.where(positive, LUFS_OFFSET + 10.0 * xp.log10(safe), -xp.inf)
 
 
-def gate(block_ms: np.ndarray, xp=np) -> np.ndarray:
-    """Two-stage gating over the last axis of block mean squares: (..., J) -> (...,) LUFS."""
+def gate(block_ms: np.ndarray, xp=np, valid=None) -> np.ndarray:
+    """Two-stage gating over the last axis of block mean squares: (..., J) -> (...,) LUFS.
+
+    ``valid`` (same shape, bool) drops blocks that are not part of the audio.
+    """
     above_abs = block_ms > _ABS_GATE_POWER
+    if valid is not None:
+        above_abs = above_abs & valid
     n_abs = xp.sum(above_abs, axis=-1)
     sum_abs = xp.sum(xp.where(above_abs, block_ms, 0.0), axis=-1)
     mean_abs = sum_abs / xp.maximum(n_abs, 1)
@@ -337,9 +360,50 @@ def gate(block_ms: np.ndarray, xp=np) -> np.ndarray:
     return xp.where(n_rel > 0, power_to_lufs(mean_rel, xp), -xp.inf)
 
 
-def _integrated(power: np.ndarray, sample_rate: int) -> np.ndarray:
+def starts_within(xp, lengths, count: int, size: int, hop: int):
+    """``(..., count)`` bool: window ``i`` (``[i*hop, i*hop + size)``) lies within ``lengths``."""
+    ends = xp.arange(count) * hop + size
+    return ends <= xp.asarray(lengths)[..., None]
+
+
+def masked_blocks(xp, power, lengths, block: int, step: int, sliding):
+    """Gating-block mean squares and their validity for padded items.
+
+    Returns ``(block_ms, valid)``, ``(..., J + 1)``: the ``J`` complete blocks of
+    the padded axis (valid when they end within the item), then one block holding
+    the mean square of the real samples, valid only for items shorter than a block.
+    ``sliding(power, window, hop)`` is the engine's sliding-sum function.
+    """
+    t = power.shape[-1]
+    lengths = xp.asarray(lengths)
+    real = xp.arange(t) < lengths[..., None]
+    short_ms = xp.sum(xp.where(real, power, 0.0), axis=-1) / xp.maximum(lengths, 1)
+    short_valid = lengths < block
+    if t >= block:
+        full = sliding(power, block, step) / block
+        valid = starts_within(xp, lengths, full.shape[-1], block, step)
+        return (xp.concatenate([full, short_ms[..., None]], axis=-1),
+                xp.concatenate([valid, short_valid[..., None]], axis=-1))
+    return short_ms[..., None], short_valid[..., None]
+
+
+def _check_lengths(lengths, power: np.ndarray) -> np.ndarray:
+    lengths = np.asarray(lengths)
+    if lengths.shape != power.shape[:-1]:
+        raise ValueError(f"lengths has shape {lengths.shape}; expected one length per item, {power.shape[:-1]}")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > power.shape[-1]):
+        raise ValueError(f"lengths must be in [0, {power.shape[-1]}] samples, got {lengths.reshape(-1)[:8].tolist()}")
+    return lengths.astype(np.int64)
+
+
+def _integrated(power: np.ndarray, sample_rate: int, lengths=None) -> np.ndarray:
     block, step = gating_geometry(sample_rate)
     t = power.shape[-1]
+    if lengths is not None:
+        block_ms, valid = masked_blocks(np, power, _check_lengths(lengths, power), block, step, _sliding_sums)
+        if not np.all(np.isfinite(block_ms)):
+            raise _non_finite_error()
+        return gate(block_ms, np, valid)
     if t < block:
         # Whole excerpt as one gating block at its mean square (== zero-padding
         # to 400 ms and rescaling to preserve the mean square).
@@ -351,14 +415,17 @@ def _integrated(power: np.ndarray, sample_rate: int) -> np.ndarray:
     return gate(block_ms)
 
 
-def _windowed(power: np.ndarray, window: int, hop: int) -> np.ndarray:
+def _windowed(power: np.ndarray, window: int, hop: int, lengths=None) -> np.ndarray:
     t = power.shape[-1]
     if t < window:
         return np.zeros(power.shape[:-1] + (0,), dtype=np.float64)
     ms = _sliding_sums(power, window, hop) / window
     if not np.all(np.isfinite(ms)):
         raise _non_finite_error()
-    return power_to_lufs(ms)
+    out = power_to_lufs(ms)
+    if lengths is not None:  # windows reaching into padding read -inf, like silence
+        out = np.where(starts_within(np, _check_lengths(lengths, power), out.shape[-1], window, hop), out, -np.inf)
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -460,13 +527,15 @@ def windowed_from_power(power, sample_rate: int, window_sec: float = 0.4,
 
 
 def measure(x, sample_rate: int, *, window_sec: float = 0.4,
-            hop_sec: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+            hop_sec: float | None = None, lengths=None) -> tuple[np.ndarray, np.ndarray]:
     """Integrated and per-window loudness from a single K-weighting pass.
 
     Args:
       x: audio ``(..., C, T)``, 1 <= C <= 5 (L, R, C, Ls, Rs), full scale 1.0.
       sample_rate: Hz, positive integer.
       window_sec, hop_sec: see :func:`windowed_from_power`.
+      lengths: optional ``(...,)`` real samples per item of a padded batch
+        (see the module docstring); windows past an item's end read ``-inf``.
 
     Returns:
       ``(lufs, lufs_windows)``: float32 ``(...,)`` gated integrated loudness and
@@ -479,22 +548,29 @@ def measure(x, sample_rate: int, *, window_sec: float = 0.4,
     sr = check_meter_rate(sample_rate)
     window, hop = window_geometry(sr, window_sec, hop_sec)
     power = _weighted_power(_check_audio(x), sr)
-    lufs = _integrated(power, sr)
-    lufs_windows = _windowed(power, window, hop)
+    lufs = _integrated(power, sr, lengths)
+    lufs_windows = _windowed(power, window, hop, lengths)
     return lufs.astype(np.float32), lufs_windows.astype(np.float32)
 
 
-def integrated_loudness(x, sample_rate: int) -> float | np.ndarray:
+def integrated_loudness(x, sample_rate: int, *, lengths=None) -> float | np.ndarray:
     """Gated integrated loudness (LUFS) of ``x``.
 
     ``x`` is ``(C, T)`` -> Python ``float``, ``(..., C, T)`` -> float64 array
     ``(...,)``, or a 1-D ``(T,)`` mono signal -> ``float``. ``-inf`` for silence.
+    ``lengths`` meters only each item's first ``lengths`` samples.
+
+    >>> import numpy as np
+    >>> tone = np.sin(np.linspace(0, 2000, 48000)).astype(np.float32)[None]
+    >>> padded = np.concatenate([tone, np.zeros_like(tone)], axis=-1)
+    >>> round(integrated_loudness(tone, 48000), 3) == round(float(integrated_loudness(padded, 48000, lengths=np.array(48000))), 3)
+    True
     """
     x = np.asarray(x)
     if x.ndim == 1:
         x = x[None, :]
     sr = check_meter_rate(sample_rate)
-    out = _integrated(_weighted_power(_check_audio(x), sr), sr)
+    out = _integrated(_weighted_power(_check_audio(x), sr), sr, lengths)
     return float(out) if out.ndim == 0 else out
 
 

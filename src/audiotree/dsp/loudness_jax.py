@@ -43,6 +43,8 @@ from audiotree.dsp.loudness import (
     k_weighting_sos_cached,
     power_to_lufs,
     window_geometry,
+    masked_blocks,
+    starts_within,
 )
 
 __all__ = ["integrated_loudness_jax", "k_weighting_ir", "measure_jax"]
@@ -118,8 +120,11 @@ def _sliding_sums(power: jax.Array, window: int, hop: int) -> jax.Array:
                              window_strides=dims + (k_hop,), padding="VALID")
 
 
-def _integrated(power: jax.Array, sample_rate: int) -> jax.Array:
+def _integrated(power: jax.Array, sample_rate: int, lengths=None) -> jax.Array:
     block, step = gating_geometry(sample_rate)
+    if lengths is not None:
+        block_ms, valid = masked_blocks(jnp, power, lengths, block, step, _sliding_sums)
+        return gate(block_ms, jnp, valid)
     if power.shape[-1] < block:
         block_ms = jnp.mean(power, axis=-1, keepdims=True)
     else:
@@ -135,7 +140,7 @@ def _check_shape(x: jax.Array) -> None:
 
 @functools.partial(jax.jit, static_argnames=("sample_rate", "window_sec", "hop_sec"))
 def measure_jax(x, sample_rate: int, *, window_sec: float = 0.4,
-                hop_sec: float | None = None) -> tuple[jax.Array, jax.Array]:
+                hop_sec: float | None = None, lengths=None) -> tuple[jax.Array, jax.Array]:
     """Integrated and per-window loudness (JAX twin of :func:`audiotree.dsp.loudness.measure`).
 
     Args:
@@ -144,6 +149,9 @@ def measure_jax(x, sample_rate: int, *, window_sec: float = 0.4,
       sample_rate: Hz (static).
       window_sec: window length in seconds, >= 0.4 (static).
       hop_sec: hop in seconds, > 0, default ``window_sec`` (static).
+      lengths: optional ``(...,)`` int real samples per item of a padded batch
+        (may be traced); padding is never metered and windows past an item's
+        end read ``-inf``, as in the NumPy engine.
 
     Returns:
       ``(lufs, lufs_windows)``: float32 ``(...,)`` gated integrated loudness and
@@ -158,23 +166,31 @@ def measure_jax(x, sample_rate: int, *, window_sec: float = 0.4,
     x = jnp.asarray(x, dtype=jnp.float32)
     _check_shape(x)
     power = _k_weighted_power(x, sr)
-    lufs = _integrated(power, sr)
+    if lengths is not None:
+        lengths = jnp.asarray(lengths)
+        if lengths.shape != power.shape[:-1]:
+            raise ValueError(f"lengths has shape {lengths.shape}; expected one length per item, {power.shape[:-1]}")
+    lufs = _integrated(power, sr, lengths)
     if power.shape[-1] < window:
         lufs_windows = jnp.zeros(power.shape[:-1] + (0,), jnp.float32)
     else:
         lufs_windows = power_to_lufs(_sliding_sums(power, window, hop) / window, jnp)
+        if lengths is not None:
+            inside = starts_within(jnp, lengths, lufs_windows.shape[-1], window, hop)
+            lufs_windows = jnp.where(inside, lufs_windows, -jnp.inf)
     return lufs.astype(jnp.float32), lufs_windows.astype(jnp.float32)
 
 
 @functools.partial(jax.jit, static_argnames=("sample_rate",))
-def integrated_loudness_jax(x, sample_rate: int) -> jax.Array:
+def integrated_loudness_jax(x, sample_rate: int, lengths=None) -> jax.Array:
     """Gated integrated loudness (LUFS), float32 ``(...,)`` for ``x`` of shape ``(..., C, T)``.
 
     A 1-D ``(T,)`` input is treated as mono. ``sample_rate`` is static.
+    ``lengths`` (``(...,)`` samples, may be traced) meters only real samples.
     """
     sr = check_meter_rate(sample_rate)
     x = jnp.asarray(x, dtype=jnp.float32)
     if x.ndim == 1:
         x = x[None, :]
     _check_shape(x)
-    return _integrated(_k_weighted_power(x, sr), sr).astype(jnp.float32)
+    return _integrated(_k_weighted_power(x, sr), sr, None if lengths is None else jnp.asarray(lengths)).astype(jnp.float32)

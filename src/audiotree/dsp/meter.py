@@ -50,24 +50,30 @@ def measure_loudness(
     hop_sec: float | None = None,
     engine: str | None = None,
     device: Any = None,
+    lengths: Any = None,
 ) -> tuple[Any, Any]:
     """Gated ``lufs`` ``(...,)`` and ungated ``lufs_windows`` ``(..., W)``, float32 LUFS.
 
     ``waveform`` is ``(..., C, T)``. ``device`` is ``None`` or a ``jax.Device``
-    the JAX engine runs on. Output is in ``waveform``'s array library.
+    the JAX engine runs on. ``lengths`` ``(...,)`` (samples, or ``None``) meters
+    only each item's real samples: windows past an item's end read ``-inf``.
+    Output is in ``waveform``'s array library.
     """
     engine = choose_engine(waveform, engine, device)
     if engine == "numpy":
         from audiotree.dsp.loudness import measure
 
-        lufs, windows = measure(np.asarray(waveform), sample_rate, window_sec=window_sec, hop_sec=hop_sec)
+        lufs, windows = measure(
+            np.asarray(waveform), sample_rate, window_sec=window_sec, hop_sec=hop_sec,
+            lengths=None if lengths is None else np.asarray(lengths),
+        )
     else:
         import jax
 
         from audiotree.dsp.loudness_jax import measure_jax
 
         x = waveform if device is None else jax.device_put(waveform, device)
-        lufs, windows = measure_jax(x, sample_rate, window_sec=window_sec, hop_sec=hop_sec)
+        lufs, windows = measure_jax(x, sample_rate, window_sec=window_sec, hop_sec=hop_sec, lengths=lengths)
     if _is_jax(waveform):
         import jax.numpy as jnp
 

@@ -17,9 +17,8 @@ window is never measured.
 from __future__ import annotations
 
 import numpy as np
-from scipy.signal import sosfilt
 
-from audiotree.dsp.loudness import CHANNEL_WEIGHTS, integrated_from_power, k_weighting_sos
+from audiotree.dsp.loudness import CHANNEL_WEIGHTS, integrated_from_power, k_weighting_sos, scipy_sosfilt
 
 __all__ = ["WindowMeter"]
 
@@ -51,6 +50,7 @@ class WindowMeter:
         count, rest = divmod(frames.shape[0], self.window)
         if rest:
             raise ValueError(f"The meter takes whole windows of {self.window} frames, got {frames.shape[0]}.")
+        sosfilt, _ = scipy_sosfilt()  # imported on first use, see audiotree.dsp.loudness
         filtered, self._state = sosfilt(self._sos, np.asarray(frames, dtype=np.float64), axis=0, zi=self._state)
         return (np.square(filtered, out=filtered) @ self._weights).reshape(count, self.window)
 

@@ -1,10 +1,10 @@
 """The version header shared by every on-disk artifact audiotree writes.
 
 Every artifact (a ``TreeWriter`` dataset, an ``AudioWriter`` manifest, a
-windowed-LUFS cache, a corpus index) carries four fields:
+windowed-LUFS cache, a corpus index, an ArrayRecord index) carries four fields:
 
 * ``format``: which artifact this is (:data:`TREE`, :data:`MANIFEST`,
-  :data:`LUFS_WINDOWS_CACHE`, :data:`INDEX`);
+  :data:`LUFS_WINDOWS_CACHE`, :data:`INDEX`, :data:`ARRAY_RECORD`);
 * ``format_version``: ``[major, minor]`` of the layout that wrote it;
 * ``min_reader_version``: ``[major, minor]``, the oldest reader that can read it;
 * ``producer``: ``"audiotree <version>"``, informational only.
@@ -33,6 +33,7 @@ __all__ = [
     "MANIFEST",
     "LUFS_WINDOWS_CACHE",
     "INDEX",
+    "ARRAY_RECORD",
     "CURRENT_VERSION",
     "HEADER_KEYS",
     "FormatInfo",
@@ -45,7 +46,8 @@ TREE = "audiotree-tree"
 MANIFEST = "audiotree-manifest"
 LUFS_WINDOWS_CACHE = "audiotree-lufs-windows"
 INDEX = "audiotree-index"
-_FORMATS = (TREE, MANIFEST, LUFS_WINDOWS_CACHE, INDEX)
+ARRAY_RECORD = "audiotree-arrayrecord"
+_FORMATS = (TREE, MANIFEST, LUFS_WINDOWS_CACHE, INDEX, ARRAY_RECORD)
 
 #: The layout version this code writes and reads.
 CURRENT_VERSION: tuple[int, int] = (1, 0)

@@ -4,7 +4,7 @@ Layout of a render folder ``OUT``::
 
     render.json        what was asked (sources, pipeline, format) and the finished parts
     part-00000/        items [0, part_size) of the dataset: a complete TreeWriter
-    part-00001/        (or AudioWriter) dataset each
+    part-00001/        (or AudioWriter, or ArrayRecordWriter) dataset each
     ...
 
 ``render.json`` holds ``{"version": 1, "config": {...}, "parts": [{"dir",

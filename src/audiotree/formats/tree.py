@@ -91,7 +91,8 @@ _ALLOWED = (
 ALLOWED_DTYPES = frozenset(
     s for t in _ALLOWED for s in {np.dtype(t).newbyteorder("<").str, np.dtype(t).newbyteorder(">").str}
 )
-_ARRAY_FIELDS = ("waveform", "lufs", "lufs_windows", "pitch", "velocity", "note_duration", "codes", "latents")
+# "lengths" (padded batches of whole utterances) is stored like any per-item array.
+_ARRAY_FIELDS = ("waveform", "lufs", "lufs_windows", "pitch", "velocity", "note_duration", "codes", "latents", "lengths")
 _METADATA_STRINGS = ("filepath", "source")
 
 TOP_LEVEL_KEYS = (

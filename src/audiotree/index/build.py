@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import concurrent.futures.process
+import contextlib
 import dataclasses
-import glob
+import functools
 import json
 import math
 import multiprocessing
@@ -212,8 +213,16 @@ class _Parts:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _make_executor(executor: Any, max_workers: int | None):
-    """(executor, owned, worker count); ``None``/``"process"`` is a spawn process pool."""
+def _make_executor(executor: Any, max_workers: int | None, stack: contextlib.ExitStack, ray_address: str | None):
+    """(executor, owned, worker count); ``None``/``"process"`` is a spawn process pool.
+
+    ``"ray"`` gives an :mod:`audiotree.parallel` runner, closed by ``stack``.
+    """
+    if executor == "ray" or ray_address is not None:
+        from audiotree.parallel import open_executor
+
+        runner = stack.enter_context(open_executor(executor, ray_address=ray_address))
+        return runner, False, runner.workers
     if executor is None or executor == "process":
         workers = max_workers or os.cpu_count() or 1
         # spawn: a forked child of a process running JAX's threads can deadlock.
@@ -223,7 +232,7 @@ def _make_executor(executor: Any, max_workers: int | None):
         return None, False, 1
     if isinstance(executor, concurrent.futures.Executor):
         return executor, False, int(getattr(executor, "_max_workers", None) or max_workers or 4)
-    raise TypeError(f"executor must be None, 'process', 'serial' or a concurrent.futures.Executor, got {executor!r}.")
+    raise TypeError(f"executor must be None, 'process', 'serial', 'ray' or a concurrent.futures.Executor, got {executor!r}.")
 
 
 def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_rows) -> None:
@@ -232,6 +241,12 @@ def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_r
     if executor is None:
         for chunk in chunks:
             on_rows(index_chunk(chunk, loudness, mono))
+        return
+    from audiotree.parallel import Runner
+
+    if isinstance(executor, Runner):  # Ray: rows reach the driver as each chunk finishes
+        for _, rows in executor.run(functools.partial(index_chunk, loudness=loudness, mono=mono), chunks):
+            on_rows(rows)
         return
     pending: set = set()
     window = max(2, 2 * workers)  # bounded: memory stays flat for millions of files
@@ -292,6 +307,7 @@ def build_index(
     extensions: Sequence[str] | None = None,
     chunk_size: int | None = None,
     max_workers: int | None = None,
+    ray_address: str | None = None,
 ) -> IndexBuildReport:
     """Indexes ``sources`` into the Parquet file ``out``; see the module docstring.
 
@@ -303,7 +319,9 @@ def build_index(
       loudness: compute each file's loudness profile (decodes every file once).
       executor: ``None``/``"process"`` (a spawn process pool of
         ``max_workers``, default one per core), ``"serial"``, or any
-        ``concurrent.futures.Executor``. The output is identical for all.
+        ``concurrent.futures.Executor``, or ``"ray"`` (chunks as Ray tasks on the
+        cluster at ``ray_address``, else ``RAY_ADDRESS``, else a local one; a
+        task whose worker dies is re-run). The output is identical for all.
       show_progress: a tqdm bar over the files.
       mono: profile the channel average (as ``mono=True`` datasets meter)
         rather than BS.1770's weighted channels.
@@ -387,7 +405,8 @@ def build_index(
             kept.append(table.select(_BASE_NAMES).cast(arrow_schema()))
 
     todo = [(p, g) for p, g, _ in found if p not in taken]
-    executor_obj, owned, workers = _make_executor(executor, max_workers) if todo else (None, False, 1)
+    stack = contextlib.ExitStack()
+    executor_obj, owned, workers = _make_executor(executor, max_workers, stack, ray_address) if todo else (None, False, 1)
     if chunk_size is None:
         chunk_size = max(1, min(64, math.ceil(len(todo) / (4 * workers)))) if todo else 1
     elif not is_int(chunk_size) or chunk_size < 1:
@@ -410,6 +429,7 @@ def build_index(
         bar.close()
         if owned:
             executor_obj.shutdown(wait=True, cancel_futures=True)
+        stack.close()
 
     tables = kept + ([_rows_table(new_rows)] if new_rows else [])
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()

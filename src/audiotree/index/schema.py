@@ -42,7 +42,7 @@ window that starts on a block boundary, as BS.1770 does.
 File metadata
 -------------
 The Parquet key-value metadata holds, under the key ``audiotree``, a JSON
-object: the :mod:`audiotree._format` header (``format`` =
+object: the :mod:`audiotree.formats.header` header (``format`` =
 ``"audiotree-index"``, ``format_version``, ``min_reader_version``,
 ``producer``), then ``root`` (``null``, an absolute folder, or a folder
 relative to the index file's own folder), ``sources`` (how the build was

@@ -66,9 +66,6 @@ Workarounds (measured with libsndfile 1.2.2 / soundfile 0.14 / PyAV 18)
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import operator
 import os
 import struct
@@ -81,7 +78,9 @@ import soundfile
 
 from audiotree.errors import AudioReadError
 from audiotree.io import integrity
+from audiotree.io import storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
+from audiotree.io.quiet import quiet_c_stderr
 
 __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
 
@@ -136,12 +135,13 @@ class AudioInfo:
 
 def _failure_hint(path: str, size: int | None) -> str:
     """An actionable hint for a file that failed to open or decode."""
+    path = storage.redact(path)
     if size == 0:
         return (
             "The file is empty (0 bytes); it was probably truncated while being copied or "
             f"downloaded. Re-create it or remove it from the dataset, {_SKIP_HINT}."
         )
-    if os.path.isdir(path):
+    if not storage.is_url(path) and os.path.isdir(path):
         return "The path is a directory, not an audio file; fix the file list."
     return (
         "The file may be corrupt, truncated, or not audio at all. Re-encode it "
@@ -156,14 +156,33 @@ def _describe(exc: BaseException) -> str:
 
 
 def _error(path: str, exc: BaseException, hint: str) -> AudioReadError:
-    return AudioReadError(f"Failed to read audio file '{path}': {_describe(exc)}. {hint}", path)
+    message = f"Failed to read audio file '{path}': {_describe(exc)}. {hint}"
+    return AudioReadError(storage.redact(message), storage.redact(path))
 
 
 def _file_size(path: str) -> int | None:
     try:
-        return os.stat(path).st_size
+        return storage.file_size(path)
     except OSError:
         return None
+
+
+def _read_span(source: Any, offset: int, count: int) -> bytes:
+    """``count`` bytes at ``offset`` (negative: from the end) of a path or an open file object.
+
+    A file object shared with a decoder gets its position back, so the
+    decoder's own bookkeeping stays right.
+    """
+    if isinstance(source, str):
+        with open(source, "rb") as fh:
+            return _read_span(fh, offset, count)
+    saved = source.tell()
+    try:
+        size = source.seek(0, os.SEEK_END)
+        source.seek(max(0, size + offset) if offset < 0 else offset)
+        return source.read(count)
+    finally:
+        source.seek(saved)
 
 
 def _check_finite(x: np.ndarray, path: str, start: int) -> None:
@@ -196,49 +215,6 @@ _EXACT, _VORBIS, _OPUS, _MPEG = range(4)
 # through instead is correct and costs at most 2 s of extra decoding.
 _VORBIS_SKIP_SECONDS = 2
 
-_stderr_lock = threading.Lock()
-_stderr_users = 0
-_stderr_saved: int | None = None
-
-
-@contextlib.contextmanager
-def _quiet_mpg123(active: bool):
-    """Silences libmpg123's messages on file descriptor 2 while decoding MP3.
-
-    Decoding the pre-roll frames after a seek makes mpg123 print
-    ``part2_3_length ... too large`` for every frame whose bit reservoir lies
-    before the seek point. Those frames are discarded on purpose, so the
-    messages are noise, printed straight to fd 2 where Python cannot filter
-    them. Concurrent MP3 reads (reader threads) share one redirection, counted,
-    so decoding stays parallel. Set ``AUDIOTREE_DECODER_MESSAGES=1`` to keep them.
-    """
-    global _stderr_users, _stderr_saved
-    if not active or os.environ.get("AUDIOTREE_DECODER_MESSAGES") == "1":
-        yield
-        return
-    with _stderr_lock:
-        if _stderr_users == 0:
-            try:
-                _stderr_saved = os.dup(2)
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                try:
-                    os.dup2(devnull, 2)
-                finally:
-                    os.close(devnull)
-            except OSError:  # no usable fd 2: nothing to silence
-                _stderr_saved = None
-        _stderr_users += 1
-    try:
-        yield
-    finally:
-        with _stderr_lock:
-            _stderr_users -= 1
-            if _stderr_users == 0 and _stderr_saved is not None:
-                os.dup2(_stderr_saved, 2)
-                os.close(_stderr_saved)
-                _stderr_saved = None
-
-
 # MP3 pre-roll in MPEG frames: the bit reservoir may reference up to 511 bytes
 # of earlier frames (several frames at low bitrates) plus one granule of
 # filterbank overlap. 6 frames was the smallest value with no mismatches
@@ -250,7 +226,7 @@ _MPEG_PREROLL_FRAMES = 8
 _OGG_MAX_PAGE = 27 + 255 + 255 * 255
 
 
-def _ogg_final_page_span(path: str) -> int | None:
+def _ogg_final_page_span(path: Any) -> int | None:
     """Granule span of the last Ogg page of ``path``, or None if unparsable.
 
     The span is in the codec's granule units (samples for Vorbis, 48 kHz
@@ -259,11 +235,7 @@ def _ogg_final_page_span(path: str) -> int | None:
     only if they chain back-to-back from the end of the file, which rejects
     "OggS" byte sequences that happen to occur inside packet data.
     """
-    with open(path, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        n = min(size, 2 * _OGG_MAX_PAGE)
-        fh.seek(size - n)
-        buf = fh.read(n)
+    buf = _read_span(path, -2 * _OGG_MAX_PAGE, 2 * _OGG_MAX_PAGE)
     pages: dict[int, tuple[int, int, int]] = {}  # end offset -> (start, granule, serial)
     i = buf.find(b"OggS")
     while i >= 0:
@@ -304,10 +276,12 @@ class _SoundfileReader:
 
     backend = "soundfile"
 
-    __slots__ = ("_file", "info", "_mode", "_pos", "_preroll", "_tail", "length_slack")
+    __slots__ = ("_file", "_source", "info", "_mode", "_pos", "_preroll", "_tail", "length_slack")
 
-    def __init__(self, path: str) -> None:
-        f = soundfile.SoundFile(path)
+    def __init__(self, path: str, source: Any = None) -> None:
+        # ``source``: the local path, or an open remote file object (closed by close()).
+        self._source = path if source is None else source
+        f = soundfile.SoundFile(self._source)
         self._file = f
         self.info = AudioInfo(path, int(f.frames), int(f.samplerate), int(f.channels), f.format, f.subtype)
         subtype = f.subtype
@@ -335,6 +309,8 @@ class _SoundfileReader:
 
     def close(self) -> None:
         self._file.close()
+        if not isinstance(self._source, str):
+            self._source.close()
 
     def _position(self) -> int:
         if self._pos is None:
@@ -346,7 +322,7 @@ class _SoundfileReader:
         if self._tail is None:
             info = self.info
             try:
-                span = _ogg_final_page_span(info.path)
+                span = _ogg_final_page_span(self._source)
             except OSError:
                 span = None
             if span is None:
@@ -397,7 +373,9 @@ class _SoundfileReader:
             # behind by an earlier read is therefore never decoded from,
             # except for Vorbis where that re-seek is a no-op.
             begin = self._plan(start)
-            with _quiet_mpg123(self._mode == _MPEG):
+            # The MP3 pre-roll makes libmpg123 complain on the C stderr stream
+            # about the frames we discard; see audiotree.io.quiet.
+            with quiet_c_stderr(self._mode == _MPEG):
                 if self._mode != _VORBIS or begin != self._position():
                     begin = int(f.seek(begin))
                     if begin > start:  # pragma: no cover - defensive
@@ -429,6 +407,7 @@ class _PyAVReader:
 
     __slots__ = (
         "_path",
+        "_source",
         "_dirty",
         "_container",
         "_stream",
@@ -443,8 +422,9 @@ class _PyAVReader:
         "length_slack",
     )
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, source: Any = None) -> None:
         self._path = path
+        self._source = path if source is None else source  # path or open remote file object
         self._dirty = False
         self.length_slack = 0  # raised by _duration_frames when the length is an estimate
         self._open_container()
@@ -484,7 +464,9 @@ class _PyAVReader:
     def _open_container(self) -> None:
         import av  # deferred: importing FFmpeg is slow and optional
 
-        container = av.open(self._path, mode="r")
+        if not isinstance(self._source, str):
+            self._source.seek(0)  # a re-open (fresh decoder) starts from the top
+        container = av.open(self._source, mode="r")
         try:
             streams = container.streams.audio
             stream = streams[0] if streams else None
@@ -522,6 +504,8 @@ class _PyAVReader:
 
     def close(self) -> None:
         self._container.close()
+        if not isinstance(self._source, str):
+            self._source.close()
 
     def _to_samples(self, ticks: int) -> int:
         """Convert a duration in stream time-base ticks to frames (rounded)."""
@@ -645,9 +629,12 @@ def _extension(path: str) -> str:
 
 
 def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
-    """Open ``path`` with the right decoder or raise AudioReadError."""
+    """Open ``path`` (a local path or a URL) with the right decoder or raise AudioReadError."""
+    if storage.is_url(path):
+        return _open_remote_reader(path)
+    path = storage.local_path(path)
     try:
-        size: int | None = os.stat(path).st_size
+        size: int | None = storage.file_size(path)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             hint = (
@@ -659,35 +646,82 @@ def _open_reader(path: str) -> _SoundfileReader | _PyAVReader:
         else:
             hint = _failure_hint(path, None)
         raise _error(path, exc, hint) from exc
+    return _open_decoder(path, size, lambda: path)
 
+
+def _open_remote_reader(url: str) -> _SoundfileReader | _PyAVReader:
+    """Opens a URL through :mod:`audiotree.io.storage`: ranged reads, no download."""
+    try:
+        first = storage.open_input(url)
+    except (ImportError, ValueError) as exc:
+        raise AudioReadError(storage.redact(str(exc)), storage.redact(url)) from exc
+    handles = [first]
+
+    def reopen():
+        # Each decoder attempt gets its own handle (a failed one may have
+        # moved or closed it); the first is reused for the first attempt.
+        if handles:
+            return handles.pop()
+        return storage.open_input(url)
+
+    try:
+        return _open_decoder(url, first.size, reopen)
+    except BaseException:
+        if not first.closed:
+            first.close()
+        raise
+
+
+def _open_decoder(path: str, size: int | None, source) -> _SoundfileReader | _PyAVReader:
+    """The decoder choice and fallbacks, for a local path or a remote file object.
+
+    ``source()`` returns what the decoder opens (the path, or a fresh remote
+    handle that the reader then owns).
+    """
     ext = _extension(path)
     if ext in PYAV_EXTENSIONS:
+        src = source()
         try:
-            reader = _PyAVReader(path)
+            reader = _PyAVReader(path, src)
         except ImportError as exc:
+            _close_source(src)
             hint = (
                 f"Decoding {ext} files needs the optional PyAV package: install it with "
                 "`pip install av` (or `pip install audiotree[av]`), or convert the file to WAV/FLAC."
             )
             raise _error(path, exc, hint) from exc
         except Exception as exc:
+            _close_source(src)
             raise _error(path, exc, _failure_hint(path, size)) from exc
         return _checked(path, size, reader)
 
+    src = source()
     try:
-        reader = _SoundfileReader(path)
+        reader = _SoundfileReader(path, src)
     except Exception as exc:
         sf_exc = exc
+        _close_source(src)
     else:
+        try:
+            _check_source(src)
+        except AudioReadError:
+            reader.close()
+            raise
         return _checked(path, size, reader)
+    if not isinstance(src, str) and src.failure is not None:
+        sf_exc = src.failure
+    if isinstance(sf_exc, AudioReadError):  # a storage error (status named): no fallback helps
+        raise sf_exc
     # libsndfile could not open it. PyAV may (unusual WAV codecs, misnamed
     # files), but an empty file is hopeless, and a fallback that "succeeds"
     # with no audio is treated as a failure rather than as a valid empty file.
     hint = _failure_hint(path, size)
     if size != 0 and pyav_available():
+        src = source()
         try:
-            reader = _PyAVReader(path)
+            reader = _PyAVReader(path, src)
         except Exception as av_exc:
+            _close_source(src)
             hint = f"(The PyAV fallback also failed: {_describe(av_exc)}.) {hint}"
         else:
             if reader.info.frames > 0:
@@ -706,6 +740,17 @@ def _checked(path: str, size: int | None, reader: _SoundfileReader | _PyAVReader
         reader.close()
         raise
     return reader
+
+
+def _check_source(source: Any) -> None:
+    """Raises the storage error a remote read hit inside the decoder (see storage.RemoteInput)."""
+    if not isinstance(source, str):
+        source.check()
+
+
+def _close_source(source: Any) -> None:
+    if not isinstance(source, str) and not source.closed:
+        source.close()
 
 
 def _wav_data_chunk(head: bytes) -> tuple[int, int] | None:
@@ -732,8 +777,7 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: _SoundfileReader)
     if size is None or reader.info.format not in ("WAV", "WAVEX"):
         return
     try:
-        with open(path, "rb") as fh:
-            chunk = _wav_data_chunk(fh.read(65536))
+        chunk = _wav_data_chunk(_read_span(reader._source, 0, 65536))
     except OSError:
         return
     if chunk is None:
@@ -792,14 +836,14 @@ def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | 
         )
         head = b""
         if info.frames == 0:
-            head = integrity.read_head(path, 1 << 20)
+            head = _read_span(reader._source, 0, 1 << 20)
         elif is_mpeg or (bound is not None and info.frames > bound):
-            head = integrity.read_head(path, 4096)
+            head = _read_span(reader._source, 0, 4096)
         if fmt == "OGG":
-            tail = integrity.read_head(path, integrity.OGG_MAX_PAGE, max(0, size - integrity.OGG_MAX_PAGE))
+            tail = _read_span(reader._source, max(0, size - integrity.OGG_MAX_PAGE), integrity.OGG_MAX_PAGE)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
-            frame_head = head[id3:] if id3 + 200 <= len(head) else integrity.read_head(path, 200, id3)
+            frame_head = head[id3:] if id3 + 200 <= len(head) else _read_span(reader._source, id3, 200)
     except OSError:  # the file vanished after opening: the first read will say so
         return
     if fmt == "OGG" and not integrity.ogg_is_complete(tail):
@@ -832,13 +876,19 @@ def _check_length_claim(path: str, size: int | None, reader: _SoundfileReader | 
         reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * (reader._preroll // _MPEG_PREROLL_FRAMES)
 
 
+# Containers whose decoders locate a position by reading around the file.
+_PROBING_SEEKS = frozenset({"FLAC", "OGG", "MP3"})
+
+
 class AudioFile:
     """An audio file opened once for repeated excerpt reads.
 
     ``AudioFile(path)`` opens the file with libsndfile, or with PyAV for
     container formats libsndfile cannot read (and as a fallback when
-    libsndfile fails on a file and ``av`` is installed). Use it as a context
-    manager or call :meth:`close`. Instances are not thread-safe; give each
+    libsndfile fails on a file and ``av`` is installed). ``path`` may be a URL
+    (``s3://``, ``gs://``, ``https://``, ...; see :mod:`audiotree.io.storage`),
+    read with ranged requests; ``storage_options`` are then the fsspec
+    filesystem's options. Use it as a context manager or call :meth:`close`. Instances are not thread-safe; give each
     worker thread its own.
 
     Attributes:
@@ -853,10 +903,14 @@ class AudioFile:
 
     __slots__ = ("path", "info", "backend", "_reader")
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, storage_options: dict | None = None) -> None:
         self.path: str = os.fsdecode(path)
         self._reader: _SoundfileReader | _PyAVReader | None = None
-        reader = _open_reader(self.path)
+        if storage_options:
+            with storage.use_storage_options(storage_options):
+                reader = _open_reader(self.path)
+        else:
+            reader = _open_reader(self.path)
         self._reader = reader
         self.info: AudioInfo = reader.info
         self.backend: str = reader.backend
@@ -921,8 +975,15 @@ class AudioFile:
             end = min(frames, start + count)
         if start >= end:
             return np.empty((0, self.info.channels), dtype=np.float32)
+        source = reader._source
+        if not isinstance(source, str) and frames > 0 and self.info.format not in _PROBING_SEEKS:
+            # Uncompressed audio seeks straight to its bytes: fetch the excerpt
+            # (its share of the file, +5%) in one ranged request. Codecs whose
+            # seek probes the file first would spend the hint on a probe.
+            source.expect(int(source.size * (end - start) / frames * 1.05))
         try:
             x = reader.read(start, end - start)
+            _check_source(source)
         except AudioReadError:
             raise
         except MemoryError as exc:
@@ -966,7 +1027,7 @@ class AudioFile:
         return self.read(0, None)
 
 
-def probe(path: str | os.PathLike[str]) -> AudioInfo:
+def probe(path: str | os.PathLike[str], *, storage_options: dict | None = None) -> AudioInfo:
     """Read a file's header without decoding any audio.
 
     One open of the file (libsndfile, or PyAV for its formats). For
@@ -981,7 +1042,7 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
     Raises:
         AudioReadError: if the file cannot be opened as audio.
     """
-    with AudioFile(path) as f:
+    with AudioFile(path, storage_options=storage_options) as f:
         return f.info
 
 

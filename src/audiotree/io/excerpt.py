@@ -1,8 +1,8 @@
 """Reading excerpts of audio files: seek, decode, downmix, resample, fit to length.
 
 :func:`read_excerpt` reads at a given offset; :func:`select_clip` applies an
-:class:`~audiotree.excerpt.ExcerptConfig` strategy (``start``, ``random`` or
-``loudest``). Results are plain arrays in a :class:`Clip`; wrapping them in an
+:class:`~audiotree.excerpt.ExcerptConfig` strategy (``start``, ``random``,
+``loudest`` or ``full``). Results are plain arrays in a :class:`Clip`; wrapping them in an
 ``AudioTree`` is the caller's business (``AudioTree.from_file`` and
 ``AudioTree.excerpt`` do it), so this module knows nothing of the container.
 
@@ -29,9 +29,13 @@ near-silence with one loud passage, that misses most of the time. Ours:
    estimate cannot clear the cutoff (K-weighting adds at most ~4 dB) moves to
    the nearest window that can. A loud passage longer than ``duration`` is
    therefore always found, and offsets stay spread over every loud region.
-4. Longer files keep seeking. The raw block energies bound an excerpt's
-   loudness from above, and the meter is skipped for candidates that cannot beat
-   the loudest so far.
+4. Longer files are probed (:mod:`audiotree.excerpt_search`): short reads
+   ``duration / 2`` apart map the raw energy along the file, then each further
+   attempt reads ``2 * duration`` around the loudest unexplored probe and
+   meters the loudest window in it. The raw block energies bound an excerpt's
+   loudness from above, and the meter is skipped for candidates that cannot
+   beat the loudest so far. With a corpus index none of this runs: the index's
+   loudness profiles say which windows clear the cutoff (``plan=``).
 5. Only the winner is resampled. Its ``lufs``/``lufs_windows`` come from the
    same K-weighting pass that accepted it, measured on real samples only (zero
    padding is never filtered).
@@ -39,7 +43,9 @@ near-silence with one loud passage, that misses most of the time. Ours:
 Cost per item at native rate ``r``: one seek+read of ``duration`` and one
 K-weighting pass when the first attempt clears the cutoff. A miss on a short
 file adds one decode of the file and ~4 flops per sample for the map; each
-further metered attempt adds one K-weighting pass of ``duration``.
+further metered attempt adds one K-weighting pass of ``duration``. A miss on
+a long file adds the probes and at most ``num_tries - 1`` reads of
+``2 * duration`` (bounds in ``docs/excerpts.md``).
 
 
 >>> import numpy as np, soundfile, tempfile, os
@@ -92,6 +98,8 @@ class Clip:
       offset: seconds into the file of the first sample.
       lufs: gated loudness (LUFS) when the strategy measured it (``loudest``), else ``None``.
       lufs_windows: ``(W,)`` float32 ungated 0.4 s window loudness, with ``lufs``.
+      lengths: real samples of a whole-file read (``full``), else ``None``.
+      method: how ``loudest`` chose it (``"index"`` or ``"search"``), else ``None``.
     """
 
     path: str
@@ -100,6 +108,8 @@ class Clip:
     offset: float
     lufs: float | None = None
     lufs_windows: np.ndarray | None = None
+    lengths: int | None = None
+    method: str | None = None
 
 
 # ------------------------------------------------------------------ reading
@@ -191,28 +201,43 @@ def select_clip(
     audio_path: str | os.PathLike,
     rng: np.random.Generator,
     *,
-    duration: float,
+    duration: float | None,
     offset: float = 0.0,
     excerpt: ExcerptConfig | None = None,
     sample_rate: int | None = None,
     mono: bool = False,
     pad_mode: str | None = "constant",
+    plan: Any = None,
 ) -> Clip | None:
     """Reads one excerpt of ``duration`` s chosen by ``excerpt`` (one file open).
 
     ``random`` draws the offset with ``excerpt.search`` from ``rng`` (starting at
     ``offset``); ``start`` reads at ``offset``; ``loudest`` delegates to
-    :func:`loudest_clip`. Returns a :class:`Clip` (or ``None`` from ``loudest``
-    with ``on_failure="skip"``).
+    :func:`loudest_clip` (``plan``: a corpus index's
+    :class:`~audiotree.excerpt_search.RowPlan`); ``full`` (or ``duration=None``
+    with ``random`` or ``start``) reads the whole file from ``offset``, up to
+    ``max_duration``, and records ``lengths``. Returns a :class:`Clip` (or
+    ``None`` from ``loudest`` with ``on_failure="skip"``).
     """
     check_duration(duration)
     check_pad_mode(pad_mode)
     excerpt = excerpt or ExcerptConfig()
+    if excerpt.strategy == "full" or (duration is None and excerpt.strategy != "loudest"):
+        if duration is not None:
+            raise ValueError(
+                "strategy='full' reads whole files and takes no duration=; cap them with "
+                "ExcerptConfig(strategy='full', max_duration=...)."
+            )
+        path = os.fspath(audio_path)
+        # No padding: the item is exactly as long as the file (or max_duration).
+        data, rate, start_seconds = _read_at(path, None, offset, excerpt.max_duration, sample_rate, mono, None)
+        return Clip(path=path, data=data, sample_rate=rate, offset=start_seconds, lengths=int(data.shape[-1]))
     if excerpt.strategy == "loudest":
         if offset:
             raise ValueError("strategy='loudest' chooses its own offset; do not pass offset.")
         return loudest_clip(
             audio_path, rng, excerpt, duration=duration, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,
+            plan=plan,
         )
     path = os.fspath(audio_path)
     choose = None
@@ -311,12 +336,18 @@ def loudest_clip(
     sample_rate: int | None = None,
     mono: bool = False,
     pad_mode: str | None = "constant",
+    plan: Any = None,
 ) -> Clip | None:
     """Finds an excerpt whose gated loudness clears ``excerpt.lufs_cutoff``.
 
     Returns a :class:`Clip` carrying ``lufs`` and ``lufs_windows`` ``(W,)`` of the
-    excerpt (of its mono mix when ``mono``), or ``None`` under
-    ``on_failure="skip"``. See the module docstring.
+    excerpt (of its mono mix when ``mono``) and ``method`` (``"index"`` or
+    ``"search"``, see :data:`audiotree.excerpt_search.EXCERPT_METHODS`), or
+    ``None`` under ``on_failure="skip"``. ``plan`` (a
+    :class:`~audiotree.excerpt_search.RowPlan` from a corpus index) replaces the
+    search by one draw among the windows the profile says clear the cutoff; the
+    item's ``lufs`` then comes from the profile when it clears the cutoff by the
+    documented margin, else from the meter. See the module docstring.
     """
     if offset is not None:
         raise ValueError("loudest_excerpt() chooses its own offset; do not pass offset.")
@@ -328,8 +359,22 @@ def loudest_clip(
         raise ValueError("loudest_excerpt() needs an ExcerptConfig with strategy='loudest'.")
     path = os.fspath(audio_path)
     cutoff = float(excerpt.lufs_cutoff)
+    method = "search" if plan is None else "index"
+    if plan is not None and not plan.qualifies and excerpt.on_failure != "keep":
+        # Known from the index: no window of this file clears the cutoff, so nothing is read.
+        if excerpt.on_failure == "skip":
+            return None
+        raise RuntimeError(
+            f"No excerpt of '{path}' clears lufs_cutoff={cutoff} LUFS: by the corpus index its loudest "
+            f"{duration:g} s window is {plan.best_lufs:.1f} LUFS; lower the cutoff, use on_failure='keep'/'skip', "
+            "or skip_silent=True."
+        )
     with AudioFile(path) as f:
-        best = _LoudestSearch(f, rng, excerpt, duration, mono, int(sample_rate or f.info.sample_rate)).run()
+        out_rate = int(sample_rate or f.info.sample_rate)
+        if plan is None:
+            best = _LoudestSearch(f, rng, excerpt, duration, mono, out_rate).run()
+        else:
+            best = _PlannedSearch(f, rng, excerpt, duration, mono, out_rate, plan).run()
     if not best.lufs > cutoff:
         if excerpt.on_failure == "raise":
             raise RuntimeError(
@@ -341,7 +386,8 @@ def loudest_clip(
     rate = f.info.sample_rate
     data, out_rate = _finish(best.frames, rate, sample_rate, duration, False, pad_mode)
     windows = _windows_for_length(best.windows, data.shape[-1], out_rate)
-    return Clip(path=path, data=data, sample_rate=out_rate, offset=best.start / rate, lufs=best.lufs, lufs_windows=windows)
+    return Clip(path=path, data=data, sample_rate=out_rate, offset=best.start / rate, lufs=best.lufs,
+                lufs_windows=windows, method=method)
 
 
 class _LoudestSearch:
@@ -393,13 +439,88 @@ class _LoudestSearch:
             if scan is None:
                 if self._consider(start, self._read(start, self.need)):
                     break
-                if attempt == 0 and info.frames <= self.scan_frames:
-                    scan = _EnergyMap(self._read(0, None), self.rate, self.need, self.cutoff)
+                if attempt == 0 and tries > 1:
+                    if info.frames <= self.scan_frames:
+                        scan = _EnergyMap(self._read(0, None), self.rate, self.need, self.cutoff)
+                    else:
+                        self._probe_search(tries - 1)
+                        break
                 continue
             start = scan.snap(start, self.rng)
             if start is None:
                 break
             if self._consider(start, scan.whole[start : start + self.need]):
+                break
+        if self.best is None:
+            raise AudioReadError(f"Failed to read audio file '{self.f.path}': every read came back empty.", self.f.path)
+        return self.best
+
+    def _probe_search(self, attempts: int) -> None:
+        """Probes the file, then meters the loudest window around each loudest probe in turn.
+
+        Each of up to ``attempts`` regions is one read of at most ``2 * need``
+        frames centred on a probe not inside an earlier region.
+        """
+        from audiotree.excerpt_search import probe_energy, probe_layout
+
+        frames = self.f.info.frames
+        starts, length = probe_layout(frames, self.rate, self.duration, self.rng)
+        energy = probe_energy(self._read, starts, length)
+        covered: list[tuple[int, int]] = []
+        for k in np.argsort(-energy, kind="stable"):
+            if attempts <= 0:
+                return
+            pos = int(starts[k])
+            if any(a <= pos and pos + length <= b for a, b in covered):
+                continue
+            lo = max(0, pos + length - self.need)
+            hi = min(frames, pos + self.need)
+            region = self._read(lo, hi - lo)
+            covered.append((lo, lo + region.shape[0]))
+            attempts -= 1
+            if region.shape[0] <= self.need:
+                start, cand = lo, region
+            else:
+                block = max(1, int(round(STEP_SEC * self.rate)))
+                estimate = _gated_estimate(_block_energy(region, self.rate), max(1, self.need // block))
+                offset = min(int(np.argmax(estimate)) * block, region.shape[0] - self.need)
+                start, cand = lo + offset, region[offset: offset + self.need]
+            if self._consider(start, cand):
+                return
+
+
+class _PlannedSearch(_LoudestSearch):
+    """``loudest`` from a corpus index: draw a start the profile says is loud, read it, meter it.
+
+    The meter confirms the draw (the profile is an estimate); a rare miss draws
+    again, up to ``num_tries`` reads. A file with no qualifying window reads its
+    loudest window by the profile (``on_failure="keep"``).
+    """
+
+    def __init__(self, f, rng, excerpt, duration, mono, out_rate, plan):
+        super().__init__(f, rng, excerpt, duration, mono, out_rate)
+        self.plan = plan
+
+    def run(self) -> _Candidate:
+        from audiotree.index.profile import profile_step
+
+        info = self.f.info
+        if info.frames <= self.need:
+            self._consider(0, self._read(0, None))
+            return self.best
+        step = profile_step(self.rate)
+        last_start = info.frames - self.need
+        blocks = [self.plan.best] if not self.plan.qualifies else None
+        for _ in range(self.excerpt.num_tries if blocks is None else 1):
+            block = self.plan.draw(self.rng) if blocks is None else blocks[0]
+            start = min(block * step, last_start)
+            frames = self._read(start, self.need)
+            known = self.plan.loudness(block) if blocks is None else None
+            if known is not None:
+                # The profile cleared cutoff + margin; its reading is the item's lufs (no meter pass).
+                self.best = _Candidate(known[0], start, frames, known[1])
+                break
+            if self._consider(start, frames):
                 break
         if self.best is None:
             raise AudioReadError(f"Failed to read audio file '{self.f.path}': every read came back empty.", self.f.path)

@@ -1,8 +1,8 @@
 """Grain datasets of audio excerpts, and the readers of pre-rendered datasets.
 
-Importing this module prepares Grain for plain scripts (see
-:mod:`audiotree.sources._grain_setup`): the documented ``mp_prefetch`` pipelines
-run without ``absl.app.run`` and without a ``__main__`` guard.
+Importing this module changes nothing outside it. The ``mp_prefetch`` of the
+datasets built here starts workers that run from plain, unguarded scripts; see
+:mod:`audiotree.sources.workers` for what that prepares and for which processes.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 
 from audiotree.errors import AudioReadError
 from audiotree.excerpt import ExcerptConfig
-from audiotree.sources._grain_setup import prepare_grain
 from audiotree.sources.datasets import create_audio_dataset, create_balanced_audio_dataset, shard_dataset
 from audiotree.sources.files import find_audio_files
 from audiotree.sources.loading import OnReadError
@@ -36,6 +35,11 @@ __all__ = [
     "AudioDataSource",
     "TreeDataSource",
     "open_render",
+    "batch_by_duration",
+    "plan_buckets",
+    "BucketPlan",
+    "ArrayRecordAudioSource",
+    "open_arrayrecord",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.
@@ -50,11 +54,14 @@ _LAZY = {
     "WindowConfig": "audiotree.sources.windowed",
     "AudioDataSource": "audiotree.sources.audio",
     "TreeDataSource": "audiotree.sources.tree",
+    "batch_by_duration": "audiotree.sources.duration_batches",
+    "plan_buckets": "audiotree.sources.bucketing",
+    "BucketPlan": "audiotree.sources.bucketing",
     # Reads what `audiotree render` wrote (finished parts, in item order).
     "open_render": "audiotree.sources.render",
+    "ArrayRecordAudioSource": "audiotree.sources.arrayrecord",
+    "open_arrayrecord": "audiotree.sources.arrayrecord",
 }
-
-prepare_grain()
 
 
 def __getattr__(name: str) -> Any:

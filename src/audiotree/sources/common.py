@@ -13,7 +13,6 @@ from typing import Any, Sequence
 from audiotree.errors import AudioReadError
 from audiotree.io.decode import probe
 from audiotree.seeds import check_seed
-from audiotree.sources._grain_setup import prepare_grain
 from audiotree.sources.files import SourceSpec, discover
 from audiotree.sources.loading import check_on_read_error
 from audiotree.validation import check_sample_rate, is_int
@@ -32,7 +31,6 @@ def _check_num_epochs(num_epochs: Any) -> None:
 
 def check_common(*, num_epochs, on_read_error, sample_rate, shuffle_seed, excerpt_seed) -> tuple[int, int, int | None]:
     """Validation shared by the builders; returns (sample_rate, shuffle_seed, excerpt_seed)."""
-    prepare_grain()
     _check_num_epochs(num_epochs)
     check_on_read_error(on_read_error)
     sample_rate = check_sample_rate(sample_rate)

@@ -12,7 +12,6 @@ workers or threads read it.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from typing import Any, Mapping, Sequence
@@ -25,10 +24,10 @@ from audiotree.sources.common import check_common, probe_channels, resolve_files
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
-from audiotree.sources.mixing import mix_shuffled
+from audiotree.sources.mixing import check_weights, mix_shuffled
 from audiotree.sources.ordering import EpochShuffledMapDataset
 from audiotree.sources.windowed import WindowConfig, windowed_group_dataset
-from audiotree.validation import check_duration, check_pad_mode, is_real
+from audiotree.validation import check_duration, check_pad_mode
 
 __all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "shard_dataset"]
 
@@ -53,7 +52,7 @@ def create_audio_dataset(
     excerpt_seed: int | None = None,
     sample_rate: int = 44_100,
     mono: bool = True,
-    duration: float = 1.0,
+    duration: float | None = 1.0,
     pad_mode: str | None = "constant",
     extensions: Sequence[str] | None = None,
     excerpt: ExcerptConfig = ExcerptConfig(),
@@ -80,8 +79,11 @@ def create_audio_dataset(
       mono: average channels; ``False`` keeps them and checks that every file
         has ``channels`` (default: the first file's count).
       duration: excerpt length in seconds; items are ``(1, C, round(duration*sample_rate))``.
+        ``None`` reads whole files (``ExcerptConfig(strategy="full")``): items
+        differ in length and carry ``lengths``; see :func:`batch_by_duration`.
       pad_mode: ``np.pad`` mode for files shorter than ``duration``; ``None``
-        leaves them short (batching then fails).
+        leaves them short (``AudioTree.batch`` then pads with zeros and fills
+        ``lengths``).
       extensions: file extensions to discover (default: every decodable format).
       excerpt: how the offset is chosen (:class:`ExcerptConfig`).
       source: a group name recorded in every item's ``source``.
@@ -113,16 +115,18 @@ def create_audio_dataset(
         num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
     )
-    check_duration(duration)
-    check_pad_mode(pad_mode)
     if not isinstance(excerpt, ExcerptConfig):
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
+    duration, excerpt = resolve_whole_files(duration, excerpt)
+    check_duration(duration)
+    check_pad_mode(pad_mode)
     from audiotree.sources import indexed
 
     rows = None
+    loudest = indexed.loudest_spec(excerpt, duration, has_index=index is not None, mono=mono)
     if index is not None:
         rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
-                                        max_duration=max_duration, on_stale=on_stale)
+                                        max_duration=max_duration, on_stale=on_stale, loudest=loudest)
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
         if not mono and channels is None:
             channels = indexed.first_channels(rows)
@@ -132,8 +136,9 @@ def create_audio_dataset(
         if not mono and channels is None:
             channels = probe_channels(files[0])
     loader = ExcerptLoader(
-        sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
-        source=source, channels=None if mono else channels, on_read_error=on_read_error,
+        sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=mono,
+        pad_mode=pad_mode, excerpt=excerpt, source=source, channels=None if mono else channels,
+        on_read_error=on_read_error,
     )
     if rows is not None:
         loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=source is None)
@@ -143,22 +148,39 @@ def create_audio_dataset(
     )
     if check_measure_lufs(measure_lufs):
         ds = ds.map(MeasureLufs())
-    item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=duration)
+    item_bytes = estimate_item_bytes(
+        channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=item_seconds(duration, excerpt)
+    )
     return AudioMapDataset(ds, item_bytes=item_bytes)
 
 
-def _check_weights(weights: Mapping[str, Any] | None, names: Sequence[str]) -> list[float]:
-    weights = dict(weights or {})
-    unknown = sorted(set(weights) - set(names))
-    if unknown:
-        raise ValueError(f"weights name unknown groups {unknown}; the groups are {list(names)}.")
-    out = []
-    for name in names:
-        w = weights.get(name, 1.0)
-        if not is_real(w) or not math.isfinite(w) or w <= 0:
-            raise ValueError(f"Weight for group {name!r} must be a finite number > 0, got {w!r}.")
-        out.append(float(w))
-    return out
+#: Seconds assumed per whole-file item without max_duration, for buffer-memory estimates only.
+WHOLE_FILE_ESTIMATE_SECONDS = 20.0
+
+
+def resolve_whole_files(duration: float | None, excerpt: ExcerptConfig) -> tuple[float | None, ExcerptConfig]:
+    """``duration=None`` means whole files; ``strategy="full"`` takes no duration."""
+    if excerpt.strategy == "full":
+        if duration is not None and duration != 1.0:
+            raise ValueError(
+                f"strategy='full' reads whole files, so duration={duration!r} does not apply; pass duration=None "
+                "and cap long files with ExcerptConfig(strategy='full', max_duration=...)."
+            )
+        return None, excerpt
+    if duration is None:
+        if excerpt.strategy == "loudest":
+            raise ValueError("strategy='loudest' needs duration= (the excerpt length); use strategy='full' for whole files.")
+        if excerpt.strategy == "random" and excerpt != ExcerptConfig():
+            raise ValueError("duration=None reads whole files; a custom search does not apply. Use ExcerptConfig(strategy='full').")
+        return None, ExcerptConfig(strategy="full")
+    return duration, excerpt
+
+
+def item_seconds(duration: float | None, excerpt: ExcerptConfig) -> float:
+    """Seconds per item for memory estimates (whole files: ``max_duration`` or a typical utterance)."""
+    if duration is not None:
+        return float(duration)
+    return float(excerpt.max_duration or WHOLE_FILE_ESTIMATE_SECONDS)
 
 
 def create_balanced_audio_dataset(
@@ -206,7 +228,8 @@ def create_balanced_audio_dataset(
         :func:`create_audio_dataset`.
       measure_lufs: meter every item of every group, ``datasets=`` groups
         included (see :func:`create_audio_dataset`).
-      Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s.
+      Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s
+      (``excerpt=ExcerptConfig(strategy="full")`` reads whole files instead).
 
     Groups get seeds derived from their *names*, so adding, removing or
     reordering groups leaves every other group's stream unchanged. The mix keeps
@@ -222,6 +245,12 @@ def create_balanced_audio_dataset(
     from audiotree.sources import indexed
 
     group_rows: dict = {}
+    if not isinstance(excerpt, ExcerptConfig):
+        raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
+    loudest = indexed.loudest_spec(
+        excerpt, 1.0 if duration is None else duration,
+        has_index=index is not None or any(indexed.is_index_path(v) for v in (sources or {}).values()), mono=mono,
+    )
     if index is not None:
         if group_by is None:
             raise ValueError("index= with create_balanced_audio_dataset needs group_by= (e.g. group_by='group'); or "
@@ -229,14 +258,15 @@ def create_balanced_audio_dataset(
         if sources is not None:
             raise ValueError("Pass index= (with group_by=) or sources=, not both.")
         group_rows = indexed.rows_by_group(index, group_by, labels=labels, min_duration=min_duration,
-                                           max_duration=max_duration)
+                                           max_duration=max_duration, loudest=loudest)
         sources = {name: None for name in group_rows}
     elif group_by is not None:
         raise ValueError("group_by= groups the rows of an index; pass index= as well.")
     for name, spec in (sources or {}).items():
         if indexed.is_index_path(spec):
             group_rows[name] = indexed.rows_from_index(spec, labels=labels, min_duration=min_duration,
-                                                       max_duration=max_duration, what=f"group {name!r}")
+                                                       max_duration=max_duration, what=f"group {name!r}",
+                                                       loudest=loudest)
     if group_rows:
         from audiotree.index.reader import check_on_stale
 
@@ -257,7 +287,10 @@ def create_balanced_audio_dataset(
             raise ValueError("window= carries its own duration; do not pass duration= as well.")
         if on_read_error != "raise":
             raise ValueError("window= supports only on_read_error='raise'.")
-    duration = 1.0 if duration is None else duration
+    if excerpt.strategy == "full":
+        duration, excerpt = resolve_whole_files(duration, excerpt)
+    else:
+        duration = 1.0 if duration is None else duration
     check_duration(duration)
     check_pad_mode(pad_mode)
     collisions = sorted(set(sources) & set(datasets))
@@ -267,7 +300,7 @@ def create_balanced_audio_dataset(
     for name in names:
         if not isinstance(name, str) or not name:
             raise ValueError(f"Group names must be non-empty strings, got {name!r}.")
-    group_weights = _check_weights(weights, names)
+    group_weights = check_weights(weights, names)
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
     group_files = {
@@ -292,8 +325,9 @@ def create_balanced_audio_dataset(
             ))
             continue
         loader = ExcerptLoader(
-            sample_rate=sample_rate, duration=float(duration), mono=mono, pad_mode=pad_mode, excerpt=excerpt,
-            source=name, channels=None if mono else channels, on_read_error=on_read_error,
+            sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=mono,
+            pad_mode=pad_mode, excerpt=excerpt, source=name, channels=None if mono else channels,
+            on_read_error=on_read_error,
         )
         if rows is not None:
             loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale)
@@ -310,7 +344,7 @@ def create_balanced_audio_dataset(
     if measure_lufs:
         mixed = mixed.map(MeasureLufs())
     window_duration = getattr(window, "duration", None)
-    item_duration = float(window_duration) if window_duration is not None else float(duration)
+    item_duration = float(window_duration) if window_duration is not None else item_seconds(duration, excerpt)
     item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=item_duration)
     return AudioMapDataset(mixed, item_bytes=item_bytes)
 

@@ -8,6 +8,8 @@ import os
 import warnings
 from typing import Iterable, Sequence, Union
 
+from audiotree.io import storage
+
 __all__ = ["find_audio_files", "SourceSpec"]
 
 SourceSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
@@ -76,8 +78,15 @@ def discover(
     skipped: collections.Counter[str] = collections.Counter()
     skipped_example: dict[str, str] = {}
     for entry in _as_list(sources):
-        expanded = os.path.expandvars(os.path.expanduser(entry))
-        if any(ch in expanded for ch in _GLOB_MAGIC):
+        if storage.is_url(entry):
+            expanded = entry
+            remote = storage.list_files(entry)  # recursive already; FileNotFoundError names the URL
+        else:
+            expanded = os.path.expandvars(os.path.expanduser(storage.local_path(entry)))
+            remote = None
+        if remote is not None:
+            matches = remote
+        elif any(ch in expanded for ch in _GLOB_MAGIC):
             matches = sorted(glob.glob(expanded, recursive=True))
         elif os.path.exists(expanded):
             matches = [expanded]
@@ -89,7 +98,7 @@ def discover(
             )
         count = 0
         for match in matches:
-            candidates = _walk(match) if os.path.isdir(match) else [match]
+            candidates = [match] if remote is not None or not os.path.isdir(match) else _walk(match)
             for path in candidates:
                 if _is_hidden(os.path.basename(path)):
                     continue
@@ -126,7 +135,9 @@ def find_audio_files(sources: SourceSpec, extensions: Iterable[str] | None = Non
 
     Args:
       sources: a folder, file or glob (``**`` allowed), or a list of them;
-        ``~`` and ``$VARS`` are expanded. Folders are walked recursively; hidden
+        ``~`` and ``$VARS`` are expanded. A URL (``s3://bucket/prefix``,
+        ``gs://...``, ``https://...``) is listed through fsspec: a prefix
+        recursively, a glob by pattern (see :mod:`audiotree.io.storage`). Folders are walked recursively; hidden
         files and folders (leading dot) are skipped.
       extensions: extensions to keep, case-insensitive, dot optional. Default:
         every format the installed decoders read (soundfile, plus PyAV's if

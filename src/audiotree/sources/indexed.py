@@ -36,7 +36,9 @@ class IndexRows:
     ``paths[i]`` is row ``i``'s file; ``sizes``/``mtimes`` what the index
     recorded; ``durations`` seconds; ``channels``; ``groups`` the group column
     (``None`` when null); ``labels`` ``{name: (n,) array}``. Paths and groups
-    are object arrays, so selecting rows is one fancy index.
+    are object arrays, so selecting rows is one fancy index. ``plan`` is the
+    ``loudest`` plan of the rows (:class:`~audiotree.excerpt_search.LoudestPlan`)
+    when the dataset picks loud excerpts from the index's profiles, else ``None``.
     """
 
     index_path: str
@@ -48,6 +50,7 @@ class IndexRows:
     channels: np.ndarray
     groups: np.ndarray
     labels: Mapping[str, np.ndarray]
+    plan: Any = None
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -58,6 +61,7 @@ class IndexRows:
             self, paths=self.paths[rows], sizes=self.sizes[rows], mtimes=self.mtimes[rows],
             durations=self.durations[rows], channels=self.channels[rows], groups=self.groups[rows],
             labels={k: v[rows] for k, v in self.labels.items()},
+            plan=None if self.plan is None else self.plan.take(rows),
         )
 
     def stale_reason(self, i: int) -> str | None:
@@ -118,7 +122,8 @@ class IndexedLoader(grain.transforms.RandomMap):
             i = int(element)
             if not self.rows.check(i, self.on_stale):
                 return None
-            tree = self.loader.random_map(self.rows.paths[i], rng)
+            plan = None if self.rows.plan is None else self.rows.plan.row(i)
+            tree = self.loader.read(self.rows.paths[i], rng, plan)
         return self.rows.decorate(tree, i, stamp_group=self.stamp_group)
 
 
@@ -161,14 +166,73 @@ def _release_arrow_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
+@dataclasses.dataclass(frozen=True)
+class LoudestSpec:
+    """What a ``loudest`` dataset needs from an index: its excerpt settings."""
+
+    excerpt: Any
+    duration: float
+    mono: bool = True
+
+
+def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool = True) -> LoudestSpec | None:
+    """The spec when ``excerpt`` is ``loudest`` (``None`` otherwise); refuses ``skip_silent`` without an index."""
+    if excerpt.strategy != "loudest":
+        return None
+    if excerpt.skip_silent and not has_index:
+        raise ValueError("ExcerptConfig(skip_silent=True) needs index= (a corpus index with loudness profiles): "
+                         "without one, silent files are not known before they are read.")
+    return LoudestSpec(excerpt, float(duration), bool(mono))
+
+
+def _attach_plan(rows: IndexRows, ix: Any, selected: np.ndarray, spec: LoudestSpec) -> IndexRows:
+    """``rows`` (the ``selected`` rows of ``ix``) with their ``loudest`` plan from the profiles."""
+    from audiotree.excerpt_search import build_plan
+    from audiotree.index.reader import open_index
+
+    if not ix.has_profile:
+        if spec.excerpt.skip_silent:
+            raise ValueError(f"{ix.path} was built without loudness profiles, so skip_silent=True cannot know which "
+                             "files are silent; rebuild it without --no-loudness.")
+        return rows  # loudest then searches each file
+    table = ix.table if "profile" in ix.table.column_names else open_index(ix.path, columns=["path", "profile"]).table
+    column = table.column("profile")
+    profiles = []
+    for r in selected:
+        value = column[int(r)]
+        profiles.append(np.asarray(value.values, dtype=np.float32) if value.is_valid else None)
+    # Items take lufs from the profile when it describes what they meter (the same mono/stereo mix).
+    plan = build_plan(profiles, duration=spec.duration, cutoff=float(spec.excerpt.lufs_cutoff),
+                      keep_profiles=ix.mono == spec.mono)
+    return dataclasses.replace(rows, plan=plan)
+
+
+def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> IndexRows:
+    """``rows`` less those known to have no window above the cutoff, under ``skip_silent``."""
+    if spec is None or not spec.excerpt.skip_silent or rows.plan is None:
+        return rows
+    keep = rows.plan.qualifying()
+    if keep.size == 0:
+        raise RuntimeError(
+            f"No file of {rows.index_path} ({what}) has a {spec.duration:g} s window above lufs_cutoff="
+            f"{spec.excerpt.lufs_cutoff} LUFS by its loudness profile, so skip_silent=True leaves nothing to "
+            "sample; lower the cutoff or use skip_silent=False."
+        )
+    return rows if keep.size == len(rows) else rows.take(keep)
+
+
 def rows_from_index(
     index: Any, *, labels: Any = None, min_duration: float | None = None, max_duration: float | None = None,
-    what: str = "the index",
+    what: str = "the index", loudest: LoudestSpec | None = None, filter_silent: bool = True,
 ) -> IndexRows:
-    """The readable rows of ``index`` within the duration filters, with ``labels``."""
+    """The readable rows of ``index`` within the duration filters, with ``labels``.
+
+    With ``loudest``, the rows carry a ``loudest`` plan from the profiles (and,
+    under ``skip_silent`` and ``filter_silent``, lose the silent files).
+    """
     _check_filters(min_duration, max_duration)
     names = _label_names(labels)
-    ix = _load(index, names)
+    ix = _load(index, names, ["profile"] if loudest is not None else ())
     selected = ix.select(readable=True, min_duration=min_duration, max_duration=max_duration)
     if selected.size == 0:
         raise RuntimeError(
@@ -190,7 +254,12 @@ def rows_from_index(
         groups=_objects(_interned(ix.table.column("group").to_pylist())),
         labels={n: ix.label_values(n) for n in names},
     )
-    return rows if selected.size == len(ix) else rows.take(selected)
+    rows = rows if selected.size == len(ix) else rows.take(selected)
+    if loudest is not None:
+        rows = _attach_plan(rows, ix, selected, loudest)
+        if filter_silent:
+            rows = without_silent(rows, loudest, what)
+    return rows
 
 
 def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRows]:
@@ -199,11 +268,14 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
         raise ValueError(f"group_by must be a column name, got {group_by!r}.")
     names = _label_names(kwargs.get("labels"))
     extra = [] if group_by == "group" or group_by in names else [group_by]
+    loudest = kwargs.get("loudest")
+    if loudest is not None:
+        extra.append("profile")
     ix = _load(index, names, extra)
     if group_by not in ix.table.column_names:
         raise ValueError(f"{ix.path} has no column {group_by!r} to group by; use 'group' or one of its labels "
                          f"{ix.label_names}.")
-    rows = rows_from_index(ix, **kwargs)
+    rows = rows_from_index(ix, filter_silent=False, **kwargs)
     selected = ix.select(readable=True, min_duration=kwargs.get("min_duration"), max_duration=kwargs.get("max_duration"))
     keys = rows.groups if group_by == "group" else _objects(_interned(ix.table.column(group_by).to_pylist()))[selected]
     empty = np.flatnonzero(keys == None)  # noqa: E711 - elementwise on an object array
@@ -213,7 +285,8 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
                          "GROUP=FOLDER sources.")
     del ix
     names, inverse = np.unique(keys.astype(str), return_inverse=True)
-    groups = {str(name): rows.take(np.flatnonzero(inverse == j)) for j, name in enumerate(names)}
+    groups = {str(name): without_silent(rows.take(np.flatnonzero(inverse == j)), loudest, f"group {name!r}")
+              for j, name in enumerate(names)}
     _release_arrow_memory()
     return groups
 

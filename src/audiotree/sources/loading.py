@@ -17,6 +17,7 @@ import numpy as np
 from audiotree.errors import AudioReadError
 from audiotree.core import AudioTree
 from audiotree.excerpt import ExcerptConfig
+from audiotree.io.excerpt import select_clip
 
 __all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
@@ -42,11 +43,12 @@ class ExcerptLoader(grain.transforms.RandomMap):
     """Reads one excerpt of a file path with the item's own ``rng``.
 
     Returns a batch-of-1 ``AudioTree`` ``(1, C, round(duration * sample_rate))``
+    (``duration=None``: the whole file, with ``lengths``; see ``strategy="full"``)
     or ``None`` when the file is dropped by ``on_read_error`` or ``on_failure``.
     """
 
     sample_rate: int
-    duration: float
+    duration: float | None
     mono: bool = True
     pad_mode: str | None = "constant"
     excerpt: ExcerptConfig = ExcerptConfig()
@@ -55,12 +57,16 @@ class ExcerptLoader(grain.transforms.RandomMap):
     on_read_error: str = "raise"
 
     def random_map(self, element: Any, rng: np.random.Generator):
-        path = element
+        return self.read(element, rng)
+
+    def read(self, path: Any, rng: np.random.Generator, plan: Any = None):
+        """One excerpt of ``path``; ``plan`` is a corpus index's ``RowPlan`` for ``loudest``."""
         try:
-            tree = AudioTree.excerpt(
-                path, rng, self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,
-                mono=self.mono, pad_mode=self.pad_mode, source=self.source,
+            clip = select_clip(
+                path, rng, duration=self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,
+                mono=self.mono, pad_mode=self.pad_mode, plan=plan,
             )
+            tree = None if clip is None else AudioTree.from_clip(clip, source=self.source)
         except AudioReadError as exc:
             handle_read_error(exc, self.on_read_error)
             return None

@@ -76,8 +76,36 @@ def _check(total: float, detail: str, ram: int | None) -> None:
         )
 
 
-class AudioMapDataset(grain.MapDataset):
-    """A pass-through ``MapDataset`` that knows its item size in bytes."""
+class _Chained:
+    """Grain's element-wise transformations, each re-wrapped by the subclass's ``_then``."""
+
+    def map(self, transform):
+        return self._then("map", transform)
+
+    def map_with_index(self, transform):
+        return self._then("map_with_index", transform)
+
+    def random_map(self, transform, *, seed: int | None = None):
+        return self._then("random_map", transform, seed=seed)
+
+    def filter(self, transform):
+        return self._then("filter", transform)
+
+    def seed(self, seed: int):
+        return self._then("seed", seed)
+
+
+class AudioMapDataset(_Chained, grain.MapDataset):
+    """A pass-through ``MapDataset`` that knows its item size in bytes.
+
+    Grain's transformations called on it (``map``, ``random_map``, ``filter``,
+    ``batch``, ``shuffle``, ``slice``, ...) return an ``AudioMapDataset`` again,
+    so a chain that starts at an audiotree builder keeps audiotree's
+    ``to_iter_dataset``/``mp_prefetch`` (memory checks, default read options,
+    and workers that run from plain scripts, see :mod:`audiotree.sources.workers`).
+    ``item_bytes`` stays the builder's estimate through ``map`` (we cannot know
+    what a function returns) and is multiplied by ``batch``.
+    """
 
     def __init__(self, parent: grain.MapDataset, *, item_bytes: int):
         super().__init__(parent)
@@ -91,11 +119,29 @@ class AudioMapDataset(grain.MapDataset):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return AudioMapDataset(self._parent.slice(index), item_bytes=self.item_bytes)
+            return self.slice(index)
         return self._parent[index]
 
     def _getitems(self, indices: Sequence[int]):
         return self._parent._getitems(indices)  # pylint: disable=protected-access
+
+    def _then(self, name: str, *args, factor: int = 1, **kwargs) -> "AudioMapDataset":
+        # Applied to the parent and re-wrapped, so the wrapper is only ever the
+        # outermost node: the graph below is Grain's own, and so are the
+        # default seeds Grain derives from it (they depend on node depths).
+        return AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor)
+
+    def shuffle(self, seed: int | None = None):
+        return self._then("shuffle", seed)
+
+    def slice(self, sl: slice):
+        return self._then("slice", sl)
+
+    def repeat(self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True):
+        return self._then("repeat", num_epochs, reseed_each_epoch=reseed_each_epoch)
+
+    def batch(self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable | None = None):
+        return self._then("batch", batch_size, factor=batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def to_iter_dataset(self, read_options: grain.ReadOptions | None = None, *, allow_nones: bool = False):
         """Like Grain's, with :func:`default_read_options` when none are given.
@@ -109,7 +155,7 @@ class AudioMapDataset(grain.MapDataset):
         options = read_options or default_read_options(self.item_bytes)
         return AudioIterDataset(
             self._iter_with(options, allow_nones), source=self, allow_nones=allow_nones,
-            element_bytes=self.item_bytes, read_options=options, defaulted=defaulted, batches=(),
+            element_bytes=self.item_bytes, read_options=options, defaulted=defaulted, steps=(),
         )
 
     def _iter_with(self, options: grain.ReadOptions, allow_nones: bool) -> grain.IterDataset:
@@ -127,23 +173,26 @@ class AudioMapDataset(grain.MapDataset):
 WORKER_READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
-class AudioIterDataset(grain.IterDataset):
+class AudioIterDataset(_Chained, grain.IterDataset):
     """A pass-through ``IterDataset`` that checks ``mp_prefetch`` buffer memory.
 
-    It remembers how it was built (the source, the read options, any
-    ``batch`` calls), so that ``mp_prefetch`` can rebuild it with synchronous
-    reads when the read options were audiotree's defaults.
+    It remembers how it was built (the source, the read options, and every
+    transformation called on it since), so that ``mp_prefetch`` can rebuild it
+    with synchronous reads when the read options were audiotree's defaults.
+    Like :class:`AudioMapDataset`, its transformations return an
+    ``AudioIterDataset``, so ``mp_prefetch`` at the end of the chain is ours.
     """
 
     def __init__(self, parent: grain.IterDataset, *, source: AudioMapDataset, allow_nones: bool, element_bytes: int,
-                 read_options: grain.ReadOptions, defaulted: bool, batches: tuple):
+                 read_options: grain.ReadOptions, defaulted: bool, steps: tuple):
         super().__init__(parent)
         self._source = source
         self._allow_nones = allow_nones
         self.element_bytes = int(element_bytes)
         self._read_options = read_options
         self._defaulted = defaulted
-        self._batches = batches
+        # (method name, args, kwargs) of every transformation since to_iter_dataset.
+        self._steps = steps
 
     def __str__(self) -> str:
         return "AudioIterDataset"
@@ -151,22 +200,31 @@ class AudioIterDataset(grain.IterDataset):
     def __iter__(self):
         return self._parent.__iter__()
 
-    def batch(self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable | None = None):
-        spec = (batch_size, drop_remainder, batch_fn)
+    def _then(self, name: str, *args, factor: int = 1, **kwargs) -> "AudioIterDataset":
         return AudioIterDataset(
-            self._parent.batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn),
-            source=self._source, allow_nones=self._allow_nones, element_bytes=self.element_bytes * batch_size,
-            read_options=self._read_options, defaulted=self._defaulted, batches=self._batches + (spec,),
+            getattr(self._parent, name)(*args, **kwargs),
+            source=self._source, allow_nones=self._allow_nones, element_bytes=self.element_bytes * factor,
+            read_options=self._read_options, defaulted=self._defaulted, steps=self._steps + ((name, args, kwargs),),
         )
+
+    def batch(self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable | None = None):
+        return self._then("batch", batch_size, factor=batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def _rebuilt(self, options: grain.ReadOptions) -> grain.IterDataset:
         ds = self._source._iter_with(options, self._allow_nones)  # pylint: disable=protected-access
-        for batch_size, drop_remainder, batch_fn in self._batches:
-            ds = ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        for name, args, kwargs in self._steps:
+            ds = getattr(ds, name)(*args, **kwargs)
         return ds
 
     def mp_prefetch(self, options: grain.MultiprocessingOptions | None = None, worker_init_fn=None, sequential_slice: bool = False):
+        """Grain's ``mp_prefetch``, with workers that run from plain scripts.
+
+        See :mod:`audiotree.sources.workers` for what is prepared, for which
+        processes, and the ``AUDIOTREE_PLAIN_WORKERS=1`` opt-out; iterators
+        still open at interpreter exit are closed (:mod:`audiotree.sources.lifecycle`).
+        """
         from audiotree.sources.lifecycle import ClosingIterDataset
+        from audiotree.sources.workers import WorkerInit, plain_workers_requested
 
         resolved = options or grain.MultiprocessingOptions(num_workers=10)
         read = WORKER_READ_OPTIONS if self._defaulted and resolved.num_workers > 0 else self._read_options
@@ -181,9 +239,24 @@ class AudioIterDataset(grain.IterDataset):
             f"x {_fmt(self.element_bytes)} elements), plus the parent's queue",
             physical_memory_bytes(),
         )
-        return ClosingIterDataset(
-            base.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
-        )
+        plain = plain_workers_requested()
+        init = worker_init_fn if plain else WorkerInit(worker_init_fn)
+        prefetched = base.mp_prefetch(options, worker_init_fn=init, sequential_slice=sequential_slice)
+        return ClosingIterDataset(prefetched, prepare_workers=not plain)
+
+
+def wrap_stored(ds: grain.MapDataset) -> "AudioMapDataset":
+    """``ds`` (items read back from disk) as an :class:`AudioMapDataset`, sized by its first item.
+
+    So that pipelines over rendered datasets get audiotree's ``mp_prefetch``
+    (plain-script workers, memory checks) like the builders' datasets.
+    """
+    item_bytes = 0
+    if len(ds):
+        first = ds[0]
+        waveform = getattr(first, "waveform", None)
+        item_bytes = int(getattr(waveform, "nbytes", 0) or 0)
+    return AudioMapDataset(ds, item_bytes=item_bytes)
 
 
 def estimate_item_bytes(*, channels: int, sample_rate: int, duration: float) -> int:

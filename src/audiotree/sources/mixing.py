@@ -30,16 +30,18 @@ worker-count invariance are unaffected.
 
 from __future__ import annotations
 
+import math
 import sys
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import grain
 import numpy as np
 
 from audiotree.seeds import epoch_rng
 from audiotree.sources.ordering import evict_oldest
+from audiotree.validation import is_real
 
-__all__ = ["ShuffledProportionalSelection", "mix_shuffled", "DEFAULT_BLOCK_SIZE"]
+__all__ = ["ShuffledProportionalSelection", "mix_shuffled", "check_weights", "DEFAULT_BLOCK_SIZE"]
 
 DEFAULT_BLOCK_SIZE = 4096
 
@@ -131,3 +133,22 @@ def mix_shuffled(
         [len(ds) for ds in datasets], weights, seed=seed, block_size=block_size
     )
     return grain.MapDataset.select_from_datasets(list(datasets), selection)
+
+
+def check_weights(weights: Mapping[str, Any] | None, names: Sequence[str]) -> list[float]:
+    """Group weights in the order of ``names``: missing ones are 1.0, each finite and > 0.
+
+    >>> check_weights({"music": 3}, ["speech", "music"])
+    [1.0, 3.0]
+    """
+    weights = dict(weights or {})
+    unknown = sorted(set(weights) - set(names))
+    if unknown:
+        raise ValueError(f"weights name unknown groups {unknown}; the groups are {list(names)}.")
+    out = []
+    for name in names:
+        w = weights.get(name, 1.0)
+        if not is_real(w) or not math.isfinite(w) or w <= 0:
+            raise ValueError(f"Weight for group {name!r} must be a finite number > 0, got {w!r}.")
+        out.append(float(w))
+    return out

@@ -11,12 +11,20 @@ from pathlib import Path
 import grain
 
 from audiotree.formats.render import RECORD, read_record
+from audiotree.sources.arrayrecord import open_arrayrecord
+from audiotree.sources.audio import AudioDataSource
+from audiotree.sources.memory import wrap_stored
+from audiotree.sources.tree import TreeDataSource
 
 __all__ = ["open_render"]
 
 
-def open_render(out: str | os.PathLike) -> grain.MapDataset:
-    """The finished parts of a render in ``out`` as one ``grain.MapDataset``, in item order.
+def open_render(out: str | os.PathLike):
+    """The finished parts of a render in ``out`` as one dataset, in item order.
+
+    Returns an :class:`~audiotree.sources.memory.AudioMapDataset` (a
+    ``grain.MapDataset``) over the parts; ArrayRecord renders are read with
+    :func:`~audiotree.sources.open_arrayrecord`.
 
     Raises ``FileNotFoundError`` when ``out`` holds no render record,
     ``ValueError`` when the record is unreadable, and ``RuntimeError`` when no
@@ -26,11 +34,10 @@ def open_render(out: str | os.PathLike) -> grain.MapDataset:
     record = read_record(out)
     if record is None:
         raise FileNotFoundError(f"{out} holds no {RECORD}; it is not an audiotree render.")
-    if record["config"]["format"] == "audio":
-        from audiotree.sources.audio import AudioDataSource as Source
-    else:
-        from audiotree.sources.tree import TreeDataSource as Source
-    parts = [grain.MapDataset.source(Source(out / part["dir"])) for part in record["parts"] if part["count"]]
-    if not parts:
+    if not any(part["count"] for part in record["parts"]):
         raise RuntimeError(f"The render in {out} has no finished part yet.")
-    return parts[0] if len(parts) == 1 else grain.MapDataset.concatenate(parts)
+    if record["config"]["format"] == "arrayrecord":
+        return open_arrayrecord(out)
+    source = AudioDataSource if record["config"]["format"] == "audio" else TreeDataSource
+    parts = [grain.MapDataset.source(source(out / part["dir"])) for part in record["parts"] if part["count"]]
+    return wrap_stored(parts[0] if len(parts) == 1 else grain.MapDataset.concatenate(parts))

@@ -97,24 +97,38 @@ class WindowConfig:
 
 
 # ---------------------------------------------------------------- scanning
-def _progress(items: Sequence[Any], show: bool | None, threshold: int, desc: str):
+def _per_file(func, files: list[str], *, executor: Any, show: bool | None, threshold: int, desc: str) -> list:
+    """``[func(f) for f in files]`` on ``executor`` (see :mod:`audiotree.parallel`), with a bar on the driver."""
     from tqdm.auto import tqdm
 
-    enabled = len(items) >= threshold if show is None else bool(show)
-    return tqdm(items, desc=desc, unit="file", disable=not enabled)
+    from audiotree.parallel import map_items
+
+    enabled = len(files) >= threshold if show is None else bool(show)
+    with tqdm(total=len(files), desc=desc, unit="file", disable=not enabled) as bar:
+        return map_items(func, files, executor=executor, progress=bar.update)
+
+
+def _header_duration(path: str) -> float:
+    from audiotree.io import probe
+
+    return float(probe(path).duration)
 
 
 def scan_durations(
-    filepaths: Sequence[str | os.PathLike], *, show_progress: bool | None = None
+    filepaths: Sequence[str | os.PathLike], *, show_progress: bool | None = None, executor: Any = None
 ) -> dict[str, float]:
     """Durations in seconds from file headers only (no decoding).
 
     Shows a progress bar for long lists (``show_progress=None``: 100 files or
     more). An unreadable file raises :class:`~audiotree.errors.AudioReadError`
-    naming it.
+    naming it. ``executor`` runs the probes elsewhere (``None``: here;
+    ``"process"``, ``"ray"`` or any ``concurrent.futures.Executor``, see
+    :func:`audiotree.parallel.open_executor`); the result is the same.
     """
     files = [os.fspath(p) for p in filepaths]
-    return {path: float(probe(path).duration) for path in _progress(files, show_progress, _SCAN_PROGRESS_MIN, "Scanning durations")}
+    durations = _per_file(_header_duration, files, executor=executor, show=show_progress,
+                          threshold=_SCAN_PROGRESS_MIN, desc="Scanning durations")
+    return dict(zip(files, durations))
 
 
 def _file_window_lufs(path: str, window_sec: float, mono: bool) -> np.ndarray:
@@ -152,6 +166,7 @@ def precompute_window_lufs(
     sample_rate: int | None = 44_100,
     mono: bool = True,
     show_progress: bool | None = None,
+    executor: Any = None,
 ) -> dict[str, np.ndarray]:
     """Gated BS.1770 loudness (LUFS) of consecutive ``lufs_window_sec`` windows of each file.
 
@@ -160,15 +175,27 @@ def precompute_window_lufs(
     the cache is meant for and is only recorded by :func:`save_window_lufs`.
     Returns ``{path: float32 array}``; a file shorter than one window gets an
     empty array. Shows a progress bar from 8 files (``show_progress``).
+    ``executor`` measures the files elsewhere (see :func:`scan_durations`);
+    the arrays are identical, bit for bit, whichever runs them.
     """
     window_sec = check_positive(lufs_window_sec, "lufs_window_sec")
     if sample_rate is not None:
         check_positive(sample_rate, "sample_rate")
     files = [os.fspath(p) for p in filepaths]
-    return {
-        path: _file_window_lufs(path, window_sec, bool(mono))
-        for path in _progress(files, show_progress, _BUILD_PROGRESS_MIN, "Measuring window loudness")
-    }
+    measured = _per_file(_WindowLufs(window_sec, bool(mono)), files, executor=executor, show=show_progress,
+                         threshold=_BUILD_PROGRESS_MIN, desc="Measuring window loudness")
+    return dict(zip(files, measured))
+
+
+@dataclasses.dataclass(frozen=True)
+class _WindowLufs:
+    """``_file_window_lufs`` with its settings bound: a picklable task for any executor."""
+
+    window_sec: float
+    mono: bool
+
+    def __call__(self, path: str) -> np.ndarray:
+        return _file_window_lufs(path, self.window_sec, self.mono)
 
 
 def load_window_lufs(cache_dir: str | os.PathLike, *, lufs_window_sec: float | None = None) -> WindowLufsCache:
@@ -193,6 +220,7 @@ def build_window_lufs_cache(
     mono: bool = True,
     durations: Mapping[str, float] | None = None,
     show_progress: bool | None = None,
+    executor: Any = None,
 ) -> Path:
     """Measures every file (:func:`precompute_window_lufs`), scans durations unless
     given, and saves the cache to ``out_dir``; returns ``out_dir``.
@@ -202,18 +230,24 @@ def build_window_lufs_cache(
     An ``out_dir`` ending in ``.parquet`` builds a corpus index instead
     (:func:`audiotree.index.build_index`, whose profiles serve any window
     length); load it with ``load_window_lufs(path, lufs_window_sec=...)``.
+    ``executor`` runs the measuring and the scan elsewhere (one pool or cluster
+    for both; see :func:`scan_durations`); the cache holds the same values.
     """
+    from audiotree.parallel import open_executor
+
     if is_index_path(out_dir):
         from audiotree.index import build_index
 
-        build_index([os.fspath(p) for p in filepaths], out_dir, mono=mono, executor="serial",
+        build_index([os.fspath(p) for p in filepaths], out_dir, mono=mono, executor="serial" if executor is None else executor,
                     show_progress=bool(show_progress))
         return Path(out_dir)
     files = [os.fspath(p) for p in filepaths]
     stats = {p: file_stat(p) for p in files}
-    lufs = precompute_window_lufs(files, lufs_window_sec, sample_rate=sample_rate, mono=mono, show_progress=show_progress)
-    if durations is None:
-        durations = scan_durations(files, show_progress=show_progress)
+    with open_executor(executor) as runner:
+        lufs = precompute_window_lufs(files, lufs_window_sec, sample_rate=sample_rate, mono=mono,
+                                      show_progress=show_progress, executor=runner)
+        if durations is None:
+            durations = scan_durations(files, show_progress=show_progress, executor=runner)
     return write_cache(
         out_dir, lufs, lufs_window_sec=lufs_window_sec, durations=durations, sample_rate=sample_rate, mono=mono,
         stats=stats,

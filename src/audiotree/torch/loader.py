@@ -23,7 +23,7 @@ from audiotree.torch.reading import (
     check_threads,
     dataset_length,
 )
-from audiotree.torch.tensors import collate
+from audiotree.torch.tensors import collate, to_torch
 
 __all__ = ["AudioDataLoader", "create_dataloader", "as_torch_dataset"]
 
@@ -90,7 +90,9 @@ class AudioDataLoader(_tud.DataLoader):
 
     Args:
       dataset: an audiotree/Grain ``MapDataset`` or one of our adapters.
-      batch_size: items per batch.
+      batch_size: items per batch; ``None`` when every element already is a
+        batch (``batch_by_duration``): elements are converted with
+        :func:`to_torch`, one per step, and checkpoints count them.
       shuffle, seed: finite datasets only; a per-epoch permutation keyed on
         ``(seed, epoch)`` on top of the dataset's own order (audiotree's builders
         already shuffle per epoch).
@@ -114,7 +116,7 @@ class AudioDataLoader(_tud.DataLoader):
     Memory: about ``num_workers * prefetch_factor`` batches are in flight.
     """
 
-    def __init__(self, dataset: Any, batch_size: int = 32, *, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+    def __init__(self, dataset: Any, batch_size: int | None = 32, *, shuffle: bool = False, seed: int = 0, epoch: int = 0,
                  epoch_size: int | None = None, read_threads: int | None = None, advance_epochs: bool = True,
                  drop_last: bool = False,
                  collate_fn: Callable | None = None, num_workers: int = 0, persistent_workers: bool | None = None,
@@ -127,7 +129,10 @@ class AudioDataLoader(_tud.DataLoader):
             kwargs.pop(owned, None)
         if kwargs.get("in_order") is False:
             raise ValueError("AudioDataLoader needs in_order=True: its checkpoints count batches in order.")
-        batch_size = check_count("batch_size", batch_size)
+        # batch_size=None: the dataset yields whole batches; each counts as one step.
+        self._step = 1 if batch_size is None else check_count("batch_size", batch_size)
+        if batch_size is None and collate_fn is None:
+            collate_fn = to_torch
         adapter = as_torch_dataset(dataset, epoch_size=epoch_size, epoch=epoch, read_threads=read_threads)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
@@ -225,7 +230,7 @@ class AudioDataLoader(_tud.DataLoader):
             if share is None:
                 totals.append(None)
             else:
-                totals.append(share // self.batch_size if self.drop_last else -(-share // self.batch_size))
+                totals.append(share // self._step if self.drop_last else -(-share // self._step))
         if resume is not None:
             if resume["num_workers"] != roles:
                 raise ValueError(
@@ -236,7 +241,7 @@ class AudioDataLoader(_tud.DataLoader):
             consumed = []
             for role in range(roles):
                 share = dataset.shard_size(role, roles)
-                items = batches[role] * self.batch_size
+                items = batches[role] * self._step
                 consumed.append(items if share is None else min(items, share))
             dataset._resume = {"epoch": epoch, "num_workers": roles, "shift": shift, "consumed": consumed}
         else:
@@ -285,9 +290,9 @@ class AudioDataLoader(_tud.DataLoader):
             inner = sampler.state_dict()
             state.update(epoch=inner["epoch"], position=inner["position"])
         else:
-            position = min(progress.start + progress.batches * self.batch_size, sampler.num_items)
+            position = min(progress.start + progress.batches * self._step, sampler.num_items)
             left = sampler.num_items - position
-            if progress.finished or (progress.abandoned and (left == 0 or (self.drop_last and left < self.batch_size))):
+            if progress.finished or (progress.abandoned and (left == 0 or (self.drop_last and left < self._step))):
                 state.update(epoch=self._cursor.following(), position=0)  # nothing of this epoch is left
             else:
                 state.update(epoch=progress.epoch, position=position)

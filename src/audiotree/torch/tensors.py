@@ -122,6 +122,15 @@ class TorchAudioTree(AudioTree):
         """Page-locked copies of every tensor (called by ``DataLoader(pin_memory=True)``)."""
         return self._map_tensors(lambda t: t.pin_memory(*args))
 
+    def mask(self) -> Any:
+        """``(..., 1, T)`` bool tensor: True on real samples (all True without ``lengths``)."""
+        shape = tuple(self.waveform.shape)
+        device = self.waveform.device if isinstance(self.waveform, torch.Tensor) else None
+        if self.lengths is None:
+            return torch.ones(shape[:-2] + (1, shape[-1]), dtype=torch.bool, device=device)
+        lengths = torch.as_tensor(self.lengths, device=device)
+        return torch.arange(shape[-1], device=device) < lengths[..., None, None]
+
     def numpy(self) -> AudioTree:
         """A plain NumPy :class:`~audiotree.AudioTree` (tensors copied to the CPU)."""
         fn = lambda t: t.detach().cpu().numpy()  # noqa: E731

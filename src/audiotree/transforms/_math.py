@@ -7,6 +7,11 @@ parameters (gains, shifts, phases: never an RNG), so the NumPy kernels
 only in the array library, its precision (NumPy works in float64 where it
 matters, JAX in float32) and the loudness/resampling engines they plug in.
 
+Padded batches (``tree.lengths`` set): padding is never metered (the meter
+gets ``lengths``), never moved into the audio (``roll`` wraps each item within
+its own length) and is zero again after every transform (see
+:func:`audiotree.transforms.base`), so no augmentation leaks into it.
+
 Shapes: a waveform is ``(*lead, C, T)``; ``lead`` (usually ``(B,)``) indexes
 the *items*, and every per-item parameter has shape ``lead`` (or, for
 ``corrupt_phase``, ``lead + (C, F)``). Inside ``jax.vmap`` over items,
@@ -115,7 +120,7 @@ def ensure_lufs(xp: Any, tree: AudioTree, measure: Callable) -> AudioTree:
     if tree.lufs is not None:
         return tree
     x = waveform(xp, tree, "volume_norm")
-    lufs, windows = measure(x, tree.sample_rate)
+    lufs, windows = measure(x, tree.sample_rate, tree.lengths)
     return tree.replace(lufs=lufs, lufs_windows=windows)
 
 
@@ -193,8 +198,25 @@ def roll(xp: Any, tree: AudioTree, shift: Any, mode: str) -> AudioTree:
     keep = ("lufs",) if mode == "wrap" else ()
     if length == 0:
         return tree._invalidate_derived(keep=keep, _metadata=meta)
-    y = _op(xp, _roll_array, (2,))(x, s, mode)
+    if tree.lengths is not None:
+        y = _op(xp, _roll_within_array, (3,))(x, s, xp.asarray(tree.lengths), mode)
+    else:
+        y = _op(xp, _roll_array, (2,))(x, s, mode)
     return tree._invalidate_derived(keep=keep, waveform=_finish(xp, y), _metadata=meta)
+
+
+def _roll_within_array(xp: Any, x: Any, s: Any, lengths: Any, mode: str) -> Any:
+    """``_roll_array`` of each item's first ``lengths`` samples; padding stays zero."""
+    t = x.shape[-1]
+    n = xp.maximum(lengths, 1)[..., None].astype(xp.int32)
+    pos = xp.arange(t, dtype=xp.int32)
+    src = pos - s[..., None]
+    inside = pos < lengths[..., None]
+    idx = src % n if mode == "wrap" else xp.clip(src, 0, n - 1)
+    idx = xp.where(inside, idx, 0)
+    y = xp.take_along_axis(x, xp.broadcast_to(idx[..., None, :], x.shape), axis=-1)
+    valid = inside if mode == "wrap" else inside & (src >= 0) & (src < n)
+    return xp.where(valid[..., None, :], y, xp.zeros((), dtype=x.dtype))
 
 
 def _roll_array(xp: Any, x: Any, s: Any, mode: str) -> Any:
@@ -215,6 +237,12 @@ def trim(xp: Any, tree: AudioTree, length: float, mode: str) -> AudioTree:
     target, current = int(round(float(length) * tree.sample_rate)), x.shape[-1]
     if target == current:
         return tree
+    if tree.lengths is not None:
+        # A padded batch: cutting shortens items past the target, growing adds
+        # padding (zeros), never repeated audio, whatever ``mode`` says.
+        lengths = xp.minimum(xp.asarray(tree.lengths), target).astype(xp.int32)
+        y = x[..., :target] if target < current else xp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, target - current)])
+        return tree._invalidate_derived(waveform=_finish(xp, y), lengths=lengths)
     if target < current:
         y = x[..., :target]
     else:

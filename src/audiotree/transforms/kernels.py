@@ -19,10 +19,10 @@ import numpy as np
 from audiotree.transforms._bind import kernel_functions
 
 
-def _measure(x: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndarray]:
+def _measure(x: np.ndarray, sample_rate: int, lengths=None) -> tuple[np.ndarray, np.ndarray]:
     from audiotree.dsp.loudness import measure
 
-    return measure(x, sample_rate)
+    return measure(x, sample_rate, lengths=None if lengths is None else np.asarray(lengths))
 
 
 _KERNELS = kernel_functions(np, _measure, __name__)

@@ -1,7 +1,7 @@
 """``AudioWriter``: batches of ``AudioTree`` items to audio files plus a manifest.
 
 Each item becomes one audio file (named by ``pattern``) and one row of
-``manifest.npz`` (see :mod:`audiotree._manifest`): its geometry, labels,
+``manifest.npz`` (see :mod:`audiotree.formats.manifest`): its geometry, labels,
 extras, provenance and tags. Read the result with
 :class:`audiotree.sources.AudioDataSource`.
 
@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from audiotree import _limits
-from audiotree._fs import check_relative, fsync_dir, fsync_path, naming_os_errors
+from audiotree._fs import check_relative, close_keeping_error, fsync_dir, fsync_path, naming_os_errors
 from audiotree.formats import manifest as _manifest
 from audiotree.schema import LABEL_FIELDS
 from audiotree.validation import is_int
@@ -242,8 +242,11 @@ class AudioWriter:
             if not isinstance(value, (str, bytes, bool, numbers.Number, np.generic)):
                 raise ValueError(f"tag {key!r} must be a scalar (str, bytes, bool or number), got {type(value).__name__}.")
         rows = []
+        # A padded batch of whole utterances: each file holds only its item's real samples.
+        real = None if tree.lengths is None else np.asarray(tree.lengths).reshape(-1)
         for i in range(batch):
             index = self._index + i
+            samples = int(real[i]) if real is not None else int(waveform.shape[-1])
             row: dict[str, Any] = {
                 "index": np.int32(index),
                 "filename": self._filename(index),
@@ -328,7 +331,8 @@ class AudioWriter:
                 # disk as "System error" with no errno, we get OSError(ENOSPC) naming the file.
                 encoded = io.BytesIO()
                 soundfile.write(
-                    encoded, np.ascontiguousarray(waveform[i].T), int(tree.sample_rate), subtype=self.subtype,
+                    encoded, np.ascontiguousarray(waveform[i, :, : int(row["samples"])].T), int(tree.sample_rate),
+                    subtype=self.subtype,
                     format=self._format,
                 )
                 try:
@@ -462,15 +466,7 @@ class AudioWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is None:
-            self.close()
-            return
-        # Keep the error that ended the block (e.g. a full disk); a close() that fails
-        # after it (often for the same reason) is told in a note, not raised over it.
-        try:
-            self.close()
-        except Exception as close_error:
-            exc.add_note(f"{type(self).__name__}.close() failed too: {close_error}; the last committed manifest is kept.")
+        close_keeping_error(self, exc)
 
     def get_stats(self) -> dict:
         """``{total_files, output_directory, current_index, write_audio}`` (+ ``total_batches`` with timestamps)."""

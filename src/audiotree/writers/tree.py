@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from audiotree._fs import fsync_dir, naming_os_errors, write_json_atomic
+from audiotree._fs import close_keeping_error, fsync_dir, naming_os_errors, write_json_atomic
 from audiotree.formats import header as _format
 from audiotree.formats.tree import (
     INDEX_DTYPE,
@@ -214,15 +214,7 @@ class TreeWriter:
         return self.open()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is None:
-            self.close()
-            return
-        # Keep the error that ended the block (e.g. a full disk); a close() that fails
-        # after it (often for the same reason) is told in a note, not raised over it.
-        try:
-            self.close()
-        except Exception as close_error:
-            exc.add_note(f"{type(self).__name__}.close() failed too: {close_error}; the last committed manifest is kept.")
+        close_keeping_error(self, exc)
 
     def _require_open(self) -> None:
         if self._state == "new":

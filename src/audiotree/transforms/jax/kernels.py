@@ -18,10 +18,10 @@ import jax.numpy as jnp
 from audiotree.transforms._bind import kernel_functions
 
 
-def _measure(x: Any, sample_rate: int) -> tuple[Any, Any]:
+def _measure(x: Any, sample_rate: int, lengths: Any = None) -> tuple[Any, Any]:
     from audiotree.dsp.loudness_jax import measure_jax
 
-    return measure_jax(x, sample_rate)
+    return measure_jax(x, sample_rate, lengths=None if lengths is None else jnp.asarray(lengths))
 
 
 _KERNELS = kernel_functions(jnp, _measure, __name__)

@@ -1,0 +1,652 @@
+"""Where audio lives: local paths, or any URL with an fsspec protocol.
+
+One layer for every place that touches files by name: discovery (list and
+glob), probing, excerpt reads and sizes. ``s3://`` (s3fs), ``gs://`` (gcsfs),
+``https://`` (aiohttp), ``memory://`` and any other protocol fsspec knows work
+the same way; a plain path or a ``file://`` URL keeps the local fast path and
+never imports fsspec.
+
+Configuration
+    Nothing is hard-coded. Options reach the filesystem through
+    ``storage_options=`` (keyword arguments of the fsspec filesystem, e.g.
+    ``{"endpoint_url": ..., "anon": True}``), through fsspec's own
+    configuration (``FSSPEC_S3_ENDPOINT_URL=...``-style environment
+    variables, read when fsspec is imported) and through each backend's
+    documented variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+    ``AWS_PROFILE``; ``STORAGE_EMULATOR_HOST``, ``GOOGLE_APPLICATION_CREDENTIALS``).
+    Environment variables reach spawned Grain and PyTorch workers unchanged,
+    which is why the builders need no extra argument for object storage.
+
+Seek, don't download
+    Remote files are opened as fsspec file objects with the ``"audiotree"``
+    cache (:class:`ReadaheadCache`): a random read fetches the bytes asked
+    for plus a small window (64 KiB), and each read that continues the
+    previous one grows the window by 1.5x (up to 8 MiB). Header reads and a
+    FLAC decoder's seek probes therefore stay small, while a long sequential
+    excerpt read needs only a few requests and overshoots by at most half of
+    what it has read. libsndfile reads through file objects 8 KiB at a time,
+    so a plain block cache would cost one request per 8 KiB.
+
+Faults
+    Every network call (size lookup, open, ranged read, listing) is retried on
+    transient errors (HTTP 429/500/502/503/504, a reset connection, a timeout)
+    up to :data:`RETRY_ATTEMPTS` times with exponential backoff capped at
+    :data:`RETRY_MAX_DELAY` seconds. Retried reads return the same bytes, so
+    the stream is item for item the one without faults. Permanent errors
+    (403, 404, ...) and exhausted retries raise
+    :class:`~audiotree.errors.AudioReadError` naming the URL and the status.
+    Messages are passed through :func:`redact` so credentials (URL user info,
+    signed-URL query parameters, the values of secret storage options) never
+    appear in them.
+
+Workers
+    Nothing here is process-wide state beyond fsspec's own instance cache:
+    fsspec filesystems pickle by their options and are re-created (once, then
+    reused with their connection pool) in each worker process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import errno
+import os
+import re
+import time
+import warnings
+from typing import Any, Callable, Iterator, Mapping
+
+from audiotree.errors import AudioReadError
+
+__all__ = [
+    "is_url",
+    "local_path",
+    "filesystem",
+    "file_size",
+    "open_input",
+    "list_files",
+    "exists",
+    "is_dir",
+    "redact",
+    "use_storage_options",
+    "ReadaheadCache",
+    "RETRY_ATTEMPTS",
+    "RETRY_MAX_DELAY",
+]
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+#: How many times a network call is tried in all (first try included).
+RETRY_ATTEMPTS = 5
+#: First backoff delay and cap, in seconds; delays double: 0.05, 0.1, 0.2, 0.4.
+RETRY_BASE_DELAY = 0.05
+RETRY_MAX_DELAY = 2.0
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+#: Read-ahead window bounds (bytes) of :class:`ReadaheadCache`.
+MIN_WINDOW = 64 * 1024
+MAX_WINDOW = 8 * 1024 * 1024
+
+# Which package provides a protocol, for the "install it" message.
+_PROVIDERS = {
+    "s3": "s3fs (pip install 'audiotree[s3]')",
+    "s3a": "s3fs (pip install 'audiotree[s3]')",
+    "gs": "gcsfs (pip install 'audiotree[gcs]')",
+    "gcs": "gcsfs (pip install 'audiotree[gcs]')",
+    "http": "aiohttp (pip install aiohttp)",
+    "https": "aiohttp (pip install aiohttp)",
+    "az": "adlfs (pip install adlfs)",
+    "abfs": "adlfs (pip install adlfs)",
+    "hf": "huggingface_hub (pip install huggingface_hub)",
+}
+
+# Storage options set by :func:`use_storage_options` for the current context
+# (thread or task); merged under explicit ``storage_options=`` arguments.
+_scoped_options: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "audiotree_storage_options", default=None
+)
+
+# Option names whose values are secrets (redacted from every message).
+_SECRET_KEYS = re.compile(r"(key|secret|token|password|passwd|credential|signature|session)", re.I)
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s]+@")
+_SECRET_QUERY = re.compile(
+    r"(?P<name>[?&][^=&\s]*(?:key|secret|token|signature|credential|password|sig)[^=&\s]*=)[^&\s'\"]*", re.I
+)
+
+
+# ---------------------------------------------------------------------------
+# Paths
+# ---------------------------------------------------------------------------
+
+
+def is_url(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names remote (non-local) storage: ``proto://...`` other than ``file://``.
+
+    >>> is_url("s3://bucket/a.wav"), is_url("/data/a.wav"), is_url("file:///data/a.wav")
+    (True, False, False)
+    """
+    if not isinstance(path, str):
+        return False
+    m = _URL.match(path)
+    return m is not None and m.group(1).lower() not in ("file", "local")
+
+
+def local_path(path: str | os.PathLike) -> str:
+    """``path`` as a local path string: ``file://`` and ``local://`` prefixes removed.
+
+    >>> local_path("file:///data/a.wav")
+    '/data/a.wav'
+    """
+    path = os.fsdecode(path)
+    m = _URL.match(path)
+    if m is not None and m.group(1).lower() in ("file", "local"):
+        return path[m.end():]
+    return path
+
+
+def _protocol(url: str) -> str:
+    return _URL.match(url).group(1).lower()
+
+
+@contextlib.contextmanager
+def use_storage_options(options: Mapping[str, Any] | None) -> Iterator[None]:
+    """Applies ``options`` to every filesystem opened in this context (thread/task).
+
+    >>> with use_storage_options({"anon": True}):
+    ...     pass
+    """
+    token = _scoped_options.set(dict(options) if options else None)
+    try:
+        yield
+    finally:
+        _scoped_options.reset(token)
+
+
+def _options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    merged = dict(_scoped_options.get() or {})
+    merged.update(storage_options or {})
+    return merged
+
+
+def filesystem(url: str, storage_options: Mapping[str, Any] | None = None):
+    """The fsspec filesystem for ``url``'s protocol (cached by fsspec per options).
+
+    Raises:
+        ImportError: the protocol's package is not installed; names it.
+        ValueError: fsspec knows no such protocol.
+    """
+    protocol = _protocol(url)
+    try:
+        import fsspec
+    except ImportError as exc:  # pragma: no cover - fsspec is a dependency
+        raise ImportError(
+            f"Reading {redact(url)} needs fsspec: pip install fsspec (and {_PROVIDERS.get(protocol, 'its backend')})."
+        ) from exc
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        package = _PROVIDERS.get(protocol, "the fsspec implementation for this protocol")
+        raise ImportError(
+            f"Cannot read {redact(url)}: the '{protocol}://' protocol needs {package}, which is not installed."
+        ) from exc
+    except ValueError as exc:
+        raise ValueError(
+            f"Cannot read {redact(url)}: fsspec knows no '{protocol}://' protocol. Use a local path or a URL "
+            "such as s3://, gs://, https:// (see docs/storage.md)."
+        ) from exc
+    return cls(**_options(storage_options))
+
+
+# ---------------------------------------------------------------------------
+# Errors, redaction, retries
+# ---------------------------------------------------------------------------
+
+
+def redact(text: str, storage_options: Mapping[str, Any] | None = None) -> str:
+    """``text`` with credentials removed: URL user info, secret query values, secret option values.
+
+    >>> redact("https://user:pw@host/a.wav?X-Amz-Signature=abc&x=1")
+    'https://***@host/a.wav?X-Amz-Signature=***&x=1'
+    """
+    text = _USERINFO.sub(r"\g<scheme>***@", str(text))
+    text = _SECRET_QUERY.sub(r"\g<name>***", text)
+    for name, value in _options(storage_options).items():
+        if _SECRET_KEYS.search(str(name)) and isinstance(value, str) and len(value) >= 4:
+            text = text.replace(value, "***")
+    for var in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GOOGLE_OAUTH_ACCESS_TOKEN"):
+        value = os.environ.get(var)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status behind ``exc`` or its causes, if any library recorded one."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 8:
+        for attr in ("status", "code", "status_code"):
+            value = getattr(cur, attr, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return value
+        response = getattr(cur, "response", None)
+        if isinstance(response, dict):  # botocore ClientError
+            value = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(value, int):
+                return value
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return None
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Whether retrying may help: a transient HTTP status, or a connection/timeout error in the cause chain.
+
+    The chain matters: fsspec's HTTP backend reports a failed HEAD as
+    ``FileNotFoundError`` raised from the real error (a 503, a reset).
+    """
+    status = _status(exc)
+    if status is not None:
+        return status in _TRANSIENT_STATUS
+    cur: BaseException | None = exc
+    for _ in range(8):
+        if cur is None:
+            break
+        if isinstance(cur, (ConnectionError, TimeoutError)):
+            return True
+        if isinstance(cur, OSError) and cur.errno in (errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT):
+            return True
+        # aiohttp/botocore connection failures do not all subclass the builtins.
+        if any(s in type(cur).__name__ for s in _TRANSIENT_NAMES):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+_TRANSIENT_NAMES = ("ClientConnectorError", "ServerDisconnected", "ClientPayloadError", "ClientOSError",
+                    "ConnectionClosed", "EndpointConnectionError", "ReadTimeout", "ConnectTimeout")
+
+
+def _retry(call: Callable[[], Any], url: str, what: str, storage_options: Mapping[str, Any] | None = None):
+    """``call()`` with bounded retries of transient errors; permanent ones become AudioReadError."""
+    delay = RETRY_BASE_DELAY
+    for attempt in range(1, RETRY_ATTEMPTS + 1):
+        try:
+            return call()
+        except (AudioReadError, MemoryError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if _is_transient(exc) and attempt < RETRY_ATTEMPTS:
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_DELAY)
+                continue
+            raise remote_error(url, exc, what, attempts=attempt, storage_options=storage_options) from exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def remote_error(
+    url: str, exc: BaseException, what: str, *, attempts: int = 1, storage_options: Mapping[str, Any] | None = None
+) -> AudioReadError:
+    """An :class:`AudioReadError` naming ``url``, the HTTP status and what to do; credentials redacted."""
+    status = _status(exc)
+    if status is None and isinstance(exc, FileNotFoundError):
+        status = 404
+    if status is None and isinstance(exc, PermissionError):
+        status = 403
+    if status == 404:
+        hint = ("The object does not exist (HTTP 404): check the URL (was it deleted after the file list was "
+                'built?), or use on_read_error="skip" to skip unreadable files.')
+    elif status in (401, 403):
+        hint = (f"Access was denied (HTTP {status}): check the credentials (storage_options=, AWS_PROFILE, "
+                "GOOGLE_APPLICATION_CREDENTIALS) and the bucket's permissions.")
+    elif _is_transient(exc):
+        hint = (f"The storage kept failing with a transient error{f' (HTTP {status})' if status else ''} "
+                f"after {attempts} attempts; check the server or the network and try again.")
+    else:
+        hint = f"The storage refused the request{f' (HTTP {status})' if status else ''}."
+    text = str(exc).strip().rstrip(".")
+    cause = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    message = redact(f"Failed to {what} '{url}': {cause}. {hint}", storage_options)
+    return AudioReadError(message, redact(url, storage_options))
+
+
+# ---------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------
+
+_RANGE_WARNED: set[str] = set()
+
+
+def _fsspec_base_cache():
+    from fsspec.caching import BaseCache
+
+    return BaseCache
+
+
+def _make_cache_class():
+    BaseCache = _fsspec_base_cache()
+
+    class ReadaheadCache(BaseCache):
+        """An fsspec cache with an adaptive read-ahead window, retries and a no-Range fallback.
+
+        A read that starts outside the cached span fetches ``[start, end +
+        MIN_WINDOW)``; a read that continues the cached span fetches the
+        missing part plus a window 1.5x the previous one (at most
+        ``MAX_WINDOW``). So seek probes cost little and a sequential read of
+        ``n`` bytes costs O(log n) requests and at most ~1.5 n bytes.
+        """
+
+        name = "audiotree"
+
+        def __init__(self, blocksize: int, fetcher: Callable[[int, int], bytes], size: int, **kwargs: Any) -> None:
+            self._url = kwargs.pop("url", "")
+            self._whole: Callable[[], bytes] | None = kwargs.pop("whole", None)
+            super().__init__(blocksize, fetcher, size)
+            self.cache = b""
+            self.start = 0
+            self.end = 0
+            self.window = max(int(blocksize or 0), MIN_WINDOW)
+            self.min_window = self.window
+            self.expected = 0  # bytes the caller announced for its next read (see RemoteInput.expect)
+            self.full = False
+
+        def _get(self, start: int, end: int) -> bytes:
+            try:
+                return _retry(lambda: self.fetcher(start, end), self._url, "read")
+            except AudioReadError as err:
+                cause = err.__cause__
+                if self._whole is None or not (isinstance(cause, ValueError) and "range" in str(cause).lower()):
+                    raise
+            # The server ignored Range and sent the whole object: keep it all.
+            host = self._url.split("/")[2] if "://" in self._url else self._url
+            if host not in _RANGE_WARNED:
+                _RANGE_WARNED.add(host)
+                warnings.warn(
+                    f"The server for {redact(self._url)} ignores HTTP Range requests and sends whole objects; "
+                    "audiotree downloads each such file completely once per open. Serve the files from storage "
+                    "that honours Range (S3, GCS, most web servers) to read excerpts only.",
+                    UserWarning, stacklevel=2,
+                )
+            data = _retry(self._whole, self._url, "read")
+            self.cache, self.start, self.end, self.full = data, 0, len(data), True
+            self.total_requested_bytes += len(data)
+            return data
+
+        def _fetch(self, start: int | None, end: int | None) -> bytes:
+            if start is None:
+                start = 0
+            if end is None or end > self.size:
+                end = self.size
+            if start >= end:
+                return b""
+            if self.start <= start and end <= self.end:
+                self.hit_count += 1
+                return self.cache[start - self.start : end - self.start]
+            self.miss_count += 1
+            if self.start <= start < self.end:
+                # Sequential continuation: keep the tail, grow the window.
+                self.window = min(int(self.window * 1.5), MAX_WINDOW)
+                stop = min(self.size, end + self.window)
+                part = self.cache[start - self.start :]
+                fetched = self._get(self.end, stop)
+                if self.full:
+                    return self.cache[start:end]
+                self.cache = part + fetched
+            else:
+                self.window = self.min_window
+                # An announced read (a whole excerpt) comes in one request.
+                stop = min(self.size, max(end, start + self.expected) + self.window)
+                self.expected = 0
+                fetched = self._get(start, stop)
+                if self.full:
+                    return self.cache[start:end]
+                self.cache = fetched
+            self.start = start
+            self.end = start + len(self.cache)
+            self.total_requested_bytes += len(fetched)
+            return self.cache[: end - start]
+
+    return ReadaheadCache
+
+
+_cache_class = None
+
+
+def _register_cache():
+    global _cache_class
+    if _cache_class is None:
+        from fsspec.caching import caches, register_cache
+
+        cls = _make_cache_class()
+        if cls.name not in caches:
+            register_cache(cls)
+        _cache_class = caches[cls.name]
+    return _cache_class
+
+
+def __getattr__(name: str):
+    # ``ReadaheadCache`` subclasses fsspec's BaseCache, so it is built on first
+    # use: importing this module must not import fsspec (local fast path).
+    if name == "ReadaheadCache":
+        return _register_cache()
+    raise AttributeError(name)
+
+
+class RemoteInput:
+    """An open remote object: a seekable binary file object plus its size and URL.
+
+    ``read``/``seek``/``tell`` delegate to the fsspec file; the object is what
+    soundfile and PyAV receive. Close it (or use it as a context manager).
+    """
+
+    __slots__ = ("url", "size", "failure", "_file")
+
+    def __init__(self, url: str, file: Any, size: int) -> None:
+        self.url = url
+        self.size = size
+        #: The storage error a read hit, if any. Decoders call ``readinto``
+        #: from C callbacks that cannot raise (cffi would print the error and
+        #: report a short read), so the error is kept here, reads after it
+        #: return nothing, and the caller raises it (:meth:`check`).
+        self.failure: AudioReadError | None = None
+        self._file = file
+
+    def read(self, n: int = -1) -> bytes:
+        if self.failure is not None:
+            raise self.failure
+        try:
+            return self._file.read(n)
+        except AudioReadError as exc:
+            self.failure = exc
+            raise
+        except Exception as exc:
+            self.failure = remote_error(self.url, exc, "read")
+            raise self.failure from exc
+
+    def readinto(self, buffer) -> int:
+        try:
+            data = self.read(len(buffer))
+        except AudioReadError:
+            return 0
+        buffer[: len(data)] = data
+        return len(data)
+
+    def expect(self, nbytes: int) -> None:
+        """Announces that the next read starting at a new position will consume about ``nbytes``.
+
+        The cache then fetches them in one request instead of growing its
+        window over several (each request pays the storage's latency).
+        """
+        cache = getattr(self._file, "cache", None)
+        if cache is not None and hasattr(cache, "expected"):
+            cache.expected = max(0, min(int(nbytes), MAX_WINDOW))
+
+    def check(self) -> None:
+        """Raises the storage error a read hit (see :attr:`failure`), if any."""
+        if self.failure is not None:
+            raise self.failure
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return bool(getattr(self._file, "closed", False))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> RemoteInput:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def bytes_fetched(self) -> int:
+        """Bytes this handle fetched from the server so far (from its cache)."""
+        return int(getattr(getattr(self._file, "cache", None), "total_requested_bytes", 0))
+
+
+def _info(fs: Any, url: str) -> dict:
+    info = fs.info(url)
+    if info.get("type") == "directory":
+        raise IsADirectoryError(errno.EISDIR, "is a folder (prefix), not an object", url)
+    return info
+
+
+def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> str | RemoteInput:
+    """A local path (returned as ``str``, untouched) or an open :class:`RemoteInput` for a URL.
+
+    The remote file is opened with :class:`ReadaheadCache`; one metadata call
+    (size) and no data is fetched until the decoder reads.
+
+    Raises:
+        AudioReadError: the object is missing, forbidden, or the storage keeps failing.
+        ImportError / ValueError: the protocol is not available (see :func:`filesystem`).
+    """
+    path = os.fsdecode(path)
+    if not is_url(path):
+        return local_path(path)
+    fs = filesystem(path, storage_options)
+    cache = _register_cache()
+    info = _retry(lambda: _info(fs, path), path, "open", storage_options)
+    size = int(info["size"])
+
+    def whole() -> bytes:
+        return fs.cat_file(path)
+
+    def do_open():
+        return fs.open(
+            path, "rb", block_size=MIN_WINDOW, cache_type=cache.name, size=size,
+            cache_options={"url": path, "whole": whole},
+        )
+
+    try:
+        file = _retry(do_open, path, "open", storage_options)
+    except TypeError:
+        # Backends whose open() takes no size= (they look it up themselves).
+        file = _retry(
+            lambda: fs.open(path, "rb", block_size=MIN_WINDOW, cache_type=cache.name,
+                            cache_options={"url": path, "whole": whole}),
+            path, "open", storage_options,
+        )
+    return RemoteInput(path, file, size)
+
+
+def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> int:
+    """Size in bytes of a local file (``os.stat``) or a remote object (one metadata call).
+
+    Raises ``OSError`` for a local path (as ``os.stat``) and
+    :class:`AudioReadError` for a URL (naming it and the status).
+    """
+    path = os.fsdecode(path)
+    if not is_url(path):
+        return os.stat(local_path(path)).st_size
+    fs = filesystem(path, storage_options)
+    return int(_retry(lambda: _info(fs, path), path, "look up", storage_options)["size"])
+
+
+# ---------------------------------------------------------------------------
+# Discovery
+# ---------------------------------------------------------------------------
+
+
+def _with_protocol(fs: Any, url: str, found: str) -> str:
+    """fsspec listings drop the protocol; put the caller's back on."""
+    protocol = _protocol(url)
+    if _URL.match(found):
+        return found
+    if protocol in ("http", "https"):
+        return found
+    return f"{protocol}://{found.lstrip('/')}" if protocol != "memory" else f"memory://{found if found.startswith('/') else '/' + found}"
+
+
+def exists(url: str, *, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether the object or prefix ``url`` exists (retrying transient errors)."""
+    fs = filesystem(url, storage_options)
+    return bool(_retry(lambda: fs.exists(url), url, "look up", storage_options))
+
+
+def is_dir(url: str, *, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``url`` is a folder (prefix) holding objects."""
+    fs = filesystem(url, storage_options)
+    return bool(_retry(lambda: fs.isdir(url), url, "look up", storage_options))
+
+
+def list_files(url: str, *, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """Objects under a URL: a glob (``*``, ``?``, ``[``, ``**``), a prefix (recursive) or one object.
+
+    Returns full URLs, sorted. Hidden names (a path component starting with
+    a dot, below the listed prefix) are left out, as for local folders.
+
+    Raises:
+        FileNotFoundError: the bucket, prefix or object does not exist (names it).
+        AudioReadError: the listing was refused (status named) or kept failing.
+    """
+    fs = filesystem(url, storage_options)
+    if any(ch in url.split("://", 1)[1] for ch in "*?["):
+        found = _retry(lambda: fs.glob(url, detail=False), url, "list", storage_options)
+        root = None
+    else:
+        try:
+            is_folder = _retry(lambda: fs.isdir(url), url, "list", storage_options)
+        except AudioReadError as exc:
+            if _status(exc.__cause__ or exc) == 404 or isinstance(exc.__cause__, FileNotFoundError):
+                is_folder = False
+            else:
+                raise
+        if is_folder:
+            found = _retry(lambda: fs.find(url), url, "list", storage_options)
+            root = fs._strip_protocol(url).rstrip("/")
+        elif _retry(lambda: fs.isfile(url), url, "list", storage_options):
+            return [url]
+        else:
+            bucket = fs._strip_protocol(url).split("/", 1)[0]
+            detail = ""
+            if _protocol(url) in ("s3", "s3a", "gs", "gcs"):
+                try:
+                    if not _retry(lambda: fs.exists(bucket), url, "list", storage_options):
+                        detail = f" (the bucket '{bucket}' does not exist or is not visible with these credentials)"
+                except AudioReadError:
+                    pass
+            raise FileNotFoundError(
+                redact(f"Audio source '{url}' does not exist{detail}; check the URL and storage_options/credentials.",
+                       storage_options)
+            )
+    out = []
+    for item in found:
+        rel = item[len(root) + 1 :] if root and item.startswith(root + "/") else item.rsplit("/", 1)[-1]
+        if any(part.startswith(".") for part in rel.split("/") if part):
+            continue
+        out.append(_with_protocol(fs, url, item))
+    return sorted(out)

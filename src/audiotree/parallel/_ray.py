@@ -1,0 +1,106 @@
+"""The Ray backend of ``executor="ray"`` (the ``audiotree[ray]`` extra).
+
+Ray is imported only here, and only when a job asks for it. Each chunk is one
+Ray task needing one CPU. The function is put in the object store once and
+shared by every task. Tasks are submitted in a window of ``4 x cluster CPUs``,
+so the driver holds a bounded number of results; ``ray.wait`` hands each
+finished one back as it completes, so progress reaches the driver per chunk.
+
+Faults: a task whose worker process dies (killed, out of memory, node lost)
+is re-run by Ray up to ``max_retries`` times. Tasks must therefore be
+idempotent: every audiotree task either returns its result or writes into a
+folder of its own attempt, which the driver adopts only once the task has
+returned (see :mod:`audiotree.writers.parts`). An exception raised by the work
+(a bad file) is not retried and is raised to the caller as itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from audiotree.parallel.runner import Runner
+
+__all__ = ["RayRunner", "import_ray", "TASK_NAME"]
+
+#: Every chunk task carries this name (its worker's process title is ``ray::audiotree-chunk``).
+TASK_NAME = "audiotree-chunk"
+_EXTRA_HINT = "pip install 'audiotree[ray]'"
+
+
+def import_ray():
+    """The ``ray`` module, or an ImportError naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(f"executor='ray' needs Ray, which is not installed: {_EXTRA_HINT} ({exc}).") from None
+    return ray
+
+
+def _call(func, chunk):
+    return func(chunk)
+
+
+class RayRunner(Runner):
+    """Chunks as Ray tasks on the cluster this process is connected to."""
+
+    name = "ray"
+
+    def __init__(self, ray: Any, *, max_retries: int = 3):
+        self._ray = ray
+        self.max_retries = int(max_retries)
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._task = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(_call).options(
+            name=TASK_NAME)
+
+    @classmethod
+    @contextlib.contextmanager
+    def connect(cls, *, address: str | None = None, max_retries: int = 3) -> Iterator["RayRunner"]:
+        """Joins ``address`` (or the running cluster, or starts a local one); leaves what it started."""
+        ray = import_ray()
+        started = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"log_to_driver": False}
+            if address is None:
+                kwargs["include_dashboard"] = False
+            try:
+                ray.init(address=address, **kwargs)
+            except ConnectionError as exc:
+                raise RuntimeError(f"Cannot connect to the Ray cluster at {address!r} ({exc}); start it with "
+                                   "'ray start --head', or pass ray_address=None to start a local one.") from None
+            started = True
+        try:
+            yield cls(ray, max_retries=max_retries)
+        finally:
+            if started:
+                ray.shutdown()
+
+    def run(self, func, chunks):
+        ray = self._ray
+        func_ref = ray.put(func)
+
+        def wait(refs: list) -> list:
+            ready, rest = ray.wait(refs, num_returns=1)
+            if rest:  # everything else already finished, without waiting: fewer passes over the pending tasks
+                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            return ready
+
+        def cancel(ref) -> None:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+
+        return self.run_bounded(chunks, submit=lambda chunk: self._task.remote(func_ref, chunk), wait=wait,
+                                result=self._get, cancel=cancel)
+
+    def _get(self, ref, index: int):
+        ray = self._ray
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError) as exc:
+            raise RuntimeError(f"Ray task {index} failed {self.max_retries + 1} times (its worker died each time: "
+                               f"{type(exc).__name__}); check the workers' memory and logs.") from None

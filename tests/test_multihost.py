@@ -1,0 +1,80 @@
+"""Many hosts, for real: two processes joined by ``jax.distributed.initialize`` on 127.0.0.1 (CPU).
+
+Each reads its share through ``ShardByJaxProcess``: the shares are disjoint and
+together complete, each host's stream keeps the group weights, and a per-host
+checkpoint restored in fresh processes continues exactly where it was taken.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+WORKER = Path(__file__).with_name("multihost_worker.py")
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_hosts(corpus, out: Path, mode: str) -> list[dict]:
+    port = _free_loopback_port()
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(port), str(i), str(corpus["speech"]),
+                               str(corpus["music"]), str(out), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(2)]
+    try:
+        results = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:  # a host that hung (e.g. waiting for its peer) is stopped, not left behind
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, err) in zip(procs, results):
+        assert p.returncode == 0, err[-3000:]
+    return [json.loads((out / f"host-{i}-{mode}.json").read_text()) for i in range(2)]
+
+
+def test_two_jax_processes_read_disjoint_complete_balanced_resumable_shares(corpus, tmp_path):
+    from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset, find_audio_files
+    from multihost_worker import digest
+
+    first = _run_hosts(corpus, tmp_path, "first")
+    assert [r["process_index"] for r in first] == [0, 1]
+
+    # One epoch: every file read by exactly one host.
+    files = sorted(str(p) for g in ("speech", "music") for p in find_audio_files(corpus[g]))
+    read = [sorted(item[0] for item in r["epoch"]) for r in first]
+    assert not set(read[0]) & set(read[1]) and sorted(read[0] + read[1]) == files
+    assert abs(len(read[0]) - len(read[1])) <= 1
+
+    # The endless balanced stream: host h's k-th item is item h + 2k of the unsharded dataset ...
+    common = dict(duration=0.25, sample_rate=8000, shuffle_seed=5)
+    whole = create_balanced_audio_dataset({"speech": [str(corpus["speech"])], "music": [str(corpus["music"])]},
+                                          weights={"speech": 3.0, "music": 1.0}, **common)
+    for host, report in enumerate(first):
+        for k in (0, 1, 2, 77, 159):
+            assert report["stream"][k] == digest(whole[host + 2 * k])
+        # ... and keeps the 3:1 mix on its own.
+        counts = collections.Counter(item[1] for item in report["stream"])
+        assert set(counts) == {"speech", "music"}
+        assert abs(counts["speech"] / 160 - 0.75) < 0.08, counts
+    assert not {tuple(x) for x in first[0]["stream"]} & {tuple(x) for x in first[1]["stream"]}
+
+    # Fresh processes restore each host's own checkpoint and continue exactly.
+    resumed = _run_hosts(corpus, tmp_path, "resume")
+    for host in range(2):
+        assert resumed[host]["after"] == first[host]["after"]
+        assert first[host]["before"] == first[host]["stream"][:7]
+        assert first[host]["after"] == first[host]["stream"][7:14]
+    assert first[0]["after"] != first[1]["after"]
+    assert len(create_audio_dataset([str(corpus["speech"]), str(corpus["music"])], num_epochs=1, **common)) == len(files)
