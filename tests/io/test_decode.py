@@ -792,3 +792,39 @@ def test_truncated_wav_data_is_a_bad_file(tmp_path):
         assert probe(stream).frames >= 100
     except AudioReadError as exc:  # libsndfile may refuse the header itself; never as "truncated"
         assert "truncated" not in str(exc)
+
+
+def _encode_16ch_opus(path: str, x: np.ndarray, sample_rate: int) -> None:
+    """16-channel Opus (libopus, mapping family 255) in Matroska, read back through PyAV."""
+    av = pytest.importorskip("av")
+    if "libopus" not in av.codecs_available:
+        pytest.skip("this FFmpeg build has no libopus encoder")
+    with av.open(path, "w") as out:
+        stream = out.add_stream("libopus", rate=sample_rate, layout="hexadecagonal", options={"mapping_family": "255"})
+        fmt = stream.codec_context.format
+        pcm = np.clip(x * 32767, -32768, 32767).astype(np.int16)  # libopus takes packed s16
+        for i in range(0, len(pcm), 960):
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm[i:i + 960].reshape(1, -1)), format=fmt.name,
+                                               layout="hexadecagonal")
+            frame.sample_rate, frame.pts = sample_rate, i
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+
+
+def test_more_than_eight_planar_channels_decode_in_order(tmp_path):
+    # PyAV reads planes past the 8th through garbage pointers; this used to crash the process.
+    rate, channels = 48_000, 16
+    x = (0.2 * np.random.default_rng(7).standard_normal((rate, channels))).astype(np.float32)
+    path = str(tmp_path / "sixteen.mka")
+    _encode_16ch_opus(path, x, rate)
+    with AudioFile(path) as f:
+        assert f.info.channels == channels
+        whole = f.read_all()
+        assert whole.shape == (f.info.frames, channels) and np.isfinite(whole).all()
+        np.testing.assert_array_equal(f.read(0, 9600), whole[:9600])
+    # Each decoded channel is its own source channel (the interleave keeps the order).
+    a, b = whole[rate // 4: rate // 2], x[rate // 4: rate // 2]
+    corr = np.array([[abs(np.corrcoef(a[:, i], b[:, j])[0, 1]) for j in range(channels)] for i in range(channels)])
+    assert (np.argmax(corr, axis=1) == np.arange(channels)).all(), np.round(corr.max(axis=1), 2)

@@ -400,6 +400,15 @@ class _SoundfileReader:
 _AV_INT_SCALE = {"s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
 
 
+# PyAV's ``AudioFrame.to_ndarray`` reads every plane through ``AVFrame.data``,
+# which holds 8 pointers (AV_NUM_DATA_POINTERS); FFmpeg keeps the planes of
+# channels past the 8th in ``extended_data`` only. A planar frame of more than
+# 8 channels (16-channel Opus, or a hostile header) therefore made PyAV read
+# through garbage pointers and crash the process. Such frames are first
+# interleaved by FFmpeg's resampler, which reads ``extended_data`` (one plane).
+_PYAV_SAFE_PLANES = 8
+
+
 class _PyAVReader:
     """A PyAV (FFmpeg) container opened once, read with sample-aligned seeks."""
 
@@ -420,12 +429,14 @@ class _PyAVReader:
         "_preroll",
         "_jitter",
         "length_slack",
+        "_packer",
     )
 
     def __init__(self, path: str, source: Any = None) -> None:
         self._path = path
         self._source = path if source is None else source  # path or open remote file object
         self._dirty = False
+        self._packer = None  # an av.AudioResampler, made for the first frame of > 8 planes
         self.length_slack = 0  # raised by _duration_frames when the length is an estimate
         self._open_container()
         container, stream, codec = self._container, self._stream, self._codec
@@ -541,13 +552,29 @@ class _PyAVReader:
         for packet in container.demux(stream):
             yield from codec.decode(packet)
 
-    @staticmethod
-    def _as_frames_by_channels(frame: Any, channels: int) -> np.ndarray:
-        """Frame samples as (samples, channels) in their native dtype (a view)."""
+    def _as_frames_by_channels(self, frame: Any, channels: int) -> np.ndarray:
+        """Frame samples as (samples, channels) in their native dtype (a view when possible)."""
+        got = len(frame.layout.channels)
+        if got != channels:
+            raise _bad_file(self._path, f"a decoded frame has {got} channels but the stream declares {channels}")
+        if frame.format.is_planar and channels > _PYAV_SAFE_PLANES:
+            frame = self._interleave(frame)
         arr = frame.to_ndarray()
         if frame.format.is_planar:
             return arr.T  # (channels, samples) -> (samples, channels)
         return arr.reshape(-1, channels)
+
+    def _interleave(self, frame: Any) -> Any:
+        """The same samples as one interleaved plane (see ``_PYAV_SAFE_PLANES``)."""
+        import av
+
+        if self._packer is None:
+            self._packer = av.AudioResampler(format=frame.format.packed, layout=frame.layout, rate=frame.sample_rate)
+        packed = self._packer.resample(frame)
+        if len(packed) != 1 or packed[0].samples != frame.samples:
+            raise _bad_file(self._path, f"interleaving a {len(frame.layout.channels)}-channel frame of {frame.samples} "
+                            f"samples gave {sum(f.samples for f in packed)}")
+        return packed[0]
 
     def read(self, start: int, count: int) -> np.ndarray:
         """Decode frames ``[start, start + count)``, placed by their timestamps.
