@@ -11,7 +11,7 @@ import pytest
 
 # Keep JAX on the CPU and quiet in the test process and every subprocess it starts.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Ray (tests/test_ray.py): token auth with a token from the environment, set before Ray is first imported
+# Ray (tests/parallel/test_ray.py): token auth with a token from the environment, set before Ray is first imported
 # (Ray reads it once per process). Otherwise Ray would save a new token to ~/.ray/auth_token.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))

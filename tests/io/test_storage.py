@@ -247,7 +247,7 @@ def test_local_use_never_imports_fsspec(tmp_path, python_exe):
         f"AudioFile('file://' + {str(path)!r}).read(0, 10)\n"
         "assert 'fsspec' not in sys.modules and 's3fs' not in sys.modules, sorted(sys.modules)\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2] / "src"), os.environ.get("PYTHONPATH", "")]))
     subprocess.run([python_exe, "-c", code], check=True, env=env, timeout=120)
 
 

@@ -187,7 +187,7 @@ def test_render_resumed_on_a_process_pool_equals_the_local_render_byte_for_byte(
     for name in ("part-00002", "part-00003"):
         shutil.rmtree(resumed / name)
     (resumed / ".staging" / "part-000000000004.123-abcd").mkdir(parents=True)
-    # (tests/test_ray.py renders from scratch on Ray, in both formats, against local renders)
+    # (tests/parallel/test_ray.py renders from scratch on Ray, in both formats, against local renders)
     assert main([*common, "--out", str(resumed), "--executor", "process"]) == 0
     assert not (resumed / ".staging").exists()
     assert_same_render(local, resumed)
