@@ -7,17 +7,46 @@ internals).
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from audiotree.errors import AudioReadError
 from audiotree.io.decode import probe
+from audiotree.io.storage import use_storage_options
 from audiotree.seeds import check_seed
 from audiotree.sources.files import SourceSpec, discover
 from audiotree.sources.loading import check_on_read_error
 from audiotree.validation import check_sample_rate, is_int
 
-__all__ = ["check_common", "resolve_files", "probe_channels"]
+__all__ = ["check_common", "resolve_files", "probe_channels", "building_with_storage_options", "check_storage_options"]
+
+Builder = TypeVar("Builder", bound=Callable[..., Any])
+
+
+def check_storage_options(options: Any) -> dict[str, Any] | None:
+    """``None`` or a dict of keyword arguments for the fsspec filesystems (copied, keys must be strings)."""
+    if options is None:
+        return None
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise TypeError(f"storage_options must be a dict of fsspec filesystem options, got {type(options).__name__}.")
+    return dict(options)
+
+
+def building_with_storage_options(builder: Builder) -> Builder:
+    """Runs a dataset builder with its ``storage_options=`` in effect (see :mod:`audiotree.io.storage`).
+
+    Discovery and header probes made while building then reach the storage
+    with those options; the builder also hands them to its loaders, which
+    apply them again around every read (in whatever worker process reads).
+    """
+    @functools.wraps(builder)
+    def build(*args: Any, **kwargs: Any) -> Any:
+        kwargs["storage_options"] = check_storage_options(kwargs.get("storage_options"))
+        with use_storage_options(kwargs["storage_options"]):
+            return builder(*args, **kwargs)
+
+    return build  # type: ignore[return-value]
 
 
 def _check_num_epochs(num_epochs: Any) -> None:

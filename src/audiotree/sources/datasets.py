@@ -20,7 +20,7 @@ import grain
 
 from audiotree.excerpt import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
-from audiotree.sources.common import check_common, probe_channels, resolve_files
+from audiotree.sources.common import building_with_storage_options, check_common, probe_channels, resolve_files
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
@@ -42,6 +42,7 @@ def _file_dataset(
     return ds.random_map(loader, seed=excerpt_stream)
 
 
+@building_with_storage_options
 def create_audio_dataset(
     sources: SourceSpec | None = None,
     filepaths: Sequence[str | os.PathLike] | None = None,
@@ -65,6 +66,7 @@ def create_audio_dataset(
     max_duration: float | None = None,
     on_stale: str = "error",
     measure_lufs: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> grain.MapDataset:
     """One excerpt per file per epoch, as a Grain ``MapDataset``.
 
@@ -105,6 +107,12 @@ def create_audio_dataset(
         strategy (one K-weighting pass per item). By default only
         ``strategy="loudest"`` items carry loudness (it meters to choose);
         others have ``lufs=None``.
+      storage_options: fsspec filesystem options for ``s3://``, ``gs://``,
+        ``https://`` ... sources (endpoint, credentials, ``anon``; see
+        ``docs/storage.md``), used to list and probe while building and around
+        every read, in every worker process. Without it fsspec's own
+        configuration applies (``AWS_*`` / ``FSSPEC_*`` environment variables,
+        ``GOOGLE_APPLICATION_CREDENTIALS``); secrets never appear in messages.
 
     Raises:
       FileNotFoundError: a source folder does not exist.
@@ -138,7 +146,7 @@ def create_audio_dataset(
     loader = ExcerptLoader(
         sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=mono,
         pad_mode=pad_mode, excerpt=excerpt, source=source, channels=None if mono else channels,
-        on_read_error=on_read_error,
+        on_read_error=on_read_error, storage_options=storage_options,
     )
     if rows is not None:
         loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=source is None)
@@ -183,6 +191,7 @@ def item_seconds(duration: float | None, excerpt: ExcerptConfig) -> float:
     return float(excerpt.max_duration or WHOLE_FILE_ESTIMATE_SECONDS)
 
 
+@building_with_storage_options
 def create_balanced_audio_dataset(
     sources: Mapping[str, SourceSpec] | None = None,
     weights: Mapping[str, float] | None = None,
@@ -208,6 +217,7 @@ def create_balanced_audio_dataset(
     max_duration: float | None = None,
     on_stale: str = "error",
     measure_lufs: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> grain.MapDataset:
     """A weighted mix of named groups, balanced in every batch.
 
@@ -228,6 +238,7 @@ def create_balanced_audio_dataset(
         :func:`create_audio_dataset`.
       measure_lufs: meter every item of every group, ``datasets=`` groups
         included (see :func:`create_audio_dataset`).
+      storage_options: for remote groups, as in :func:`create_audio_dataset`.
       Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s
       (``excerpt=ExcerptConfig(strategy="full")`` reads whole files instead).
 
@@ -322,12 +333,13 @@ def create_balanced_audio_dataset(
                 files if rows is None else list(rows.paths), window, name=name, shuffle=shuffle,
                 num_epochs=num_epochs, shuffle_seed=group_shuffle, excerpt_seed=group_excerpt,
                 sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, rows=rows, on_stale=on_stale,
+                storage_options=storage_options,
             ))
             continue
         loader = ExcerptLoader(
             sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=mono,
             pad_mode=pad_mode, excerpt=excerpt, source=name, channels=None if mono else channels,
-            on_read_error=on_read_error,
+            on_read_error=on_read_error, storage_options=storage_options,
         )
         if rows is not None:
             loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale)

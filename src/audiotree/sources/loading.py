@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 import grain
 import numpy as np
@@ -18,6 +18,7 @@ from audiotree.errors import AudioReadError
 from audiotree.core import AudioTree
 from audiotree.excerpt import ExcerptConfig
 from audiotree.io.excerpt import select_clip
+from audiotree.io.storage import use_storage_options
 
 __all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
@@ -55,12 +56,20 @@ class ExcerptLoader(grain.transforms.RandomMap):
     source: str | None = None
     channels: int | None = None
     on_read_error: str = "raise"
+    #: fsspec filesystem options for remote paths, applied around every read (a plain, picklable dict).
+    storage_options: Mapping[str, Any] | None = None
 
     def random_map(self, element: Any, rng: np.random.Generator):
         return self.read(element, rng)
 
     def read(self, path: Any, rng: np.random.Generator, plan: Any = None):
         """One excerpt of ``path``; ``plan`` is a corpus index's ``RowPlan`` for ``loudest``."""
+        if self.storage_options:
+            with use_storage_options(self.storage_options):
+                return self._read(path, rng, plan)
+        return self._read(path, rng, plan)
+
+    def _read(self, path: Any, rng: np.random.Generator, plan: Any):
         try:
             clip = select_clip(
                 path, rng, duration=self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,

@@ -31,8 +31,9 @@ from audiotree.dsp.window_meter import WindowMeter
 from audiotree.formats import window_lufs as cache_format
 from audiotree.formats.window_lufs import WindowLufsCache, file_stat, save_window_lufs, write_cache
 from audiotree.io.decode import AudioFile, probe
+from audiotree.io.storage import use_storage_options
 from audiotree.seeds import derive_streams
-from audiotree.sources.common import check_common, resolve_files
+from audiotree.sources.common import building_with_storage_options, check_common, resolve_files
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.indexed import (
@@ -268,12 +269,20 @@ class WindowLoader(grain.transforms.RandomMap):
     mono: bool
     pad_mode: str | None
     source: str | None
+    #: fsspec filesystem options for remote paths, applied around every read.
+    storage_options: Mapping[str, Any] | None = None
 
     def random_map(self, element: Any, rng: np.random.Generator):
         return self.read_slot(int(element), rng)
 
     def read_slot(self, slot: int, rng: np.random.Generator, *, reprobe: bool = False):
         """The excerpt of ``slot``; ``reprobe`` re-reads the file's length (it changed since it was indexed)."""
+        if self.storage_options:
+            with use_storage_options(self.storage_options):
+                return self._read_slot(slot, rng, reprobe)
+        return self._read_slot(slot, rng, reprobe)
+
+    def _read_slot(self, slot: int, rng: np.random.Generator, reprobe: bool):
         offset = float(self.slots.offset[slot])
         stride = float(self.slots.stride[slot])
         if self.jitter and stride > 0:
@@ -312,6 +321,7 @@ def windowed_group_dataset(
     lufs_per_file: Mapping[str, Any] | None = None,
     rows: Any = None,
     on_stale: str = "error",
+    storage_options: Mapping[str, Any] | None = None,
 ) -> grain.MapDataset:
     """The windowed dataset of ``files`` (raw, its items labelled ``name``): one group of
     ``create_balanced_audio_dataset(window=...)``, or all of :func:`create_windowed_audio_dataset`.
@@ -373,7 +383,7 @@ def windowed_group_dataset(
     ds = ds.repeat(num_epochs)
     loader = WindowLoader(
         files=tuple(files), slots=slots, duration=duration, jitter=bool(jitter), sample_rate=int(sample_rate),
-        mono=bool(mono), pad_mode=pad_mode, source=name,
+        mono=bool(mono), pad_mode=pad_mode, source=name, storage_options=storage_options,
     )
     if rows is not None:
         loader = IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=name is None, by_slot=True)
@@ -384,6 +394,7 @@ def windowed_group_dataset(
 _WINDOW_DEFAULTS = {f.name: f.default for f in dataclasses.fields(WindowConfig)}
 
 
+@building_with_storage_options
 def create_windowed_audio_dataset(
     sources: Any = None,
     filepaths: Sequence[str | os.PathLike] | None = None,
@@ -413,6 +424,7 @@ def create_windowed_audio_dataset(
     max_duration: float | None = None,
     on_stale: str = "error",
     measure_lufs: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -438,6 +450,7 @@ def create_windowed_audio_dataset(
         are dropped using the index's loudness profiles.
       measure_lufs: as in :func:`create_audio_dataset` (items carry
         ``lufs=None`` unless ``measure_lufs=True``).
+      storage_options: as in :func:`create_audio_dataset`.
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -473,7 +486,7 @@ def create_windowed_audio_dataset(
     ds = windowed_group_dataset(
         files, window, name=source, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed,
         excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, durations=durations,
-        lufs_per_file=lufs_per_file, rows=rows, on_stale=on_stale,
+        lufs_per_file=lufs_per_file, rows=rows, on_stale=on_stale, storage_options=storage_options,
     )
     if check_measure_lufs(measure_lufs):
         ds = ds.map(MeasureLufs())

@@ -1,0 +1,96 @@
+"""``storage_options=`` on the dataset builders, against moto's S3 server on 127.0.0.1.
+
+The server's credentials and endpoint reach the builders only through
+``storage_options`` (the AWS environment variables are removed for these
+tests), so discovery, probing and every read in every worker must use them.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import grain
+import numpy as np
+import pytest
+
+from audiotree.errors import AudioReadError
+from audiotree.sources import (
+    WindowConfig,
+    create_audio_dataset,
+    create_balanced_audio_dataset,
+    create_windowed_audio_dataset,
+)
+from test_storage import SECRET, SYNC, s3  # noqa: F401 - the module-scoped moto server fixture
+
+_AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
+
+
+@pytest.fixture
+def options(s3, monkeypatch):  # noqa: F811 - the fixture imported above
+    """The server's credentials as storage options, with the AWS variables unset (also for workers)."""
+    import s3fs
+
+    for name in _AWS_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")  # no profile on this machine can help either
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield {"key": "testing", "secret": SECRET,
+           "client_kwargs": {"endpoint_url": s3["endpoint"], "region_name": "us-east-1"}}
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def _waves(items) -> list[bytes]:
+    return [np.asarray(x.waveform).tobytes() for x in items]
+
+
+def test_without_options_the_bucket_is_unreachable(options):
+    # The check that the variables are really gone: the same build fails without storage_options.
+    with pytest.raises((FileNotFoundError, AudioReadError, OSError, PermissionError)):
+        create_audio_dataset(sources="s3://bucket/speech", sample_rate=16000, duration=0.5)
+
+
+def test_create_audio_dataset_reads_s3_with_storage_options_only(options, s3):  # noqa: F811
+    local = create_audio_dataset(sources=str(s3["local"] / "speech"), sample_rate=16000, duration=0.5, num_epochs=1)
+    remote = create_audio_dataset(sources="s3://bucket/speech", sample_rate=16000, duration=0.5, num_epochs=1,
+                                  storage_options=options)
+    assert len(remote) == len(local) == 3
+    assert _waves(remote[i] for i in range(3)) == _waves(local[i] for i in range(3))
+
+
+def test_windowed_builder_reads_s3_with_storage_options(options, s3):  # noqa: F811
+    window = WindowConfig(duration=0.5, hop=0.5)
+    local = create_windowed_audio_dataset(sources=str(s3["local"] / "music"), window=window, sample_rate=16000,
+                                          num_epochs=1)
+    remote = create_windowed_audio_dataset(sources="s3://bucket/music", window=window, sample_rate=16000,
+                                           num_epochs=1, storage_options=options)
+    assert len(remote) == len(local) > 2
+    assert _waves(remote[i] for i in range(len(local))) == _waves(local[i] for i in range(len(local)))
+
+
+@pytest.mark.slow
+def test_balanced_mix_on_s3_with_two_workers_uses_the_options_in_every_worker(options, s3):  # noqa: F811
+    def build(speech, music, **kw):
+        return create_balanced_audio_dataset(sources={"speech": [speech], "music": [music]},
+                                             weights={"speech": 0.7, "music": 0.3}, sample_rate=16000,
+                                             duration=0.5, **kw)
+
+    reference = list(itertools.islice(iter(build(str(s3["local"] / "speech"), str(s3["local"] / "music"))
+                                           .to_iter_dataset(SYNC)), 12))
+    remote = build("s3://bucket/speech", "s3://bucket/music", storage_options=options)
+    it = iter(remote.to_iter_dataset(SYNC).mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+    try:
+        got = [next(it) for _ in range(12)]
+    finally:
+        it.close()
+    assert _waves(got) == _waves(reference)
+
+
+def test_bad_storage_options_are_refused_and_secrets_stay_hidden(options):
+    with pytest.raises(TypeError, match="storage_options must be a dict"):
+        create_audio_dataset(sources="s3://bucket/speech", storage_options=[("key", "x")])
+    with pytest.raises(Exception) as caught:
+        create_audio_dataset(sources="s3://bucket/nothing-here", sample_rate=16000, duration=0.5,
+                             storage_options=options)
+    assert "s3://bucket/nothing-here" in str(caught.value)
+    assert SECRET not in str(caught.value)
