@@ -5,6 +5,16 @@ Workarounds (measured with PyAV 18)
       overlap, and ``flush_buffers`` does not reset all decoder state. We
       pre-roll, trim by frame timestamps, and decode reads that start at
       the very beginning with a freshly opened decoder.
+
+Placement precision
+    A read that starts at frame 0 counts decoded samples and is exact. After a
+    seek, the first frame is placed by its timestamp: exact where timestamps
+    count samples (MP4/M4A, most audio containers), but only to within one
+    timestamp tick where ticks are coarser than a sample. Matroska and WebM
+    tick in milliseconds, so a seek read of an Opus/WebM file can be shifted by
+    up to one tick (48 samples at 48 kHz; 24 in our 16-channel Opus test).
+    Read such files from the start, or convert them, when sample-exact
+    excerpts matter.
 """
 
 from __future__ import annotations
