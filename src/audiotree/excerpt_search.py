@@ -6,14 +6,18 @@ With a corpus index (:class:`LoudestPlan`)
     loudness of every block-aligned window of ``duration``
     (:func:`audiotree.index.window_loudness`) and keeps, per file, the runs of
     window starts whose profile loudness clears ``lufs_cutoff +
-    PROFILE_MARGIN_LU``. An item draws one of those starts uniformly with its
-    own RNG, reads that excerpt only and meters it (the item's ``lufs`` is the
-    meter's). The margin covers the profile's one bias (filter ringing can make
-    it read a near-silent window louder than the meter; on program material
-    the two agree within 0.1 LU), and the meter confirms the winner: if it
-    does not clear the cutoff another start is drawn, up to ``num_tries``.
-    Files with no window above ``cutoff + margin`` are known before anything
-    is read.
+    PROFILE_MARGIN_LU``, with their running totals, and the 400 ms gating-block
+    mean squares of the profile. An item draws one of those starts uniformly
+    with its own RNG (one RNG call, one binary search), reads that excerpt
+    only, and takes its ``lufs`` and ``lufs_windows`` from the profile (the
+    gating of one window's few dozen blocks): nothing is metered. The margin
+    covers the profile's one bias (filter ringing can make it read a
+    near-silent window louder than the meter; on program material the two
+    agree within 0.1 LU). When the index's mix differs from the dataset's
+    (a mono index, ``mono=False``) the profile does not describe the item, so
+    the winner is metered and a draw the meter rejects is redrawn, up to
+    ``num_tries``. Files with no window above ``cutoff + margin`` are known
+    before anything is read.
 
 Without an index (:func:`probe_energy`)
     After a first random attempt misses on a file longer than
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +54,7 @@ PROFILE_MARGIN_LU = 0.5
 _LUFS_OFFSET = -0.691
 _ABS_GATE = 10 ** ((-70.0 - _LUFS_OFFSET) / 10)  # BS.1770: -70 LUFS absolute gate, as a mean square
 _REL_GATE = 0.1  # and 10 LU below the absolutely gated mean
+_GATING_BLOCKS = 4  # 100 ms profile blocks per 400 ms gating block (audiotree.index.profile.GATING_BLOCKS)
 
 
 def _to_lufs(ms: float) -> float:
@@ -97,56 +102,101 @@ def method_name(code: Any) -> str | None:
 
 
 # ------------------------------------------------------------------- index
-class RowPlan(NamedTuple):
-    """One file's qualifying window starts: runs ``[first[k], first[k] + count[k])`` of blocks.
+class RowPlan:
+    """Row ``i`` of a :class:`LoudestPlan`: one file's qualifying window starts.
 
-    ``best`` is the block of the loudest window by the profile, ``best_lufs`` its
-    profile loudness; ``window_blocks`` the window length in 100 ms blocks.
+    A view (two references, built per item), read with plain-Python look-ups
+    because it runs once per item. ``first``/``count``/``ends`` are the file's
+    runs ``[first[k], first[k] + count[k])`` of 100 ms blocks and their running
+    total; ``best`` is the block of the loudest window by the profile,
+    ``best_lufs`` its profile loudness; ``window_blocks`` the window length in
+    blocks.
     """
 
-    first: np.ndarray
-    count: np.ndarray
-    best: int
-    best_lufs: float
-    window_blocks: int
-    profile: np.ndarray | None = None
+    __slots__ = ("plan", "i")
+
+    def __init__(self, plan: "LoudestPlan", i: int):
+        self.plan, self.i = plan, int(i)
+
+    @property
+    def first(self) -> np.ndarray:
+        return self.plan.first[self.plan.ptr[self.i]:self.plan.ptr[self.i + 1]]
+
+    @property
+    def count(self) -> np.ndarray:
+        return self.plan.count[self.plan.ptr[self.i]:self.plan.ptr[self.i + 1]]
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self.plan.ends[self.plan.ptr[self.i]:self.plan.ptr[self.i + 1]]
+
+    @property
+    def best(self) -> int:
+        return self.plan.best.item(self.i)
+
+    @property
+    def best_lufs(self) -> float:
+        return self.plan.best_lufs.item(self.i)
+
+    @property
+    def window_blocks(self) -> int:
+        return self.plan.window_blocks
+
+    @property
+    def qualifies(self) -> bool:
+        return self.plan.ptr.item(self.i + 1) > self.plan.ptr.item(self.i)
+
+    def pick(self, rng: np.random.Generator) -> tuple[int, tuple[float, np.ndarray] | None]:
+        """A qualifying start block, uniform over all of them (one RNG draw), and :meth:`loudness` there.
+
+        The draw is ``floor(rng.random() * n)`` over the file's ``n``
+        qualifying starts, mapped through the runs (a binary search only when
+        there are several).
+        """
+        p, i = self.plan, self.i
+        lo, hi = p.ptr.item(i), p.ptr.item(i + 1)
+        total = p.ends.item(hi - 1)
+        k = min(int(rng.random() * total), total - 1)
+        run = lo if hi - lo == 1 else lo + int(p.ends[lo:hi].searchsorted(k, side="right"))
+        block = p.first.item(run) + k - (p.ends.item(run) - p.count.item(run))
+        if p.start_lufs is None:
+            return block, None
+        return block, (p.start_lufs.item(p.qptr.item(i) + k), self._windows(block))
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """A qualifying start block (the block of :meth:`pick`)."""
+        return self.pick(rng)[0]
+
+    def _windows(self, block: int) -> np.ndarray:
+        w, g = self.plan.window_blocks, _GATING_BLOCKS
+        if w < g:
+            return np.zeros(0, np.float32)
+        at = self.plan.gptr.item(self.i) + block
+        return self.plan.gating[at:at + w - g + 1:g].copy()
 
     def loudness(self, block: int) -> tuple[float, np.ndarray] | None:
         """Profile loudness of the window at ``block``: (gated LUFS, ungated 0.4 s windows), or ``None``.
 
         Within 0.1 LU of the meter on windows above -50 LUFS (see
-        :mod:`audiotree.index.profile`); ``None`` without a stored profile.
+        :mod:`audiotree.index.profile`); ``None`` without the kept readings.
+        A qualifying start is looked up; any other block is gated from its
+        400 ms blocks.
         """
-        if self.profile is None:
+        p, i = self.plan, self.i
+        if p.gating is None:
             return None
-        from audiotree.index.profile import GATING_BLOCKS
-
-        # One window of a few dozen blocks: plain Python floats beat a dozen tiny NumPy calls here,
-        # and this runs once per item (window_loudness computes the same for every start).
-        blocks = self.profile[block:block + self.window_blocks].tolist()
-        if not blocks:
+        w, g = p.window_blocks, _GATING_BLOCKS
+        at = p.gptr.item(i) + block
+        gating = p.gating[at:min(at + (1 if w < g else w - g + 1), p.gptr.item(i + 1))]
+        if not gating.size:
             return None
-        g = GATING_BLOCKS
-        if len(blocks) >= g:
-            gating = [(blocks[k] + blocks[k + 1] + blocks[k + 2] + blocks[k + 3]) * 0.25
-                      for k in range(len(blocks) - g + 1)]
-        else:
-            gating = [sum(blocks) / len(blocks)]
-        windows = np.array([_to_lufs(ms) for ms in gating[::g]], dtype=np.float32) if len(blocks) >= g else \
-            np.zeros(0, np.float32)
-        return _gate_one(gating), windows
-
-    @property
-    def qualifies(self) -> bool:
-        return bool(self.count.size)
-
-    def draw(self, rng: np.random.Generator) -> int:
-        """A qualifying start block, uniform over all of them (one RNG draw)."""
-        total = int(self.count.sum())
-        k = int(rng.integers(total))
-        ends = np.cumsum(self.count)
-        run = int(np.searchsorted(ends, k, side="right"))
-        return int(self.first[run] + k - (ends[run] - self.count[run]))
+        first, count = self.first, self.count
+        run = int(first.searchsorted(block, side="right")) - 1
+        if run >= 0 and block < first.item(run) + count.item(run):
+            k = self.ends.item(run) - count.item(run) + block - first.item(run)
+            return p.start_lufs.item(p.qptr.item(i) + k), self._windows(block)
+        mean_squares = [10 ** ((lufs - _LUFS_OFFSET) / 10) if lufs > -math.inf else 0.0 for lufs in gating.tolist()]
+        return _gate_one(mean_squares), self._windows(block)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -154,10 +204,12 @@ class LoudestPlan:
     """Qualifying window starts of every row of an index, as flat arrays (picklable).
 
     Row ``i``'s runs are ``first[ptr[i]:ptr[i + 1]]`` / ``count[...]`` (in 100 ms
-    blocks); ``best[i]`` is ``-1`` when the row has no profile (then ``loudest``
-    falls back to the probe search for it). With ``profiles`` (the rows'
-    profiles end to end, row ``i``'s at ``profiles[pptr[i]:pptr[i + 1]]``) an
-    item's ``lufs`` comes from the profile and nothing is metered.
+    blocks), ``ends[...]`` their running total within the row; ``best[i]`` is
+    ``-1`` when the row has no profile (then ``loudest`` falls back to the probe
+    search for it). With the profile's readings kept (row ``i``'s
+    ``start_lufs[qptr[i]:qptr[i + 1]]`` and ``gating[gptr[i]:gptr[i + 1]]``,
+    see :class:`RowPlan`) an item's ``lufs``
+    comes from the profile and nothing is metered.
     """
 
     window_blocks: int
@@ -165,18 +217,16 @@ class LoudestPlan:
     ptr: np.ndarray
     first: np.ndarray
     count: np.ndarray
+    ends: np.ndarray
     best: np.ndarray
     best_lufs: np.ndarray
-    pptr: np.ndarray | None = None
-    profiles: np.ndarray | None = None
+    start_lufs: np.ndarray | None = None
+    qptr: np.ndarray | None = None
+    gating: np.ndarray | None = None
+    gptr: np.ndarray | None = None
 
     def row(self, i: int) -> RowPlan | None:
-        if self.best[i] < 0:
-            return None
-        a, b = int(self.ptr[i]), int(self.ptr[i + 1])
-        profile = None if self.profiles is None else self.profiles[self.pptr[i]:self.pptr[i + 1]]
-        return RowPlan(self.first[a:b], self.count[a:b], int(self.best[i]), float(self.best_lufs[i]),
-                       self.window_blocks, profile)
+        return None if self.best.item(i) < 0 else RowPlan(self, i)
 
     def qualifying(self) -> np.ndarray:
         """Rows with a qualifying window, or with no profile (not known to be silent)."""
@@ -186,10 +236,12 @@ class LoudestPlan:
         rows = np.asarray(rows, dtype=np.int64)
         ptr, picks = _take_ragged(self.ptr, rows)
         out = dataclasses.replace(self, ptr=ptr, first=self.first[picks], count=self.count[picks],
-                                  best=self.best[rows], best_lufs=self.best_lufs[rows])
-        if self.profiles is not None:
-            pptr, ppicks = _take_ragged(self.pptr, rows)
-            out = dataclasses.replace(out, pptr=pptr, profiles=self.profiles[ppicks])
+                                  ends=self.ends[picks], best=self.best[rows], best_lufs=self.best_lufs[rows])
+        if self.gating is not None:
+            qptr, qpicks = _take_ragged(self.qptr, rows)
+            gptr, gpicks = _take_ragged(self.gptr, rows)
+            out = dataclasses.replace(out, start_lufs=self.start_lufs[qpicks], qptr=qptr, gating=self.gating[gpicks],
+                                      gptr=gptr)
         return out
 
 
@@ -200,14 +252,30 @@ def _take_ragged(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), picks.astype(np.int64)
 
 
+def _gating_lufs(profile: np.ndarray, window_blocks: int) -> np.ndarray:
+    """What :meth:`RowPlan.loudness` slices: the loudness of each 400 ms gating block (float32 LUFS).
+
+    For windows shorter than a gating block, the loudness of each window instead.
+    """
+    p = np.asarray(profile, dtype=np.float64)
+    g = _GATING_BLOCKS if window_blocks >= _GATING_BLOCKS else min(window_blocks, p.size)
+    if p.size < g:
+        return np.zeros(0, np.float32)
+    with np.errstate(divide="ignore"):
+        return (_LUFS_OFFSET + 10 * np.log10(np.lib.stride_tricks.sliding_window_view(p, g).mean(axis=1))
+                ).astype(np.float32)
+
+
 def build_plan(profiles, *, duration: float, cutoff: float, margin: float = PROFILE_MARGIN_LU,
                keep_profiles: bool = False) -> LoudestPlan:
     """A :class:`LoudestPlan` from per-row profiles (``None`` for a row without one).
 
     A file shorter than ``duration`` has one window, the whole file. Cost: one
-    vectorised :func:`~audiotree.index.window_loudness` per row.
-    ``keep_profiles`` stores the profiles (4 bytes per 100 ms of audio) so
-    items take their ``lufs`` from them instead of metering.
+    vectorised :func:`~audiotree.index.window_loudness` per row, once, at
+    start-up. ``keep_profiles`` keeps the profile's readings (the loudness of
+    every qualifying start and of every 400 ms gating block: at most 8 bytes
+    per 100 ms of audio) so items take their ``lufs`` and ``lufs_windows``
+    from them, by look-up, instead of metering.
 
     >>> p = np.r_[np.full(100, 1e-9), np.full(30, 1e-2), np.full(100, 1e-9)]
     >>> plan = build_plan([p, np.full(100, 1e-9), None], duration=3.0, cutoff=-40.0)
@@ -217,13 +285,15 @@ def build_plan(profiles, *, duration: float, cutoff: float, margin: float = PROF
     from audiotree.index.profile import window_blocks, window_loudness
 
     w = window_blocks(duration)
-    ptr, firsts, counts, best, best_lufs = [0], [], [], [], []
+    ptr, firsts, counts, best, best_lufs, start_lufs, gating = [0], [], [], [], [], [], []
     for p in profiles:
         n = 0 if p is None else len(p)
         if n == 0:
             ptr.append(ptr[-1])
             best.append(-1)
             best_lufs.append(math.nan)
+            start_lufs.append(np.zeros(0, np.float32))
+            gating.append(np.zeros(0, np.float32))
             continue
         lufs = window_loudness(p, min(w, n))
         good = lufs > cutoff + margin
@@ -235,15 +305,22 @@ def build_plan(profiles, *, duration: float, cutoff: float, margin: float = PROF
         k = int(np.argmax(lufs))
         best.append(k)
         best_lufs.append(float(lufs[k]))
+        if keep_profiles:
+            start_lufs.append(lufs[good].astype(np.float32))
+            gating.append(_gating_lufs(p, min(w, n)))
     flat = lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)  # noqa: E731
-    plan = LoudestPlan(window_blocks=w, cutoff=float(cutoff), ptr=np.asarray(ptr, np.int64), first=flat(firsts),
-                       count=flat(counts), best=np.asarray(best, np.int64),
+    ptr = np.asarray(ptr, np.int64)
+    count = flat(counts)
+    # Running total of the run lengths within each row (a row's draw is a binary search in it).
+    ends = np.cumsum(count) - np.repeat(np.r_[0, np.cumsum(count)][ptr[:-1]], np.diff(ptr))
+    plan = LoudestPlan(window_blocks=w, cutoff=float(cutoff), ptr=ptr, first=flat(firsts), count=count,
+                       ends=ends.astype(np.int64), best=np.asarray(best, np.int64),
                        best_lufs=np.asarray(best_lufs, np.float64))
     if keep_profiles:
-        sizes = [0 if p is None else len(p) for p in profiles]
-        kept = [np.asarray(p, np.float32) for p in profiles if p is not None and len(p)]
-        plan = dataclasses.replace(plan, pptr=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-                                   profiles=np.concatenate(kept) if kept else np.zeros(0, np.float32))
+        joined = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.float32)  # noqa: E731
+        offsets = lambda parts: np.r_[0, np.cumsum([x.size for x in parts])].astype(np.int64)  # noqa: E731
+        plan = dataclasses.replace(plan, start_lufs=joined(start_lufs), qptr=offsets(start_lufs),
+                                   gating=joined(gating), gptr=offsets(gating))
     return plan
 
 

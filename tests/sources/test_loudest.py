@@ -239,14 +239,19 @@ def test_profile_loudness_of_one_window_matches_window_loudness():
     rng = np.random.default_rng(5)
     profile = (10 ** rng.uniform(-9, -1, 400)).astype(np.float32)
     profile[100:160] = 0  # digital silence is gated away
-    plan = build_plan([profile], duration=DURATION, cutoff=-90.0, keep_profiles=True).row(0)
-    reference = window_loudness(profile, plan.window_blocks)
-    for block in (0, 90, 120, 200, 370):
-        lufs, windows = plan.loudness(block)
-        assert lufs == pytest.approx(reference[block], abs=1e-9) or lufs == reference[block] == -np.inf
-        quads = profile[block:block + 28].astype(np.float64).reshape(7, 4).mean(axis=1)
-        with np.errstate(divide="ignore"):
-            np.testing.assert_allclose(windows, -0.691 + 10 * np.log10(quads), atol=1e-4)
+    # cutoff -90: the blocks below are qualifying starts (looked up) but for 120 (all silence); -30: few
+    # qualify, the rest are gated from the stored 400 ms blocks.
+    for cutoff in (-90.0, -30.0):
+        plan = build_plan([profile], duration=DURATION, cutoff=cutoff, keep_profiles=True).row(0)
+        reference = window_loudness(profile, plan.window_blocks)
+        assert 0 < int(plan.ends[-1]) < reference.size
+        for block in (0, 90, 120, 200, 370, *np.flatnonzero(reference > cutoff + 0.5)[:3]):
+            lufs, windows = plan.loudness(int(block))
+            # float32 readings: within 1e-5 LU of the float64 reference
+            assert lufs == pytest.approx(reference[block], abs=1e-5) or lufs == reference[block] == -np.inf
+            quads = profile[block:block + 28].astype(np.float64).reshape(7, 4).mean(axis=1)
+            with np.errstate(divide="ignore"):
+                np.testing.assert_allclose(windows, -0.691 + 10 * np.log10(quads), atol=1e-4)
 
 
 def test_index_mix_differs_from_dataset_meters_the_winner(sparse_short):
@@ -260,3 +265,29 @@ def test_index_mix_differs_from_dataset_meters_the_winner(sparse_short):
         assert EXCERPT_METHODS[int(tree.extras["excerpt_method"][0])] == "index"
         assert float(tree.lufs[0]) > CUTOFF
         assert abs(float(tree.lufs[0]) - integrated_loudness(tree.waveform[0], RATE)) < 0.01
+
+
+def test_plan_draws_are_uniform_over_every_run_of_every_row():
+    # Two rows with several runs each; after take() (reordered) every qualifying start is drawn, evenly.
+    quiet, loud = 1e-9, 1e-2
+    a = np.r_[np.full(40, quiet), np.full(35, loud), np.full(60, quiet), np.full(32, loud), np.full(40, quiet)]
+    b = np.r_[np.full(33, loud), np.full(70, quiet), np.full(45, loud)]
+    plan = build_plan([a, b], duration=DURATION, cutoff=CUTOFF).take(np.array([1, 0]))
+    for row, profile in ((0, b), (1, a)):
+        from audiotree.index.profile import window_loudness
+
+        expected = set(np.flatnonzero(window_loudness(profile, 30) > CUTOFF + 0.5).tolist())
+        rp = plan.row(row)
+        assert rp.count.size == 2 and int(rp.ends[-1]) == len(expected)
+        rng = np.random.default_rng(row)
+        draws = np.array([rp.draw(rng) for _ in range(200 * len(expected))])
+        assert set(draws.tolist()) == expected
+        counts = np.unique(draws, return_counts=True)[1]
+        assert counts.min() > 100 and counts.max() < 300  # ~200 each
+
+
+def test_plan_gating_block_constant_matches_the_profile():
+    from audiotree import excerpt_search
+    from audiotree.index.profile import GATING_BLOCKS
+
+    assert excerpt_search._GATING_BLOCKS == GATING_BLOCKS

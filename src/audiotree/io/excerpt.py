@@ -311,6 +311,8 @@ def _windows_for_length(windows: np.ndarray, samples: int, rate: int) -> np.ndar
     """Pads (with -inf, i.e. padding silence) or trims windows to an output length."""
     w = int(round(0.4 * rate))
     count = (samples - w) // w + 1 if samples >= w else 0
+    if windows.shape[-1] == count and windows.dtype == np.float32:
+        return windows  # the usual case (an unpadded excerpt): nothing to pad or trim
     out = np.full((count,), -np.inf, dtype=np.float32)
     n = min(count, windows.shape[-1])
     out[:n] = windows[:n]
@@ -512,10 +514,9 @@ class _PlannedSearch(_LoudestSearch):
         last_start = info.frames - self.need
         blocks = [self.plan.best] if not self.plan.qualifies else None
         for _ in range(self.excerpt.num_tries if blocks is None else 1):
-            block = self.plan.draw(self.rng) if blocks is None else blocks[0]
+            block, known = self.plan.pick(self.rng) if blocks is None else (blocks[0], None)
             start = min(block * step, last_start)
             frames = self._read(start, self.need)
-            known = self.plan.loudness(block) if blocks is None else None
             if known is not None:
                 # The profile cleared cutoff + margin; its reading is the item's lufs (no meter pass).
                 self.best = _Candidate(known[0], start, frames, known[1])
