@@ -231,7 +231,7 @@ import grain
 from absl import flags
 {audiotree_import}
 # Top-level set-up that spawn re-runs in every worker of a plain Grain pipeline.
-print("TOP", os.getpid(), file=sys.stderr, flush=True)
+sys.stderr.write("TOP %d\\n" % os.getpid()); sys.stderr.flush()  # one write: workers print at once
 
 def pid_of(x):
     return (x, os.getpid())
@@ -294,7 +294,7 @@ import os, sys
 import grain
 from absl import flags
 from audiotree.sources import create_audio_dataset
-print("TOP", os.getpid(), file=sys.stderr, flush=True)
+sys.stderr.write("TOP %d\\n" % os.getpid()); sys.stderr.flush()  # one write: workers print at once
 
 if __name__ == "__main__":
     flags.FLAGS(sys.argv)
