@@ -423,6 +423,34 @@ def test_s3_object_deleted_between_listing_and_reading(s3):
     assert kept[0] is None and kept[1] is not None
 
 
+def test_s3_open_gets_size_and_header_in_one_request(s3):
+    """The first ranged GET carries the size (Content-Range) and holds the header: no HEAD, no second GET."""
+    data = (s3["local"] / "speech" / "f1.wav").read_bytes()
+    remote = storage.open_input("s3://bucket/speech/f1.wav")
+    try:
+        assert remote.size == len(data)
+        assert remote.bytes_fetched == len(data)  # a small file: the whole of it is the first window
+        assert remote.read(64) == data[:64]
+        remote.seek(len(data) - 10)
+        assert remote.read() == data[-10:]
+        assert remote.bytes_fetched == len(data)  # both reads were served from that one answer
+    finally:
+        remote.close()
+    long = _encode(_noise(6.0, 16000, 1, 9), 16000, "WAV", "PCM_16")
+    s3["fs"].pipe("bucket/long/l.wav", long)
+    with storage.open_input("s3://bucket/long/l.wav") as remote:
+        assert remote.size == len(long) and remote.bytes_fetched == storage.MIN_WINDOW
+    with AudioFile("s3://bucket/long/l.wav") as f:
+        np.testing.assert_array_equal(f.read(40000, 8000), _local_read(long, 40000, 8000))
+
+
+def test_s3_empty_object_is_named_not_read_as_audio(s3):
+    s3["fs"].pipe("bucket/empty/e.wav", b"")
+    assert storage.open_input("s3://bucket/empty/e.wav").size == 0
+    with pytest.raises(AudioReadError, match=r"s3://bucket/empty/e\.wav"):
+        AudioFile("s3://bucket/empty/e.wav")
+
+
 def test_s3_secret_never_in_messages(s3):
     with pytest.raises(AudioReadError) as info:
         AudioFile("s3://bucket/speech/missing.wav")

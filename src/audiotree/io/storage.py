@@ -350,6 +350,11 @@ def _make_cache_class():
             self.expected = 0  # bytes the caller announced for its next read (see RemoteInput.expect)
             self.full = False
 
+        def seed(self, start: int, data: bytes) -> None:
+            """Holds ``data`` (bytes ``start..``, already fetched elsewhere) as the cached span."""
+            self.cache, self.start, self.end = data, start, start + len(data)
+            self.total_requested_bytes += len(data)
+
         def _get(self, start: int, end: int) -> bytes:
             try:
                 return _retry(lambda: self.fetcher(start, end), self._url, "read")
@@ -481,6 +486,21 @@ class RemoteInput:
         if cache is not None and hasattr(cache, "expected"):
             cache.expected = max(0, min(int(nbytes), MAX_WINDOW))
 
+    def prefetch_head(self) -> None:
+        """Fetches the first read-ahead window (the header) now, into the cache.
+
+        Why: soundfile opens a file object under a process-wide lock
+        (``SoundFile._sf_error_lock``), so a header read made from inside its
+        open serialises every reader thread behind one network round trip.
+        Fetched here, before the decoder opens, the header costs the same
+        single request but threads overlap it. A storage error is raised here,
+        naming the URL.
+        """
+        cache = getattr(self._file, "cache", None)
+        if cache is None or not hasattr(cache, "expected") or self.size == 0 or cache.end > cache.start:
+            return
+        cache._fetch(0, min(self.size, MIN_WINDOW))
+
     def check(self) -> None:
         """Raises the storage error a read hit (see :attr:`failure`), if any."""
         if self.failure is not None:
@@ -524,6 +544,52 @@ def _info(fs: Any, url: str) -> dict:
     return info
 
 
+def _s3_head(fs: Any, url: str) -> tuple[dict, bytes] | None:
+    """The object's metadata and first :data:`MIN_WINDOW` bytes in one ranged GET, for s3fs; else ``None``.
+
+    Why: a HEAD for the size followed by a GET for the header costs two round
+    trips per opened file; the GET's ``Content-Range`` carries the size, so
+    one does. Other backends (and empty objects, which have no byte range)
+    take the HEAD path.
+    """
+    call = getattr(fs, "_call_s3", None)
+    if call is None or not callable(getattr(fs, "split_path", None)) or getattr(fs, "version_aware", False):
+        return None
+    from fsspec.asyn import sync
+
+    bucket, key, version = fs.split_path(url)
+    if not key or version:
+        return None
+
+    async def get():
+        try:
+            resp = await call("get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{MIN_WINDOW - 1}")
+        except OSError as exc:
+            if "range" in str(exc).lower() and "not satisfiable" in str(exc).lower() or _status(exc) == 416:
+                return None  # an empty object
+            raise
+        try:
+            data = await resp["Body"].read()
+        finally:
+            resp["Body"].close()
+        return resp, data
+
+    got = sync(fs.loop, get)
+    if got is None:
+        return None
+    resp, data = got
+    content_range = resp.get("ContentRange") or ""
+    if "/" in content_range and content_range.rsplit("/", 1)[1].isdigit():
+        size = int(content_range.rsplit("/", 1)[1])
+    else:  # no Content-Range: the whole object came back
+        size = len(data)
+    if len(data) > size or (len(data) < min(size, MIN_WINDOW)):
+        return None  # a short or odd answer: let the HEAD path decide
+    info = {"name": f"{bucket}/{key}", "size": size, "type": "file", "ETag": resp.get("ETag"),
+            "LastModified": resp.get("LastModified"), "ContentType": resp.get("ContentType")}
+    return info, data
+
+
 def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> str | RemoteInput:
     """A local path (returned as ``str``, untouched) or an open :class:`RemoteInput` for a URL.
 
@@ -539,7 +605,11 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
         return local_path(path)
     fs = filesystem(path, storage_options)
     cache = _register_cache()
-    info = _retry(lambda: _info(fs, path), path, "open", storage_options)
+    head = _retry(lambda: _s3_head(fs, path), path, "open", storage_options)
+    if head is not None:
+        info, first = head
+    else:
+        info, first = _retry(lambda: _info(fs, path), path, "open", storage_options), None
     size = int(info["size"])
 
     def whole() -> bytes:
@@ -560,7 +630,20 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
                             cache_options={"url": path, "whole": whole}),
             path, "open", storage_options,
         )
-    return RemoteInput(path, file, size)
+    if "details" in getattr(file, "__dict__", {}) or hasattr(type(file), "details"):
+        # The object's metadata is known: without it s3fs looks it up again
+        # (a second HEAD request) on the first ranged read.
+        with contextlib.suppress(Exception):
+            file.details = info
+    remote = RemoteInput(path, file, size)
+    if first is not None:
+        file.cache.seed(0, first)
+    try:
+        remote.prefetch_head()
+    except BaseException:
+        remote.close()
+        raise
+    return remote
 
 
 def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> int:
