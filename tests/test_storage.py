@@ -512,3 +512,79 @@ def test_gcs_emulator_list_and_read(gcs):
             np.testing.assert_array_equal(f.read(12000, 16000), _local_read(data, 12000, 16000))
         with pytest.raises(AudioReadError, match=r"gs://audio/clips/none\.wav.*HTTP 404"):
             AudioFile("gs://audio/clips/none.wav")
+
+
+# ---------------------------------------------------------------------------
+# A corpus index built from and stored on S3
+# ---------------------------------------------------------------------------
+
+
+def _index_rows(ix) -> list:
+    cols = ["group", "size", "container", "codec", "sample_rate", "channels", "frames", "duration", "readable"]
+    return [tuple(ix.table.column(c)[i].as_py() for c in cols) for i in range(len(ix))]
+
+
+def test_s3_index_built_from_and_stored_on_s3(s3, tmp_path, monkeypatch):
+    import concurrent.futures
+
+    import s3fs
+
+    from audiotree.index import build_index, open_index
+
+    # The endpoint comes only from storage_options (not the environment), so
+    # the options must reach discovery, the worker threads and the upload.
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    s3fs.S3FileSystem.clear_instance_cache()
+    options = {"endpoint_url": s3["endpoint"]}
+    sources = {"speech": ["s3://bucket/speech"], "music": ["s3://bucket/music"]}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        report = build_index(sources, "s3://bucket/corpus.parquet", executor=pool, show_progress=False,
+                             storage_options=options)
+    assert (report.path, report.rows, report.read, report.unreadable) == ("s3://bucket/corpus.parquet", 5, 5, 0)
+    remote = open_index("s3://bucket/corpus.parquet", columns="all", storage_options=options)
+    assert remote.paths() == ["s3://bucket/music/f4.flac", "s3://bucket/music/f5.wav", "s3://bucket/speech/f1.wav",
+                              "s3://bucket/speech/f2.flac", "s3://bucket/speech/f3.wav"]
+    local = build_index({g: [str(s3["local"] / g)] for g in ("speech", "music")}, tmp_path / "local.parquet",
+                        executor="serial", show_progress=False)
+    local_ix = open_index(local.path, columns="all")
+    assert _index_rows(remote) == _index_rows(local_ix)
+    for i in range(len(remote)):
+        np.testing.assert_array_equal(remote.profile(i), local_ix.profile(i))
+    assert all(m > 0 for m in remote.column("mtime_ns"))  # the storage's LastModified
+    # An update re-reads nothing (sizes and times unchanged) and is uploaded again.
+    again = build_index(sources, "s3://bucket/corpus.parquet", executor="serial", show_progress=False,
+                        storage_options=options)
+    assert (again.rows, again.read, again.reused) == (5, 0, 5)
+    with pytest.raises(FileNotFoundError, match=r"s3://bucket/missing\.parquet"):
+        open_index("s3://bucket/missing.parquet", storage_options=options)
+
+
+def test_s3_dataset_from_s3_index_reads_s3_audio(s3, tmp_path):
+    from audiotree.index import build_index
+
+    build_index({"speech": ["s3://bucket/speech"], "music": ["s3://bucket/music"]}, "s3://bucket/ds.parquet",
+                executor="serial", show_progress=False)
+    build_index({g: [str(s3["local"] / g)] for g in ("speech", "music")}, tmp_path / "ds.parquet",
+                executor="serial", show_progress=False)
+    kwargs = dict(duration=0.5, sample_rate=16000, shuffle_seed=3, excerpt_seed=4, num_epochs=1, measure_lufs=True)
+    remote = create_audio_dataset(index="s3://bucket/ds.parquet", **kwargs)
+    local = create_audio_dataset(index=str(tmp_path / "ds.parquet"), **kwargs)
+    assert len(remote) == len(local) > 0
+    for i in range(len(remote)):
+        a, b = remote[i], local[i]
+        np.testing.assert_array_equal(np.asarray(a.waveform), np.asarray(b.waveform))
+        assert np.asarray(a.lufs).tobytes() == np.asarray(b.lufs).tobytes()
+
+
+def test_s3_index_cli_builds_on_s3(s3):
+    from click.testing import CliRunner
+
+    from audiotree.cli import cli
+    from audiotree.index import open_index
+
+    result = CliRunner().invoke(cli, ["index", "speech=s3://bucket/speech", "--out", "s3://bucket/cli/index.parquet",
+                                       "--executor", "serial", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "s3://bucket/cli/index.parquet: 3 rows (3 read" in result.output
+    ix = open_index("s3://bucket/cli/index.parquet")
+    assert ix.paths() == [f"s3://bucket/speech/f{i}.{'wav' if i % 2 else 'flac'}" for i in (1, 2, 3)]

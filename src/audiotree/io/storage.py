@@ -63,11 +63,15 @@ __all__ = [
     "local_path",
     "filesystem",
     "file_size",
+    "stat",
     "open_input",
+    "download",
+    "upload",
     "list_files",
     "exists",
     "is_dir",
     "redact",
+    "join",
     "use_storage_options",
     "ReadaheadCache",
     "RETRY_ATTEMPTS",
@@ -142,6 +146,18 @@ def local_path(path: str | os.PathLike) -> str:
     if m is not None and m.group(1).lower() in ("file", "local"):
         return path[m.end():]
     return path
+
+
+def join(url: str, relative: str) -> str:
+    """``relative`` (``/``-separated, may hold ``..``) resolved against the folder URL ``url``.
+
+    >>> join("s3://bucket/corpus/index", "../audio")
+    's3://bucket/corpus/audio'
+    """
+    import posixpath
+
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{posixpath.normpath(posixpath.join(rest, relative))}"
 
 
 def _protocol(url: str) -> str:
@@ -657,6 +673,78 @@ def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | N
         return os.stat(local_path(path)).st_size
     fs = filesystem(path, storage_options)
     return int(_retry(lambda: _info(fs, path), path, "look up", storage_options)["size"])
+
+
+def _mtime_ns(info: Mapping[str, Any]) -> int:
+    """The object's modification time in ns from an fsspec info dict (-1 when the backend gives none)."""
+    import datetime
+
+    for key in ("LastModified", "last_modified", "updated", "mtime", "modified", "timeCreated", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            try:
+                value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+        if isinstance(value, datetime.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=datetime.timezone.utc)
+            delta = value - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+            return (delta.days * 86400 + delta.seconds) * 10**9 + delta.microseconds * 1000
+        if isinstance(value, (int, float)):
+            return int(value * 1e9) if value < 1e11 else int(value)
+    return -1
+
+
+def stat(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+    """``(size in bytes, modification time in ns)`` of a local file or a remote object.
+
+    The pair identifies a version of the file (the corpus index records it).
+    A remote object's time is the storage's (S3 ``LastModified``, GCS
+    ``updated``), -1 when the backend reports none (plain HTTP).
+
+    Raises ``OSError`` for a local path and :class:`AudioReadError` for a URL.
+
+    >>> import os, tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     stat(f.name)[0]
+    0
+    """
+    path = os.fsdecode(path)
+    if not is_url(path):
+        st = os.stat(local_path(path))
+        return int(st.st_size), int(st.st_mtime_ns)
+    fs = filesystem(path, storage_options)
+    info = _retry(lambda: _info(fs, path), path, "look up", storage_options)
+    return int(info["size"]), _mtime_ns(info)
+
+
+def download(url: str, local: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Copies the remote object ``url`` to the local file ``local`` (retrying transient errors)."""
+    fs = filesystem(url, storage_options)
+    _retry(lambda: fs.get_file(url, os.fspath(local)), url, "download", storage_options)
+
+
+def upload(local: str | os.PathLike, url: str, *, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Copies the local file or folder ``local`` to ``url`` (a folder recursively; retrying transient errors).
+
+    An object store has no rename, so an upload is not atomic the way a local
+    ``os.replace`` is: writers stage their output locally and upload each
+    finished file, so a reader sees either no object or a complete one.
+    """
+    fs = filesystem(url, storage_options)
+    local = os.fspath(local)
+    if os.path.isdir(local):
+        for folder, _dirs, files in os.walk(local):
+            for name in sorted(files):
+                src = os.path.join(folder, name)
+                rel = os.path.relpath(src, local).replace(os.sep, "/")
+                target = url.rstrip("/") + "/" + rel
+                _retry(lambda: fs.put_file(src, target), target, "upload", storage_options)
+        return
+    _retry(lambda: fs.put_file(local, url), url, "upload", storage_options)
 
 
 # ---------------------------------------------------------------------------
