@@ -588,3 +588,189 @@ def test_s3_index_cli_builds_on_s3(s3):
     assert "s3://bucket/cli/index.parquet: 3 rows (3 read" in result.output
     ix = open_index("s3://bucket/cli/index.parquet")
     assert ix.paths() == [f"s3://bucket/speech/f{i}.{'wav' if i % 2 else 'flac'}" for i in (1, 2, 3)]
+
+
+# ---------------------------------------------------------------------------
+# Writers' output and `render --out` on S3
+# ---------------------------------------------------------------------------
+
+
+def _render_cli(*args):
+    from click.testing import CliRunner
+
+    from audiotree.cli import cli
+
+    result = CliRunner().invoke(cli, ["render", *map(str, args)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result.output
+
+
+@pytest.mark.parametrize("fmt", ["tree", "audio"])
+def test_s3_render_out_equals_local_render(s3, tmp_path, monkeypatch, fmt):
+    from audiotree.cli.render import open_render
+
+    monkeypatch.setenv("AUDIOTREE_CACHE", str(tmp_path / "cache"))
+    sources = [f"{g}={s3['local'] / g}" for g in ("speech", "music")]
+    common = [*sources, "--format", fmt, "--part-size", "4", "--batch-size", "3", "--duration", "0.25",
+              "--sample-rate", "8000"]
+    url = f"s3://bucket/renders/{fmt}"
+    _render_cli(*common, "--out", url, "-n", "6")
+    out = _render_cli(*common, "--out", url, "-n", "10")  # resumed from the record on S3
+    assert "Resuming at item 6" in out
+    _render_cli(*common, "--out", tmp_path / "local", "-n", "10")
+    names = sorted(p.rsplit("/", 1)[-1] for p in s3["fs"].ls(f"bucket/renders/{fmt}", refresh=True))
+    assert names == ["part-00000", "part-00001", "part-00002", "part-00003", "render.json"]  # [0,4) [4,6) [6,8) [8,10)
+    remote, local = open_render(url), open_render(tmp_path / "local")
+    assert len(remote) == len(local) == 10
+    for i in range(10):
+        a, b = remote[i], local[i]
+        np.testing.assert_array_equal(np.asarray(a.waveform), np.asarray(b.waveform))
+        assert a.filepath == b.filepath and a.source == b.source
+    # --overwrite removes the previous parts on S3 and starts again.
+    _render_cli(*common, "--out", url, "-n", "3", "--overwrite")
+    assert sorted(p.rsplit("/", 1)[-1] for p in s3["fs"].ls(f"bucket/renders/{fmt}", refresh=True)) == ["part-00000", "render.json"]
+    assert len(open_render(url)) == 3
+
+
+def test_open_render_missing_url_names_it(s3, tmp_path, monkeypatch):
+    from audiotree.cli.render import open_render
+
+    monkeypatch.setenv("AUDIOTREE_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(FileNotFoundError, match=r"s3://bucket/no-render"):
+        open_render("s3://bucket/no-render")
+
+
+def _writer_and_reader(kind):
+    from audiotree.sources import AudioDataSource, TreeDataSource, open_arrayrecord
+    from audiotree.writers import ArrayRecordWriter, AudioWriter, TreeWriter
+
+    if kind == "tree":
+        return (lambda d, **kw: TreeWriter(d, **kw).open()), (lambda d: grain.MapDataset.source(TreeDataSource(d)))
+    if kind == "audio":
+        return AudioWriter, (lambda d: grain.MapDataset.source(AudioDataSource(d)))
+    return (lambda d, **kw: ArrayRecordWriter(d, records_per_shard=3, **kw)), open_arrayrecord
+
+
+@pytest.mark.parametrize("kind", ["tree", "audio", "arrayrecord"])
+def test_s3_writer_output_equals_local_output(s3, tmp_path, kind):
+    from audiotree.core import AudioTree
+    from audiotree.writers.remote import fetch_folder
+
+    ds = create_audio_dataset(str(s3["local"] / "speech"), duration=0.25, sample_rate=8000, shuffle=False)
+    batch = AudioTree.batch([ds[i] for i in range(len(ds))])
+    make, read = _writer_and_reader(kind)
+    url = f"s3://bucket/writers/{kind}"
+    for target in (url, tmp_path / "local"):
+        writer = make(target)
+        writer.write(batch)
+        writer.close()
+    with pytest.raises(FileExistsError, match=rf"s3://bucket/writers/{kind} already holds"):
+        make(url)
+    remote = read(fetch_folder(url, cache_dir=tmp_path / "cache"))
+    local = read(tmp_path / "local")
+    assert len(remote) == len(local) == len(ds)
+    for i in range(len(ds)):
+        np.testing.assert_array_equal(np.asarray(remote[i].waveform), np.asarray(local[i].waveform))
+    # Replacing it (exist_ok) leaves none of the old dataset's files behind.
+    writer = make(url, exist_ok=True)
+    writer.write(AudioTree.batch([ds[0]]))
+    writer.close()
+    assert len(read(fetch_folder(url, cache_dir=tmp_path / "cache"))) == 1
+
+
+# ---------------------------------------------------------------------------
+# S3 through a fault-injecting proxy
+# ---------------------------------------------------------------------------
+
+
+class _FaultProxy:
+    """An HTTP proxy 127.0.0.1 -> moto that fails every ``every``-th request (503, 500, or a reset, in turn).
+
+    Deterministic (a count, not a random share), so a test cannot pass by luck;
+    with ``every >= 2`` no request fails twice in a row, so bounded retries
+    always get through. Each request is forwarded on a fresh connection.
+    """
+
+    def __init__(self, target_port: int, every: int) -> None:
+        import http.client
+
+        self.every, self.requests, self.faults, self.lock = every, 0, {"503": 0, "500": 0, "reset": 0}, threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                with proxy.lock:
+                    proxy.requests += 1
+                    n = proxy.requests
+                if n % proxy.every == 0:
+                    kind = ("503", "500", "reset")[(n // proxy.every) % 3]
+                    with proxy.lock:
+                        proxy.faults[kind] += 1
+                    if kind == "reset":
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                    self.send_response(int(kind))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                finally:
+                    conn.close()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.mark.slow
+def test_s3_transient_faults_through_a_proxy_leave_the_stream_unchanged(s3, monkeypatch):
+    import s3fs
+
+    def stream():
+        ds = create_balanced_audio_dataset(
+            sources={"speech": ["s3://bucket/speech"], "music": ["s3://bucket/music"]},
+            sample_rate=16000, duration=0.5, num_epochs=None,
+        )
+        it = iter(ds.to_iter_dataset(SYNC))
+        return _keys([next(it) for _ in range(12)])
+
+    clean = stream()
+    proxy = _FaultProxy(int(s3["endpoint"].rsplit(":", 1)[1]), every=3)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        s3fs.S3FileSystem.clear_instance_cache()
+        faulty = stream()
+    finally:
+        proxy.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert all(count > 0 for count in proxy.faults.values()), proxy.faults
+    assert faulty == clean

@@ -38,6 +38,7 @@ from pathlib import Path
 import click
 
 from audiotree._fs import atomic_file, fsync_dir
+from audiotree.io import storage
 from audiotree.cli._common import (
     CliError,
     build_dataset,
@@ -62,6 +63,12 @@ def _write_record(out: Path, record: dict) -> None:
     # and a non-finite --lufs-cutoff is written, not refused).
     with atomic_file(out / RECORD) as tmp:
         tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if out in _REMOTE:  # --out is a URL: upload the finished parts, then the record
+        _REMOTE[out].publish_render(record, RECORD)
+
+
+# Staging folder -> its RemoteOutput, while a render to a URL runs (see audiotree.writers.remote).
+_REMOTE: dict = {}
 
 
 def _read_record(out: Path) -> dict | None:
@@ -103,6 +110,10 @@ def open_render(out: str | os.PathLike):
     """The finished parts of a render in ``out`` as one ``grain.MapDataset``, in item order."""
     import grain
 
+    if storage.is_url(os.fspath(out)):  # the readers memory-map: read a local copy
+        from audiotree.writers.remote import fetch_folder
+
+        out = fetch_folder(os.fspath(out))
     out = Path(out)
     record = _read_record(out)
     if record is None:
@@ -152,8 +163,8 @@ def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
 
 @click.command(short_help="Pre-render excerpts to a dataset on disk, resumably.")
 @sources_argument
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder of the rendered dataset (created; re-run to resume).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="Folder of the rendered dataset, or a URL such as s3://bucket/render (created; re-run to resume).")
 @click.option("-n", "--num-items", "n", type=click.IntRange(min=1), default=None, help="How many excerpts to render.")
 @click.option("--epoch", is_flag=True, help="Render one epoch (every file once; num_epochs=1) instead of -n items.")
 @click.option("--format", "fmt", type=click.Choice(["tree", "audio", "arrayrecord"]), default="tree",
@@ -197,6 +208,26 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
     }
     ds = build_dataset(parsed, pipeline, num_epochs=1 if epoch else None)
     total = len(ds) if epoch else n
+    if not storage.is_url(out_dir):
+        return _render(ds, total, parsed, pipeline, Path(out_dir), config, n, epoch, fmt, workers, batch_size,
+                       part_size, overwrite, executor, ray_address)
+    from audiotree.writers.remote import RemoteOutput
+
+    with RemoteOutput(out_dir) as remote:
+        if overwrite:
+            remote.clear_render(RECORD)
+        else:
+            remote.pull(RECORD)
+        _REMOTE[remote.local] = remote
+        try:
+            _render(ds, total, parsed, pipeline, remote.local, config, n, epoch, fmt, workers, batch_size, part_size,
+                    overwrite, executor, ray_address)
+        finally:
+            del _REMOTE[remote.local]
+
+
+def _render(ds, total, parsed, pipeline, out_dir: Path, config, n, epoch, fmt, workers, batch_size, part_size,
+            overwrite, executor, ray_address) -> None:
     record = _prepare_out(out_dir, config, overwrite)
     parts = record["parts"]
     start = parts[-1]["stop"] if parts else 0

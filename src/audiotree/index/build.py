@@ -383,6 +383,7 @@ def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: An
     with tempfile.TemporaryDirectory(prefix="audiotree-index-") as tmp:
         local = os.path.join(tmp, out.rstrip("/").rsplit("/", 1)[-1] or "index.parquet")
         with storage.use_storage_options(storage_options):
+            storage.forget_listings(out)
             if storage.exists(out):
                 storage.download(out, local)
             report = _build(sources, local, storage_options=storage_options, **kwargs)

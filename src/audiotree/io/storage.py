@@ -64,9 +64,11 @@ __all__ = [
     "filesystem",
     "file_size",
     "stat",
+    "version",
     "open_input",
     "download",
     "upload",
+    "forget_listings",
     "list_files",
     "exists",
     "is_dir",
@@ -721,6 +723,29 @@ def stat(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None =
     return int(info["size"]), _mtime_ns(info)
 
 
+def version(url: str, *, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int, str | None]:
+    """``(size, modification time in ns, ETag or generation)`` of a remote object: what identifies its content.
+
+    Times have one-second resolution on some stores, so the ETag (S3) or
+    generation/CRC (GCS) tells apart two writes in the same second.
+    """
+    fs = filesystem(url, storage_options)
+    info = _retry(lambda: _info(fs, url), url, "look up", storage_options)
+    tag = info.get("ETag") or info.get("etag") or info.get("generation") or info.get("crc32c")
+    return int(info["size"]), _mtime_ns(info), None if tag is None else str(tag)
+
+
+def forget_listings(url: str, *, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Drops fsspec's cached listings under ``url``, so the next listing asks the storage.
+
+    fsspec filesystems are shared per options and cache directory listings;
+    code that lists what it (or another process) just wrote must call this.
+    """
+    fs = filesystem(url, storage_options)
+    with contextlib.suppress(Exception):
+        fs.invalidate_cache(fs._strip_protocol(url))
+
+
 def download(url: str, local: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> None:
     """Copies the remote object ``url`` to the local file ``local`` (retrying transient errors)."""
     fs = filesystem(url, storage_options)
@@ -785,6 +810,9 @@ def list_files(url: str, *, storage_options: Mapping[str, Any] | None = None) ->
         AudioReadError: the listing was refused (status named) or kept failing.
     """
     fs = filesystem(url, storage_options)
+    # A listing is asked for because the caller wants what is there now (a
+    # dataset or index being built): never answer from fsspec's listing cache.
+    forget_listings(url, storage_options=storage_options)
     if any(ch in url.split("://", 1)[1] for ch in "*?["):
         found = _retry(lambda: fs.glob(url, detail=False), url, "list", storage_options)
         root = None
