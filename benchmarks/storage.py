@@ -235,9 +235,12 @@ def main(argv=None) -> int:
         "## Object storage (S3)",
         "",
         f"`python benchmarks/storage.py` ({time.strftime('%Y-%m-%d %H:%M')} UTC, 2 shared cores, load average "
-        f"{load:.1f}): {args.backends} moto S3 server processes on 127.0.0.1 holding the same objects, behind one TCP "
-        f"proxy (its own process) that adds {args.latency_ms:g} ms to every request and spreads connections over "
-        "them round robin; bytes counted at the proxy (server side, HTTP headers included).",
+        f"{load:.1f}): "
+        + ("one moto S3 server process on 127.0.0.1" if args.backends == 1 else
+           f"{args.backends} moto S3 server processes on 127.0.0.1 holding the same objects")
+        + f", behind a TCP proxy (its own process) that adds {args.latency_ms:g} ms to every request"
+        + ("" if args.backends == 1 else " and spreads connections over them round robin")
+        + "; bytes counted at the proxy (server side, HTTP headers included).",
         "",
         "| 3 s excerpt of a 60 s 44.1 kHz stereo file | bytes sent by the server | excerpt's encoded size | ratio |",
         "|---|---|---|---|",
