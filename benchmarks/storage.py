@@ -234,7 +234,8 @@ def main(argv=None) -> int:
     lines = [
         "## Object storage (S3)",
         "",
-        f"`python benchmarks/storage.py` ({time.strftime('%Y-%m-%d %H:%M')} UTC, 2 shared cores, load average "
+        f"`python benchmarks/storage.py{'' if args.backends == 1 else f' --backends {args.backends}'}` "
+        f"({time.strftime('%Y-%m-%d %H:%M')} UTC, 2 shared cores, load average "
         f"{load:.1f}): "
         + ("one moto S3 server process on 127.0.0.1" if args.backends == 1 else
            f"{args.backends} moto S3 server processes on 127.0.0.1 holding the same objects")
