@@ -421,6 +421,34 @@ def test_s3_object_deleted_between_listing_and_reading(s3):
     assert kept[0] is None and kept[1] is not None
 
 
+def test_s3_open_gets_size_and_header_in_one_request(s3):
+    """The first ranged GET carries the size (Content-Range) and holds the header: no HEAD, no second GET."""
+    data = (s3["local"] / "speech" / "f1.wav").read_bytes()
+    remote = storage.open_input("s3://bucket/speech/f1.wav")
+    try:
+        assert remote.size == len(data)
+        assert remote.bytes_fetched == len(data)  # a small file: the whole of it is the first window
+        assert remote.read(64) == data[:64]
+        remote.seek(len(data) - 10)
+        assert remote.read() == data[-10:]
+        assert remote.bytes_fetched == len(data)  # both reads were served from that one answer
+    finally:
+        remote.close()
+    long = _encode(_noise(6.0, 16000, 1, 9), 16000, "WAV", "PCM_16")
+    s3["fs"].pipe("bucket/long/l.wav", long)
+    with storage.open_input("s3://bucket/long/l.wav") as remote:
+        assert remote.size == len(long) and remote.bytes_fetched == storage.MIN_WINDOW
+    with AudioFile("s3://bucket/long/l.wav") as f:
+        np.testing.assert_array_equal(f.read(40000, 8000), _local_read(long, 40000, 8000))
+
+
+def test_s3_empty_object_is_named_not_read_as_audio(s3):
+    s3["fs"].pipe("bucket/empty/e.wav", b"")
+    assert storage.open_input("s3://bucket/empty/e.wav").size == 0
+    with pytest.raises(AudioReadError, match=r"s3://bucket/empty/e\.wav"):
+        AudioFile("s3://bucket/empty/e.wav")
+
+
 def test_s3_secret_never_in_messages(s3):
     with pytest.raises(AudioReadError) as info:
         AudioFile("s3://bucket/speech/missing.wav")
@@ -482,3 +510,265 @@ def test_gcs_emulator_list_and_read(gcs):
             np.testing.assert_array_equal(f.read(12000, 16000), _local_read(data, 12000, 16000))
         with pytest.raises(AudioReadError, match=r"gs://audio/clips/none\.wav.*HTTP 404"):
             AudioFile("gs://audio/clips/none.wav")
+
+
+# ---------------------------------------------------------------------------
+# A corpus index built from and stored on S3
+# ---------------------------------------------------------------------------
+
+
+def _index_rows(ix) -> list:
+    cols = ["group", "size", "container", "codec", "sample_rate", "channels", "frames", "duration", "readable"]
+    return [tuple(ix.table.column(c)[i].as_py() for c in cols) for i in range(len(ix))]
+
+
+def test_s3_index_built_from_and_stored_on_s3(s3, tmp_path, monkeypatch):
+    import concurrent.futures
+
+    import s3fs
+
+    from audiotree.index import build_index, open_index
+
+    # The endpoint comes only from storage_options (not the environment), so
+    # the options must reach discovery, the worker threads and the upload.
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    s3fs.S3FileSystem.clear_instance_cache()
+    options = {"endpoint_url": s3["endpoint"]}
+    sources = {"speech": ["s3://bucket/speech"], "music": ["s3://bucket/music"]}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        report = build_index(sources, "s3://bucket/corpus.parquet", executor=pool, show_progress=False,
+                             storage_options=options)
+    assert (report.path, report.rows, report.read, report.unreadable) == ("s3://bucket/corpus.parquet", 5, 5, 0)
+    remote = open_index("s3://bucket/corpus.parquet", columns="all", storage_options=options)
+    assert remote.paths() == ["s3://bucket/music/f4.flac", "s3://bucket/music/f5.wav", "s3://bucket/speech/f1.wav",
+                              "s3://bucket/speech/f2.flac", "s3://bucket/speech/f3.wav"]
+    local = build_index({g: [str(s3["local"] / g)] for g in ("speech", "music")}, tmp_path / "local.parquet",
+                        executor="serial", show_progress=False)
+    local_ix = open_index(local.path, columns="all")
+    assert _index_rows(remote) == _index_rows(local_ix)
+    for i in range(len(remote)):
+        np.testing.assert_array_equal(remote.profile(i), local_ix.profile(i))
+    assert all(m > 0 for m in remote.column("mtime_ns"))  # the storage's LastModified
+    # An update re-reads nothing (sizes and times unchanged) and is uploaded again.
+    again = build_index(sources, "s3://bucket/corpus.parquet", executor="serial", show_progress=False,
+                        storage_options=options)
+    assert (again.rows, again.read, again.reused) == (5, 0, 5)
+    with pytest.raises(FileNotFoundError, match=r"s3://bucket/missing\.parquet"):
+        open_index("s3://bucket/missing.parquet", storage_options=options)
+
+
+def test_s3_dataset_from_s3_index_reads_s3_audio(s3, tmp_path):
+    from audiotree.index import build_index
+
+    build_index({"speech": ["s3://bucket/speech"], "music": ["s3://bucket/music"]}, "s3://bucket/ds.parquet",
+                executor="serial", show_progress=False)
+    build_index({g: [str(s3["local"] / g)] for g in ("speech", "music")}, tmp_path / "ds.parquet",
+                executor="serial", show_progress=False)
+    kwargs = dict(duration=0.5, sample_rate=16000, shuffle_seed=3, excerpt_seed=4, num_epochs=1, measure_lufs=True)
+    remote = create_audio_dataset(index="s3://bucket/ds.parquet", **kwargs)
+    local = create_audio_dataset(index=str(tmp_path / "ds.parquet"), **kwargs)
+    assert len(remote) == len(local) > 0
+    for i in range(len(remote)):
+        a, b = remote[i], local[i]
+        np.testing.assert_array_equal(np.asarray(a.waveform), np.asarray(b.waveform))
+        assert np.asarray(a.lufs).tobytes() == np.asarray(b.lufs).tobytes()
+
+
+def test_s3_index_cli_builds_on_s3(s3):
+    from click.testing import CliRunner
+
+    from audiotree.cli import cli
+    from audiotree.index import open_index
+
+    result = CliRunner().invoke(cli, ["index", "speech=s3://bucket/speech", "--out", "s3://bucket/cli/index.parquet",
+                                       "--executor", "serial", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "s3://bucket/cli/index.parquet: 3 rows (3 read" in result.output
+    ix = open_index("s3://bucket/cli/index.parquet")
+    assert ix.paths() == [f"s3://bucket/speech/f{i}.{'wav' if i % 2 else 'flac'}" for i in (1, 2, 3)]
+
+
+# ---------------------------------------------------------------------------
+# Writers' output and `render --out` on S3
+# ---------------------------------------------------------------------------
+
+
+def _render_cli(*args):
+    from click.testing import CliRunner
+
+    from audiotree.cli import cli
+
+    result = CliRunner().invoke(cli, ["render", *map(str, args)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result.output
+
+
+@pytest.mark.parametrize("fmt", ["tree", "audio"])
+def test_s3_render_out_equals_local_render(s3, tmp_path, monkeypatch, fmt):
+    from audiotree.cli.render import open_render
+
+    monkeypatch.setenv("AUDIOTREE_CACHE", str(tmp_path / "cache"))
+    sources = [f"{g}={s3['local'] / g}" for g in ("speech", "music")]
+    common = [*sources, "--format", fmt, "--part-size", "4", "--batch-size", "3", "--duration", "0.25",
+              "--sample-rate", "8000"]
+    url = f"s3://bucket/renders/{fmt}"
+    _render_cli(*common, "--out", url, "-n", "6")
+    out = _render_cli(*common, "--out", url, "-n", "10")  # resumed from the record on S3
+    assert "Resuming at item 6" in out
+    _render_cli(*common, "--out", tmp_path / "local", "-n", "10")
+    names = sorted(p.rsplit("/", 1)[-1] for p in s3["fs"].ls(f"bucket/renders/{fmt}", refresh=True))
+    assert names == ["part-00000", "part-00001", "part-00002", "part-00003", "render.json"]  # [0,4) [4,6) [6,8) [8,10)
+    remote, local = open_render(url), open_render(tmp_path / "local")
+    assert len(remote) == len(local) == 10
+    for i in range(10):
+        a, b = remote[i], local[i]
+        np.testing.assert_array_equal(np.asarray(a.waveform), np.asarray(b.waveform))
+        assert a.filepath == b.filepath and a.source == b.source
+    # --overwrite removes the previous parts on S3 and starts again.
+    _render_cli(*common, "--out", url, "-n", "3", "--overwrite")
+    assert sorted(p.rsplit("/", 1)[-1] for p in s3["fs"].ls(f"bucket/renders/{fmt}", refresh=True)) == ["part-00000", "render.json"]
+    assert len(open_render(url)) == 3
+
+
+def test_open_render_missing_url_names_it(s3, tmp_path, monkeypatch):
+    from audiotree.cli.render import open_render
+
+    monkeypatch.setenv("AUDIOTREE_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(FileNotFoundError, match=r"s3://bucket/no-render"):
+        open_render("s3://bucket/no-render")
+
+
+def _writer_and_reader(kind):
+    from audiotree.sources import AudioDataSource, TreeDataSource, open_arrayrecord
+    from audiotree.writers import ArrayRecordWriter, AudioWriter, TreeWriter
+
+    if kind == "tree":
+        return (lambda d, **kw: TreeWriter(d, **kw).open()), (lambda d: grain.MapDataset.source(TreeDataSource(d)))
+    if kind == "audio":
+        return AudioWriter, (lambda d: grain.MapDataset.source(AudioDataSource(d)))
+    return (lambda d, **kw: ArrayRecordWriter(d, records_per_shard=3, **kw)), open_arrayrecord
+
+
+@pytest.mark.parametrize("kind", ["tree", "audio", "arrayrecord"])
+def test_s3_writer_output_equals_local_output(s3, tmp_path, kind):
+    from audiotree.core import AudioTree
+    from audiotree.writers.remote import fetch_folder
+
+    ds = create_audio_dataset(str(s3["local"] / "speech"), duration=0.25, sample_rate=8000, shuffle=False)
+    batch = AudioTree.batch([ds[i] for i in range(len(ds))])
+    make, read = _writer_and_reader(kind)
+    url = f"s3://bucket/writers/{kind}"
+    for target in (url, tmp_path / "local"):
+        writer = make(target)
+        writer.write(batch)
+        writer.close()
+    with pytest.raises(FileExistsError, match=rf"s3://bucket/writers/{kind} already holds"):
+        make(url)
+    remote = read(fetch_folder(url, cache_dir=tmp_path / "cache"))
+    local = read(tmp_path / "local")
+    assert len(remote) == len(local) == len(ds)
+    for i in range(len(ds)):
+        np.testing.assert_array_equal(np.asarray(remote[i].waveform), np.asarray(local[i].waveform))
+    # Replacing it (exist_ok) leaves none of the old dataset's files behind.
+    writer = make(url, exist_ok=True)
+    writer.write(AudioTree.batch([ds[0]]))
+    writer.close()
+    assert len(read(fetch_folder(url, cache_dir=tmp_path / "cache"))) == 1
+
+
+# ---------------------------------------------------------------------------
+# S3 through a fault-injecting proxy
+# ---------------------------------------------------------------------------
+
+
+class _FaultProxy:
+    """An HTTP proxy 127.0.0.1 -> moto that fails every ``every``-th request (503, 500, or a reset, in turn).
+
+    Deterministic (a count, not a random share), so a test cannot pass by luck;
+    with ``every >= 2`` no request fails twice in a row, so bounded retries
+    always get through. Each request is forwarded on a fresh connection.
+    """
+
+    def __init__(self, target_port: int, every: int) -> None:
+        import http.client
+
+        self.every, self.requests, self.faults, self.lock = every, 0, {"503": 0, "500": 0, "reset": 0}, threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                with proxy.lock:
+                    proxy.requests += 1
+                    n = proxy.requests
+                if n % proxy.every == 0:
+                    kind = ("503", "500", "reset")[(n // proxy.every) % 3]
+                    with proxy.lock:
+                        proxy.faults[kind] += 1
+                    if kind == "reset":
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                    self.send_response(int(kind))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                finally:
+                    conn.close()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.mark.slow
+def test_s3_transient_faults_through_a_proxy_leave_the_stream_unchanged(s3, monkeypatch):
+    import s3fs
+
+    def stream():
+        ds = create_balanced_audio_dataset(
+            sources={"speech": ["s3://bucket/speech"], "music": ["s3://bucket/music"]},
+            sample_rate=16000, duration=0.5, num_epochs=None,
+        )
+        it = iter(ds.to_iter_dataset(SYNC))
+        return _keys([next(it) for _ in range(12)])
+
+    clean = stream()
+    proxy = _FaultProxy(int(s3["endpoint"].rsplit(":", 1)[1]), every=3)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        s3fs.S3FileSystem.clear_instance_cache()
+        faulty = stream()
+    finally:
+        proxy.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert all(count > 0 for count in proxy.faults.values()), proxy.faults
+    assert faulty == clean

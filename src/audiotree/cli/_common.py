@@ -56,6 +56,10 @@ class Sources:
 
 
 def _exists_or_glob(path: str) -> bool:
+    from audiotree.io import storage
+
+    if storage.is_url(path):  # checked when listed (the error names the URL and the bucket)
+        return True
     expanded = os.path.expandvars(os.path.expanduser(path))
     return any(ch in expanded for ch in _GLOB_MAGIC) or os.path.exists(expanded)
 

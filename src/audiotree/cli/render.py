@@ -30,6 +30,7 @@ from pathlib import Path
 import click
 
 from audiotree._fs import fsync_dir
+from audiotree.io import storage
 from audiotree.cli._common import (
     CliError,
     build_dataset,
@@ -45,6 +46,16 @@ from audiotree.cli._common import (
 from audiotree.formats.render import PART, RECORD, new_record, read_record, write_record
 
 _STAGING = ".staging"
+
+
+def _write_record(out: Path, record: dict) -> None:
+    write_record(out, record)
+    if out in _REMOTE:  # --out is a URL: upload the finished parts, then the record
+        _REMOTE[out].publish_render(record, RECORD)
+
+
+# Staging folder -> its RemoteOutput, while a render to a URL runs (see audiotree.writers.remote).
+_REMOTE: dict = {}
 
 
 def _read_record(out: Path) -> dict | None:
@@ -77,14 +88,14 @@ def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
         return record
     out.mkdir(parents=True, exist_ok=True)
     record = new_record(config)
-    write_record(out, record)
+    _write_record(out, record)
     return record
 
 
 @click.command(short_help="Pre-render excerpts to a dataset on disk, resumably.")
 @sources_argument
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder of the rendered dataset (created; re-run to resume).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="Folder of the rendered dataset, or a URL such as s3://bucket/render (created; re-run to resume).")
 @click.option("-n", "--num-items", "n", type=click.IntRange(min=1), default=None, help="How many excerpts to render.")
 @click.option("--epoch", is_flag=True, help="Render one epoch (every file once; num_epochs=1) instead of -n items.")
 @click.option("--format", "fmt", type=click.Choice(["tree", "audio", "arrayrecord"]), default="tree",
@@ -122,12 +133,32 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
         "format": fmt,
         "part_size": part_size,
         "epoch": epoch,
-        "sources": {name: [os.path.abspath(os.path.expanduser(p)) for p in paths]
+        "sources": {name: [p if storage.is_url(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
                     for name, paths in (parsed.groups.items() if parsed.balanced else [("", parsed.pool)])},
         "pipeline": dataclasses.asdict(pipeline),
     }
     ds = build_dataset(parsed, pipeline, num_epochs=1 if epoch else None)
     total = len(ds) if epoch else n
+    if not storage.is_url(out_dir):
+        return _render(ds, total, parsed, pipeline, Path(out_dir), config, n, epoch, fmt, workers, batch_size,
+                       part_size, overwrite, executor, ray_address)
+    from audiotree.writers.remote import RemoteOutput
+
+    with RemoteOutput(out_dir) as remote:
+        if overwrite:
+            remote.clear_render(RECORD)
+        else:
+            remote.pull(RECORD)
+        _REMOTE[remote.local] = remote
+        try:
+            _render(ds, total, parsed, pipeline, remote.local, config, n, epoch, fmt, workers, batch_size, part_size,
+                    overwrite, executor, ray_address)
+        finally:
+            del _REMOTE[remote.local]
+
+
+def _render(ds, total, parsed, pipeline, out_dir: Path, config, n, epoch, fmt, workers, batch_size, part_size,
+            overwrite, executor, ray_address) -> None:
     record = _prepare_out(out_dir, config, overwrite)
     parts = record["parts"]
     start = parts[-1]["stop"] if parts else 0
@@ -137,7 +168,7 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
         console.print(f"Nothing to do: {out_dir} already holds items 0..{start - 1} ({written} written) "
                       f"in {len(parts)} part(s).")
         record.update(total=max(record.get("total") or 0, total), complete=True)
-        write_record(out_dir, record)
+        _write_record(out_dir, record)
         return
     if start:
         console.print(f"Resuming at item {start} of {total} ({len(parts)} finished part(s) kept).")
@@ -177,7 +208,7 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
         if state["writer"] is not None:
             state["writer"].close()
         parts.append({"dir": part_dir().name, "start": state["start"], "stop": state["stop"], "count": state["count"]})
-        write_record(out_dir, record)
+        _write_record(out_dir, record)
         state.update(writer=None, count=0, start=state["stop"], stop=min(state["stop"] + part_size, total))
 
     iterator = iter(pipeline_ds)
@@ -221,7 +252,7 @@ def render(sources, out_dir: Path, n: int | None, epoch: bool, fmt: str, workers
         gc.collect()
 
     record["complete"] = True
-    write_record(out_dir, record)
+    _write_record(out_dir, record)
     _report(console, out_dir, parts, fmt, rendered, time.perf_counter() - started, f"{workers} workers")
 
 
@@ -267,7 +298,7 @@ def _render_on_executor(out_dir: Path, record: dict, make_dataset, *, fmt: str, 
             os.replace(staging / done["staged"], out_dir / name)
             fsync_dir(out_dir)
         parts.append({"dir": name, "start": done["start"], "stop": done["stop"], "count": done["count"]})
-        write_record(out_dir, record)
+        _write_record(out_dir, record)
         rendered[0] += done["count"]
 
     task = RenderRange(make_dataset=make_dataset, fmt=fmt, staging=os.path.abspath(staging), batch_size=batch_size)
@@ -278,5 +309,5 @@ def _render_on_executor(out_dir: Path, record: dict, make_dataset, *, fmt: str, 
                        progress=lambda count: progress.advance(bar, count))
     shutil.rmtree(staging)  # attempts of tasks whose worker died were never adopted
     record["complete"] = True
-    write_record(out_dir, record)
+    _write_record(out_dir, record)
     return rendered[0]

@@ -7,7 +7,6 @@ decoder and the meter are imported: no JAX, no Grain.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 __all__ = ["index_file", "index_chunk"]
@@ -17,11 +16,12 @@ def _error_text(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def index_file(path: str, group: str | None, *, loudness: bool, mono: bool) -> dict[str, Any]:
-    """One index row (base columns, ``path`` absolute); never raises for a bad file."""
+def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
+               storage_options: dict | None = None) -> dict[str, Any]:
+    """One index row (base columns, ``path`` absolute or a URL); never raises for a bad file."""
     from audiotree.errors import AudioReadError
     from audiotree.index.profile import file_profile, profile_step
-    from audiotree.io import AudioFile
+    from audiotree.io import AudioFile, storage
 
     row: dict[str, Any] = {
         "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
@@ -30,9 +30,8 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool) -> d
     }
     try:
         # Stat before reading: a file that changes during the build then looks stale, never fresh.
-        st = os.stat(path)
-        row["size"], row["mtime_ns"] = int(st.st_size), int(st.st_mtime_ns)
-        with AudioFile(path) as f:
+        row["size"], row["mtime_ns"] = storage.stat(path, storage_options=storage_options)
+        with AudioFile(path, storage_options=storage_options) as f:
             info = f.info
             row.update(
                 container=info.format, codec=info.subtype, sample_rate=int(info.sample_rate),
@@ -49,6 +48,8 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool) -> d
     return row
 
 
-def index_chunk(items: Sequence[tuple[str, str | None]], loudness: bool, mono: bool) -> list[dict[str, Any]]:
+def index_chunk(items: Sequence[tuple[str, str | None]], loudness: bool, mono: bool,
+                storage_options: dict | None = None) -> list[dict[str, Any]]:
     """Rows for a chunk of ``(path, group)`` pairs, in order."""
-    return [index_file(path, group, loudness=loudness, mono=mono) for path, group in items]
+    return [index_file(path, group, loudness=loudness, mono=mono, storage_options=storage_options)
+            for path, group in items]

@@ -34,7 +34,9 @@ import shutil
 import warnings
 from typing import Any, Mapping, Sequence
 
+from audiotree.errors import AudioReadError
 from audiotree.index.labels import as_label_source, join_labels
+from audiotree.io import storage
 from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
 from audiotree.validation import is_int
 
@@ -66,6 +68,12 @@ class IndexBuildReport:
 
 def _source_root(entry: str) -> str:
     """The folder a source entry's files are relative to (for ``match='relative'`` labels)."""
+    if storage.is_url(entry):
+        head = entry
+        if any(ch in entry.split("://", 1)[1] for ch in _GLOB_MAGIC):
+            head = entry[: min(entry.find(ch) for ch in _GLOB_MAGIC if ch in entry)]
+            return head.rsplit("/", 1)[0]
+        return entry.rstrip("/")
     expanded = os.path.expandvars(os.path.expanduser(entry))
     if any(ch in expanded for ch in _GLOB_MAGIC):
         parts = expanded.replace(os.sep, "/").split("/")
@@ -97,6 +105,8 @@ def _normalize_sources(sources: Any) -> tuple[list[tuple[str | None, str]], dict
         raise ValueError("sources is empty; give at least one folder, file or glob.")
 
     def absolute(entry: str) -> str:
+        if storage.is_url(entry):
+            return entry
         return os.path.abspath(os.path.expandvars(os.path.expanduser(entry)))
 
     described: dict = {}
@@ -120,7 +130,7 @@ def _discover(pairs, extensions) -> list[tuple[str, str | None, str]]:
         files, _ = discover_files(entry, extensions, strict=True)
         root = _source_root(entry)
         for f in files:
-            path = os.path.normpath(os.path.abspath(f))
+            path = f if storage.is_url(f) else os.path.normpath(os.path.abspath(f))
             if path in seen:
                 if seen[path] != group:
                     warnings.warn(f"'{path}' is listed under groups {seen[path]!r} and {group!r}; it is indexed once, "
@@ -131,12 +141,11 @@ def _discover(pairs, extensions) -> list[tuple[str, str | None, str]]:
     return out
 
 
-def _stat(path: str) -> tuple[int, int]:
+def _stat(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int]:
     try:
-        st = os.stat(path)
-    except OSError:
+        return storage.stat(path, storage_options=storage_options)
+    except (OSError, AudioReadError):
         return (-1, -1)
-    return int(st.st_size), int(st.st_mtime_ns)
 
 
 def _rows_table(rows: Sequence[dict]):
@@ -235,8 +244,11 @@ def _make_executor(executor: Any, max_workers: int | None, stack: contextlib.Exi
     raise TypeError(f"executor must be None, 'process', 'serial', 'ray' or a concurrent.futures.Executor, got {executor!r}.")
 
 
-def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_rows) -> None:
+def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_rows, storage_options=None) -> None:
     from audiotree.index._work import index_chunk
+
+    if storage_options:
+        index_chunk = functools.partial(index_chunk, storage_options=dict(storage_options))
 
     if executor is None:
         for chunk in chunks:
@@ -308,6 +320,7 @@ def build_index(
     chunk_size: int | None = None,
     max_workers: int | None = None,
     ray_address: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> IndexBuildReport:
     """Indexes ``sources`` into the Parquet file ``out``; see the module docstring.
 
@@ -331,6 +344,14 @@ def build_index(
       extensions: file extensions to index (default: every decodable format).
       chunk_size: files per task and per committed part (default: balanced
         for the worker count, at most 64).
+      storage_options: fsspec options (endpoint, credentials, ``anon``) for
+        sources and ``out`` given as URLs (``s3://``, ``gs://``, ...); the
+        backends' environment variables apply too (see
+        :mod:`audiotree.io.storage`). Remote files are stored by URL; their
+        modification time is the storage's. A URL ``out`` is built in a local
+        temporary folder (after downloading an existing index to update it)
+        and uploaded when complete, so readers never see a partial index; an
+        interrupted remote build starts over rather than resuming.
 
     Returns:
       An :class:`IndexBuildReport`.
@@ -340,6 +361,39 @@ def build_index(
       ValueError: a file outside ``root``, bad labels (see
         :mod:`audiotree.index.labels`), or an unusable existing ``out``.
     """
+    options = dict(storage_options or {})
+    if storage.is_url(os.fspath(out)):
+        return _build_remote(sources, os.fspath(out), labels=labels, loudness=loudness, executor=executor,
+                             show_progress=show_progress, mono=mono, root=root, extensions=extensions,
+                             chunk_size=chunk_size, max_workers=max_workers, ray_address=ray_address,
+                             storage_options=options)
+    with storage.use_storage_options(options):
+        return _build(sources, out, labels=labels, loudness=loudness, executor=executor, show_progress=show_progress,
+                      mono=mono, root=root, extensions=extensions, chunk_size=chunk_size, max_workers=max_workers,
+                      ray_address=ray_address, storage_options=options)
+
+
+def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: Any) -> IndexBuildReport:
+    """:func:`build_index` into a URL: build in a local temporary folder, upload the finished file."""
+    import tempfile
+
+    if kwargs.get("root") is not None and not storage.is_url(os.fspath(kwargs["root"])):
+        raise ValueError(f"root={kwargs['root']!r} is a local folder but the index goes to {storage.redact(out)}; "
+                         "give root as a URL (the prefix that holds every source) or leave it out.")
+    with tempfile.TemporaryDirectory(prefix="audiotree-index-") as tmp:
+        local = os.path.join(tmp, out.rstrip("/").rsplit("/", 1)[-1] or "index.parquet")
+        with storage.use_storage_options(storage_options):
+            storage.forget_listings(out)
+            if storage.exists(out):
+                storage.download(out, local)
+            report = _build(sources, local, storage_options=storage_options, **kwargs)
+            storage.upload(local, out)
+    return dataclasses.replace(report, path=out)
+
+
+def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool, executor: Any, show_progress: bool,
+           mono: bool, root: Any, extensions: Any, chunk_size: int | None, max_workers: int | None,
+           ray_address: str | None, storage_options: dict) -> IndexBuildReport:
     pa = require_pyarrow()
     import pyarrow.compute as pc
     from tqdm.auto import tqdm
@@ -355,7 +409,10 @@ def build_index(
         if label_source.root is not None:
             described["labels_root"] = os.path.abspath(label_source.root)
     stored_root = root_abs = None
-    if root is not None:
+    if root is not None and storage.is_url(os.fspath(root)):
+        root_abs = stored_root = os.fspath(root).rstrip("/")
+        described["root"] = root_abs
+    elif root is not None:
         root_abs = os.path.normpath(os.path.abspath(os.fspath(root)))
         stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
         described["root"] = root_abs
@@ -364,6 +421,11 @@ def build_index(
     def stored(path: str) -> str:
         if root_abs is None:
             return path
+        if storage.is_url(root_abs) or storage.is_url(path):
+            if not path.startswith(root_abs + "/"):
+                raise ValueError(f"'{path}' is outside the index root {root_abs}; choose a root that holds every "
+                                 "source.")
+            return path[len(root_abs) + 1:]
         rel = os.path.relpath(path, root_abs)
         if rel == ".." or rel.startswith(".." + os.sep) or os.path.isabs(rel):
             raise ValueError(f"'{path}' is outside the index root {root_abs}; choose a root that holds every source.")
@@ -371,7 +433,7 @@ def build_index(
 
     stored_paths = [stored(p) for p, _, _ in found]
     stored_to_abs = dict(zip(stored_paths, (p for p, _, _ in found)))
-    current = {p: _stat(p) for p, _, _ in found}
+    current = {p: _stat(p, storage_options) for p, _, _ in found}
     settings = {"loudness": bool(loudness), "mono": bool(mono), "root": stored_root,
                 "block_sec": BLOCK_SEC if loudness else None}
 
@@ -424,7 +486,7 @@ def build_index(
         bar.update(len(rows))
 
     try:
-        _run_chunks(chunks, executor_obj, workers, bool(loudness), bool(mono), on_rows)
+        _run_chunks(chunks, executor_obj, workers, bool(loudness), bool(mono), on_rows, storage_options)
     finally:
         bar.close()
         if owned:

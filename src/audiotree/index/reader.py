@@ -17,7 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from audiotree.errors import AudioReadError
 from audiotree.index.schema import BASE_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
+from audiotree.io import storage
 
 __all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_stale", "refresh_command"]
 
@@ -54,7 +56,7 @@ def refresh_command(index_path: str, meta: dict) -> str:
     args += list(sources.get("pool") or [])
     if len(args) == 2:
         args.append("SOURCES...")
-    args += ["--out", os.path.abspath(index_path)]
+    args += ["--out", index_path if storage.is_url(index_path) else os.path.abspath(index_path)]
     for flag, key in (("--labels", "labels"), ("--labels-key", "labels_key"), ("--labels-match", "labels_match"),
                       ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root")):
         if sources.get(key):
@@ -246,12 +248,12 @@ class CorpusIndex:
 def stat_differs(path: str, size: int, mtime_ns: int) -> str | None:
     """Why ``path`` no longer matches its row, or ``None`` when it does."""
     try:
-        st = os.stat(path)
-    except OSError:
+        now_size, now_mtime = storage.stat(path)
+    except (OSError, AudioReadError):
         return "it no longer exists"
-    if st.st_size != size:
-        return f"its size changed from {size} to {st.st_size} bytes"
-    if st.st_mtime_ns != mtime_ns:
+    if now_size != size:
+        return f"its size changed from {size} to {now_size} bytes"
+    if now_mtime != mtime_ns:
         return "its modification time changed"
     return None
 
@@ -264,7 +266,7 @@ def stale_message(path: str, reason: str, index_path: str, command: str) -> str:
 
 
 def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
-               labels: Sequence[str] | None = None) -> CorpusIndex:
+               labels: Sequence[str] | None = None, storage_options: dict | None = None) -> CorpusIndex:
     """Opens and validates the index at ``path``, reading ``columns``.
 
     Args:
@@ -273,6 +275,9 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
         plus every label column); ``"all"`` reads everything, profile included.
       labels: label columns to read as well; each must be one of the index's
         labels (else a ``ValueError`` naming the index and its labels).
+      storage_options: fsspec options when ``path`` is a URL (``s3://``,
+        ``gs://``, ...; see :mod:`audiotree.io.storage`). A remote index is
+        read with ranged requests (the footer, then the wanted columns).
 
     Raises:
       FileNotFoundError: no such file.
@@ -280,16 +285,34 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
         a newer major version, a column of the wrong type, or a path escaping
         the root. Each message names the file and what to do.
     """
+    require_pyarrow()
+    path = os.fspath(path)
+    if storage.is_url(path):
+        with storage.use_storage_options(storage_options):
+            try:
+                handle = storage.open_input(path)
+            except AudioReadError as exc:
+                if "404" not in str(exc):
+                    raise
+                handle = None
+        if handle is None:
+            raise FileNotFoundError(f"Corpus index not found: {storage.redact(path)}. Build it with `audiotree index "
+                                    f"SOURCES --out {storage.redact(path)}`.")
+        with handle:
+            return _open_index(path, handle, columns, labels)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Corpus index not found: {path}. Build it with `audiotree index SOURCES --out {path}`.")
+    return _open_index(path, path, columns, labels)
+
+
+def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: Sequence[str] | None) -> CorpusIndex:
     pa = require_pyarrow()
     import pyarrow.parquet as pq
 
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Corpus index not found: {path}. Build it with `audiotree index SOURCES --out {path}`.")
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(source)
         schema = pf.schema_arrow
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, AudioReadError) as exc:
         raise _read_failure(path, exc) from None
     meta, _ = decode_metadata(schema.metadata, path)
     expected_schema = arrow_schema()
@@ -320,11 +343,17 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
             wanted.insert(0, "path")
     try:
         table = pf.read(columns=wanted)
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, AudioReadError) as exc:
         raise _read_failure(path, exc) from None
     stored_root = meta.get("root")
     root = None
-    if stored_root is not None:
+    if stored_root is not None and storage.is_url(stored_root):
+        root = stored_root
+        _check_paths(table.column("path"), path)
+    elif stored_root is not None and storage.is_url(path):
+        root = storage.join(path.rsplit("/", 1)[0], stored_root)
+        _check_paths(table.column("path"), path)
+    elif stored_root is not None:
         root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), stored_root))
         _check_paths(table.column("path"), path)
     return CorpusIndex(path=path, meta=meta, root=root, table=table)

@@ -63,11 +63,17 @@ __all__ = [
     "local_path",
     "filesystem",
     "file_size",
+    "stat",
+    "version",
     "open_input",
+    "download",
+    "upload",
+    "forget_listings",
     "list_files",
     "exists",
     "is_dir",
     "redact",
+    "join",
     "use_storage_options",
     "ReadaheadCache",
     "RETRY_ATTEMPTS",
@@ -144,6 +150,18 @@ def local_path(path: str | os.PathLike) -> str:
     return path
 
 
+def join(url: str, relative: str) -> str:
+    """``relative`` (``/``-separated, may hold ``..``) resolved against the folder URL ``url``.
+
+    >>> join("s3://bucket/corpus/index", "../audio")
+    's3://bucket/corpus/audio'
+    """
+    import posixpath
+
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{posixpath.normpath(posixpath.join(rest, relative))}"
+
+
 def _protocol(url: str) -> str:
     return _URL.match(url).group(1).lower()
 
@@ -152,10 +170,15 @@ def _protocol(url: str) -> str:
 def use_storage_options(options: Mapping[str, Any] | None) -> Iterator[None]:
     """Applies ``options`` to every filesystem opened in this context (thread/task).
 
-    >>> with use_storage_options({"anon": True}):
-    ...     pass
+    Contexts nest: inner options are laid over the outer ones, and ``None``
+    keeps what is in effect. Explicit ``storage_options=`` arguments win over both.
+
+    >>> with use_storage_options({"anon": True}), use_storage_options({"default_block_size": 2**20}):
+    ...     sorted(_options(None))
+    ['anon', 'default_block_size']
     """
-    token = _scoped_options.set(dict(options) if options else None)
+    # Nested contexts compose: inner options override outer ones, None keeps the outer ones.
+    token = _scoped_options.set(_options(options) or None)
     try:
         yield
     finally:
@@ -350,6 +373,11 @@ def _make_cache_class():
             self.expected = 0  # bytes the caller announced for its next read (see RemoteInput.expect)
             self.full = False
 
+        def seed(self, start: int, data: bytes) -> None:
+            """Holds ``data`` (bytes ``start..``, already fetched elsewhere) as the cached span."""
+            self.cache, self.start, self.end = data, start, start + len(data)
+            self.total_requested_bytes += len(data)
+
         def _get(self, start: int, end: int) -> bytes:
             try:
                 return _retry(lambda: self.fetcher(start, end), self._url, "read")
@@ -481,6 +509,21 @@ class RemoteInput:
         if cache is not None and hasattr(cache, "expected"):
             cache.expected = max(0, min(int(nbytes), MAX_WINDOW))
 
+    def prefetch_head(self) -> None:
+        """Fetches the first read-ahead window (the header) now, into the cache.
+
+        Why: soundfile opens a file object under a process-wide lock
+        (``SoundFile._sf_error_lock``), so a header read made from inside its
+        open serialises every reader thread behind one network round trip.
+        Fetched here, before the decoder opens, the header costs the same
+        single request but threads overlap it. A storage error is raised here,
+        naming the URL.
+        """
+        cache = getattr(self._file, "cache", None)
+        if cache is None or not hasattr(cache, "expected") or self.size == 0 or cache.end > cache.start:
+            return
+        cache._fetch(0, min(self.size, MIN_WINDOW))
+
     def check(self) -> None:
         """Raises the storage error a read hit (see :attr:`failure`), if any."""
         if self.failure is not None:
@@ -524,6 +567,52 @@ def _info(fs: Any, url: str) -> dict:
     return info
 
 
+def _s3_head(fs: Any, url: str) -> tuple[dict, bytes] | None:
+    """The object's metadata and first :data:`MIN_WINDOW` bytes in one ranged GET, for s3fs; else ``None``.
+
+    Why: a HEAD for the size followed by a GET for the header costs two round
+    trips per opened file; the GET's ``Content-Range`` carries the size, so
+    one does. Other backends (and empty objects, which have no byte range)
+    take the HEAD path.
+    """
+    call = getattr(fs, "_call_s3", None)
+    if call is None or not callable(getattr(fs, "split_path", None)) or getattr(fs, "version_aware", False):
+        return None
+    from fsspec.asyn import sync
+
+    bucket, key, version = fs.split_path(url)
+    if not key or version:
+        return None
+
+    async def get():
+        try:
+            resp = await call("get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{MIN_WINDOW - 1}")
+        except OSError as exc:
+            if "range" in str(exc).lower() and "not satisfiable" in str(exc).lower() or _status(exc) == 416:
+                return None  # an empty object
+            raise
+        try:
+            data = await resp["Body"].read()
+        finally:
+            resp["Body"].close()
+        return resp, data
+
+    got = sync(fs.loop, get)
+    if got is None:
+        return None
+    resp, data = got
+    content_range = resp.get("ContentRange") or ""
+    if "/" in content_range and content_range.rsplit("/", 1)[1].isdigit():
+        size = int(content_range.rsplit("/", 1)[1])
+    else:  # no Content-Range: the whole object came back
+        size = len(data)
+    if len(data) > size or (len(data) < min(size, MIN_WINDOW)):
+        return None  # a short or odd answer: let the HEAD path decide
+    info = {"name": f"{bucket}/{key}", "size": size, "type": "file", "ETag": resp.get("ETag"),
+            "LastModified": resp.get("LastModified"), "ContentType": resp.get("ContentType")}
+    return info, data
+
+
 def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> str | RemoteInput:
     """A local path (returned as ``str``, untouched) or an open :class:`RemoteInput` for a URL.
 
@@ -539,7 +628,11 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
         return local_path(path)
     fs = filesystem(path, storage_options)
     cache = _register_cache()
-    info = _retry(lambda: _info(fs, path), path, "open", storage_options)
+    head = _retry(lambda: _s3_head(fs, path), path, "open", storage_options)
+    if head is not None:
+        info, first = head
+    else:
+        info, first = _retry(lambda: _info(fs, path), path, "open", storage_options), None
     size = int(info["size"])
 
     def whole() -> bytes:
@@ -560,7 +653,20 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
                             cache_options={"url": path, "whole": whole}),
             path, "open", storage_options,
         )
-    return RemoteInput(path, file, size)
+    if "details" in getattr(file, "__dict__", {}) or hasattr(type(file), "details"):
+        # The object's metadata is known: without it s3fs looks it up again
+        # (a second HEAD request) on the first ranged read.
+        with contextlib.suppress(Exception):
+            file.details = info
+    remote = RemoteInput(path, file, size)
+    if first is not None:
+        file.cache.seed(0, first)
+    try:
+        remote.prefetch_head()
+    except BaseException:
+        remote.close()
+        raise
+    return remote
 
 
 def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> int:
@@ -574,6 +680,101 @@ def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | N
         return os.stat(local_path(path)).st_size
     fs = filesystem(path, storage_options)
     return int(_retry(lambda: _info(fs, path), path, "look up", storage_options)["size"])
+
+
+def _mtime_ns(info: Mapping[str, Any]) -> int:
+    """The object's modification time in ns from an fsspec info dict (-1 when the backend gives none)."""
+    import datetime
+
+    for key in ("LastModified", "last_modified", "updated", "mtime", "modified", "timeCreated", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            try:
+                value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+        if isinstance(value, datetime.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=datetime.timezone.utc)
+            delta = value - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+            return (delta.days * 86400 + delta.seconds) * 10**9 + delta.microseconds * 1000
+        if isinstance(value, (int, float)):
+            return int(value * 1e9) if value < 1e11 else int(value)
+    return -1
+
+
+def stat(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+    """``(size in bytes, modification time in ns)`` of a local file or a remote object.
+
+    The pair identifies a version of the file (the corpus index records it).
+    A remote object's time is the storage's (S3 ``LastModified``, GCS
+    ``updated``), -1 when the backend reports none (plain HTTP).
+
+    Raises ``OSError`` for a local path and :class:`AudioReadError` for a URL.
+
+    >>> import os, tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     stat(f.name)[0]
+    0
+    """
+    path = os.fsdecode(path)
+    if not is_url(path):
+        st = os.stat(local_path(path))
+        return int(st.st_size), int(st.st_mtime_ns)
+    fs = filesystem(path, storage_options)
+    info = _retry(lambda: _info(fs, path), path, "look up", storage_options)
+    return int(info["size"]), _mtime_ns(info)
+
+
+def version(url: str, *, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int, str | None]:
+    """``(size, modification time in ns, ETag or generation)`` of a remote object: what identifies its content.
+
+    Times have one-second resolution on some stores, so the ETag (S3) or
+    generation/CRC (GCS) tells apart two writes in the same second.
+    """
+    fs = filesystem(url, storage_options)
+    info = _retry(lambda: _info(fs, url), url, "look up", storage_options)
+    tag = info.get("ETag") or info.get("etag") or info.get("generation") or info.get("crc32c")
+    return int(info["size"]), _mtime_ns(info), None if tag is None else str(tag)
+
+
+def forget_listings(url: str, *, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Drops fsspec's cached listings under ``url``, so the next listing asks the storage.
+
+    fsspec filesystems are shared per options and cache directory listings;
+    code that lists what it (or another process) just wrote must call this.
+    """
+    fs = filesystem(url, storage_options)
+    with contextlib.suppress(Exception):
+        fs.invalidate_cache(fs._strip_protocol(url))
+
+
+def download(url: str, local: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Copies the remote object ``url`` to the local file ``local`` (retrying transient errors)."""
+    fs = filesystem(url, storage_options)
+    _retry(lambda: fs.get_file(url, os.fspath(local)), url, "download", storage_options)
+
+
+def upload(local: str | os.PathLike, url: str, *, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Copies the local file or folder ``local`` to ``url`` (a folder recursively; retrying transient errors).
+
+    An object store has no rename, so an upload is not atomic the way a local
+    ``os.replace`` is: writers stage their output locally and upload each
+    finished file, so a reader sees either no object or a complete one.
+    """
+    fs = filesystem(url, storage_options)
+    local = os.fspath(local)
+    if os.path.isdir(local):
+        for folder, _dirs, files in os.walk(local):
+            for name in sorted(files):
+                src = os.path.join(folder, name)
+                rel = os.path.relpath(src, local).replace(os.sep, "/")
+                target = url.rstrip("/") + "/" + rel
+                _retry(lambda: fs.put_file(src, target), target, "upload", storage_options)
+        return
+    _retry(lambda: fs.put_file(local, url), url, "upload", storage_options)
 
 
 # ---------------------------------------------------------------------------
@@ -614,6 +815,9 @@ def list_files(url: str, *, storage_options: Mapping[str, Any] | None = None) ->
         AudioReadError: the listing was refused (status named) or kept failing.
     """
     fs = filesystem(url, storage_options)
+    # A listing is asked for because the caller wants what is there now (a
+    # dataset or index being built): never answer from fsspec's listing cache.
+    forget_listings(url, storage_options=storage_options)
     if any(ch in url.split("://", 1)[1] for ch in "*?["):
         found = _retry(lambda: fs.glob(url, detail=False), url, "list", storage_options)
         root = None

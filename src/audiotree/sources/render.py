@@ -11,10 +11,12 @@ from pathlib import Path
 import grain
 
 from audiotree.formats.render import RECORD, read_record
+from audiotree.io import storage
 from audiotree.sources.arrayrecord import open_arrayrecord
 from audiotree.sources.audio import AudioDataSource
 from audiotree.sources.memory import wrap_stored
 from audiotree.sources.tree import TreeDataSource
+from audiotree.writers.remote import fetch_folder
 
 __all__ = ["open_render"]
 
@@ -24,12 +26,17 @@ def open_render(out: str | os.PathLike):
 
     Returns an :class:`~audiotree.sources.memory.AudioMapDataset` (a
     ``grain.MapDataset``) over the parts; ArrayRecord renders are read with
-    :func:`~audiotree.sources.open_arrayrecord`.
+    :func:`~audiotree.sources.open_arrayrecord`. A URL ``out`` (``s3://...``)
+    is read through a local copy in ``$AUDIOTREE_CACHE`` (default
+    ``~/.cache/audiotree``): the readers memory-map, so the render is
+    downloaded once and refreshed only where an object changed.
 
     Raises ``FileNotFoundError`` when ``out`` holds no render record,
     ``ValueError`` when the record is unreadable, and ``RuntimeError`` when no
     part has finished yet.
     """
+    if storage.is_url(os.fspath(out)):  # the readers memory-map: read a local copy (refreshed when changed)
+        out = fetch_folder(os.fspath(out))
     out = Path(out)
     record = read_record(out)
     if record is None:

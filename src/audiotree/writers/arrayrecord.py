@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numbers
 import os
-from pathlib import Path
 from typing import Any
 
 from audiotree._fs import fsync_dir, write_json_atomic
@@ -31,6 +30,9 @@ class ArrayRecordWriter:
       records_per_shard: records per ``items-NNNNN.array_record`` file; hosts
         read whole shards, so keep at least one shard per reading host.
       metadata: JSON-serialisable dict stored in the index.
+      storage_options: fsspec options when ``directory`` is a URL (``s3://``,
+        ``gs://``, ...): the output is staged in a local folder and uploaded on
+        :meth:`close`, the index last (see :mod:`audiotree.writers.remote`).
 
     Determinism: the same items written in the same order give byte-identical
     files, however they were batched.
@@ -48,11 +50,15 @@ class ArrayRecordWriter:
     """
 
     def __init__(self, directory: str | os.PathLike, *, records_per_shard: int = 1000, exist_ok: bool = False,
-                 metadata: dict | None = None):
+                 metadata: dict | None = None, storage_options: dict | None = None):
         if isinstance(records_per_shard, bool) or not isinstance(records_per_shard, numbers.Integral) \
                 or records_per_shard < 1:
             raise ValueError(f"records_per_shard must be a positive int, got {records_per_shard!r}.")
-        self.directory = Path(directory)
+        from audiotree.writers.remote import staged
+
+        # A URL (s3://, gs://, ...) is written in a local staging folder and uploaded on close.
+        self.directory, self._remote = staged(directory, storage_options=storage_options, markers=(INDEX_NAME,),
+                                              exist_ok=exist_ok, what="an ArrayRecord dataset")
         self.records_per_shard = int(records_per_shard)
         self.metadata = dict(metadata or {})
         index = self.directory / INDEX_NAME
@@ -119,3 +125,6 @@ class ArrayRecordWriter:
         fsync_dir(self.directory)
         write_json_atomic(self.directory / INDEX_NAME, index_document(self._shards, self.metadata))
         self._closed = True
+        if self._remote is not None:  # the index goes up after the shards it names
+            remote, self._remote = self._remote, None
+            remote.finish(last=(INDEX_NAME,))

@@ -120,6 +120,9 @@ class AudioWriter:
         at the first write, before any audio file is written).
       manifest_every: save the manifest every this many new entries
         (``0``: only on :meth:`save_manifest` / :meth:`close`).
+      storage_options: fsspec options when ``directory`` is a URL (``s3://``,
+        ``gs://``, ...): the output is staged in a local folder and uploaded on
+        :meth:`close`, the manifest last (see :mod:`audiotree.writers.remote`).
 
     The first write fixes the sample rate and the schema.
     """
@@ -139,8 +142,14 @@ class AudioWriter:
         progress_desc: str | None = None,
         exist_ok: bool = False,
         manifest_every: int = 1000,
+        storage_options: dict | None = None,
     ):
-        self.directory = Path(directory)
+        from audiotree.writers.remote import staged
+
+        # A URL (s3://, gs://, ...) is written in a local staging folder and uploaded on close.
+        self.directory, self._remote = staged(directory, storage_options=storage_options,
+                                              markers=(_manifest.MANIFEST_FILE, "manifest.json"), exist_ok=exist_ok,
+                                              what="a dataset")
         if not is_int(manifest_every) or manifest_every < 0:
             raise ValueError(f"manifest_every must be an int >= 0, got {manifest_every!r}.")
         self.pattern = pattern
@@ -461,6 +470,9 @@ class AudioWriter:
         finally:
             if self._pbar is not None and self._close_pbar:
                 self._pbar.close()
+        if self._remote is not None:  # only after a successful close: the manifest goes up last
+            remote, self._remote = self._remote, None
+            remote.finish(last=(_manifest.MANIFEST_FILE,))
 
     def __enter__(self) -> "AudioWriter":
         return self

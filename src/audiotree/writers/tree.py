@@ -125,6 +125,9 @@ class TreeWriter:
         removed before anything is written, so a crash never mixes the two).
       manifest_interval: seconds between automatic commits (see the module
         docstring); ``0`` commits only on :meth:`flush` and :meth:`close`.
+      storage_options: fsspec options when ``directory`` is a URL (``s3://``,
+        ``gs://``, ...): the output is staged in a local folder and uploaded on
+        :meth:`close`, the manifest last (see :mod:`audiotree.writers.remote`).
 
     Use it as a context manager, or call :meth:`open` and :meth:`close`.
     Written pytrees must keep the structure, leaf dtypes and per-sample shapes
@@ -144,6 +147,7 @@ class TreeWriter:
         progress_desc: str | None = None,
         exist_ok: bool = False,
         manifest_interval: float = 5.0,
+        storage_options: dict | None = None,
     ):
         if on_overflow not in _ON_OVERFLOW:
             raise ValueError(f"on_overflow must be one of {_ON_OVERFLOW}, got {on_overflow!r}.")
@@ -161,7 +165,11 @@ class TreeWriter:
             self._metadata = json.loads(json.dumps(metadata, allow_nan=False))
         except (TypeError, ValueError) as exc:
             raise TypeError(f"metadata must be JSON-serialisable (no NaN/inf): {exc}") from None
-        self.directory = Path(directory)
+        from audiotree.writers.remote import staged
+
+        # A URL (s3://, gs://, ...) is written in a local staging folder and uploaded on close.
+        self.directory, self._remote = staged(directory, storage_options=storage_options, markers=(MANIFEST_NAME,),
+                                              exist_ok=exist_ok, what="a dataset")
         self.expected_samples = None if expected_samples is None else int(expected_samples)
         self.on_overflow = on_overflow
         self.exist_ok = bool(exist_ok)
@@ -495,6 +503,9 @@ class TreeWriter:
                 spec.index_fd = spec.data_fd = -1
             if self._pbar is not None and self._close_pbar:
                 self._pbar.close()
+        if self._remote is not None:  # only after a successful close: the manifest goes up last
+            remote, self._remote = self._remote, None
+            remote.finish(last=(MANIFEST_NAME,))
 
     def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
         try:
