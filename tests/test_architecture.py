@@ -136,7 +136,6 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # Modules allowed over the budget for now, each with the reason. The test fails
 # once one of them fits, so the entry cannot outlive its reason.
 KNOWN_OVER_BUDGET = {
-    "audiotree.io.storage": "issue 15's remaining work extends it on a parallel branch; split once that lands",
 }
 
 

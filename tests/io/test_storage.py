@@ -25,7 +25,7 @@ import pytest
 import soundfile
 
 from audiotree.errors import AudioReadError
-from audiotree.io import AudioFile, probe, storage
+from audiotree.io import AudioFile, probe, remote_file, storage
 from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset, find_audio_files
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
@@ -316,7 +316,7 @@ def test_http_excerpt_fetches_only_what_it_needs(http, long_files, name):
     # file (FLAC of noise has a near-constant bitrate); header allowance:
     # the first read-ahead window.
     excerpt_bytes = len(data) * EXCERPT_SECONDS / LONG_SECONDS
-    assert 0 < http.bytes_sent <= 2 * excerpt_bytes + storage.MIN_WINDOW + 4096, (http.bytes_sent, excerpt_bytes)
+    assert 0 < http.bytes_sent <= 2 * excerpt_bytes + remote_file.MIN_WINDOW + 4096, (http.bytes_sent, excerpt_bytes)
 
 
 def test_http_transient_faults_are_retried_and_stream_is_unchanged(http, long_files):
@@ -359,7 +359,7 @@ def test_http_permanent_errors_name_url_and_status(http, long_files):
 
 
 def test_http_server_ignoring_range_warns_once_and_copes(http, long_files, monkeypatch):
-    monkeypatch.setattr(storage, "_RANGE_WARNED", set())
+    monkeypatch.setattr(remote_file, "_RANGE_WARNED", set())
     http.honour_range = False
     start, frames = 20 * RATE, RATE
     with warnings.catch_warnings(record=True) as caught:
@@ -424,7 +424,7 @@ def test_s3_object_deleted_between_listing_and_reading(s3):
 def test_s3_open_gets_size_and_header_in_one_request(s3):
     """The first ranged GET carries the size (Content-Range) and holds the header: no HEAD, no second GET."""
     data = (s3["local"] / "speech" / "f1.wav").read_bytes()
-    remote = storage.open_input("s3://bucket/speech/f1.wav")
+    remote = remote_file.open_input("s3://bucket/speech/f1.wav")
     try:
         assert remote.size == len(data)
         assert remote.bytes_fetched == len(data)  # a small file: the whole of it is the first window
@@ -436,15 +436,15 @@ def test_s3_open_gets_size_and_header_in_one_request(s3):
         remote.close()
     long = _encode(_noise(6.0, 16000, 1, 9), 16000, "WAV", "PCM_16")
     s3["fs"].pipe("bucket/long/l.wav", long)
-    with storage.open_input("s3://bucket/long/l.wav") as remote:
-        assert remote.size == len(long) and remote.bytes_fetched == storage.MIN_WINDOW
+    with remote_file.open_input("s3://bucket/long/l.wav") as remote:
+        assert remote.size == len(long) and remote.bytes_fetched == remote_file.MIN_WINDOW
     with AudioFile("s3://bucket/long/l.wav") as f:
         np.testing.assert_array_equal(f.read(40000, 8000), _local_read(long, 40000, 8000))
 
 
 def test_s3_empty_object_is_named_not_read_as_audio(s3):
     s3["fs"].pipe("bucket/empty/e.wav", b"")
-    assert storage.open_input("s3://bucket/empty/e.wav").size == 0
+    assert remote_file.open_input("s3://bucket/empty/e.wav").size == 0
     with pytest.raises(AudioReadError, match=r"s3://bucket/empty/e\.wav"):
         AudioFile("s3://bucket/empty/e.wav")
 

@@ -20,6 +20,7 @@ import numpy as np
 from audiotree.errors import AudioReadError
 from audiotree.index.schema import BASE_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
 from audiotree.io import storage
+from audiotree.io.remote_file import open_input
 
 __all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_stale", "refresh_command"]
 
@@ -290,7 +291,7 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
     if storage.is_url(path):
         with storage.use_storage_options(storage_options):
             try:
-                handle = storage.open_input(path)
+                handle = open_input(path)
             except AudioReadError as exc:
                 if "404" not in str(exc):
                     raise

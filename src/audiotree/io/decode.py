@@ -68,6 +68,7 @@ from audiotree.io.failures import (
 )
 from audiotree.io.info import AudioInfo
 from audiotree.io.pyav_reader import PyAVReader
+from audiotree.io.remote_file import open_input
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
 
 __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
@@ -106,7 +107,7 @@ def _open_reader(path: str) -> SoundfileReader | PyAVReader:
 def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
     """Opens a URL through :mod:`audiotree.io.storage`: ranged reads, no download."""
     try:
-        first = storage.open_input(url)
+        first = open_input(url)
     except (ImportError, ValueError) as exc:
         raise AudioReadError(storage.redact(str(exc)), storage.redact(url)) from exc
     handles = [first]
@@ -116,7 +117,7 @@ def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
         # moved or closed it); the first is reused for the first attempt.
         if handles:
             return handles.pop()
-        return storage.open_input(url)
+        return open_input(url)
 
     try:
         return _open_decoder(url, first.size, reopen)
@@ -197,7 +198,7 @@ def _checked(path: str, size: int | None, reader: SoundfileReader | PyAVReader):
 
 
 def _check_source(source: Any) -> None:
-    """Raises the storage error a remote read hit inside the decoder (see storage.RemoteInput)."""
+    """Raises the storage error a remote read hit inside the decoder (see remote_file.RemoteInput)."""
     if not isinstance(source, str):
         source.check()
 

@@ -18,14 +18,9 @@ Configuration
     which is why the builders need no extra argument for object storage.
 
 Seek, don't download
-    Remote files are opened as fsspec file objects with the ``"audiotree"``
-    cache (:class:`ReadaheadCache`): a random read fetches the bytes asked
-    for plus a small window (64 KiB), and each read that continues the
-    previous one grows the window by 1.5x (up to 8 MiB). Header reads and a
-    FLAC decoder's seek probes therefore stay small, while a long sequential
-    excerpt read needs only a few requests and overshoots by at most half of
-    what it has read. libsndfile reads through file objects 8 KiB at a time,
-    so a plain block cache would cost one request per 8 KiB.
+    Remote files are read through :mod:`audiotree.io.remote_file`
+    (:func:`~audiotree.io.remote_file.open_input`): ranged requests with an
+    adaptive read-ahead window, never a whole download.
 
 Faults
     Every network call (size lookup, open, ranged read, listing) is retried on
@@ -53,7 +48,6 @@ import errno
 import os
 import re
 import time
-import warnings
 from typing import Any, Callable, Iterator, Mapping
 
 from audiotree.errors import AudioReadError
@@ -65,7 +59,6 @@ __all__ = [
     "file_size",
     "stat",
     "version",
-    "open_input",
     "download",
     "upload",
     "forget_listings",
@@ -75,7 +68,6 @@ __all__ = [
     "redact",
     "join",
     "use_storage_options",
-    "ReadaheadCache",
     "RETRY_ATTEMPTS",
     "RETRY_MAX_DELAY",
 ]
@@ -89,9 +81,6 @@ RETRY_BASE_DELAY = 0.05
 RETRY_MAX_DELAY = 2.0
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
-#: Read-ahead window bounds (bytes) of :class:`ReadaheadCache`.
-MIN_WINDOW = 64 * 1024
-MAX_WINDOW = 8 * 1024 * 1024
 
 # Which package provides a protocol, for the "install it" message.
 _PROVIDERS = {
@@ -174,18 +163,18 @@ def use_storage_options(options: Mapping[str, Any] | None) -> Iterator[None]:
     keeps what is in effect. Explicit ``storage_options=`` arguments win over both.
 
     >>> with use_storage_options({"anon": True}), use_storage_options({"default_block_size": 2**20}):
-    ...     sorted(_options(None))
+    ...     sorted(merged_options(None))
     ['anon', 'default_block_size']
     """
     # Nested contexts compose: inner options override outer ones, None keeps the outer ones.
-    token = _scoped_options.set(_options(options) or None)
+    token = _scoped_options.set(merged_options(options) or None)
     try:
         yield
     finally:
         _scoped_options.reset(token)
 
 
-def _options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+def merged_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     merged = dict(_scoped_options.get() or {})
     merged.update(storage_options or {})
     return merged
@@ -217,7 +206,7 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None):
             f"Cannot read {redact(url)}: fsspec knows no '{protocol}://' protocol. Use a local path or a URL "
             "such as s3://, gs://, https:// (see docs/storage.md)."
         ) from exc
-    return cls(**_options(storage_options))
+    return cls(**merged_options(storage_options))
 
 
 # ---------------------------------------------------------------------------
@@ -233,7 +222,7 @@ def redact(text: str, storage_options: Mapping[str, Any] | None = None) -> str:
     """
     text = _USERINFO.sub(r"\g<scheme>***@", str(text))
     text = _SECRET_QUERY.sub(r"\g<name>***", text)
-    for name, value in _options(storage_options).items():
+    for name, value in merged_options(storage_options).items():
         if _SECRET_KEYS.search(str(name)) and isinstance(value, str) and len(value) >= 4:
             text = text.replace(value, "***")
     for var in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GOOGLE_OAUTH_ACCESS_TOKEN"):
@@ -243,7 +232,7 @@ def redact(text: str, storage_options: Mapping[str, Any] | None = None) -> str:
     return text
 
 
-def _status(exc: BaseException) -> int | None:
+def http_status(exc: BaseException) -> int | None:
     """The HTTP status behind ``exc`` or its causes, if any library recorded one."""
     seen = 0
     cur: BaseException | None = exc
@@ -268,7 +257,7 @@ def _is_transient(exc: BaseException) -> bool:
     The chain matters: fsspec's HTTP backend reports a failed HEAD as
     ``FileNotFoundError`` raised from the real error (a 503, a reset).
     """
-    status = _status(exc)
+    status = http_status(exc)
     if status is not None:
         return status in _TRANSIENT_STATUS
     cur: BaseException | None = exc
@@ -290,7 +279,7 @@ _TRANSIENT_NAMES = ("ClientConnectorError", "ServerDisconnected", "ClientPayload
                     "ConnectionClosed", "EndpointConnectionError", "ReadTimeout", "ConnectTimeout")
 
 
-def _retry(call: Callable[[], Any], url: str, what: str, storage_options: Mapping[str, Any] | None = None):
+def retry(call: Callable[[], Any], url: str, what: str, storage_options: Mapping[str, Any] | None = None):
     """``call()`` with bounded retries of transient errors; permanent ones become AudioReadError."""
     delay = RETRY_BASE_DELAY
     for attempt in range(1, RETRY_ATTEMPTS + 1):
@@ -311,7 +300,7 @@ def remote_error(
     url: str, exc: BaseException, what: str, *, attempts: int = 1, storage_options: Mapping[str, Any] | None = None
 ) -> AudioReadError:
     """An :class:`AudioReadError` naming ``url``, the HTTP status and what to do; credentials redacted."""
-    status = _status(exc)
+    status = http_status(exc)
     if status is None and isinstance(exc, FileNotFoundError):
         status = 404
     if status is None and isinstance(exc, PermissionError):
@@ -333,340 +322,11 @@ def remote_error(
     return AudioReadError(message, redact(url, storage_options))
 
 
-# ---------------------------------------------------------------------------
-# Reading
-# ---------------------------------------------------------------------------
-
-_RANGE_WARNED: set[str] = set()
-
-
-def _fsspec_base_cache():
-    from fsspec.caching import BaseCache
-
-    return BaseCache
-
-
-def _make_cache_class():
-    BaseCache = _fsspec_base_cache()
-
-    class ReadaheadCache(BaseCache):
-        """An fsspec cache with an adaptive read-ahead window, retries and a no-Range fallback.
-
-        A read that starts outside the cached span fetches ``[start, end +
-        MIN_WINDOW)``; a read that continues the cached span fetches the
-        missing part plus a window 1.5x the previous one (at most
-        ``MAX_WINDOW``). So seek probes cost little and a sequential read of
-        ``n`` bytes costs O(log n) requests and at most ~1.5 n bytes.
-        """
-
-        name = "audiotree"
-
-        def __init__(self, blocksize: int, fetcher: Callable[[int, int], bytes], size: int, **kwargs: Any) -> None:
-            self._url = kwargs.pop("url", "")
-            self._whole: Callable[[], bytes] | None = kwargs.pop("whole", None)
-            super().__init__(blocksize, fetcher, size)
-            self.cache = b""
-            self.start = 0
-            self.end = 0
-            self.window = max(int(blocksize or 0), MIN_WINDOW)
-            self.min_window = self.window
-            self.expected = 0  # bytes the caller announced for its next read (see RemoteInput.expect)
-            self.full = False
-
-        def seed(self, start: int, data: bytes) -> None:
-            """Holds ``data`` (bytes ``start..``, already fetched elsewhere) as the cached span."""
-            self.cache, self.start, self.end = data, start, start + len(data)
-            self.total_requested_bytes += len(data)
-
-        def _get(self, start: int, end: int) -> bytes:
-            try:
-                return _retry(lambda: self.fetcher(start, end), self._url, "read")
-            except AudioReadError as err:
-                cause = err.__cause__
-                if self._whole is None or not (isinstance(cause, ValueError) and "range" in str(cause).lower()):
-                    raise
-            # The server ignored Range and sent the whole object: keep it all.
-            host = self._url.split("/")[2] if "://" in self._url else self._url
-            if host not in _RANGE_WARNED:
-                _RANGE_WARNED.add(host)
-                warnings.warn(
-                    f"The server for {redact(self._url)} ignores HTTP Range requests and sends whole objects; "
-                    "audiotree downloads each such file completely once per open. Serve the files from storage "
-                    "that honours Range (S3, GCS, most web servers) to read excerpts only.",
-                    UserWarning, stacklevel=2,
-                )
-            data = _retry(self._whole, self._url, "read")
-            self.cache, self.start, self.end, self.full = data, 0, len(data), True
-            self.total_requested_bytes += len(data)
-            return data
-
-        def _fetch(self, start: int | None, end: int | None) -> bytes:
-            if start is None:
-                start = 0
-            if end is None or end > self.size:
-                end = self.size
-            if start >= end:
-                return b""
-            if self.start <= start and end <= self.end:
-                self.hit_count += 1
-                return self.cache[start - self.start : end - self.start]
-            self.miss_count += 1
-            if self.start <= start < self.end:
-                # Sequential continuation: keep the tail, grow the window.
-                self.window = min(int(self.window * 1.5), MAX_WINDOW)
-                stop = min(self.size, end + self.window)
-                part = self.cache[start - self.start :]
-                fetched = self._get(self.end, stop)
-                if self.full:
-                    return self.cache[start:end]
-                self.cache = part + fetched
-            else:
-                self.window = self.min_window
-                # An announced read (a whole excerpt) comes in one request.
-                stop = min(self.size, max(end, start + self.expected) + self.window)
-                self.expected = 0
-                fetched = self._get(start, stop)
-                if self.full:
-                    return self.cache[start:end]
-                self.cache = fetched
-            self.start = start
-            self.end = start + len(self.cache)
-            self.total_requested_bytes += len(fetched)
-            return self.cache[: end - start]
-
-    return ReadaheadCache
-
-
-_cache_class = None
-
-
-def _register_cache():
-    global _cache_class
-    if _cache_class is None:
-        from fsspec.caching import caches, register_cache
-
-        cls = _make_cache_class()
-        if cls.name not in caches:
-            register_cache(cls)
-        _cache_class = caches[cls.name]
-    return _cache_class
-
-
-def __getattr__(name: str):
-    # ``ReadaheadCache`` subclasses fsspec's BaseCache, so it is built on first
-    # use: importing this module must not import fsspec (local fast path).
-    if name == "ReadaheadCache":
-        return _register_cache()
-    raise AttributeError(name)
-
-
-class RemoteInput:
-    """An open remote object: a seekable binary file object plus its size and URL.
-
-    ``read``/``seek``/``tell`` delegate to the fsspec file; the object is what
-    soundfile and PyAV receive. Close it (or use it as a context manager).
-    """
-
-    __slots__ = ("url", "size", "failure", "_file")
-
-    def __init__(self, url: str, file: Any, size: int) -> None:
-        self.url = url
-        self.size = size
-        #: The storage error a read hit, if any. Decoders call ``readinto``
-        #: from C callbacks that cannot raise (cffi would print the error and
-        #: report a short read), so the error is kept here, reads after it
-        #: return nothing, and the caller raises it (:meth:`check`).
-        self.failure: AudioReadError | None = None
-        self._file = file
-
-    def read(self, n: int = -1) -> bytes:
-        if self.failure is not None:
-            raise self.failure
-        try:
-            return self._file.read(n)
-        except AudioReadError as exc:
-            self.failure = exc
-            raise
-        except Exception as exc:
-            self.failure = remote_error(self.url, exc, "read")
-            raise self.failure from exc
-
-    def readinto(self, buffer) -> int:
-        try:
-            data = self.read(len(buffer))
-        except AudioReadError:
-            return 0
-        buffer[: len(data)] = data
-        return len(data)
-
-    def expect(self, nbytes: int) -> None:
-        """Announces that the next read starting at a new position will consume about ``nbytes``.
-
-        The cache then fetches them in one request instead of growing its
-        window over several (each request pays the storage's latency).
-        """
-        cache = getattr(self._file, "cache", None)
-        if cache is not None and hasattr(cache, "expected"):
-            cache.expected = max(0, min(int(nbytes), MAX_WINDOW))
-
-    def prefetch_head(self) -> None:
-        """Fetches the first read-ahead window (the header) now, into the cache.
-
-        Why: soundfile opens a file object under a process-wide lock
-        (``SoundFile._sf_error_lock``), so a header read made from inside its
-        open serialises every reader thread behind one network round trip.
-        Fetched here, before the decoder opens, the header costs the same
-        single request but threads overlap it. A storage error is raised here,
-        naming the URL.
-        """
-        cache = getattr(self._file, "cache", None)
-        if cache is None or not hasattr(cache, "expected") or self.size == 0 or cache.end > cache.start:
-            return
-        cache._fetch(0, min(self.size, MIN_WINDOW))
-
-    def check(self) -> None:
-        """Raises the storage error a read hit (see :attr:`failure`), if any."""
-        if self.failure is not None:
-            raise self.failure
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._file.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._file.tell()
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    @property
-    def closed(self) -> bool:
-        return bool(getattr(self._file, "closed", False))
-
-    def close(self) -> None:
-        self._file.close()
-
-    def __enter__(self) -> RemoteInput:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def bytes_fetched(self) -> int:
-        """Bytes this handle fetched from the server so far (from its cache)."""
-        return int(getattr(getattr(self._file, "cache", None), "total_requested_bytes", 0))
-
-
-def _info(fs: Any, url: str) -> dict:
+def object_info(fs: Any, url: str) -> dict:
     info = fs.info(url)
     if info.get("type") == "directory":
         raise IsADirectoryError(errno.EISDIR, "is a folder (prefix), not an object", url)
     return info
-
-
-def _s3_head(fs: Any, url: str) -> tuple[dict, bytes] | None:
-    """The object's metadata and first :data:`MIN_WINDOW` bytes in one ranged GET, for s3fs; else ``None``.
-
-    Why: a HEAD for the size followed by a GET for the header costs two round
-    trips per opened file; the GET's ``Content-Range`` carries the size, so
-    one does. Other backends (and empty objects, which have no byte range)
-    take the HEAD path.
-    """
-    call = getattr(fs, "_call_s3", None)
-    if call is None or not callable(getattr(fs, "split_path", None)) or getattr(fs, "version_aware", False):
-        return None
-    from fsspec.asyn import sync
-
-    bucket, key, version = fs.split_path(url)
-    if not key or version:
-        return None
-
-    async def get():
-        try:
-            resp = await call("get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{MIN_WINDOW - 1}")
-        except OSError as exc:
-            if "range" in str(exc).lower() and "not satisfiable" in str(exc).lower() or _status(exc) == 416:
-                return None  # an empty object
-            raise
-        try:
-            data = await resp["Body"].read()
-        finally:
-            resp["Body"].close()
-        return resp, data
-
-    got = sync(fs.loop, get)
-    if got is None:
-        return None
-    resp, data = got
-    content_range = resp.get("ContentRange") or ""
-    if "/" in content_range and content_range.rsplit("/", 1)[1].isdigit():
-        size = int(content_range.rsplit("/", 1)[1])
-    else:  # no Content-Range: the whole object came back
-        size = len(data)
-    if len(data) > size or (len(data) < min(size, MIN_WINDOW)):
-        return None  # a short or odd answer: let the HEAD path decide
-    info = {"name": f"{bucket}/{key}", "size": size, "type": "file", "ETag": resp.get("ETag"),
-            "LastModified": resp.get("LastModified"), "ContentType": resp.get("ContentType")}
-    return info, data
-
-
-def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> str | RemoteInput:
-    """A local path (returned as ``str``, untouched) or an open :class:`RemoteInput` for a URL.
-
-    The remote file is opened with :class:`ReadaheadCache`; one metadata call
-    (size) and no data is fetched until the decoder reads.
-
-    Raises:
-        AudioReadError: the object is missing, forbidden, or the storage keeps failing.
-        ImportError / ValueError: the protocol is not available (see :func:`filesystem`).
-    """
-    path = os.fsdecode(path)
-    if not is_url(path):
-        return local_path(path)
-    fs = filesystem(path, storage_options)
-    cache = _register_cache()
-    head = _retry(lambda: _s3_head(fs, path), path, "open", storage_options)
-    if head is not None:
-        info, first = head
-    else:
-        info, first = _retry(lambda: _info(fs, path), path, "open", storage_options), None
-    size = int(info["size"])
-
-    def whole() -> bytes:
-        return fs.cat_file(path)
-
-    def do_open():
-        return fs.open(
-            path, "rb", block_size=MIN_WINDOW, cache_type=cache.name, size=size,
-            cache_options={"url": path, "whole": whole},
-        )
-
-    try:
-        file = _retry(do_open, path, "open", storage_options)
-    except TypeError:
-        # Backends whose open() takes no size= (they look it up themselves).
-        file = _retry(
-            lambda: fs.open(path, "rb", block_size=MIN_WINDOW, cache_type=cache.name,
-                            cache_options={"url": path, "whole": whole}),
-            path, "open", storage_options,
-        )
-    if "details" in getattr(file, "__dict__", {}) or hasattr(type(file), "details"):
-        # The object's metadata is known: without it s3fs looks it up again
-        # (a second HEAD request) on the first ranged read.
-        with contextlib.suppress(Exception):
-            file.details = info
-    remote = RemoteInput(path, file, size)
-    if first is not None:
-        file.cache.seed(0, first)
-    try:
-        remote.prefetch_head()
-    except BaseException:
-        remote.close()
-        raise
-    return remote
 
 
 def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> int:
@@ -679,7 +339,7 @@ def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | N
     if not is_url(path):
         return os.stat(local_path(path)).st_size
     fs = filesystem(path, storage_options)
-    return int(_retry(lambda: _info(fs, path), path, "look up", storage_options)["size"])
+    return int(retry(lambda: object_info(fs, path), path, "look up", storage_options)["size"])
 
 
 def _mtime_ns(info: Mapping[str, Any]) -> int:
@@ -724,7 +384,7 @@ def stat(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None =
         st = os.stat(local_path(path))
         return int(st.st_size), int(st.st_mtime_ns)
     fs = filesystem(path, storage_options)
-    info = _retry(lambda: _info(fs, path), path, "look up", storage_options)
+    info = retry(lambda: object_info(fs, path), path, "look up", storage_options)
     return int(info["size"]), _mtime_ns(info)
 
 
@@ -735,7 +395,7 @@ def version(url: str, *, storage_options: Mapping[str, Any] | None = None) -> tu
     generation/CRC (GCS) tells apart two writes in the same second.
     """
     fs = filesystem(url, storage_options)
-    info = _retry(lambda: _info(fs, url), url, "look up", storage_options)
+    info = retry(lambda: object_info(fs, url), url, "look up", storage_options)
     tag = info.get("ETag") or info.get("etag") or info.get("generation") or info.get("crc32c")
     return int(info["size"]), _mtime_ns(info), None if tag is None else str(tag)
 
@@ -754,7 +414,7 @@ def forget_listings(url: str, *, storage_options: Mapping[str, Any] | None = Non
 def download(url: str, local: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> None:
     """Copies the remote object ``url`` to the local file ``local`` (retrying transient errors)."""
     fs = filesystem(url, storage_options)
-    _retry(lambda: fs.get_file(url, os.fspath(local)), url, "download", storage_options)
+    retry(lambda: fs.get_file(url, os.fspath(local)), url, "download", storage_options)
 
 
 def upload(local: str | os.PathLike, url: str, *, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -772,9 +432,9 @@ def upload(local: str | os.PathLike, url: str, *, storage_options: Mapping[str, 
                 src = os.path.join(folder, name)
                 rel = os.path.relpath(src, local).replace(os.sep, "/")
                 target = url.rstrip("/") + "/" + rel
-                _retry(lambda: fs.put_file(src, target), target, "upload", storage_options)
+                retry(lambda: fs.put_file(src, target), target, "upload", storage_options)
         return
-    _retry(lambda: fs.put_file(local, url), url, "upload", storage_options)
+    retry(lambda: fs.put_file(local, url), url, "upload", storage_options)
 
 
 # ---------------------------------------------------------------------------
@@ -795,13 +455,13 @@ def _with_protocol(fs: Any, url: str, found: str) -> str:
 def exists(url: str, *, storage_options: Mapping[str, Any] | None = None) -> bool:
     """Whether the object or prefix ``url`` exists (retrying transient errors)."""
     fs = filesystem(url, storage_options)
-    return bool(_retry(lambda: fs.exists(url), url, "look up", storage_options))
+    return bool(retry(lambda: fs.exists(url), url, "look up", storage_options))
 
 
 def is_dir(url: str, *, storage_options: Mapping[str, Any] | None = None) -> bool:
     """Whether ``url`` is a folder (prefix) holding objects."""
     fs = filesystem(url, storage_options)
-    return bool(_retry(lambda: fs.isdir(url), url, "look up", storage_options))
+    return bool(retry(lambda: fs.isdir(url), url, "look up", storage_options))
 
 
 def list_files(url: str, *, storage_options: Mapping[str, Any] | None = None) -> list[str]:
@@ -819,27 +479,27 @@ def list_files(url: str, *, storage_options: Mapping[str, Any] | None = None) ->
     # dataset or index being built): never answer from fsspec's listing cache.
     forget_listings(url, storage_options=storage_options)
     if any(ch in url.split("://", 1)[1] for ch in "*?["):
-        found = _retry(lambda: fs.glob(url, detail=False), url, "list", storage_options)
+        found = retry(lambda: fs.glob(url, detail=False), url, "list", storage_options)
         root = None
     else:
         try:
-            is_folder = _retry(lambda: fs.isdir(url), url, "list", storage_options)
+            is_folder = retry(lambda: fs.isdir(url), url, "list", storage_options)
         except AudioReadError as exc:
-            if _status(exc.__cause__ or exc) == 404 or isinstance(exc.__cause__, FileNotFoundError):
+            if http_status(exc.__cause__ or exc) == 404 or isinstance(exc.__cause__, FileNotFoundError):
                 is_folder = False
             else:
                 raise
         if is_folder:
-            found = _retry(lambda: fs.find(url), url, "list", storage_options)
+            found = retry(lambda: fs.find(url), url, "list", storage_options)
             root = fs._strip_protocol(url).rstrip("/")
-        elif _retry(lambda: fs.isfile(url), url, "list", storage_options):
+        elif retry(lambda: fs.isfile(url), url, "list", storage_options):
             return [url]
         else:
             bucket = fs._strip_protocol(url).split("/", 1)[0]
             detail = ""
             if _protocol(url) in ("s3", "s3a", "gs", "gcs"):
                 try:
-                    if not _retry(lambda: fs.exists(bucket), url, "list", storage_options):
+                    if not retry(lambda: fs.exists(bucket), url, "list", storage_options):
                         detail = f" (the bucket '{bucket}' does not exist or is not visible with these credentials)"
                 except AudioReadError:
                     pass
