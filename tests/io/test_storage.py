@@ -605,7 +605,7 @@ def _render_cli(*args):
 
 @pytest.mark.parametrize("fmt", ["tree", "audio"])
 def test_s3_render_out_equals_local_render(s3, tmp_path, monkeypatch, fmt):
-    from audiotree.cli.render import open_render
+    from audiotree.sources import open_render
 
     monkeypatch.setenv("AUDIOTREE_CACHE", str(tmp_path / "cache"))
     sources = [f"{g}={s3['local'] / g}" for g in ("speech", "music")]
@@ -631,7 +631,7 @@ def test_s3_render_out_equals_local_render(s3, tmp_path, monkeypatch, fmt):
 
 
 def test_open_render_missing_url_names_it(s3, tmp_path, monkeypatch):
-    from audiotree.cli.render import open_render
+    from audiotree.sources import open_render
 
     monkeypatch.setenv("AUDIOTREE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(FileNotFoundError, match=r"s3://bucket/no-render"):
