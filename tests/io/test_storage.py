@@ -173,6 +173,18 @@ def http(http_server):
 # ---------------------------------------------------------------------------
 
 
+def upload_corpus(fs, bucket: str, local) -> None:
+    """Creates ``bucket`` holding speech (3 files) and music (2), WAV and FLAC, with a copy under ``local``."""
+    fs.mkdir(bucket)
+    for group, seeds in (("speech", (1, 2, 3)), ("music", (4, 5))):
+        (local / group).mkdir()
+        for seed in seeds:
+            ext, fmt = ("wav", "WAV") if seed % 2 else ("flac", "FLAC")
+            data = _encode(_noise(1.5 + 0.25 * seed, 16000, 1, seed), 16000, fmt, "PCM_16")
+            (local / group / f"f{seed}.{ext}").write_bytes(data)
+            fs.pipe(f"{bucket}/{group}/f{seed}.{ext}", data)
+
+
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1; credentials and endpoint through the standard AWS variables."""
@@ -193,14 +205,7 @@ def s3(tmp_path_factory):
         s3fs.S3FileSystem.clear_instance_cache()
         fs = s3fs.S3FileSystem()
         local = tmp_path_factory.mktemp("s3corpus")
-        fs.mkdir("bucket")
-        for group, seeds in (("speech", (1, 2, 3)), ("music", (4, 5))):
-            (local / group).mkdir()
-            for seed in seeds:
-                ext, fmt = ("wav", "WAV") if seed % 2 else ("flac", "FLAC")
-                data = _encode(_noise(1.5 + 0.25 * seed, 16000, 1, seed), 16000, fmt, "PCM_16")
-                (local / group / f"f{seed}.{ext}").write_bytes(data)
-                fs.pipe(f"bucket/{group}/f{seed}.{ext}", data)
+        upload_corpus(fs, "bucket", local)
         fs.pipe("bucket/speech/.hidden.wav", b"not audio")
         fs.pipe("bucket/docs/readme.txt", b"no audio here")
         try:

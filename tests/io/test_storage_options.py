@@ -19,7 +19,7 @@ from audiotree.sources import (
     create_balanced_audio_dataset,
     create_windowed_audio_dataset,
 )
-from test_storage import SECRET, SYNC, _encode, _free_port, _noise
+from test_storage import SECRET, SYNC, _free_port, upload_corpus
 
 _AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
 # moto keeps one in-memory backend per process, shared by every server a test starts:
@@ -38,15 +38,8 @@ def s3(tmp_path_factory):
     options = {"key": "testing", "secret": SECRET, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
     try:
         fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
-        fs.mkdir(BUCKET)
         local = tmp_path_factory.mktemp("s3options")
-        for group, seeds in (("speech", (1, 2, 3)), ("music", (4, 5))):
-            (local / group).mkdir()
-            for seed in seeds:
-                ext, fmt = ("wav", "WAV") if seed % 2 else ("flac", "FLAC")
-                data = _encode(_noise(1.5 + 0.25 * seed, 16000, 1, seed), 16000, fmt, "PCM_16")
-                (local / group / f"f{seed}.{ext}").write_bytes(data)
-                fs.pipe(f"{BUCKET}/{group}/f{seed}.{ext}", data)
+        upload_corpus(fs, BUCKET, local)
         yield {"local": local, "options": options}
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
