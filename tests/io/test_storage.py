@@ -185,14 +185,22 @@ def upload_corpus(fs, bucket: str, local) -> None:
             fs.pipe(f"{bucket}/{group}/f{seed}.{ext}", data)
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1; credentials and endpoint through the standard AWS variables."""
+def start_moto():
+    """A started moto S3 server on 127.0.0.1 and its port (the caller stops it); skips without moto/s3fs."""
     moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
+    pytest.importorskip("s3fs")
     port = _free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    return server, port
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1; credentials and endpoint through the standard AWS variables."""
+    import s3fs
+
+    server, port = start_moto()
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": SECRET,

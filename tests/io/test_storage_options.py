@@ -19,7 +19,7 @@ from audiotree.sources import (
     create_balanced_audio_dataset,
     create_windowed_audio_dataset,
 )
-from test_storage import SECRET, SYNC, _free_port, upload_corpus
+from test_storage import SECRET, SYNC, start_moto, upload_corpus
 
 _AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
 # moto keeps one in-memory backend per process, shared by every server a test starts:
@@ -30,11 +30,9 @@ BUCKET = "options-bucket"
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1 holding two groups; its options reach s3fs explicitly only."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server, port = start_moto()
+    import s3fs
+
     options = {"key": "testing", "secret": SECRET, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
     try:
         fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
