@@ -191,7 +191,7 @@ class PyAVReader:
 
     def _as_frames_by_channels(self, frame: Any, channels: int) -> np.ndarray:
         """Frame samples as (samples, channels) in their native dtype (a view when possible)."""
-        got = len(frame.layout.channels)
+        got = frame.layout.nb_channels  # per frame: not len(.channels), which builds objects
         if got != channels:
             raise bad_file(self._path, f"a decoded frame has {got} channels but the stream declares {channels}")
         if frame.format.is_planar and channels > _PYAV_SAFE_PLANES:
@@ -209,7 +209,7 @@ class PyAVReader:
             self._packer = av.AudioResampler(format=frame.format.packed, layout=frame.layout, rate=frame.sample_rate)
         packed = self._packer.resample(frame)
         if len(packed) != 1 or packed[0].samples != frame.samples:
-            raise bad_file(self._path, f"interleaving a {len(frame.layout.channels)}-channel frame of {frame.samples} "
+            raise bad_file(self._path, f"interleaving a {frame.layout.nb_channels}-channel frame of {frame.samples} "
                             f"samples gave {sum(f.samples for f in packed)}")
         return packed[0]
 
