@@ -28,7 +28,6 @@ __all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_
 #: raise (default), re-read the file's header as it is now, or skip the item.
 ON_STALE = ("error", "reprobe", "skip")
 _DEFAULT_COLUMNS = ("path", "group", "size", "mtime_ns", "sample_rate", "channels", "frames", "duration", "readable")
-_TYPES = {name: kind for name, kind, _ in BASE_COLUMNS}
 
 
 class StaleFileError(ValueError):
