@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import grain
 import numpy as np
 
-from audiotree.io.storage import use_storage_options
+from audiotree.io.storage import call_with_storage_options
 from audiotree.validation import is_real
 
 __all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "rows_by_group"]
@@ -112,11 +112,8 @@ class IndexedLoader(grain.transforms.RandomMap):
     by_slot: bool = False
 
     def random_map(self, element: Any, rng: np.random.Generator):
-        options = getattr(self.loader, "storage_options", None)
-        if options:  # the staleness check reaches the storage too
-            with use_storage_options(options):
-                return self._read(element, rng)
-        return self._read(element, rng)
+        # The staleness check reaches the storage too, with the wrapped loader's options.
+        return call_with_storage_options(getattr(self.loader, "storage_options", None), self._read, element, rng)
 
     def _read(self, element: Any, rng: np.random.Generator):
         if self.by_slot:

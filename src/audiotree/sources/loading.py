@@ -18,7 +18,7 @@ from audiotree.errors import AudioReadError
 from audiotree.core import AudioTree
 from audiotree.excerpt import ExcerptConfig
 from audiotree.io.excerpt import select_clip
-from audiotree.io.storage import use_storage_options
+from audiotree.io.storage import call_with_storage_options
 
 __all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
@@ -64,10 +64,7 @@ class ExcerptLoader(grain.transforms.RandomMap):
 
     def read(self, path: Any, rng: np.random.Generator, plan: Any = None):
         """One excerpt of ``path``; ``plan`` is a corpus index's ``RowPlan`` for ``loudest``."""
-        if self.storage_options:
-            with use_storage_options(self.storage_options):
-                return self._read(path, rng, plan)
-        return self._read(path, rng, plan)
+        return call_with_storage_options(self.storage_options, self._read, path, rng, plan)
 
     def _read(self, path: Any, rng: np.random.Generator, plan: Any):
         try:

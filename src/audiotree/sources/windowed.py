@@ -31,7 +31,7 @@ from audiotree.dsp.window_meter import WindowMeter
 from audiotree.formats import window_lufs as cache_format
 from audiotree.formats.window_lufs import WindowLufsCache, file_stat, save_window_lufs, write_cache
 from audiotree.io.decode import AudioFile, probe
-from audiotree.io.storage import use_storage_options
+from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
 from audiotree.sources.common import building_with_storage_options, check_common, resolve_files
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
@@ -277,10 +277,7 @@ class WindowLoader(grain.transforms.RandomMap):
 
     def read_slot(self, slot: int, rng: np.random.Generator, *, reprobe: bool = False):
         """The excerpt of ``slot``; ``reprobe`` re-reads the file's length (it changed since it was indexed)."""
-        if self.storage_options:
-            with use_storage_options(self.storage_options):
-                return self._read_slot(slot, rng, reprobe)
-        return self._read_slot(slot, rng, reprobe)
+        return call_with_storage_options(self.storage_options, self._read_slot, slot, rng, reprobe)
 
     def _read_slot(self, slot: int, rng: np.random.Generator, reprobe: bool):
         offset = float(self.slots.offset[slot])
