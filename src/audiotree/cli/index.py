@@ -30,6 +30,9 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
               help="An indexed file with no label row: an error, or empty labels.")
 @click.option("--root", type=click.Path(file_okay=False), default=None,
               help="Store paths relative to this folder (kept relative to the index when given relative).")
+@click.option("--segments", "segments", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Segments of the recordings (CSV, TSV, JSONL or Parquet: path,start,end seconds, optional id "
+                   "and recording, plus label columns): one index row per segment.")
 @click.option("--loudness/--no-loudness", default=True, show_default=True,
               help="Compute each file's loudness profile (decodes every file once).")
 @click.option("--mono/--stereo", default=True, show_default=True,
@@ -44,7 +47,7 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
               help="Files per task and per committed part (resume granularity).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
 def index(sources, out: str, labels: str | None, labels_key: str, labels_match: str, labels_root: str | None,
-          labels_missing: str, root: str | None, loudness: bool, mono: bool, executor: str, ray_address: str | None,
+          labels_missing: str, root: str | None, segments: str | None, loudness: bool, mono: bool, executor: str, ray_address: str | None,
           jobs: int | None, chunk_size: int | None, progress: bool) -> None:
     """Index SOURCES into one Parquet file, or refresh an existing index.
 
@@ -64,7 +67,7 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
         label_source = LabelSource(labels, key=labels_key, match=labels_match, root=labels_root, missing=labels_missing)
     report = build_index(
         spec, out, labels=label_source, loudness=loudness, executor=executor, show_progress=progress, mono=mono,
-        root=root, chunk_size=chunk_size, max_workers=jobs, ray_address=ray_address,
+        root=root, chunk_size=chunk_size, max_workers=jobs, ray_address=ray_address, segments=segments,
     )
     click.echo(
         f"{report.path}: {report.rows} rows ({report.read} read, {report.reused} unchanged, {report.resumed} resumed, "

@@ -35,7 +35,8 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from audiotree.errors import AudioReadError
-from audiotree.index.labels import as_label_source, join_labels
+from audiotree.index.labels import as_label_source, join_labels, label_columns
+from audiotree.index.segments import read_segments
 from audiotree.io import storage
 from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
 from audiotree.validation import is_int
@@ -306,6 +307,54 @@ def _reusable(table, stored_to_abs: dict, current: dict, taken: set):
     return pa.array(keep, type=pa.bool_())
 
 
+def _segments_by_file(table: Any, found: list) -> tuple[list, dict]:
+    """The found files that have segments, and ``{path: [(segment row, start, end), ...]}``."""
+    from audiotree.index.segments import missing_recording
+
+    listed = {p for p, _, _ in found}
+    windows: dict[str, list] = {}
+    columns = table.table
+    for k, (p, start, end) in enumerate(zip(columns.column("path").to_pylist(), columns.column("start").to_pylist(),
+                                            columns.column("end").to_pylist())):
+        if p not in listed:
+            exists = storage.exists(p) if storage.is_url(p) else os.path.exists(p)
+            raise missing_recording(table, k, p, exists)
+        windows.setdefault(p, []).append((k, start, end))
+    unused = len(listed) - len(windows)
+    if unused:
+        warnings.warn(f"{unused} indexed file(s) have no segment in {table.where}; they are left out of the index.",
+                      UserWarning, stacklevel=4)
+    return [f for f in found if f[0] in windows], windows
+
+
+def _with_segment_columns(table, rows: Sequence[dict], segments: Any):
+    """``table`` (the rows of a segment build, in order) with the segment columns, and ``_segment`` (its list row)."""
+    pa = require_pyarrow()
+    from audiotree.index.segments import past_end
+
+    for r in rows:
+        if r.get("past_end") is not None:
+            raise past_end(segments, r["segment"], r["end"], r["past_end"], r["path"])
+    take = pa.array([r["segment"] for r in rows], type=pa.int64())
+    source = segments.table
+    for name in ("id", "recording", "start", "end"):
+        table = table.append_column(name, source.column(name).take(take))
+    return table.append_column("_segment", take)
+
+
+def _segment_labels(table, segments: Any, previous_specs: Any):
+    """``table`` with the segment list's label columns (by its ``_segment`` column), and their specs."""
+    pa = require_pyarrow()
+
+    rows = table.column("_segment").to_pylist()
+    table = table.drop_columns(["_segment"])
+    columns, specs = label_columns(segments.table, rows, previous_specs,
+                                   skip=("path", "start", "end", "id", "recording"))
+    for name, col in columns.items():
+        table = table.append_column(pa.field(name, col.type, nullable=True), col)
+    return table, specs
+
+
 def build_index(
     sources: Any,
     out: str | os.PathLike,
@@ -321,6 +370,7 @@ def build_index(
     max_workers: int | None = None,
     ray_address: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    segments: Any = None,
 ) -> IndexBuildReport:
     """Indexes ``sources`` into the Parquet file ``out``; see the module docstring.
 
@@ -352,6 +402,17 @@ def build_index(
         temporary folder (after downloading an existing index to update it)
         and uploaded when complete, so readers never see a partial index; an
         interrupted remote build starts over rather than resuming.
+      segments: a segment list (a CSV/TSV/JSONL/Parquet path, a
+        ``pyarrow.Table``, a ``{column: values}`` mapping or a list of row
+        dicts: ``path``, ``start``, ``end`` seconds, optional ``id`` and
+        ``recording``, plus label columns; see :mod:`audiotree.index.segments`).
+        The index then has one row per segment (the segment columns of
+        :mod:`audiotree.index.schema`), its labels those of the segment;
+        ``labels=`` still joins per-file labels to every segment of a file.
+        Each recording is opened and probed once however many segments it
+        has; recordings with no segment are left out. A segment build re-reads
+        every recording (no rows are reused from an existing ``out`` or an
+        interrupted build).
 
     Returns:
       An :class:`IndexBuildReport`.
@@ -359,18 +420,19 @@ def build_index(
     Raises:
       FileNotFoundError / RuntimeError: a source is missing or holds no audio.
       ValueError: a file outside ``root``, bad labels (see
-        :mod:`audiotree.index.labels`), or an unusable existing ``out``.
+        :mod:`audiotree.index.labels`), bad segments (see
+        :mod:`audiotree.index.segments`), or an unusable existing ``out``.
     """
     options = dict(storage_options or {})
     if storage.is_url(os.fspath(out)):
         return _build_remote(sources, os.fspath(out), labels=labels, loudness=loudness, executor=executor,
                              show_progress=show_progress, mono=mono, root=root, extensions=extensions,
                              chunk_size=chunk_size, max_workers=max_workers, ray_address=ray_address,
-                             storage_options=options)
+                             storage_options=options, segments=segments)
     with storage.use_storage_options(options):
         return _build(sources, out, labels=labels, loudness=loudness, executor=executor, show_progress=show_progress,
                       mono=mono, root=root, extensions=extensions, chunk_size=chunk_size, max_workers=max_workers,
-                      ray_address=ray_address, storage_options=options)
+                      ray_address=ray_address, storage_options=options, segments=segments)
 
 
 def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: Any) -> IndexBuildReport:
@@ -393,7 +455,7 @@ def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: An
 
 def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool, executor: Any, show_progress: bool,
            mono: bool, root: Any, extensions: Any, chunk_size: int | None, max_workers: int | None,
-           ray_address: str | None, storage_options: dict) -> IndexBuildReport:
+           ray_address: str | None, storage_options: dict, segments: Any = None) -> IndexBuildReport:
     pa = require_pyarrow()
     import pyarrow.compute as pc
     from tqdm.auto import tqdm
@@ -402,7 +464,10 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
 
     out = os.path.abspath(os.fspath(out))
     label_source = as_label_source(labels)
+    segment_table = None if segments is None else read_segments(segments)
     pairs, described = _normalize_sources(sources)
+    if segment_table is not None and isinstance(segments, (str, os.PathLike)):
+        described["segments"] = segment_table.where
     if label_source is not None:
         described.update(labels=os.path.abspath(label_source.path), labels_key=label_source.key,
                          labels_match=label_source.match, labels_missing=label_source.missing)
@@ -417,6 +482,9 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
         described["root"] = root_abs
     found = _discover(pairs, extensions)
+    windows = None
+    if segment_table is not None:
+        found, windows = _segments_by_file(segment_table, found)
 
     def stored(path: str) -> str:
         if root_abs is None:
@@ -453,6 +521,9 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     taken: set[str] = set()
     kept = []
     resumed = 0
+    if windows is not None:  # a segment build reads every recording afresh
+        parts.remove()
+        previous_table = None
     for table in parts.load():
         mask = _reusable(table, stored_to_abs, current, taken)
         table = table.filter(mask)
@@ -466,7 +537,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
             reused = table.num_rows
             kept.append(table.select(_BASE_NAMES).cast(arrow_schema()))
 
-    todo = [(p, g) for p, g, _ in found if p not in taken]
+    todo = [(p, g) if windows is None else (p, g, windows[p]) for p, g, _ in found if p not in taken]
     stack = contextlib.ExitStack()
     executor_obj, owned, workers = _make_executor(executor, max_workers, stack, ray_address) if todo else (None, False, 1)
     if chunk_size is None:
@@ -495,16 +566,32 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
 
     tables = kept + ([_rows_table(new_rows)] if new_rows else [])
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+    order = [("_group_key", "ascending"), ("path", "ascending")]
+    if windows is not None:
+        table = _with_segment_columns(table, new_rows, segment_table)
+        order += [("start", "ascending"), ("end", "ascending")]
     group_key = [g or "" for g in table.column("group").to_pylist()]
     table = table.append_column("_group_key", pa.array(group_key, type=pa.string()))
-    table = table.sort_by([("_group_key", "ascending"), ("path", "ascending")]).drop_columns(["_group_key"])
+    table = table.sort_by(order).drop_columns(["_group_key"])
 
     label_specs: dict = {}
+    previous_specs = previous.meta["labels"] if previous is not None else None
+    if windows is not None:
+        table, label_specs = _segment_labels(table, segment_table, previous_specs)
     if label_source is not None:
         roots = {p: r for p, _, r in found}
         abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]
-        previous_specs = previous.meta["labels"] if previous is not None else None
-        columns, label_specs = join_labels(label_source, abs_paths, [roots[p] for p in abs_paths], previous_specs)
+        unique = list(dict.fromkeys(abs_paths))  # a recording's segments share its labels
+        columns, specs = join_labels(label_source, unique, [roots[p] for p in unique], previous_specs)
+        clash = sorted(set(specs) & set(label_specs))
+        if clash:
+            raise ValueError(f"Label column(s) {clash} are in both the labels file {label_source.path} and the "
+                             f"segment list {segment_table.where}; rename one.")
+        label_specs = {**label_specs, **specs}
+        if len(unique) != len(abs_paths):
+            position = {p: i for i, p in enumerate(unique)}
+            take = pa.array([position[p] for p in abs_paths], type=pa.int64())
+            columns = {name: col.take(take) for name, col in columns.items()}
         for name, col in columns.items():
             table = table.append_column(pa.field(name, col.type, nullable=True), col)
     table = table.replace_schema_metadata(encode_metadata(

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from audiotree.index.schema import RESERVED_COLUMNS, require_pyarrow
 
-__all__ = ["LabelSource", "read_labels", "join_labels", "as_label_source"]
+__all__ = ["LabelSource", "read_labels", "join_labels", "as_label_source", "label_columns", "check_label_types"]
 
 _MATCHES = ("path", "relative", "stem")
 _MISSING = ("error", "null")
@@ -120,13 +120,7 @@ def read_labels(source: LabelSource):
     clashing = sorted(set(table.column_names) & RESERVED_COLUMNS - {source.key})
     if clashing:
         raise _fail(path, f"label column(s) {clashing} clash with the index's own columns; rename them.")
-    for field in table.schema:
-        if field.name == source.key:
-            continue
-        t = field.type
-        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
-                or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)):
-            raise _fail(path, f"label column {field.name!r} has type {t}; labels must be strings or numbers.")
+    check_label_types(table, path, skip=(source.key,))
     keys = table.column(source.key)
     if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
         keys = keys.cast(pa.string())
@@ -204,12 +198,31 @@ def join_labels(
     unused = len(by_key) - len({r for r in rows if r is not None})
     if unused:
         warnings.warn(f"Labels file {source.path}: {unused} row(s) match no indexed file.", UserWarning, stacklevel=3)
+    return label_columns(table, rows, previous, skip=(source.key,))
+
+
+def check_label_types(table: Any, path: str, skip: Sequence[str] = ()) -> None:
+    """Every column of ``table`` but ``skip`` is a string or number column; ValueError naming ``path``."""
+    pa = require_pyarrow()
+    for field in table.schema:
+        if field.name in skip:
+            continue
+        t = field.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+                or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)):
+            raise _fail(path, f"label column {field.name!r} has type {t}; labels must be strings or numbers.")
+
+
+def label_columns(table: Any, rows: Sequence[int | None], previous: Mapping[str, Any] | None = None, *,
+                  skip: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, dict]]:
+    """The label columns of ``table`` (all but ``skip``) taken at ``rows`` (``None``: empty), and their specs."""
+    pa = require_pyarrow()
     take = pa.array(rows, type=pa.int64())
     columns: dict[str, Any] = {}
     specs: dict[str, dict] = {}
     previous = previous or {}
     for name in table.column_names:
-        if name == source.key:
+        if name in skip:
             continue
         col = table.column(name).combine_chunks().take(take)
         if pa.types.is_null(col.type):

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.index.schema import BASE_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
+from audiotree.index.schema import BASE_COLUMNS, SEGMENT_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
 from audiotree.io import storage
 from audiotree.io.remote_file import open_input
 
@@ -58,7 +58,8 @@ def refresh_command(index_path: str, meta: dict) -> str:
         args.append("SOURCES...")
     args += ["--out", index_path if storage.is_url(index_path) else os.path.abspath(index_path)]
     for flag, key in (("--labels", "labels"), ("--labels-key", "labels_key"), ("--labels-match", "labels_match"),
-                      ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root")):
+                      ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root"),
+                      ("--segments", "segments")):
         if sources.get(key):
             args += [flag, str(sources[key])]
     loud = meta.get("loudness") or {}
@@ -153,6 +154,11 @@ class CorpusIndex:
     @property
     def has_profile(self) -> bool:
         return bool(self.meta["loudness"].get("enabled"))
+
+    @property
+    def has_segments(self) -> bool:
+        """True for a segment index (one row per segment of a recording; see :mod:`audiotree.index.schema`)."""
+        return "start" in self.table.column_names
 
     @property
     def mono(self) -> bool:
@@ -305,6 +311,20 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
     return _open_index(path, path, columns, labels)
 
 
+def _check_segment_columns(path: str, schema: Any) -> None:
+    """A segment index has all four segment columns, of their types (or none of them)."""
+    present = [name for name, _, _ in SEGMENT_COLUMNS if name in schema.names]
+    if not present or "start" not in present and "end" not in present:
+        return
+    expected_schema = arrow_schema(segments=True)
+    for name, _kind, _nullable in SEGMENT_COLUMNS:
+        if name not in schema.names:
+            raise ValueError(f"{path}: the segment index has no {name!r} column; it was edited or damaged. Rebuild it.")
+        expected, actual = expected_schema.field(name).type, schema.field(name).type
+        if not actual.equals(expected):
+            raise ValueError(f"{path}: column {name!r} has type {actual}, expected {expected}; rebuild the index.")
+
+
 def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: Sequence[str] | None) -> CorpusIndex:
     pa = require_pyarrow()
     import pyarrow.parquet as pq
@@ -322,6 +342,7 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
         expected, actual = expected_schema.field(name).type, schema.field(name).type
         if not actual.equals(expected):
             raise ValueError(f"{path}: column {name!r} has type {actual}, expected {expected}; rebuild the index.")
+    _check_segment_columns(path, schema)
     for name in meta["labels"]:
         if name not in schema.names:
             raise ValueError(f"{path}: label column {name!r} is listed in the metadata but missing; rebuild the index.")
@@ -341,6 +362,9 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
             raise ValueError(f"{path}: no column(s) {unknown}; the index has {schema.names}.")
         if "path" not in wanted:
             wanted.insert(0, "path")
+        # A segment row is its window: its bounds are read whatever the columns asked for.
+        if "start" in schema.names:
+            wanted += [name for name, _, _ in SEGMENT_COLUMNS if name not in wanted]
     try:
         table = pf.read(columns=wanted)
     except (pa.ArrowException, OSError, AudioReadError) as exc:
