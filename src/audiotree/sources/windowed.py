@@ -334,6 +334,9 @@ def windowed_group_dataset(
     alpha, lufs_cache, lufs_window_sec = window.alpha, window.lufs_cache, window.lufs_window_sec
     durations_hint = "add it to durations= or pass durations=None to read the file headers."
     if rows is not None:  # from a corpus index: durations (and loudness) without reading a header
+        if rows.windows is not None:
+            raise ValueError(f"{rows.index_path} is a segment index; window= samples windows of whole files. Read its "
+                             "segments with create_audio_dataset(index=..., duration=...) instead.")
         files = list(rows.paths)
         if durations is None:
             durations = dict(zip(files, rows.durations.tolist()))
