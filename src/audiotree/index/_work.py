@@ -83,6 +83,8 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
                      sample_rate=rate, channels=int(info.channels), readable=True)
         for row in rows:
             row.update(facts)
+            if row["end"] != row["end"]:  # NaN: to the end of the file
+                row["end"] = total / rate
             start, end = row["start"], row["end"]
             if end > total / rate + tolerance or start >= total / rate:
                 row.update(past_end=total / rate, readable=False,

@@ -337,8 +337,10 @@ def _with_segment_columns(table, rows: Sequence[dict], segments: Any):
             raise past_end(segments, r["segment"], r["end"], r["past_end"], r["path"])
     take = pa.array([r["segment"] for r in rows], type=pa.int64())
     source = segments.table
-    for name in ("id", "recording", "start", "end"):
+    for name in ("id", "recording"):
         table = table.append_column(name, source.column(name).take(take))
+    for name in ("start", "end"):  # as read: an open end is the file's end
+        table = table.append_column(name, pa.array([r[name] for r in rows], type=pa.float64()))
     return table.append_column("_segment", take)
 
 

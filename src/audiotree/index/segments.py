@@ -2,7 +2,7 @@
 
 A segment list is a table with one row per segment: ``path`` (the recording;
 a relative path starts from the list's own folder), ``start`` and ``end``
-(seconds within the file, ``start < end``), optionally ``id`` (unique) and
+(seconds within the file, ``start < end``; an empty ``end`` runs to the end of the file), optionally ``id`` (unique) and
 ``recording`` (the recording's id), and any label columns (strings or
 numbers: a transcript, a speaker, a gender). It is a CSV, TSV, JSONL or
 Parquet file (``audiotree index ... --segments SEGMENTS.csv``), or, from
@@ -151,6 +151,8 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
     from audiotree.index.labels import check_label_types
     from audiotree.io import storage
 
+    if isinstance(segments, SegmentTable):
+        return segments
     first, word = 1, "row"
     if isinstance(segments, (str, os.PathLike)):
         path = os.path.abspath(os.fspath(segments))
@@ -187,7 +189,7 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
         else:
             columns[name] = [None] * table.num_rows
     starts = _seconds(result, table, "start")
-    ends = _seconds(result, table, "end")
+    ends = _seconds(result, table, "end", open_end=True)
     paths = columns["path"]
     for i, p in enumerate(paths):
         if p is None or not str(p).strip():
@@ -230,7 +232,7 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
     return dataclasses.replace(result, table=clean)
 
 
-def _seconds(result: SegmentTable, table: Any, name: str) -> np.ndarray:
+def _seconds(result: SegmentTable, table: Any, name: str, open_end: bool = False) -> np.ndarray:
     pa = require_pyarrow()
     col = table.column(name)
     try:
@@ -243,7 +245,8 @@ def _seconds(result: SegmentTable, table: Any, name: str) -> np.ndarray:
             except (TypeError, ValueError):
                 values.append(None)
     out = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(out))
+    empty = np.array([v is None for v in col.to_pylist()], dtype=bool)
+    bad = np.flatnonzero(~np.isfinite(out) & ~(empty & open_end))
     if bad.size:
         i = int(bad[0])
         raise _fail(result.at(i), f"{name} is {col[i].as_py()!r}, not a finite number of seconds.")
