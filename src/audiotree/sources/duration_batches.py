@@ -14,6 +14,7 @@ the items) is fresh every epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import sys
@@ -221,7 +222,32 @@ class DurationBatchDataset(grain.MapDataset):
         pad_to = edge_samples if self.pad_to == "bucket" else max(t.samples for t in filled)
         if self.pad_multiple > 1:
             pad_to = -(-pad_to // self.pad_multiple) * self.pad_multiple
-        return AudioTree.batch(filled, pad_to=pad_to)
+        return _batch_padded(filled, pad_to)
+
+
+def _batch_padded(items: list, pad_to: int) -> Any:
+    """``AudioTree.batch(items, pad_to=pad_to)``, writing each waveform once into the padded batch.
+
+    The general ``batch`` pads every item, then concatenates (two copies of
+    the audio); for NumPy items without loudness windows this copies once.
+    """
+    from audiotree.core import AudioTree
+
+    if not all(isinstance(t.waveform, np.ndarray) and t.lufs_windows is None for t in items):
+        return AudioTree.batch(items, pad_to=pad_to)
+    shapes = {t.waveform.shape[1:-1] for t in items}
+    dtypes = {t.waveform.dtype for t in items}
+    if len(shapes) != 1 or len(dtypes) != 1 or any(t.samples > pad_to for t in items):
+        return AudioTree.batch(items, pad_to=pad_to)  # its errors name the offending item
+    (shape,), (dtype,) = shapes, dtypes
+    waveform = np.zeros((len(items), *shape, pad_to), dtype=dtype)
+    lengths = np.empty(len(items), dtype=np.int32)
+    for i, t in enumerate(items):
+        n = t.samples
+        waveform[i, ..., :n] = t.waveform[0]
+        lengths[i] = n if t.lengths is None else int(np.asarray(t.lengths)[0])
+    rest = AudioTree.batch([dataclasses.replace(t, waveform=None, lengths=None) for t in items])
+    return dataclasses.replace(rest, waveform=waveform, lengths=lengths)
 
 
 def _crop(tree: Any, samples: int) -> Any:
