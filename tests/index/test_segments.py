@@ -240,3 +240,17 @@ def test_window_sampling_refuses_a_segment_index(corpus):
     out = _build(corpus)
     with pytest.raises(ValueError, match="is a segment index"):
         create_windowed_audio_dataset(index=out, duration=0.5, sample_rate=RATE)
+
+
+def test_a_damaged_segment_index_is_refused(corpus, tmp_path):
+    out = _build(corpus)
+    table = pq.read_table(out)
+    meta = table.schema.metadata
+    pq.write_table(table.drop_columns(["recording"]).replace_schema_metadata(meta), tmp_path / "a.parquet")
+    with pytest.raises(ValueError, match=r"a.parquet: the segment index has no \['recording'\] column"):
+        open_index(tmp_path / "a.parquet")
+    i = table.column_names.index("start")
+    bad = table.set_column(i, "start", table.column("start").cast(pa.float32())).replace_schema_metadata(meta)
+    pq.write_table(bad, tmp_path / "b.parquet")
+    with pytest.raises(ValueError, match=r"b.parquet: segment column 'start' is float, expected double"):
+        open_index(tmp_path / "b.parquet")

@@ -15,7 +15,7 @@ separated field the key, sorted or not.
 * ``utt2spk`` (optional): ``<utterance-id> <speaker-id>``.
 * ``spk2gender`` (optional): ``<speaker-id> <m|f>``.
 
-:func:`read_data_dir` returns the segment list (columns ``path``, ``start``,
+:func:`read_data_dir` returns (as :class:`~audiotree.formats.imported.ImportedSegments`) the segment list (columns ``path``, ``start``,
 ``end`` (``None``: to the end of the file), ``id``, ``recording``, ``text``,
 ``speaker``, ``gender``; a label column only when its file exists) and the
 line each segment came from, for :func:`audiotree.index.import_kaldi`. Every
@@ -27,33 +27,15 @@ recording whose file does not exist.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Iterator
 
-__all__ = ["KaldiDataDir", "read_data_dir", "KALDI_FILES"]
+from audiotree.formats.imported import ImportedSegments
+
+__all__ = ["read_data_dir", "KALDI_FILES"]
 
 #: The files of a data directory this module reads (``wav.scp`` is required).
 KALDI_FILES = ("wav.scp", "segments", "text", "utt2spk", "spk2gender")
-
-
-@dataclasses.dataclass(frozen=True)
-class KaldiDataDir:
-    """A parsed data directory.
-
-    Attributes:
-      path: the directory.
-      recordings: ``{recording id: absolute path}`` in ``wav.scp`` order.
-      columns: the segment list, ``{column: values}`` (see the module docstring).
-      where: the file the segments came from (``segments``, else ``wav.scp``).
-      lines: the line of each segment in ``where``.
-    """
-
-    path: str
-    recordings: dict
-    columns: dict
-    where: str
-    lines: list
 
 
 def _fail(path: str, line: int, message: str) -> ValueError:
@@ -125,7 +107,7 @@ def _is_archive(target: str) -> bool:
     return bool(sep) and tail.isdigit() and head.lower().endswith(".ark")
 
 
-def read_data_dir(path: str | os.PathLike, *, audio_root: str | os.PathLike | None = None) -> KaldiDataDir:
+def read_data_dir(path: str | os.PathLike, *, audio_root: str | os.PathLike | None = None) -> ImportedSegments:
     """Parses the Kaldi data directory ``path`` (see the module docstring).
 
     Args:
@@ -194,8 +176,8 @@ def read_data_dir(path: str | os.PathLike, *, audio_root: str | os.PathLike | No
                 raise _fail(file["spk2gender"], number, f"gender of {spk!r} is {value!r}; Kaldi uses 'm' or 'f'.")
         columns["gender"] = [genders[speakers[u][1]][1] if u in speakers and speakers[u][1] in genders else None
                              for u in ids]
-    return KaldiDataDir(path=folder, recordings={k: v[1] for k, v in recordings.items()}, columns=columns,
-                        where=where, lines=lines)
+    return ImportedSegments(recordings={k: v[1] for k, v in recordings.items()}, columns=columns, where=where,
+                            lines=lines)
 
 
 def _check_known(path: str, table: dict, known: set) -> None:

@@ -25,27 +25,17 @@ the file and line.
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import os
 from typing import Any, Iterator, Sequence
 
-__all__ = ["LhotseManifests", "read_manifests", "write_manifests", "SUPERVISION_FIELDS"]
+from audiotree.formats.imported import ImportedSegments
+
+__all__ = ["read_manifests", "write_manifests", "SUPERVISION_FIELDS"]
 
 #: Supervision fields carried as label columns.
 SUPERVISION_FIELDS = ("text", "speaker", "gender", "language")
-
-
-@dataclasses.dataclass(frozen=True)
-class LhotseManifests:
-    """Parsed manifests: ``recordings`` ``{id: path}``, the segment list ``columns``,
-    the file the segments came from (``where``) and each one's line there."""
-
-    recordings: dict
-    columns: dict
-    where: str
-    lines: list
 
 
 def _fail(path: str, line: int, message: str) -> ValueError:
@@ -121,7 +111,7 @@ def _supervision_labels(supervisions: Sequence[dict]) -> dict:
 
 def read_manifests(recordings: str | os.PathLike | None = None, supervisions: str | os.PathLike | None = None, *,
                    cuts: str | os.PathLike | None = None, audio_root: str | os.PathLike | None = None
-                   ) -> LhotseManifests:
+                   ) -> ImportedSegments:
     """Parses recordings + supervisions, or a cut manifest (see the module docstring).
 
     A cut becomes one segment (its span of the recording) whose text joins its
@@ -172,7 +162,7 @@ def read_manifests(recordings: str | os.PathLike | None = None, supervisions: st
     if not lines:
         raise ValueError(f"lhotse manifest {where}: holds no {'cuts' if cuts is not None else 'supervisions'}.")
     columns = {k: v for k, v in rows.items() if k not in SUPERVISION_FIELDS or any(x is not None for x in v)}
-    return LhotseManifests(recordings=paths, columns=columns, where=where, lines=lines)
+    return ImportedSegments(recordings=paths, columns=columns, where=where, lines=lines)
 
 
 def _append(rows: dict, path: str, start: float, end: float, sid: Any, rid: Any, labels: dict) -> None:

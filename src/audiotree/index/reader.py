@@ -313,16 +313,16 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
 
 def _check_segment_columns(path: str, schema: Any) -> None:
     """A segment index has all four segment columns, of their types (or none of them)."""
-    present = [name for name, _, _ in SEGMENT_COLUMNS if name in schema.names]
-    if not present or "start" not in present and "end" not in present:
+    if "start" not in schema.names and "end" not in schema.names:
         return
-    expected_schema = arrow_schema(segments=True)
-    for name, _kind, _nullable in SEGMENT_COLUMNS:
-        if name not in schema.names:
-            raise ValueError(f"{path}: the segment index has no {name!r} column; it was edited or damaged. Rebuild it.")
-        expected, actual = expected_schema.field(name).type, schema.field(name).type
-        if not actual.equals(expected):
-            raise ValueError(f"{path}: column {name!r} has type {actual}, expected {expected}; rebuild the index.")
+    missing = [name for name, _, _ in SEGMENT_COLUMNS if name not in schema.names]
+    if missing:
+        raise ValueError(f"{path}: the segment index has no {missing} column(s); it was edited or damaged. Rebuild it.")
+    expected = arrow_schema(segments=True)
+    wrong = [f"{name!r} is {schema.field(name).type}, expected {expected.field(name).type}"
+             for name, _, _ in SEGMENT_COLUMNS if not schema.field(name).type.equals(expected.field(name).type)]
+    if wrong:
+        raise ValueError(f"{path}: segment column {'; '.join(wrong)}; rebuild the index.")
 
 
 def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: Sequence[str] | None) -> CorpusIndex:
