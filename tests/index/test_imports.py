@@ -20,7 +20,7 @@ from audiotree.sources import create_audio_dataset
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "corpora")
 sys.path.insert(0, os.path.abspath(DATA))
-from audio import write_recordings  # noqa: E402
+from corpus_audio import write_recordings  # noqa: E402
 
 BENCH_PYTHON = "/work/benchvenv-i23/bin/python"
 

@@ -2,7 +2,7 @@
 
     python tests/data/corpora/lhotse/make_lhotse.py   # from the repository root, lhotse installed
 
-It writes the fixture audio (tests/data/corpora/audio.py) into a temporary
+It writes the fixture audio (tests/data/corpora/corpus_audio.py) into a temporary
 folder, builds Recording/SupervisionSegment/CutSet objects with lhotse's API,
 and saves recordings.jsonl.gz, supervisions.jsonl.gz and cuts.jsonl.gz here
 with source paths relative to that folder ("audio/rec1.wav"), so a test can
@@ -19,7 +19,7 @@ from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, Supervis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from audio import write_recordings  # noqa: E402
+from corpus_audio import write_recordings  # noqa: E402
 
 SUPERVISIONS = [
     ("rec1-sup1", "rec1", 0.0, 1.25, "HELLO THERE", "spk1", "f"),
