@@ -221,6 +221,11 @@ def hold_grain_flag_while_alive(owner: object) -> None:
 
     For audiotree's data sources, which users hand to ``grain.MapDataset.source``
     themselves: that pipeline's ``mp_prefetch`` is Grain's, so nothing of ours
-    runs when its workers start, and Grain reads its flag then.
+    runs when its workers start, and Grain reads its flag then. Also registers
+    the exit hook of :mod:`audiotree.sources.lifecycle`, which lets Grain
+    finish unlinking the shared memory of items already dropped.
     """
     weakref.finalize(owner, hold_grain_flag())
+    from audiotree.sources.lifecycle import register_exit_hook  # imports Grain: only with a source
+
+    register_exit_hook()
