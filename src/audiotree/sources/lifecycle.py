@@ -47,7 +47,7 @@ from grain.multiprocessing import SharedMemoryArray
 
 from audiotree.sources.workers import disarm_this_thread, hold_grain_flag
 
-__all__ = ["ClosingIterDataset", "register_exit_hook"]
+__all__ = ["ClosingIterDataset", "hold_grain_flag_while_alive"]
 
 _live_iterators: "weakref.WeakSet" = weakref.WeakSet()
 # Arrays are unhashable, so shared-memory arrays are kept as id -> weak reference.
@@ -168,17 +168,25 @@ def _release_at_exit() -> None:
     _drain_async_deletes()
 
 
-def register_exit_hook() -> None:
-    """Registers the exit hook (once): also for Grain pipelines over audiotree's data sources."""
-    _register_exit_hook()
-
-
 def _register_exit_hook() -> None:
     global _hook_registered
     with _lock:
         if not _hook_registered:
             atexit.register(_release_at_exit)
             _hook_registered = True
+
+
+def hold_grain_flag_while_alive(owner: object) -> None:
+    """Holds :func:`~audiotree.sources.workers.hold_grain_flag` until ``owner`` is garbage collected.
+
+    For audiotree's data sources, which users hand to ``grain.MapDataset.source``
+    themselves: that pipeline's ``mp_prefetch`` is Grain's, so nothing of ours
+    runs when its workers start, and Grain reads its flag then. Also registers
+    the exit hook, which lets Grain finish unlinking the shared memory of items
+    already dropped.
+    """
+    weakref.finalize(owner, hold_grain_flag())
+    _register_exit_hook()
 
 
 class _Hold:

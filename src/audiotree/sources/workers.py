@@ -56,7 +56,6 @@ from __future__ import annotations
 import multiprocessing.spawn as spawn
 import os
 import threading
-import weakref
 from typing import Callable
 
 __all__ = [
@@ -66,7 +65,6 @@ __all__ = [
     "PLAIN_WORKERS_ENV",
     "plain_workers_requested",
     "hold_grain_flag",
-    "hold_grain_flag_while_alive",
     "disarm_this_thread",
 ]
 
@@ -215,17 +213,3 @@ def hold_grain_flag() -> Callable[[], None]:
 
     return release
 
-
-def hold_grain_flag_while_alive(owner: object) -> None:
-    """Holds :func:`hold_grain_flag` until ``owner`` is garbage collected.
-
-    For audiotree's data sources, which users hand to ``grain.MapDataset.source``
-    themselves: that pipeline's ``mp_prefetch`` is Grain's, so nothing of ours
-    runs when its workers start, and Grain reads its flag then. Also registers
-    the exit hook of :mod:`audiotree.sources.lifecycle`, which lets Grain
-    finish unlinking the shared memory of items already dropped.
-    """
-    weakref.finalize(owner, hold_grain_flag())
-    from audiotree.sources.lifecycle import register_exit_hook  # imports Grain: only with a source
-
-    register_exit_hook()
