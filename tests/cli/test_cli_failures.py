@@ -163,3 +163,38 @@ def test_interrupted_render_says_rerunning_resumes(corpus, tmp_path):
     assert "Rerun the same command to resume" in err, err[-3000:]
     for noise in ("Exception ignored", "leaked shared_memory", "Traceback"):
         assert noise not in err, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def truncated_corpus(tmp_path_factory) -> Path:
+    """4 FLACs of 3 s: one cut to its first 3,000 bytes, one with garbage in the middle (its header and end read)."""
+    import soundfile as sf
+
+    folder = tmp_path_factory.mktemp("truncated")
+    t = np.arange(8000 * 3) / 8000
+    x = (0.3 * np.sin(2 * np.pi * 440 * t) + 0.01 * np.random.default_rng(0).standard_normal(t.size)).astype(np.float32)
+    for name in ("a", "b", "cut", "garbled"):
+        sf.write(folder / f"{name}.flac", x, 8000)
+    (folder / "cut.flac").write_bytes((folder / "cut.flac").read_bytes()[:3000])
+    garbled = bytearray((folder / "garbled.flac").read_bytes())
+    garbled[4000:12000] = bytes(8000)
+    (folder / "garbled.flac").write_bytes(bytes(garbled))
+    return folder
+
+
+@pytest.mark.parametrize("loudness", [False, True])
+def test_scan_counts_a_truncated_flac_as_unreadable(truncated_corpus, loudness):
+    result = run_cli("scan", truncated_corpus, "--json", *(["--loudness"] if loudness else []))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    bad = {Path(entry["path"]).name for entry in report["unreadable"]}
+    assert "cut.flac" in bad
+    assert report["files"] == 4 == report["readable"] + len(report["unreadable"]), report
+    assert sum(g["readable"] for g in report["groups"].values()) == report["readable"]
+    good = 4 - len(bad)
+    assert report["total_seconds"] == pytest.approx(3.0 * good, abs=1e-3)  # the cut file's claimed 3 s are not counted
+    assert sum(g["seconds"] for g in report["groups"].values()) == pytest.approx(3.0 * good, abs=1e-3)
+    table = run_cli("scan", truncated_corpus, *(["--loudness"] if loudness else []))
+    assert f"{report['readable']} readable" in table.stdout and f"{len(bad)} unreadable" in table.stdout
+    row = next(line for line in table.stdout.splitlines() if "(all)" in line)
+    assert row.split("│")[3].strip() == str(len(bad)), row  # the groups table agrees
