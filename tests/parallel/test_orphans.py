@@ -9,6 +9,7 @@ is gone within a bounded time, and that no shared-memory block it made is left.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -80,15 +81,25 @@ if __name__ == "__main__":
     main()
 """
 
-def _shm_names() -> set[str]:
-    root = Path("/dev/shm")
-    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+def _mapped_blocks(pids) -> set[str]:
+    """Names of the shared-memory blocks (``/dev/shm/psm_*``) these processes have mapped.
+
+    Other processes on a shared machine make blocks of their own, so the test
+    follows only the blocks its script's processes hold.
+    """
+    names = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        names.update(m.group(1) for m in re.finditer(r"/dev/shm/(psm_\w+)", maps))
+    return names
 
 
 def _kill_and_watch(code: str, tmp_path: Path, *, workers: int, timeout: float = 120) -> None:
     script = tmp_path / "parent.py"
     script.write_text(code)
-    shm_before = _shm_names()
     proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     children: list = []
@@ -107,6 +118,7 @@ def _kill_and_watch(code: str, tmp_path: Path, *, workers: int, timeout: float =
             pytest.fail(f"the script did not start {workers} workers within {timeout} s: {children}")
         time.sleep(1.0)  # let them settle into their work (imports done, buffers filling)
         children = parent.children(recursive=True)
+        blocks = _mapped_blocks([proc.pid, *(c.pid for c in children)])
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         killed_at = time.monotonic()
@@ -117,11 +129,9 @@ def _kill_and_watch(code: str, tmp_path: Path, *, workers: int, timeout: float =
         took = time.monotonic() - killed_at
         described = [(c.pid, " ".join(c.cmdline())[:120]) for c in alive if c.is_running()]
         assert not alive, f"{len(alive)} of {len(children)} children alive {took:.1f} s after SIGKILL: {described}"
-        leaked = _shm_names() - shm_before
         time.sleep(0.2)
-        leaked &= _shm_names()  # only blocks that stay
-        # Python names its blocks psm_*; other processes on this machine make their own.
-        assert not {name for name in leaked if name.startswith("psm_")}, leaked
+        leaked = {name for name in blocks if Path("/dev/shm", name).exists()}
+        assert not leaked, f"{len(leaked)} of the {len(blocks)} blocks the script's processes held are left: {leaked}"
     finally:
         if proc.poll() is None:
             proc.kill()
