@@ -164,6 +164,31 @@ def test_absurd_sample_rate_is_refused(good, tmp_path):
         assert f.info.sample_rate == 384_000 and f.read_all().shape == (RATE, 1)
 
 
+def _wav_after_big_list(frames: int, list_bytes: int = 70_000) -> bytes:
+    """A 16 kHz mono PCM_16 WAV whose ``data`` chunk starts after a LIST chunk of ``list_bytes``."""
+    import io
+
+    buf = io.BytesIO()
+    soundfile.write(buf, synthesize("music", frames / RATE, RATE, 1, np.random.default_rng(2)), RATE,
+                    format="WAV", subtype="PCM_16")
+    data = buf.getvalue()
+    i = data.index(b"data")
+    chunk = b"LIST" + struct.pack("<I", list_bytes) + b"INFO" + b"\0" * (list_bytes - 4)
+    out = data[:i] + chunk + data[i:]
+    return out[:4] + struct.pack("<I", len(out) - 8) + out[8:]
+
+
+def test_truncated_wav_with_its_data_chunk_beyond_64_kib_is_refused(tmp_path):
+    """Issue 29: the data chunk was looked for in the first 64 KiB only; 19,200 declared, 9,200 read, no error."""
+    whole = _wav_after_big_list(19_200)
+    with AudioFile(_write(tmp_path, "whole.wav", whole)) as f:  # complete: reads as declared
+        assert f.read_all().shape == (19_200, 1)
+    path = _write(tmp_path, "cut.wav", whole[: len(whole) - 2 * 10_000])
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, "truncated", "38400 bytes of audio", "only 9200 frames")
+
+
 # ---------------------------------------------------------------- zero-length claims
 
 

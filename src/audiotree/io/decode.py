@@ -208,13 +208,28 @@ def _close_source(source: Any) -> None:
         source.close()
 
 
-def _wav_data_chunk(head: bytes) -> tuple[int, int] | None:
-    """(offset, declared size) of a RIFF/WAVE file's ``data`` chunk, if ``head`` holds it."""
+# Chunks walked before the ``data`` chunk (fmt, fact, LIST, bext, iXML, ...): real files have a few.
+_MAX_WAV_CHUNKS = 256
+
+
+def _wav_data_chunk(head: bytes, source: Any = None) -> tuple[int, int] | None:
+    """(offset, declared size) of a RIFF/WAVE file's ``data`` chunk, else None.
+
+    ``head`` holds the file's first bytes. With ``source`` (the path or open
+    file) a chunk list that runs past ``head`` (a ``data`` chunk after a
+    LIST or bext chunk of more than ``len(head)`` bytes) is followed by
+    reading just each chunk's 8-byte header, never the chunks themselves.
+    """
     if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
         return None
     pos = 12
-    while pos + 8 <= len(head):
-        chunk_id, chunk_size = head[pos : pos + 4], struct.unpack_from("<I", head, pos + 4)[0]
+    for _ in range(_MAX_WAV_CHUNKS):
+        header = head[pos : pos + 8]
+        if len(header) < 8 and source is not None:
+            header = read_span(source, pos, 8)
+        if len(header) < 8:
+            return None
+        chunk_id, chunk_size = header[:4], struct.unpack_from("<I", header, 4)[0]
         if chunk_id == b"data":
             return pos + 8, chunk_size
         pos += 8 + chunk_size + (chunk_size & 1)  # chunks are word-aligned
@@ -232,7 +247,7 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: SoundfileReader) 
     if size is None or reader.info.format not in ("WAV", "WAVEX"):
         return
     try:
-        chunk = _wav_data_chunk(read_span(reader._source, 0, 65536))
+        chunk = _wav_data_chunk(read_span(reader._source, 0, 4096), reader._source)
     except OSError:
         return
     if chunk is None:
@@ -306,7 +321,7 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         raise bad_file(path, f"the file is truncated: its Xing/Info header records {declared} bytes of MPEG "
                         f"audio but the file has only {size} bytes")
     if info.frames == 0:
-        wav_data = _wav_data_chunk(head) if fmt in ("WAV", "WAVEX") else None
+        wav_data = _wav_data_chunk(head, reader._source) if fmt in ("WAV", "WAVEX") else None
         # PyAV containers that report no frames are refused like the PyAV
         # fallback's (see _open_reader): their length metadata is all we have.
         if isinstance(reader, PyAVReader) or integrity.holds_audio(fmt, subtype, head, size, wav_data):
