@@ -445,50 +445,28 @@ def _page(title: str, subtitle: str, group_by: str | None, groups: dict[Any, lis
 def _remove_previous(out_dir: Path) -> None:
     """Deletes the files a previous preview in ``out_dir`` listed in its manifest.
 
-    ``manifest.json`` is input like any other file (a stale or edited one may
-    name anything), so only names that resolve to a regular file inside
-    ``out_dir`` without passing through a symlink are deleted; see
-    :func:`_own_file`.
+    The manifest is input like any other file: only names that are regular
+    files reached through real folders of ``out_dir`` (no ``..``, no absolute
+    name, no symlink anywhere on the way) are deleted.
     """
-    manifest = out_dir / _MANIFEST
     try:
-        previous = json.loads(manifest.read_text(encoding="utf-8"))
+        previous = json.loads((out_dir / _MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
     for record in previous.get("excerpts", []) if isinstance(previous, dict) else []:
         for key in ("wav", "image"):
-            path = _own_file(out_dir, record.get(key) if isinstance(record, dict) else None)
-            if path is None:
+            name = record.get(key) if isinstance(record, dict) else None
+            if not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts:
                 continue
+            path, modes = out_dir, []
             try:
-                path.unlink()
+                for part in Path(name).parts:
+                    path = path / part
+                    modes.append(os.lstat(path).st_mode)
+                if all(stat.S_ISDIR(m) for m in modes[:-1]) and stat.S_ISREG(modes[-1]):  # lstat: links are neither
+                    path.unlink()
             except OSError:
                 pass
-
-
-def _own_file(out_dir: Path, name: Any) -> Path | None:
-    """``out_dir / name`` if it is a regular file reached through real folders only, else ``None``.
-
-    Refuses absolute names, ``..``, a symlink anywhere on the way (a folder
-    inside ``out_dir`` linked elsewhere would make the delete land outside)
-    and a final name that is a symlink, a folder or anything but a regular file.
-    """
-    if not isinstance(name, str) or not name or os.path.isabs(name):
-        return None
-    parts = Path(name).parts
-    if ".." in parts or any(part in ("", ".") for part in parts):
-        return None
-    path = out_dir
-    for i, part in enumerate(parts):
-        path = path / part
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            return None
-        last = i == len(parts) - 1
-        if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) if last else stat.S_ISDIR(mode)):
-            return None
-    return path
 
 
 def _check_arguments(n: Any, context_seconds: Any, group_by: Any, vocabularies: Any) -> None:

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import integrity, storage
+from audiotree.io import integrity, ogg_pages, storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 from audiotree.io.failures import (
     SKIP_HINT,
@@ -301,18 +301,27 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         head = b""
         if info.frames == 0:
             head = read_span(reader._source, 0, 1 << 20)
+        elif fmt == "OGG":  # the header pages and the first audio pages
+            head = read_span(reader._source, 0, _OGG_HEAD_BYTES)
         elif is_mpeg or (bound is not None and info.frames > bound):
             head = read_span(reader._source, 0, 4096)
-        if fmt == "OGG":
-            tail = read_span(reader._source, max(0, size - integrity.OGG_MAX_PAGE), integrity.OGG_MAX_PAGE)
+        if fmt == "OGG":  # two maximal pages: the last one and the page before it
+            tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
+            tail = read_span(reader._source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
             frame_head = head[id3:] if id3 + 200 <= len(head) else read_span(reader._source, id3, 200)
     except OSError:  # the file vanished after opening: the first read will say so
         return
-    if fmt == "OGG" and not integrity.ogg_is_complete(tail):
-        raise bad_file(path, "the file is truncated: its Ogg stream ends without an end-of-stream page "
-                        f"(libsndfile sees {info.frames} frames; the rest is missing)")
+    if fmt == "OGG":
+        problem = ogg_pages.tail_problem(tail, tail_at) or ogg_pages.head_problem(head, info.channels, subtype)
+        if problem and problem.startswith("the file is truncated"):
+            problem += f" (the decoder sees {info.frames} frames; the rest is missing)"
+        if problem is None and isinstance(reader, PyAVReader):  # FFmpeg checks no page CRC: check them all once
+            found = ogg_pages.first_page_info(head)
+            problem = ogg_pages.span_problem(reader._source, found[0] if found else 0, 0, None)
+        if problem:
+            raise bad_file(path, problem)
     # Encoders count the stream from its first frame; compared with the whole
     # file size (ID3v2 tag included) so that no encoder's convention can make
     # a complete file look cut. Smaller cuts are caught by the exact length.
@@ -339,6 +348,10 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
     if isinstance(reader, SoundfileReader) and is_mpeg and integrity.mp3_length_is_estimated(frame_head):
         reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * (reader._preroll // MPEG_PREROLL_FRAMES)
 
+
+# Bytes of an Ogg file checked when it is opened: the header pages (a Vorbis
+# setup header is up to a few KiB) and the first audio pages after them.
+_OGG_HEAD_BYTES = 1 << 16
 
 # Containers whose decoders locate a position by reading around the file.
 _PROBING_SEEKS = frozenset({"FLAC", "OGG", "MP3"})

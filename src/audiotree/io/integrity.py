@@ -124,9 +124,12 @@ def max_frames(
     if pcm:
         return int(size * 8 // (int(pcm.group(1)) * channels))
     if subtype == "VORBIS":
-        # A Vorbis packet yields at most blocksize_1 / 2 frames and takes at
-        # least one payload byte and one Ogg lacing byte.
-        return (size // 2 + 1) * (_vorbis_max_block(head) // 2)
+        # A Vorbis packet yields at most blocksize_1 / 2 frames and takes one
+        # Ogg lacing byte plus its payload: the packet-type bit and at least
+        # one floor bit per channel. A header claiming 255 channels in a small
+        # file is held to that (the claim sizes every read: frames x channels).
+        packet = 1 + (1 + channels + 7) // 8
+        return (size // packet + 1) * (_vorbis_max_block(head) // 2)
     if subtype == "OPUS":
         # At most 120 ms (5760 samples at 48 kHz) per packet of >= 2 bytes.
         return (size // 2 + 1) * -(-5760 * sample_rate // 48000)
