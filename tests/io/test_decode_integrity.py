@@ -221,8 +221,11 @@ def _without_length_header(mp3: bytes) -> bytes:
     return bytes(b)
 
 
-def test_mp3_without_length_header_reads_its_estimated_length(good, tmp_path):
-    path = _write(tmp_path, "nohdr.mp3", _without_length_header(good["mp3"]))
+def test_mp3_without_length_header_reads_its_estimated_length(tmp_path):
+    """A constant-bitrate MP3 with no Xing/Info frame: mpg123's estimate from the size holds."""
+    x = synthesize("music", 1.0, RATE, 1, np.random.default_rng(0))
+    stream = b"".join(_cbr_frames(tmp_path, "cbr.mp3", x, 0.3))
+    path = _write(tmp_path, "nohdr.mp3", stream)
     info = probe(path)
     assert info.frames > 0
     with AudioFile(path) as f:
@@ -230,10 +233,47 @@ def test_mp3_without_length_header_reads_its_estimated_length(good, tmp_path):
         assert whole.shape == (info.frames, 1) and np.abs(whole).max() > 0.01
     # Cut near its end: the estimate follows the size; what is missing stays
     # within the tolerance and the read keeps the promised length.
-    for cut in (len(good["mp3"]) - 300, len(good["mp3"]) - 100):
-        path = _write(tmp_path, f"cut{cut}.mp3", _without_length_header(good["mp3"])[:cut])
+    for cut in (len(stream) - 300, len(stream) - 100):
+        path = _write(tmp_path, f"cut{cut}.mp3", stream[:cut])
         with AudioFile(path) as f:
             assert f.read_all().shape == (f.info.frames, 1)
+
+
+def test_mp3_whose_length_tag_is_damaged_is_refused_not_read_short(good, tmp_path):
+    """Issue 29: a VBR file whose Xing tag is unusable was estimated at about half its length, and read so."""
+    for name, damaged in (("renamed", _without_length_header(good["mp3"])), ("no-count", _xing_flags(good["mp3"], 0))):
+        path = _write(tmp_path, f"{name}.mp3", damaged)
+        assert soundfile.info(path).frames < 0.9 * RATE  # what libsndfile would have read, without an error
+        with pytest.raises(AudioReadError) as info:
+            probe(path)
+        _assert_names_file(info.value, path, "estimated at", "MPEG frames hold")
+
+
+def _xing_flags(mp3: bytes, flags: int) -> bytes:
+    b = bytearray(mp3)
+    i = b.find(b"Xing")
+    b[i + 4 : i + 8] = struct.pack(">I", flags)
+    return bytes(b)
+
+
+def test_mp3_whose_frame_count_was_halved_is_refused(good, tmp_path):
+    """Issue 29: Info/Xing frames / 2 was trusted; the LAME tag's CRC and the bitrate bound catch it."""
+    b = bytearray(good["mp3"])
+    i = b.find(b"Xing")
+    frames = struct.unpack_from(">I", b, i + 8)[0]
+    b[i + 8 : i + 12] = struct.pack(">I", frames // 2)
+    path = _write(tmp_path, "half.mp3", bytes(b))
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, "LAME tag", "CRC")
+    # Without a LAME extension, a count below what the bytes hold at the highest bitrate is refused.
+    lame = b.find(b"LAME")
+    b[lame : lame + 4] = b"XXXX"
+    b[i + 8 : i + 12] = struct.pack(">I", 3)  # 5.5 KB at most 160 kbit/s (720-byte frames): at least 7 frames
+    path = _write(tmp_path, "three.mp3", bytes(b))
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, "records 3 MPEG frames", "hold at least 7")
 
 
 def test_mp3_without_length_header_falling_short_beyond_tolerance_is_refused(good, tmp_path):

@@ -46,6 +46,7 @@ the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import struct
@@ -54,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import integrity, ogg_pages, storage
+from audiotree.io import integrity, mpeg_frames, ogg_pages, storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 from audiotree.io.failures import (
     SKIP_HINT,
@@ -310,7 +311,7 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
             tail = read_span(reader._source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
-            frame_head = head[id3:] if id3 + 200 <= len(head) else read_span(reader._source, id3, 200)
+            frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader._source, id3, 2048)
     except OSError:  # the file vanished after opening: the first read will say so
         return
     if fmt == "OGG":
@@ -345,8 +346,51 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
                             "so reads cannot be checked or positioned exactly")
         raise bad_file(path, f"its header claims {info.frames} frames but a {size}-byte {fmt} file "
                         f"holds at most {bound}; the header is corrupt")
-    if isinstance(reader, SoundfileReader) and is_mpeg and integrity.mp3_length_is_estimated(frame_head):
-        reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * (reader._preroll // MPEG_PREROLL_FRAMES)
+    if isinstance(reader, SoundfileReader) and is_mpeg:
+        _check_mpeg_length(path, size, id3, frame_head, reader)
+
+
+def _check_mpeg_length(path: str, size: int, id3: int, frame_head: bytes, reader: SoundfileReader) -> None:
+    """Refuses an MP3 whose length tag is damaged or claims fewer frames than the stream holds.
+
+    libsndfile never decodes past the length it reports, so a short claim
+    would silently drop the rest of the file. A tag with a frame count is
+    checked against its own bytes (see :func:`mpeg_frames.tag_problem`).
+    Without one the length is mpg123's estimate from the first frames'
+    bitrate: decoding may end up to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES`
+    frames early (padded), and a local file's frames are counted once per
+    process (a header walk; remote files keep the estimate) so that an
+    estimate short of the stream is refused.
+    """
+    problem = mpeg_frames.tag_problem(frame_head, size - id3)
+    if problem:
+        raise bad_file(path, problem)
+    if mpeg_frames.tag_frame_count(frame_head) is not None:
+        return  # exact (and mpg123 trims the encoder delay and padding the LAME tag records)
+    frames, spf = reader.info.frames, reader._preroll // MPEG_PREROLL_FRAMES
+    reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * spf
+    if not isinstance(reader._source, str):
+        return
+    try:
+        count, spf = _mpeg_frame_count(path, size, os.stat(path).st_mtime_ns, id3)
+    except OSError:
+        return
+    if count * spf > frames + reader.length_slack + spf:
+        raise bad_file(path, f"its length is estimated at {frames} frames (it has no usable Xing/Info frame count), "
+                        f"but its {count} MPEG frames hold {count * spf}; the length tag is damaged")
+
+
+@functools.lru_cache(maxsize=4096)
+def _mpeg_frame_count(path: str, size: int, mtime_ns: int, id3: int) -> tuple[int, int]:
+    """(frames, samples per frame) of a local MP3's stream, cached per path, size and mtime."""
+    with open(path, "rb") as fh:
+        data = fh.read(size)
+    start = id3
+    while start + 4 <= len(data) and mpeg_frames.frame_header(data[start : start + 4]) is None:
+        start = data.find(b"\xff", start + 1)
+        if start < 0:
+            return 0, 0
+    return mpeg_frames.count_frames(data, start)
 
 
 # Bytes of an Ogg file checked when it is opened: the header pages (a Vorbis
