@@ -140,6 +140,37 @@ def test_flac_header_claiming_more_than_the_frames_present_is_refused(good, tmp_
         AudioTree.from_file(path, offset=1.5, duration=0.3)
 
 
+def test_flac_header_claiming_less_than_the_frames_present_is_refused(good, tmp_path):
+    """Issue 29: total_samples / 2 was trusted (the second half silently dropped); the last frame's number says more."""
+    path = _write(tmp_path, "half.flac", _flac_total_samples(good["flac"], RATE // 2))
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, f"claims {RATE // 2} frames", f"last FLAC frame ends at frame {RATE}")
+    with AudioFile(_write(tmp_path, "whole.flac", good["flac"])) as f:  # the intact file: its claim matches
+        assert f.read_all().shape == (RATE, 1)
+
+
+def test_m4a_track_duration_claiming_less_than_its_packets_is_refused(tmp_path):
+    """Issue 29: an mdhd duration of half the track was trusted; the sample table's packet count says more."""
+    from test_decode import NO_AAC, encode_aac
+
+    if NO_AAC:
+        pytest.skip(NO_AAC)
+    path = str(tmp_path / "a.m4a")
+    encode_aac(path, synthesize("music", 1.0, RATE, 1, np.random.default_rng(0)).astype(np.float32), RATE)
+    assert probe(path).frames == RATE
+    data = bytearray(open(path, "rb").read())
+    i = data.index(b"mdhd")
+    at = i + 8 + (16 if data[i + 4] == 1 else 8)  # version/flags, then the creation/modification times, timescale
+    width = 8 if data[i + 4] == 1 else 4
+    duration = int.from_bytes(data[at + 4 : at + 4 + width], "big")
+    data[at + 4 : at + 4 + width] = (duration // 2).to_bytes(width, "big")
+    bad = _write(tmp_path, "half.m4a", bytes(data))
+    with pytest.raises(AudioReadError) as info:
+        probe(bad)
+    assert info.value.file_path == bad and "packets of 1024 samples" in str(info.value)
+
+
 def test_corrupt_flac_frames_are_errors_not_silence(good, tmp_path):
     data = bytearray(good["flac"])
     rng = np.random.default_rng(5)

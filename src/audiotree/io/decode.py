@@ -309,6 +309,10 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         if fmt == "OGG":  # two maximal pages: the last one and the page before it
             tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
             tail = read_span(reader._source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
+        flac_end = None  # where the last FLAC frame ends, by its header (local files: one 64 KiB tail read)
+        if fmt == "FLAC" and info.frames and isinstance(reader._source, str):
+            flac_head = head[:64] or read_span(reader._source, 0, 64)
+            flac_end = integrity.flac_frames_end(read_span(reader._source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES), flac_head)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
             frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader._source, id3, 2048)
@@ -338,6 +342,9 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
             raise bad_file(path, f"its header claims 0 frames but the file ({size} bytes) holds audio data "
                             "after its header; it is truncated or its header is corrupt")
         return
+    if flac_end is not None and flac_end > info.frames:
+        raise bad_file(path, f"its STREAMINFO claims {info.frames} frames but its last FLAC frame ends at frame "
+                        f"{flac_end}; the header is corrupt")
     if bound is not None and info.frames > bound:
         bound = integrity.max_frames(fmt, subtype, info.channels, info.sample_rate, size, head)
     if bound is not None and info.frames > bound:
@@ -392,6 +399,9 @@ def _mpeg_frame_count(path: str, size: int, mtime_ns: int, id3: int) -> tuple[in
             return 0, 0
     return mpeg_frames.count_frames(data, start)
 
+
+# Bytes at the end of a FLAC file searched for its last two frame headers.
+_FLAC_TAIL_BYTES = 1 << 16
 
 # Bytes of an Ogg file checked when it is opened: the header pages (a Vorbis
 # setup header is up to a few KiB) and the first audio pages after them.

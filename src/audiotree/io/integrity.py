@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 import struct
 
-__all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes", "ogg_is_complete", "read_head"]
+__all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes",
+           "ogg_is_complete", "read_head", "flac_frames_end"]
 
 #: Highest sample rate a header may claim, in Hz. Covers every audio rate in
 #: use, ultrasonic recorders (up to ~1 MHz) and DSD64 carried as PCM
@@ -260,3 +261,71 @@ def ogg_is_complete(tail: bytes) -> bool:
                 return bool(tail[i + 5] & 0x04) and not tail[end:].startswith(b"OggS")
         i = tail.rfind(b"OggS", 0, i)
     return False
+
+
+def _crc8(data: bytes) -> int:
+    """CRC-8 of a FLAC frame header (polynomial 0x07, initial 0)."""
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc
+
+
+def _flac_frame(buf: bytes, i: int) -> tuple[int, int, bool] | None:
+    """(coded number, block size, variable blocking) of a FLAC frame header at ``buf[i]`` whose CRC-8 holds."""
+    if i + 6 > len(buf) or buf[i] != 0xFF or buf[i + 1] & 0xFE != 0xF8 or buf[i + 3] & 0x01:
+        return None
+    size_code, rate_code = buf[i + 2] >> 4, buf[i + 2] & 0x0F
+    if size_code == 0 or rate_code == 0x0F or buf[i + 3] >> 4 > 10:
+        return None
+    first = buf[i + 4]  # the frame or sample number, coded like UTF-8 (up to 7 bytes)
+    ones = next((k for k in range(8) if not first & (0x80 >> k)), 8)
+    if ones == 1 or ones == 8:
+        return None
+    extra = max(0, ones - 1)
+    number = first & (0x7F >> ones) if ones else first
+    pos = i + 5
+    for _ in range(extra):
+        if pos >= len(buf) or buf[pos] & 0xC0 != 0x80:
+            return None
+        number = number << 6 | (buf[pos] & 0x3F)
+        pos += 1
+    if size_code == 6 or size_code == 7:
+        width = 1 if size_code == 6 else 2
+        block = int.from_bytes(buf[pos : pos + width], "big") + 1
+        pos += width
+    else:
+        block = 192 if size_code == 1 else 576 << (size_code - 2) if size_code <= 5 else 256 << (size_code - 8)
+    pos += 1 if rate_code == 12 else 2 if rate_code in (13, 14) else 0
+    if pos >= len(buf) or _crc8(buf[i:pos]) != buf[pos]:
+        return None
+    return number, block, bool(buf[i + 1] & 0x01)
+
+
+def flac_frames_end(tail: bytes, head: bytes) -> int | None:
+    """Sample at which the last FLAC frame in ``tail`` (the end of a file) ends, from its header, or None.
+
+    ``head`` holds the file's first bytes (STREAMINFO: in fixed-blocksize
+    streams the frame number counts blocks of its block size). Only a frame whose header follows the
+    header of its predecessor in ``tail`` (consecutive numbers) counts, so a
+    stray sync code inside compressed data is never taken for a frame.
+    """
+    fixed_block = _flac_max_blocksize(head)
+    frames = []
+    i = tail.find(b"\xff")
+    while i >= 0:
+        frame = _flac_frame(tail, i)
+        if frame is not None:
+            frames.append(frame)
+        i = tail.find(b"\xff", i + 1)
+    for later in reversed(range(1, len(frames))):
+        number, block, variable = frames[later]
+        start = number if variable else number * fixed_block
+        for earlier in frames[:later]:
+            e_number, e_block, e_variable = earlier
+            follows = e_number + e_block == number if variable else e_number + 1 == number
+            if e_variable == variable and follows:
+                return start + block
+    return None

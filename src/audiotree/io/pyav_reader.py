@@ -46,6 +46,23 @@ _AV_INT_SCALE = {"s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808
 _PYAV_SAFE_PLANES = 8
 
 
+def _check_packet_count(fmt_name: str, stream: Any, frame_size: int, frames: int) -> None:
+    """Raises ValueError when an MP4 track's duration (``mdhd``) is shorter than its packets hold.
+
+    The sample table counts the packets; each decodes to ``frame_size``
+    samples (1024 for AAC). Priming (1024-2112 samples) and the final
+    frame's padding stay within three frames; a header cut to half the
+    length does not. Nothing is decoded.
+    """
+    packets = int(stream.frames or 0)
+    if fmt_name != "MOV" or packets <= 0 or frame_size <= 0:
+        return
+    held = packets * frame_size
+    if frames < held - 3 * frame_size:
+        raise ValueError(f"its track header claims {frames} frames but its {packets} packets of {frame_size} samples "
+                         f"hold {held}; the header is corrupt")
+
+
 class PyAVReader:
     """A PyAV (FFmpeg) container opened once, read with sample-aligned seeks."""
 
@@ -104,6 +121,7 @@ class PyAVReader:
             frame_size = int(codec.frame_size or 0)
             self._preroll = max(2 * frame_size, -(-sample_rate // 10), 4096)
             fmt_name = (container.format.name or "").split(",")[0].upper()
+            _check_packet_count(fmt_name, stream, frame_size, frames)
             self.info = AudioInfo(path, frames, sample_rate, channels, fmt_name, (codec.name or "").upper() or None)
         except BaseException:
             container.close()
