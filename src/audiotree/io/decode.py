@@ -310,9 +310,11 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
             tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
             tail = read_span(reader._source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
         flac_end = None  # where the last FLAC frame ends, by its header (local files: one 64 KiB tail read)
-        if fmt == "FLAC" and info.frames and isinstance(reader._source, str):
+        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader) and isinstance(reader._source, str):
             flac_head = head[:64] or read_span(reader._source, 0, 64)
-            flac_end = integrity.flac_frames_end(read_span(reader._source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES), flac_head)
+            if flac_head[:4] == b"fLaC":
+                tail = read_span(reader._source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES)
+                flac_end = integrity.flac_frames_end(tail, flac_head)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
             frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader._source, id3, 2048)
