@@ -272,12 +272,26 @@ def test_mp3_without_length_header_reads_its_estimated_length(tmp_path):
 
 def test_mp3_whose_length_tag_is_damaged_is_refused_not_read_short(good, tmp_path):
     """Issue 29: a VBR file whose Xing tag is unusable was estimated at about half its length, and read so."""
-    for name, damaged in (("renamed", _without_length_header(good["mp3"])), ("no-count", _xing_flags(good["mp3"], 0))):
+    cases = (("renamed", _without_length_header(good["mp3"]), "Xing/Info name is damaged"),
+             ("no-count", _xing_flags(good["mp3"], 0), "fails its CRC check"))
+    for name, damaged, words in cases:
         path = _write(tmp_path, f"{name}.mp3", damaged)
         assert soundfile.info(path).frames < 0.9 * RATE  # what libsndfile would have read, without an error
         with pytest.raises(AudioReadError) as info:
             probe(path)
-        _assert_names_file(info.value, path, "estimated at", "MPEG frames hold")
+        _assert_names_file(info.value, path, words)
+
+
+def test_mp3_estimate_short_of_the_stream_is_refused(tmp_path):
+    """No tag at all, a 160 kbit/s frame first: mpg123 estimates a ~20x shorter file; the frame count says so."""
+    x = synthesize("music", 2.0, RATE, 1, np.random.default_rng(1))
+    dense = _cbr_frames(tmp_path, "hi.mp3", x, 0.0)
+    sparse = _cbr_frames(tmp_path, "lo.mp3", x, 0.99)
+    path = _write(tmp_path, "front-loaded.mp3", dense[0] + b"".join(sparse))
+    assert soundfile.info(path).frames < len(sparse) * 576 // 5  # libsndfile's estimate: what it would read
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, "estimated at", f"its {len(sparse) + 1} MPEG frames hold")
 
 
 def _xing_flags(mp3: bytes, flags: int) -> bytes:
@@ -299,7 +313,7 @@ def test_mp3_whose_frame_count_was_halved_is_refused(good, tmp_path):
     _assert_names_file(info.value, path, "LAME tag", "CRC")
     # Without a LAME extension, a count below what the bytes hold at the highest bitrate is refused.
     lame = b.find(b"LAME")
-    b[lame : lame + 4] = b"XXXX"
+    b[lame : lame + 36] = bytes(36)  # as encoders without the LAME extension leave it
     b[i + 8 : i + 12] = struct.pack(">I", 3)  # 5.5 KB at most 160 kbit/s (720-byte frames): at least 7 frames
     path = _write(tmp_path, "three.mp3", bytes(b))
     with pytest.raises(AudioReadError) as info:
@@ -307,8 +321,9 @@ def test_mp3_whose_frame_count_was_halved_is_refused(good, tmp_path):
     _assert_names_file(info.value, path, "records 3 MPEG frames", "hold at least 7")
 
 
-def test_mp3_without_length_header_falling_short_beyond_tolerance_is_refused(good, tmp_path):
-    data = bytearray(_without_length_header(good["mp3"]))
+def test_mp3_without_length_header_falling_short_beyond_tolerance_is_refused(tmp_path):
+    x = synthesize("music", 1.0, RATE, 1, np.random.default_rng(0))
+    data = bytearray(b"".join(_cbr_frames(tmp_path, "cbr.mp3", x, 0.3)))
     # Destroy the middle third: the size-based estimate still counts those
     # bytes, the decoder skips them, so decoding ends far before the estimate.
     third = len(data) // 3

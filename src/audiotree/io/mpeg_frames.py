@@ -12,6 +12,9 @@ whose Xing tag lost its frame count was estimated at 15,973 frames against
   tag, its frame count included), that an Info (constant bitrate) tag's frame
   count matches its audio bytes divided by the frame size, and that a Xing
   tag's count is at least what its bytes hold at the highest bitrate.
+* :func:`concealed_span` finds a frame mpg123 could not decode and replaced
+  with silence (its concealment): a run of exact zeros that starts right
+  after audible samples, which no valid stream decodes to.
 * :func:`count_frames` walks the frame headers of a whole stream (no
   decoding; about half a microsecond per frame). It is used only for MP3s
   without a frame count in their tag, whose length would otherwise be
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["frame_header", "count_frames", "tag_problem", "tag_frame_count", "MAX_KBPS"]
+import numpy as np
+
+__all__ = ["frame_header", "count_frames", "tag_problem", "tag_frame_count", "concealed_span", "MAX_KBPS"]
 
 _RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}  # by version id
 _KBPS = {  # (MPEG-1?, layer id) -> bitrate index table (kbit/s)
@@ -134,6 +139,10 @@ def _crc16_table() -> tuple[int, ...]:
 _CRC16_TABLE = _crc16_table()
 
 
+# What starts a length tag, and the encoder names that start its extension.
+_MAGICS = (b"Xing", b"Info", b"LAME", b"Lavc", b"Lavf")
+
+
 def _tag(frame: bytes) -> tuple[int, bytes, int] | None:
     """(offset, b"Xing" or b"Info", flags) of the length tag in the first frame ``frame``, or None."""
     window = frame[:200]
@@ -142,6 +151,13 @@ def _tag(frame: bytes) -> tuple[int, bytes, int] | None:
         if i >= 0 and i + 8 <= len(window):
             return i, name, struct.unpack_from(">I", window, i + 4)[0]
     return None
+
+
+def _tag_offset(frame: bytes) -> int:
+    """Where the Xing/Info tag sits in a first frame with this header: after the header and side information."""
+    mpeg1, mono = (frame[1] >> 3) & 3 == 3, frame[3] >> 6 == 3
+    side = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
+    return 4 + side + (0 if frame[1] & 0x01 else 2)  # a 16-bit CRC follows the header when protected
 
 
 def tag_frame_count(frame: bytes) -> int | None:
@@ -158,14 +174,33 @@ def tag_problem(frame: bytes, stream_bytes: int) -> str | None:
     ``stream_bytes`` is the size of the MPEG stream (the file without its
     ID3v2 tag). Only claims the tag's own bytes contradict are refused.
     """
+    first = frame.find(b"\xff")
+    while 0 <= first and frame_header(frame[first : first + 4]) is None:
+        first = frame.find(b"\xff", first + 1)
+    if first < 0:
+        return None
+    if any(magic in frame[:first] for magic in _MAGICS[:2]):  # the frame around the tag lost its header
+        return "the MPEG frame holding its Xing/Info tag has a damaged header (decoders would skip the tag)"
+    frame = frame[first:]
     tag = _tag(frame)
     header = frame_header(frame[:4])
-    if tag is None or header is None:
+    if tag is None:
+        # A tag whose name is damaged: Xing flags and a LAME extension where a tag would sit. (LAME also
+        # writes its name into the padding of ordinary frames, so the name alone proves nothing.)
+        at = _tag_offset(frame)
+        if frame[at + 4 : at + 8] == b"\0\0\0\x0f" and frame[at + 120 : at + 124] in _MAGICS[2:]:
+            return "its first MPEG frame holds a LAME tag whose Xing/Info name is damaged (its length is lost)"
         return None
     at, name, flags = tag
+    if at != _tag_offset(frame):
+        return (f"its first MPEG frame header does not match the {name.decode()} tag inside it (the header is damaged, "
+                "so decoders would take the tag for audio)")
     lame = at + 8 + 4 * bool(flags & 1) + 4 * bool(flags & 2) + 100 * bool(flags & 4) + 4 * bool(flags & 8)
-    if frame[lame : lame + 4] == b"LAME" and lame + 36 <= len(frame):
-        stored = struct.unpack_from(">H", frame, lame + 34)[0]
+    extension = frame[lame : lame + 36]
+    # LAME (and FFmpeg's "Lavc") write a 36-byte extension whose last two bytes
+    # are a CRC-16 of the frame up to them; encoders without one leave zeros.
+    if len(extension) == 36 and any(extension):
+        stored = struct.unpack_from(">H", extension, 34)[0]
         if _crc16(frame[: lame + 34]) != stored:
             return "the LAME tag of its first MPEG frame fails its CRC check (its length fields are damaged)"
     frames = tag_frame_count(frame)
@@ -185,4 +220,35 @@ def tag_problem(frame: bytes, stream_bytes: int) -> str | None:
     if frames < fewest - 1:
         return (f"its {name.decode()} tag records {frames} MPEG frames, but its {audio} bytes of audio hold at least "
                 f"{fewest}; the tag is corrupt")
+    return None
+
+
+# Concealment: mpg123 outputs a frame it cannot decode (damaged side
+# information or Huffman data) as exact zeros, one granule (576 samples) or
+# more. A valid stream never drops to exact zero at once: the synthesis
+# filterbank and the MDCT overlap make audio decay first. Over 72 LAME encodes
+# with hard cuts to digital silence (8-44.1 kHz, mono/stereo, CBR/VBR) the
+# loudest sample in the 32 before an exact-zero run was 2e-6; concealed frames
+# start after samples at the music's level (0.01 and up).
+_CONCEAL_RUN = 576
+_CONCEAL_EDGE = 32
+_CONCEAL_LEVEL = 1e-3
+
+
+def concealed_span(x: np.ndarray) -> tuple[int, int] | None:
+    """(first, end) rows of a run of >= 576 exact-zero frames that starts right after audible samples, or None.
+
+    ``x`` is decoded audio ``(frames, channels)``. One pass over ``x`` when it
+    holds no exact zero (about as costly as the finiteness check).
+    """
+    if x.size == 0 or x.all():
+        return None
+    silent = x[:, 0] == 0
+    for channel in range(1, x.shape[1]):
+        silent &= x[:, channel] == 0
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], silent.view(np.int8), [0]))))
+    for first, end in zip(edges[::2], edges[1::2]):
+        if end - first >= _CONCEAL_RUN and first > 0:
+            if np.abs(x[max(0, first - _CONCEAL_EDGE) : first]).max() > _CONCEAL_LEVEL:
+                return int(first), int(end)
     return None

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import soundfile
 
-from audiotree.io import ogg_pages
+from audiotree.io import mpeg_frames, ogg_pages
 from audiotree.io.failures import bad_file, read_span
 from audiotree.io.info import AudioInfo
 from audiotree.io.quiet import quiet_c_stderr
@@ -256,6 +256,11 @@ class SoundfileReader:
                         raise RuntimeError(f"decoder seek to frame {start} landed at {begin}")
                 x = f.read(start - begin + count, dtype="float32", always_2d=True)
             self._pos = begin + len(x)
+            if self._mode == _MPEG:
+                hole = mpeg_frames.concealed_span(x)
+                if hole is not None:
+                    raise bad_file(self.info.path, f"frames {begin + hole[0]}-{begin + hole[1]} decode to exact silence "
+                                   "right after sound: the decoder replaced damaged MPEG frames with zeros")
             skip = start - begin
             if skip:
                 # Copy so the caller does not keep the pre-roll buffer alive.
