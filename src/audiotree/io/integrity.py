@@ -16,6 +16,11 @@ what the file's bytes could possibly decode to, without decoding anything:
   page reports 0 frames in libsndfile).
 * :func:`mp3_length_is_estimated`: without a Xing/Info/VBRI header an MP3's
   length is mpg123's estimate from the file size and first frames.
+* :func:`flac_frames_end`: where the last FLAC frame ends, by its header, so
+  that a ``total_samples`` claiming less than the file holds is caught.
+
+Ogg page checks are in :mod:`audiotree.io.ogg_pages`, MPEG frame and tag
+checks in :mod:`audiotree.io.mpeg_frames`.
 
 All functions read at most a bounded head or tail of the file (never the
 whole file) and are pure given the file's bytes.
@@ -27,7 +32,7 @@ import re
 import struct
 
 __all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes",
-           "ogg_is_complete", "read_head", "flac_frames_end"]
+           "read_head", "flac_frames_end"]
 
 #: Highest sample rate a header may claim, in Hz. Covers every audio rate in
 #: use, ultrasonic recorders (up to ~1 MHz) and DSD64 carried as PCM
@@ -236,31 +241,6 @@ def mp3_declared_bytes(frame_head: bytes) -> int | None:
             if flags & 0x2:
                 return struct.unpack_from(">I", window, i + 12 if flags & 0x1 else i + 8)[0]
     return None
-
-
-# Largest possible Ogg page: 27-byte header + 255 lacing values + 255 * 255 body bytes.
-OGG_MAX_PAGE = 27 + 255 + 255 * 255
-
-
-def ogg_is_complete(tail: bytes) -> bool:
-    """Whether ``tail`` (the last ``OGG_MAX_PAGE`` bytes of a file) ends with a whole end-of-stream page.
-
-    Every Ogg stream closes with a page flagged end-of-stream. A file cut
-    anywhere ends either inside a page or after a page without that flag;
-    libsndfile then reports only the frames of the last whole page, which
-    would pass the cut file off as a shorter one. Bytes after the last page
-    that do not start another page (a tag some tools append) are ignored.
-    """
-    i = tail.rfind(b"OggS")
-    while i >= 0:
-        if i + 27 <= len(tail) and tail[i + 4] == 0:
-            body = i + 27 + tail[i + 26]
-            end = body + sum(tail[i + 27 : body]) if body <= len(tail) else len(tail) + 1
-            if end <= len(tail):
-                # The last whole page: what follows must not be the start of a cut page.
-                return bool(tail[i + 5] & 0x04) and not tail[end:].startswith(b"OggS")
-        i = tail.rfind(b"OggS", 0, i)
-    return False
 
 
 def _crc8(data: bytes) -> int:
