@@ -31,9 +31,10 @@ def one_line(message: Any) -> str:
 
 def known_errors() -> tuple[type[BaseException], ...]:
     """What the library raises for bad arguments or unusable input: one line and exit code 2 at the CLI."""
-    from audiotree.errors import AudioReadError
+    from audiotree.errors import AudioReadError, MissingExtraError
 
-    return (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, AudioReadError)
+    return (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, AudioReadError,
+            MissingExtraError)
 
 
 # ------------------------------------------------------------------ sources

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from audiotree.cli._common import CliError, build_dataset, pipeline_options, resolve_sources, sources_argument, stdout_console
+from audiotree.cli._common import build_dataset, pipeline_options, resolve_sources, sources_argument, stdout_console
 
 
 @click.command(short_help="Excerpts as a static HTML page with players and plots.")
@@ -37,14 +37,13 @@ def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pi
     parsed = resolve_sources(sources, pipeline)
     started = time.perf_counter()
     ds = build_dataset(parsed, pipeline, num_epochs=None)
-    try:
-        result = render_preview(
-            ds, out_dir, n=n, lufs_cutoff=pipeline.cutoff_for_plots, image_format=image_format,
-            title="audiotree preview", group_by=group_by,
-            subtitle=f"{n} excerpts of {pipeline.duration:g} s at {pipeline.sample_rate} Hz, strategy {pipeline.strategy}",
-        )
-    except ValueError as exc:  # e.g. --group-by naming no column of the excerpts
-        raise CliError(str(exc)) from None
+    # A ValueError (--group-by naming no column, files of different channel counts) becomes one
+    # "Error: audiotree preview: ..." line in the command group.
+    result = render_preview(
+        ds, out_dir, n=n, lufs_cutoff=pipeline.cutoff_for_plots, image_format=image_format,
+        title="audiotree preview", group_by=group_by,
+        subtitle=f"{n} excerpts of {pipeline.duration:g} s at {pipeline.sample_rate} Hz, strategy {pipeline.strategy}",
+    )
     console = stdout_console()
     groups: dict[str, int] = {}
     for record in result.excerpts:

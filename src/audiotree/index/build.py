@@ -28,7 +28,6 @@ import dataclasses
 import functools
 import json
 import math
-import multiprocessing
 import os
 import shutil
 import warnings
@@ -235,8 +234,9 @@ def _make_executor(executor: Any, max_workers: int | None, stack: contextlib.Exi
     if executor is None or executor == "process":
         workers = max_workers or os.cpu_count() or 1
         # spawn: a forked child of a process running JAX's threads can deadlock.
-        return (concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")),
-                True, workers)
+        from audiotree.parallel.executors import spawn_pool
+
+        return spawn_pool(workers), True, workers
     if executor == "serial":
         return None, False, 1
     if isinstance(executor, concurrent.futures.Executor):

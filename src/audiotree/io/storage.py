@@ -212,8 +212,10 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None):
     try:
         cls = fsspec.get_filesystem_class(protocol)
     except ImportError as exc:
+        from audiotree.errors import MissingExtraError
+
         package = _PROVIDERS.get(protocol, "the fsspec implementation for this protocol")
-        raise ImportError(
+        raise MissingExtraError(
             f"Cannot read {redact(url)}: the '{protocol}://' protocol needs {package}, which is not installed."
         ) from exc
     except ValueError as exc:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from audiotree._fs import read_limited
+from audiotree.sources.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.arrayrecord import INDEX_NAME, MAX_INDEX_BYTES, check_index, decode_item
 
 __all__ = ["ArrayRecordAudioSource", "open_arrayrecord"]
@@ -130,6 +131,7 @@ class ArrayRecordAudioSource:
         if found != total:
             raise ValueError(f"The ArrayRecord shards {self.shard_files[:3]} hold {found} records but their "
                              f"indexes list {total}; a shard was replaced or truncated. Re-render the dataset.")
+        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.lifecycle)
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0

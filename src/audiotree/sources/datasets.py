@@ -136,8 +136,8 @@ def create_audio_dataset(
         rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
                                         max_duration=max_duration, on_stale=on_stale, loudest=loudest)
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
-        if not mono and channels is None:
-            channels = indexed.first_channels(rows)
+        if not mono:
+            channels = indexed.checked_channels(rows, channels)
     else:
         indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
         files = resolve_files(sources, filepaths, extensions)
@@ -322,6 +322,9 @@ def create_balanced_audio_dataset(
         first = next(iter(group_files))
         channels = indexed.first_channels(group_rows[first]) if first in group_rows else \
             probe_channels(group_files[first][0])
+    if window is None and not mono:
+        for rows in group_rows.values():
+            channels = indexed.checked_channels(rows, channels)
 
     parts: list[grain.MapDataset] = []
     for name, files in group_files.items():

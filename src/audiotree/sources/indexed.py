@@ -314,6 +314,27 @@ def first_channels(rows: IndexRows) -> int | None:
     return None if not np.isfinite(value) else int(value)
 
 
+def checked_channels(rows: IndexRows, channels: int | None) -> int | None:
+    """The one channel count of a ``mono=False`` dataset's rows (``channels``, else the first row's).
+
+    Raises :class:`~audiotree.errors.ChannelMismatchError` naming the first row
+    that differs and how many do, before anything is read: the index knows
+    every file's count. Rows without a count (unreadable files) are left to
+    the read.
+    """
+    from audiotree.errors import ChannelMismatchError
+
+    expected = first_channels(rows) if channels is None else int(channels)
+    if expected is None:
+        return None
+    counts = rows.channels
+    differ = np.flatnonzero(np.isfinite(counts) & (counts != expected))
+    if differ.size:
+        first = int(differ[0])
+        raise ChannelMismatchError(str(rows.paths[first]), int(counts[first]), expected, count=int(differ.size))
+    return expected
+
+
 def refuse_index_options(**options: Any) -> None:
     """``labels=``/``min_duration=``/``max_duration=`` come from an index; refuse them without one."""
     given = sorted(name for name, value in options.items() if value is not None)
