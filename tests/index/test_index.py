@@ -302,8 +302,9 @@ def test_labels_join_by_path_relative_and_stem(corpus, tmp_path):
     build_index({"speech": str(root / "speech")}, out, executor="serial", show_progress=False, labels=by_path,
                 loudness=False)
     ix = open_index(out)
-    assert ix.meta["labels"] == {"speaker": {"kind": "category", "vocabulary": ["alice", "bob"]},
+    assert ix.meta["labels"] == {"speaker": {"kind": "category", "ids": "speaker#id", "size": 2},
                                  "snr": {"kind": "numeric"}}
+    assert ix.vocabulary("speaker") == ["alice", "bob"]
     got = dict(zip(ix.paths(), zip(ix.label_values("speaker").tolist(), ix.label_values("snr").tolist())))
     assert got == {files["s1"]: (0, 10.0), files["s2"]: (1, 2.5), files["s3"]: (0, 3.0)}
 
@@ -312,8 +313,8 @@ def test_labels_join_by_path_relative_and_stem(corpus, tmp_path):
     build_index({"speech": str(root / "speech")}, out, executor="serial", show_progress=False, loudness=False,
                 labels=LabelSource(relative, key="file", match="relative"))
     ix = open_index(out)
-    # An update keeps the ids of known values and appends new ones.
-    assert ix.vocabulary("speaker") == ["alice", "bob", "carol"]
+    # An update keeps the ids of known values and appends new ones; "alice" left the index: id 0 is retired.
+    assert ix.vocabulary("speaker") == [None, "bob", "carol"]
     assert dict(zip(ix.paths(), ix.label_values("speaker").tolist())) == {files["s1"]: 2, files["s2"]: 1, files["s3"]: 1}
 
     stems = tmp_path / "stems.jsonl"
@@ -334,7 +335,7 @@ def test_labels_join_by_path_relative_and_stem(corpus, tmp_path):
 
 @pytest.mark.parametrize("content, suffix, match", [
     ("path,speaker\nspeech/spk1/a.wav,x\nspeech/spk1/a.wav,y\n", ".csv", r"duplicate key\(s\).*a\.wav"),
-    ("path,speaker\nspeech/spk1/a.wav,x\n", ".csv", r"no row for 2 indexed file\(s\).*b\.flac"),
+    ("path,speaker\nspeech/spk1/a.wav,x\n", ".csv", r"no row for 2 of 3 indexed file\(s\).*b\.flac"),
     ("name,speaker\nspeech/spk1/a.wav,x\n", ".csv", r"no key column 'path'"),
     ('{"path": "speech/spk1/a.wav", "n": 1}\n{"path": "speech/spk2/b.flac", "n": "two"}\n', ".jsonl",
      r"Every column must hold one type"),
