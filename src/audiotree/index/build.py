@@ -16,7 +16,10 @@ How a build runs
    parts are removed. The output depends only on the files and the settings,
    never on the executor, the worker count or the order chunks finish in.
 
-An unreadable file becomes a row with ``readable=False`` and its error.
+An unreadable file becomes a row with ``readable=False``, its error, and the
+error's kind: ``"permanent"`` (the file is bad; the row is reused until the
+file changes) or ``"transient"`` (the storage kept failing after its retries;
+the next build reads the file again).
 """
 
 from __future__ import annotations
@@ -202,7 +205,9 @@ class _Parts:
         tables = []
         for name in reversed(names):
             try:
-                tables.append(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES))
+                # Cast: Parquet names a list's child "element", Arrow "item"; a resumed build must write
+                # the same bytes as an uninterrupted one.
+                tables.append(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES).cast(arrow_schema()))
             except Exception:  # a part is committed by rename, so this is outside damage: re-read its files
                 continue
         if names:
@@ -290,16 +295,17 @@ def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_r
 
 
 def _reusable(table, stored_to_abs: dict, current: dict, taken: set):
-    """Mask of rows of ``table`` whose file is still listed, unchanged, and not yet taken."""
+    """Mask of rows of ``table`` whose file is still listed, unchanged, not yet taken, and not a transient failure."""
     import pyarrow as pa
 
     paths = table.column("path").to_pylist()
     sizes = table.column("size").to_pylist()
     mtimes = table.column("mtime_ns").to_pylist()
+    transient = [k == "transient" for k in table.column("error_kind").to_pylist()]
     keep = []
-    for p, s, m in zip(paths, sizes, mtimes):
+    for p, s, m, again in zip(paths, sizes, mtimes, transient):
         ap = stored_to_abs.get(p)
-        ok = ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
+        ok = not again and ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
         if ok:
             taken.add(ap)
         keep.append(ok)

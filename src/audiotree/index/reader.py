@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.index.schema import BASE_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
+from audiotree.index.schema import BASE_COLUMNS, OPTIONAL_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
 from audiotree.io import storage
 from audiotree.io.remote_file import open_input
 
@@ -345,6 +345,8 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
     expected_schema = arrow_schema()
     names = set(schema.names)
     for name, _kind, _nullable in BASE_COLUMNS:
+        if name in OPTIONAL_COLUMNS and name not in names:
+            continue
         if name not in names:
             raise ValueError(f"{path}: the index has no {name!r} column; it was edited or damaged. Rebuild it.")
         expected, actual = expected_schema.field(name).type, schema.field(name).type
@@ -366,7 +368,7 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
     else:
         wanted = list(dict.fromkeys(list(columns or _DEFAULT_COLUMNS) + ([] if columns else list(meta["labels"]))
                                     + list(labels or ())))
-        unknown = [c for c in wanted if c not in names]
+        unknown = [c for c in wanted if c not in names and c not in OPTIONAL_COLUMNS]
         if unknown:
             raise ValueError(f"{path}: no column(s) {unknown}; the index has {schema.names}.")
         if "path" not in wanted:
@@ -374,10 +376,13 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
         # A category label is read with its ids.
         wanted = list(dict.fromkeys(wanted + [meta["labels"][c]["ids"] for c in wanted
                                               if "ids" in meta["labels"].get(c, {})]))
+    absent = [c for c in wanted if c not in names]  # optional columns an older index lacks: all null
     try:
-        table = pf.read(columns=wanted)
+        table = pf.read(columns=[c for c in wanted if c in names])
     except (pa.ArrowException, OSError, AudioReadError) as exc:
         raise _read_failure(path, exc) from None
+    for name in absent:
+        table = table.append_column(expected_schema.field(name), pa.nulls(table.num_rows, expected_schema.field(name).type))
     stored_root = meta.get("root")
     root = None
     if stored_root is not None and storage.is_url(stored_root):

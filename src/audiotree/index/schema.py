@@ -20,6 +20,10 @@ column          type             meaning
 ``duration``    float64 (null)   ``frames / sample_rate``, seconds
 ``readable``    bool             the header and (with loudness) every sample decoded
 ``error``       string (null)    why not, naming the file
+``error_kind``  string (null)    ``"transient"`` (the storage kept failing: the
+                                 next build reads the file again) or
+                                 ``"permanent"`` (the file is bad); null when
+                                 readable
 ``profile_step``int32 (null)     samples per profile block, ``round(0.1 * rate)``
 ``profile``     list<float32>    the loudness profile (below); null without one
 *labels*        string / number  the joined label columns, under their own names
@@ -70,6 +74,7 @@ __all__ = [
     "METADATA_KEY",
     "BASE_COLUMNS",
     "RESERVED_COLUMNS",
+    "OPTIONAL_COLUMNS",
     "META_KEYS",
     "arrow_schema",
     "encode_metadata",
@@ -95,10 +100,13 @@ BASE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("duration", "float64", True),
     ("readable", "bool", False),
     ("error", "string", True),
+    ("error_kind", "string", True),
     ("profile_step", "int32", True),
     ("profile", "list<float32>", True),
 )
 RESERVED_COLUMNS = frozenset(name for name, _, _ in BASE_COLUMNS)
+#: Base columns an index written by an older minor version may lack (read as all null).
+OPTIONAL_COLUMNS = frozenset({"error_kind"})
 META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels")
 
 
