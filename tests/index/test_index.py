@@ -121,7 +121,7 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     out, _ = built
     schema = pq.read_schema(out)
     assert schema.names == ["path", "group", "size", "mtime_ns", "container", "codec", "sample_rate", "channels",
-                            "frames", "duration", "readable", "error", "profile_step", "profile"]
+                            "frames", "duration", "readable", "error", "error_kind", "profile_step", "profile"]
     assert schema.field("profile").type == pa.list_(pa.float32())
     assert schema.field("duration").type == pa.float64() and schema.field("size").type == pa.int64()
     meta = json.loads(pq.read_metadata(out).metadata[b"audiotree"])
@@ -132,6 +132,7 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     assert sorted(df.loc[df.readable, "container"].unique()) == ["FLAC", "OGG", "WAV"]
     bad = df[~df.readable]
     assert len(bad) == 1 and bad.path.iloc[0].endswith("broken.wav") and "broken.wav" in bad.error.iloc[0]
+    assert bad.error_kind.iloc[0] == "permanent" and df[df.readable].error_kind.isna().all()
     assert df.groupby("group").size().to_dict() == {"music": 3, "speech": 3}
     row = df[df.path.str.endswith("m1.wav")].iloc[0]
     assert (row.sample_rate, row.channels, row.frames, row.profile_step) == (RATE, 2, 4 * RATE, RATE // 10)
