@@ -42,3 +42,22 @@ def test_a_resumed_build_is_byte_identical_to_an_uninterrupted_one(tmp_path):
     assert report.resumed == len(parts) and report.rows == 6
     build_index(str(tmp_path / "audio"), fresh, executor="serial", chunk_size=1, show_progress=False)
     assert out.read_bytes() == fresh.read_bytes()
+
+
+def test_an_index_without_the_error_kind_column_still_opens_and_updates(tmp_path):
+    import pyarrow.parquet as pq
+
+    from audiotree.index import open_index
+
+    rng = np.random.default_rng(1)
+    (tmp_path / "audio").mkdir()
+    for i in range(2):
+        soundfile.write(tmp_path / "audio" / f"f{i}.wav", (0.1 * rng.standard_normal(8_000)).astype(np.float32), 8_000)
+    out = tmp_path / "old.parquet"
+    build_index(str(tmp_path / "audio"), out, executor="serial", show_progress=False)
+    pq.write_table(pq.read_table(out).drop_columns(["error_kind"]), out)  # as written before error_kind existed
+    ix = open_index(out, columns="all")
+    assert len(ix) == 2 and ix.table.column("error_kind").null_count == 2
+    report = build_index(str(tmp_path / "audio"), out, executor="serial", show_progress=False)
+    assert (report.read, report.reused) == (0, 2)
+    assert "error_kind" in pq.read_schema(out).names

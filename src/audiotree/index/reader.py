@@ -364,7 +364,7 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
             "with --labels naming a file that has them."
         )
     if columns == "all":
-        wanted = list(schema.names)
+        wanted = list(schema.names) + sorted(OPTIONAL_COLUMNS - names)
     else:
         wanted = list(dict.fromkeys(list(columns or _DEFAULT_COLUMNS) + ([] if columns else list(meta["labels"]))
                                     + list(labels or ())))
