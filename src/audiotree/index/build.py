@@ -16,7 +16,10 @@ How a build runs
    parts are removed. The output depends only on the files and the settings,
    never on the executor, the worker count or the order chunks finish in.
 
-An unreadable file becomes a row with ``readable=False`` and its error.
+An unreadable file becomes a row with ``readable=False``, its error, and the
+error's kind: ``"permanent"`` (the file is bad; the row is reused until the
+file changes) or ``"transient"`` (the storage kept failing after its retries;
+the next build reads the file again).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from audiotree.errors import AudioReadError
-from audiotree.index.labels import as_label_source, join_labels
+from audiotree.index.labels import label_columns, label_source_from, match_labels
 from audiotree.io import storage
 from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
 from audiotree.validation import is_int
@@ -201,7 +204,9 @@ class _Parts:
         tables = []
         for name in reversed(names):
             try:
-                tables.append(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES))
+                # Cast: Parquet names a list's child "element", Arrow "item"; a resumed build must write
+                # the same bytes as an uninterrupted one.
+                tables.append(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES).cast(arrow_schema()))
             except Exception:  # a part is committed by rename, so this is outside damage: re-read its files
                 continue
         if names:
@@ -290,20 +295,34 @@ def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_r
 
 
 def _reusable(table, stored_to_abs: dict, current: dict, taken: set):
-    """Mask of rows of ``table`` whose file is still listed, unchanged, and not yet taken."""
+    """Mask of rows of ``table`` whose file is still listed, unchanged, not yet taken, and not a transient failure."""
     import pyarrow as pa
 
     paths = table.column("path").to_pylist()
     sizes = table.column("size").to_pylist()
     mtimes = table.column("mtime_ns").to_pylist()
+    transient = [k == "transient" for k in table.column("error_kind").to_pylist()]
     keep = []
-    for p, s, m in zip(paths, sizes, mtimes):
+    for p, s, m, again in zip(paths, sizes, mtimes, transient):
         ap = stored_to_abs.get(p)
-        ok = ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
+        ok = not again and ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
         if ok:
             taken.add(ap)
         keep.append(ok)
     return pa.array(keep, type=pa.bool_())
+
+
+def _previous_labels(out: str, previous: Any) -> dict:
+    """The string labels of the index being updated: ``{label: vocabulary}`` (categories), ``{label: None}`` (text)."""
+    if previous is None:
+        return {}
+    from audiotree.index.reader import open_index
+
+    kinds = {n: s["kind"] for n, s in previous.meta["labels"].items() if s["kind"] in ("category", "text")}
+    if not kinds:
+        return {}
+    ix = open_index(out, columns=["path"], labels=list(kinds))
+    return {n: ix.vocabulary(n) if kind == "category" else None for n, kind in kinds.items()}
 
 
 def build_index(
@@ -311,6 +330,12 @@ def build_index(
     out: str | os.PathLike,
     *,
     labels: Any = None,
+    labels_key: str | None = None,
+    labels_match: str | None = None,
+    labels_root: str | os.PathLike | None = None,
+    labels_missing: str | None = None,
+    text_columns: Sequence[str] | None = None,
+    numeric_columns: Sequence[str] | None = None,
     loudness: bool = True,
     executor: Any = None,
     show_progress: bool = True,
@@ -328,7 +353,18 @@ def build_index(
       sources: folders, files or globs, or ``{group: sources}``.
       out: the index file (``.parquet``). If it exists, it is updated: only new
         or changed files are read, rows of vanished files are dropped.
-      labels: a labels file path or :class:`~audiotree.index.LabelSource`.
+      labels: a labels file path or :class:`~audiotree.index.LabelSource`. It is
+        read, checked and joined before any audio is decoded.
+      labels_key, labels_match, labels_root, labels_missing: with a labels
+        path, the :class:`~audiotree.index.LabelSource` fields ``key`` (default
+        ``"path"``), ``match`` (``"path"``, ``"relative"`` or ``"stem"``),
+        ``root`` and ``missing`` (``"error"`` or ``"null"``), as the CLI's
+        ``--labels-*`` options.
+      text_columns: label columns that are free text: they reach items and
+        batches as strings (``--text-columns``). String columns of many
+        distinct values are detected as text anyway.
+      numeric_columns: label columns read as numbers even where their values
+        look like identifiers (``"007"``; ``--numeric-columns``).
       loudness: compute each file's loudness profile (decodes every file once).
       executor: ``None``/``"process"`` (a spawn process pool of
         ``max_workers``, default one per core), ``"serial"``, or any
@@ -362,6 +398,9 @@ def build_index(
         :mod:`audiotree.index.labels`), or an unusable existing ``out``.
     """
     options = dict(storage_options or {})
+    labels = label_source_from(labels, key=labels_key, match=labels_match, missing=labels_missing,
+                               root=None if labels_root is None else os.fspath(labels_root),
+                               text_columns=text_columns, numeric_columns=numeric_columns)
     if storage.is_url(os.fspath(out)):
         return _build_remote(sources, os.fspath(out), labels=labels, loudness=loudness, executor=executor,
                              show_progress=show_progress, mono=mono, root=root, extensions=extensions,
@@ -401,13 +440,16 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     from audiotree.index.reader import open_index
 
     out = os.path.abspath(os.fspath(out))
-    label_source = as_label_source(labels)
+    label_source = labels
     pairs, described = _normalize_sources(sources)
     if label_source is not None:
         described.update(labels=os.path.abspath(label_source.path), labels_key=label_source.key,
                          labels_match=label_source.match, labels_missing=label_source.missing)
         if label_source.root is not None:
             described["labels_root"] = os.path.abspath(label_source.root)
+        for key in ("text_columns", "numeric_columns"):
+            if getattr(label_source, key):
+                described[key] = list(getattr(label_source, key))
     stored_root = root_abs = None
     if root is not None and storage.is_url(os.fspath(root)):
         root_abs = stored_root = os.fspath(root).rstrip("/")
@@ -417,6 +459,9 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
         described["root"] = root_abs
     found = _discover(pairs, extensions)
+    # The labels are read and joined before any file is decoded: a bad labels file costs nothing.
+    matched = None if label_source is None else match_labels(label_source, [p for p, _, _ in found],
+                                                             [r for _, _, r in found])
 
     def stored(path: str) -> str:
         if root_abs is None:
@@ -500,13 +545,12 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     table = table.sort_by([("_group_key", "ascending"), ("path", "ascending")]).drop_columns(["_group_key"])
 
     label_specs: dict = {}
-    if label_source is not None:
-        roots = {p: r for p, _, r in found}
+    if matched is not None:
         abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]
-        previous_specs = previous.meta["labels"] if previous is not None else None
-        columns, label_specs = join_labels(label_source, abs_paths, [roots[p] for p in abs_paths], previous_specs)
-        for name, col in columns.items():
-            table = table.append_column(pa.field(name, col.type, nullable=True), col)
+        columns, label_specs = label_columns(matched, abs_paths, _previous_labels(out, previous))
+        # One new table, not one append per column: 16,000 label columns must not cost 16,000 copies of the schema.
+        fields = list(table.schema) + [pa.field(name, col.type, nullable=True) for name, col in columns]
+        table = pa.Table.from_arrays(table.columns + [col for _, col in columns], schema=pa.schema(fields))
     table = table.replace_schema_metadata(encode_metadata(
         root=stored_root, sources=described,
         loudness={"enabled": bool(loudness), "mono": bool(mono), "block_sec": BLOCK_SEC},

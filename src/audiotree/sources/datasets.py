@@ -97,7 +97,8 @@ def create_audio_dataset(
         reads the index and nothing else. Items' ``source`` is the row's group.
       labels: index label columns carried into every item's ``extras``
         (``(1,)`` arrays: int32 category ids, see the index's vocabulary, or
-        numbers as stored).
+        numbers as stored; a text label as a one-string list, a list of
+        strings in a batch).
       min_duration, max_duration: keep index rows within these seconds.
       on_stale: a file whose size or mtime differs from its index row:
         ``"error"`` (naming the file and the refresh command), ``"reprobe"``

@@ -5,8 +5,9 @@ index and nothing else at start-up: no folder walk, no header read. Its items
 are *row numbers*; the loader maps a row to its file, checks the file is
 unchanged (one ``stat``, under the ``on_stale`` policy), reads the excerpt with
 the usual loader, and attaches the requested label columns as ``extras``
-(``(1,)`` arrays: category ids as int32, numbers as stored), so they batch,
-cross Grain and PyTorch workers and enter ``jit`` like any array.
+(``(1,)`` arrays: category ids as int32, numbers as stored, so they batch,
+cross Grain and PyTorch workers and enter ``jit`` like any array; a text label
+as a one-string list, so a batch holds a list of strings).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class IndexRows:
 
     ``paths[i]`` is row ``i``'s file; ``sizes``/``mtimes`` what the index
     recorded; ``durations`` seconds; ``channels``; ``groups`` the group column
-    (``None`` when null); ``labels`` ``{name: (n,) array}``. Paths and groups
+    (``None`` when null); ``labels`` ``{name: (n,) array}`` (a
+    :class:`~audiotree.index.text.TextColumn` for a text label). Paths and groups
     are object arrays, so selecting rows is one fancy index. ``plan`` is the
     ``loudest`` plan of the rows (:class:`~audiotree.excerpt_search.LoudestPlan`)
     when the dataset picks loud excerpts from the index's profiles, else ``None``.
@@ -86,8 +88,7 @@ class IndexRows:
         if tree is None:
             return None
         if self.labels:
-            # Copies, not views: an item must not pin (or ship to the main process) the whole column.
-            tree = tree.replace_extras(**{name: values[i:i + 1].copy() for name, values in self.labels.items()})
+            tree = tree.replace_extras(**{name: _label_leaf(values, i) for name, values in self.labels.items()})
         if stamp_group:
             from audiotree.provenance import encode_strings
 
@@ -95,6 +96,14 @@ class IndexRows:
             metadata["source"] = encode_strings([self.groups[i] or ""])
             tree = tree.replace(_metadata=metadata)
         return tree
+
+
+def _label_leaf(values: Any, i: int) -> Any:
+    """Row ``i``'s label as an item leaf: ``[text]`` for a text column, else a ``(1,)`` array."""
+    if isinstance(values, np.ndarray):
+        # A copy, not a view: an item must not pin (or ship to the main process) the whole column.
+        return values[i:i + 1].copy()
+    return [values.text(i)]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
