@@ -67,6 +67,7 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
+from audiotree.io.members import format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
@@ -79,12 +80,14 @@ __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
 
 
 def _extension(path: str) -> str:
-    ext = os.path.splitext(path)[1]
+    ext = os.path.splitext(format_name(path))[1]  # a tar member's own name, not its shard's
     return normalize_extension(ext) if ext not in ("", ".") else ""
 
 
 def _open_reader(path: str) -> SoundfileReader | PyAVReader:
-    """Open ``path`` (a local path or a URL) with the right decoder or raise AudioReadError."""
+    """Open ``path`` (a local path, a URL or a member URL) with the right decoder or raise AudioReadError."""
+    if is_member(path):
+        return _open_member_reader(path)
     if storage.is_url(path):
         return _open_remote_reader(path)
     path = storage.local_path(path)
@@ -121,6 +124,26 @@ def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
 
     try:
         return _open_decoder(url, first.size, reopen)
+    except BaseException:
+        if not first.closed:
+            first.close()
+        raise
+
+
+def _open_member_reader(path: str) -> SoundfileReader | PyAVReader:
+    """Opens a tar member or Parquet cell (:mod:`audiotree.io.members`): a file object over its bytes."""
+    try:
+        first = open_member(path)
+    except (ImportError, ValueError) as exc:
+        raise AudioReadError(storage.redact(str(exc)), storage.redact(path)) from exc
+    handles = [first]
+
+    def reopen():
+        return handles.pop() if handles else open_member(path)
+
+    try:
+        first.prefetch_head()
+        return _open_decoder(path, first.size, reopen)
     except BaseException:
         if not first.closed:
             first.close()

@@ -67,6 +67,7 @@ def create_audio_dataset(
     on_stale: str = "error",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    audio_column: str | None = None,
 ) -> grain.MapDataset:
     """One excerpt per file per epoch, as a Grain ``MapDataset``.
 
@@ -113,6 +114,10 @@ def create_audio_dataset(
         every read, in every worker process. Without it fsspec's own
         configuration applies (``AWS_*`` / ``FSSPEC_*`` environment variables,
         ``GOOGLE_APPLICATION_CREDENTIALS``); secrets never appear in messages.
+      audio_column: the audio column of Parquet sources (default ``"audio"``;
+        see :mod:`audiotree.sources.containers`). Tar shards (``.tar``, brace
+        patterns such as ``train-{000000..000099}.tar``) and Parquet files with
+        embedded audio are read in place: every member or row is an item.
 
     Raises:
       FileNotFoundError: a source folder does not exist.
@@ -140,7 +145,7 @@ def create_audio_dataset(
             channels = indexed.first_channels(rows)
     else:
         indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
-        files = resolve_files(sources, filepaths, extensions)
+        files = resolve_files(sources, filepaths, extensions, on_read_error=on_read_error, audio_column=audio_column)
         if not mono and channels is None:
             channels = probe_channels(files[0])
     loader = ExcerptLoader(
@@ -218,6 +223,7 @@ def create_balanced_audio_dataset(
     on_stale: str = "error",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    audio_column: str | None = None,
 ) -> grain.MapDataset:
     """A weighted mix of named groups, balanced in every batch.
 
@@ -238,7 +244,7 @@ def create_balanced_audio_dataset(
         :func:`create_audio_dataset`.
       measure_lufs: meter every item of every group, ``datasets=`` groups
         included (see :func:`create_audio_dataset`).
-      storage_options: for remote groups, as in :func:`create_audio_dataset`.
+      storage_options, audio_column: for remote groups and Parquet sources, as in :func:`create_audio_dataset`.
       Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s
       (``excerpt=ExcerptConfig(strategy="full")`` reads whole files instead).
 
@@ -315,7 +321,8 @@ def create_balanced_audio_dataset(
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
     group_files = {
-        name: range(len(group_rows[name])) if name in group_rows else resolve_files(folders, None, extensions)
+        name: range(len(group_rows[name])) if name in group_rows else resolve_files(
+            folders, None, extensions, on_read_error=on_read_error, audio_column=audio_column)
         for name, folders in sources.items()
     }
     if window is None and not mono and channels is None and group_files:
