@@ -48,7 +48,7 @@ from audiotree.errors import AudioReadError
 from audiotree.io import storage
 
 __all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "member_stat",
-           "format_name", "order_key", "container_of", "MemberInput"]
+           "format_name", "order_key", "container_of", "absolute", "MemberInput"]
 
 _LOCATOR = re.compile(r"^(?P<kind>tar|parquet)://(?P<inner>.*?)::(?P<container>.+)$", re.S)
 _TAR_RANGE = re.compile(r"^(?P<name>.*)\?offset=(?P<offset>\d+)&size=(?P<size>\d+)$", re.S)
@@ -104,6 +104,17 @@ def tar_url(shard: str, name: str, offset: int, size: int) -> str:
 def parquet_url(path: str, column: str, row_group: int, row: int) -> str:
     """The member URL of row ``row`` of row group ``row_group`` of ``path``, audio in ``column``."""
     return f"parquet://{column}?row_group={int(row_group)}&row={int(row)}::{path}"
+
+
+def absolute(path: str) -> str:
+    """``path`` with a local container (or a local file) made absolute; URLs unchanged."""
+    if not is_member(path):
+        return path if storage.is_url(path) else os.path.normpath(os.path.abspath(path))
+    m = _LOCATOR.match(path)
+    container = m.group("container")
+    if storage.is_url(container):
+        return path
+    return path[:m.start("container")] + os.path.normpath(os.path.abspath(storage.local_path(container)))
 
 
 def container_of(path: str) -> str | None:

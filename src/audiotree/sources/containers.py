@@ -114,6 +114,8 @@ class ContainerItems:
     labels: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     problems: list[AudioReadError] = dataclasses.field(default_factory=list)
+    #: The group of each shard with faults (index builds).
+    groups: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _sidecar_values(ext: str, data: bytes, where: str) -> dict[str, Any]:
