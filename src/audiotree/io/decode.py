@@ -466,6 +466,8 @@ class AudioFile:
                 self.path,
             ) from exc
         except Exception as exc:
+            if not isinstance(source, str) and getattr(source, "failure", None) is not None:
+                raise source.failure from exc  # the storage fault the decoder only saw as a failed read
             raise read_error(self.path, exc, failure_hint(self.path, file_size(self.path))) from exc
         if len(x) != end - start:
             x = self._short_read(x, start, end, reader.length_slack)

@@ -204,6 +204,9 @@ class MemberInput:
         self._pos = 0
         self._remote = remote
 
+    def __repr__(self) -> str:
+        return f"<member {storage.redact(self.url)}>"
+
     def _short(self, got: int, wanted: int) -> AudioReadError:
         shown = storage.redact(self.url)
         return AudioReadError(
@@ -303,7 +306,15 @@ def _open_tar_member(path: str, ref: MemberRef) -> MemberInput:
     except OSError as exc:
         raise AudioReadError(f"Failed to read audio file '{path}': cannot open its shard ({exc}). Check the path "
                              "(was the shard moved or deleted?), or use on_read_error=\"skip\".", path) from exc
-    return MemberInput(path, handle, offset, size, remote=False)
+    view = MemberInput(path, handle, offset, size, remote=False)
+    shard_size = os.fstat(handle.fileno()).st_size
+    if offset + size > shard_size:  # known before any decoding: the shard is cut off inside this member
+        handle.close()
+        raise AudioReadError(
+            f"Failed to read audio file '{path}': the member's {size} bytes run past the end of the shard (it ends "
+            f"at byte {offset + size}, the shard has {shard_size} bytes); the shard is truncated. Re-create or "
+            "re-download it, or use on_read_error=\"skip\".", path)
+    return view
 
 
 # ---------------------------------------------------------------------------

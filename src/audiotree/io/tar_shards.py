@@ -170,7 +170,13 @@ def list_shard(shard: str, *, storage_options: Mapping[str, Any] | None = None) 
         while True:
             try:
                 info = archive.next()
-            except tarfile.ReadError as exc:  # a pax/GNU extension header whose payload is bad
+            except tarfile.ReadError as exc:
+                if "unexpected end of data" in str(exc) and members:
+                    # The shard ends inside the last member: it is listed, and its read
+                    # fails naming it (an item-level fault, through on_read_error).
+                    stop = -1
+                    break
+                # A pax/GNU extension header whose payload is bad.
                 problems.append(_fault(shard, f"the header at byte {archive.offset} does not parse ({exc})"))
                 stop = -1
                 break

@@ -134,14 +134,17 @@ def _sidecar_values(ext: str, data: bytes, where: str) -> dict[str, Any]:
     return {"txt": text.strip()}
 
 
-def _read_sidecars(shard: str, members: Iterable[Any]) -> dict[str, dict[str, bytes]]:
-    """Bytes of the sidecar members, by key (one open of the shard; small ranged reads over a URL)."""
+def _read_sidecars(shard: str, members: Iterable[Any], problems: list) -> dict[str, dict[str, bytes]]:
+    """Bytes of the sidecar members, by key; one that cannot be read is a fault in ``problems``."""
     from audiotree.io.members import open_member
 
     out: dict[str, dict[str, bytes]] = {}
     for m in members:
-        with open_member(tar_url(shard, m.name, m.offset, m.size)) as f:
-            out.setdefault(m.key, {})[m.extension] = f.read()
+        try:
+            with open_member(tar_url(shard, m.name, m.offset, m.size)) as f:
+                out.setdefault(m.key, {})[m.extension] = f.read()
+        except AudioReadError as exc:
+            problems.append(AudioReadError(str(exc), storage.redact(shard)))
     return out
 
 
@@ -156,7 +159,7 @@ def _expand_shard(listing: Any, wanted: frozenset[str], found: ContainerItems, w
             audio.append(m)
         elif m.extension not in SIDECAR_EXTENSIONS:
             found.skipped[ext or "(no extension)"] += 1
-    by_key = _read_sidecars(shard, sidecars) if with_labels and sidecars else {}
+    by_key = _read_sidecars(shard, sidecars, found.problems) if with_labels and sidecars else {}
     for m in audio:
         url = tar_url(shard, m.name, m.offset, m.size)
         found.items.append(url)
