@@ -448,7 +448,8 @@ class AudioFile:
         if start >= end:
             return np.empty((0, self.info.channels), dtype=np.float32)
         source = reader._source
-        if not isinstance(source, str) and frames > 0 and self.info.format not in _PROBING_SEEKS:
+        probe_tolerant = getattr(source, "probe_tolerant", False)  # keeps bytes before a seek target (members)
+        if not isinstance(source, str) and frames > 0 and (probe_tolerant or self.info.format not in _PROBING_SEEKS):
             # Uncompressed audio seeks straight to its bytes: fetch the excerpt
             # (its share of the file, +5%) in one ranged request. Codecs whose
             # seek probes the file first would spend the hint on a probe.

@@ -37,7 +37,7 @@ from audiotree.io.storage import (
     retry,
 )
 
-__all__ = ["RemoteInput", "open_input", "open_range", "ReadaheadCache", "MIN_WINDOW", "MAX_WINDOW"]
+__all__ = ["RemoteInput", "open_input", "ReadaheadCache", "MIN_WINDOW", "MAX_WINDOW"]
 
 #: Read-ahead window bounds (bytes) of :class:`ReadaheadCache`.
 MIN_WINDOW = 64 * 1024
@@ -368,24 +368,3 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
         raise
     return remote
 
-
-def open_range(url: str, end: int, *, storage_options: Mapping[str, Any] | None = None) -> RemoteInput:
-    """``url`` opened for ranged reads of its bytes ``[0, end)``, with no metadata request.
-
-    For a part whose position is known (a tar member: ``end`` is the member's
-    last byte + 1), so the object's size need not be looked up: reads past
-    ``end`` return nothing, and nothing is fetched until the first read.
-    """
-    fs = filesystem(url, storage_options)
-    cache = _register_cache()
-    end = int(end)
-
-    def whole() -> bytes:
-        return fs.cat_file(url, start=0, end=end)
-
-    file = retry(lambda: fs.open(url, "rb", block_size=MIN_WINDOW, cache_type=cache.name, size=end,
-                                 cache_options={"url": url, "whole": whole}), url, "open", storage_options)
-    if "details" in getattr(file, "__dict__", {}) or hasattr(type(file), "details"):
-        with contextlib.suppress(Exception):  # known size: no HEAD on the first ranged read (s3fs)
-            file.details = {"name": fs._strip_protocol(url), "size": end, "type": "file"}
-    return RemoteInput(url, file, end)
