@@ -15,8 +15,9 @@ flat ``extras`` (scalars or one value per item).
 >>> import tempfile, numpy as np
 >>> from audiotree import AudioTree
 >>> tree = AudioTree.create(np.zeros((2, 1, 800), np.float32), 8000)
->>> with tempfile.TemporaryDirectory() as d, WebDatasetWriter(d) as w:
-...     w.write(tree)
+>>> with tempfile.TemporaryDirectory() as d:
+...     with WebDatasetWriter(d) as w:
+...         w.write(tree)
 ...     sorted(os.listdir(d))
 ['shard-000000.tar']
 """
