@@ -243,3 +243,26 @@ def test_parquet_audio_column_option_and_missing_column(tmp_path):
     with pytest.raises(AudioReadError, match="no audio column 'sound'"):
         create_audio_dataset(sources=str(tmp_path / "plain.parquet"), audio_column="sound", sample_rate=8000)
     assert raw  # the fixture itself is untouched
+
+
+# ------------------------------------------------------------------ per-host splits
+
+
+@pytest.mark.parametrize("shape", ["shards", "parquet"])
+def test_shard_options_give_each_host_whole_containers(corpus, tmp_path, shape):
+    source = _shapes(corpus)[shape]
+    everything = set(find_audio_files(source))
+    out = tmp_path / "ix.parquet"
+    build_index(source, out, executor="serial", show_progress=False, loudness=False)
+    for build in (dict(sources=source), dict(index=out)):
+        seen, units = [], []
+        for host in range(2):
+            ds = create_audio_dataset(**build, sample_rate=RATE, duration=0.2, shuffle_seed=1,
+                                      shard_options=grain.sharding.ShardOptions(host, 2))
+            paths = [ds[i].filepath[0] for i in range(len(ds))]
+            seen += paths
+            units.append({(parse(p).container, parse(p).offset if shape == "parquet" else 0) for p in paths})
+        assert sorted(seen) == sorted(everything)  # disjoint and complete
+        assert not units[0] & units[1] and len(units[0]) == len(units[1]) == 2  # whole shards / row groups
+    with pytest.raises(ValueError, match="gets no items"):
+        create_audio_dataset(sources=source, sample_rate=RATE, shard_options=grain.sharding.ShardOptions(5, 6))

@@ -35,7 +35,7 @@ from audiotree.io import storage
 from audiotree.io.members import parquet_url, tar_url
 
 __all__ = ["expand_braces", "is_container", "expand_container", "ContainerItems", "SIDECAR_EXTENSIONS",
-           "label_rows"]
+           "label_rows", "host_share"]
 
 #: Member extensions read as labels of the audio member with the same key.
 SIDECAR_EXTENSIONS = ("json", "txt", "cls")
@@ -241,3 +241,43 @@ def label_rows(labels: Mapping[str, Mapping[str, Any]], paths: list[str]) -> dic
         if len(kinds) > 1 and str in kinds or bool in kinds and len(kinds) > 1:
             columns[n] = [None if v is None else str(v) for v in col]
     return columns
+
+
+def _unit(path: str) -> tuple:
+    """What one host reads whole: a shard, a Parquet row group, or a plain file."""
+    from audiotree.io.members import is_member, parse
+
+    if not is_member(path):
+        return (path,)
+    ref = parse(path)
+    return (ref.container,) if ref.kind == "tar" else (ref.container, ref.offset)
+
+
+def host_share(paths: Any, shard_options: Any) -> list[int]:
+    """Positions of ``paths`` that host ``shard_index`` of ``shard_count`` reads: whole shards / row groups.
+
+    Units (a tar shard, a Parquet row group, a plain file) are dealt round
+    robin in the order they first appear, so each host opens only its own
+    1/``shard_count`` of the containers. With ``drop_remainder=True`` every
+    host keeps the same number of items (the smallest share's).
+
+    >>> import types
+    >>> urls = [f"tar://{k}.flac?offset={512 * k}&size=1::s-{k // 2}.tar" for k in range(6)]
+    >>> host_share(urls, types.SimpleNamespace(shard_index=1, shard_count=2))
+    [2, 3]
+    """
+    index, count = int(shard_options.shard_index), int(shard_options.shard_count)
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard_index must be in [0, shard_count), got {index} of {count}.")
+    order: dict[tuple, int] = {}
+    shares: list[list[int]] = [[] for _ in range(count)]
+    for i, path in enumerate(paths):
+        unit = order.setdefault(_unit(path), len(order))
+        shares[unit % count].append(i)
+    if not shares[index]:
+        raise ValueError(f"Host {index} of {count} gets no items: the sources hold only {len(order)} shard(s), "
+                         "row group(s) or file(s). Use fewer hosts, or shard by item (shard_dataset).")
+    mine = shares[index]
+    if getattr(shard_options, "drop_remainder", False):
+        mine = mine[: min(len(s) for s in shares)]
+    return mine

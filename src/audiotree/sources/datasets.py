@@ -68,6 +68,7 @@ def create_audio_dataset(
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
+    shard_options: Any = None,
 ) -> grain.MapDataset:
     """One excerpt per file per epoch, as a Grain ``MapDataset``.
 
@@ -118,6 +119,13 @@ def create_audio_dataset(
         see :mod:`audiotree.sources.containers`). Tar shards (``.tar``, brace
         patterns such as ``train-{000000..000099}.tar``) and Parquet files with
         embedded audio are read in place: every member or row is an item.
+      shard_options: a ``grain.sharding.ShardOptions`` (e.g.
+        ``ShardByJaxProcess()``): this host's share of the *containers*. Whole
+        tar shards, Parquet row groups (and plain files) are dealt round robin,
+        so a host opens only its 1/n of them; the share is then shuffled and
+        read as usual. For item sharding (every host samples the whole corpus)
+        apply :func:`shard_dataset` to the dataset instead; docs/storage.md
+        compares the two.
 
     Raises:
       FileNotFoundError: a source folder does not exist.
@@ -140,12 +148,20 @@ def create_audio_dataset(
     if index is not None:
         rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
                                         max_duration=max_duration, on_stale=on_stale, loudest=loudest)
+        if shard_options is not None:
+            from audiotree.sources.containers import host_share
+
+            rows = rows.take(host_share(rows.paths, shard_options))
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
         if not mono and channels is None:
             channels = indexed.first_channels(rows)
     else:
         indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
         files = resolve_files(sources, filepaths, extensions, on_read_error=on_read_error, audio_column=audio_column)
+        if shard_options is not None:
+            from audiotree.sources.containers import host_share
+
+            files = [files[i] for i in host_share(files, shard_options)]
         if not mono and channels is None:
             channels = probe_channels(files[0])
     loader = ExcerptLoader(
