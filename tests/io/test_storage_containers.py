@@ -22,7 +22,7 @@ from audiotree.io.members import parse
 from audiotree.io.tar_shards import list_shard
 from audiotree.sources import create_audio_dataset
 from container_factories import RATE, add_member, flac_bytes, make_corpus
-from test_storage import SECRET, _State, _handler, start_moto  # noqa: F401 (the servers of the storage tests)
+from test_storage import SECRET, http_server, start_moto  # noqa: F401 (the servers of the storage tests)
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
@@ -127,15 +127,8 @@ def test_s3_shards_with_two_workers_and_resume_equal_the_local_folder(s3_corpus)
 
 
 @pytest.fixture(scope="module")
-def http_shards():
-    import threading
-    from http.server import ThreadingHTTPServer
-
-    state = _State()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.base = f"http://127.0.0.1:{server.server_address[1]}"
+def http_shards(http_server):
+    """The storage tests' HTTP server (honours Range, counts requests and bytes) serving two shards."""
     import io
 
     members = {f"long{i}": flac_bytes(20.0, 30 + i) for i in range(3)}
@@ -144,15 +137,9 @@ def http_shards():
         for key, data in members.items():
             add_member(tar, f"{key}.flac", data)
             add_member(tar, f"{key}.json", json.dumps({"k": key}).encode())
-    state.objects["/shard.tar"] = buf.getvalue()
-    state.objects["/cut.tar"] = buf.getvalue()[: len(buf.getvalue()) * 2 // 3]
-    state.members = members
-    try:
-        yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    http_server.objects["/shard.tar"] = buf.getvalue()
+    http_server.objects["/cut.tar"] = buf.getvalue()[: len(buf.getvalue()) * 2 // 3]
+    return http_server
 
 
 def test_http_shard_excerpt_costs_few_requests_and_bytes(http_shards):

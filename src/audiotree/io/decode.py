@@ -87,7 +87,7 @@ def _extension(path: str) -> str:
 def _open_reader(path: str) -> SoundfileReader | PyAVReader:
     """Open ``path`` (a local path, a URL or a member URL) with the right decoder or raise AudioReadError."""
     if is_member(path):
-        return _open_member_reader(path)
+        return _open_remote_reader(path, open_member)
     if storage.is_url(path):
         return _open_remote_reader(path)
     path = storage.local_path(path)
@@ -107,10 +107,11 @@ def _open_reader(path: str) -> SoundfileReader | PyAVReader:
     return _open_decoder(path, size, lambda: path)
 
 
-def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
-    """Opens a URL through :mod:`audiotree.io.storage`: ranged reads, no download."""
+def _open_remote_reader(url: str, opener=open_input) -> SoundfileReader | PyAVReader:
+    """Opens a URL through :mod:`audiotree.io.storage` (ranged reads, no download), or a tar
+    member / Parquet cell with ``opener=open_member`` (:mod:`audiotree.io.members`)."""
     try:
-        first = open_input(url)
+        first = opener(url)
     except (ImportError, ValueError) as exc:
         raise AudioReadError(storage.redact(str(exc)), storage.redact(url)) from exc
     handles = [first]
@@ -120,30 +121,11 @@ def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
         # moved or closed it); the first is reused for the first attempt.
         if handles:
             return handles.pop()
-        return open_input(url)
+        return opener(url)
 
     try:
+        first.prefetch_head()  # a no-op when the opener fetched it already
         return _open_decoder(url, first.size, reopen)
-    except BaseException:
-        if not first.closed:
-            first.close()
-        raise
-
-
-def _open_member_reader(path: str) -> SoundfileReader | PyAVReader:
-    """Opens a tar member or Parquet cell (:mod:`audiotree.io.members`): a file object over its bytes."""
-    try:
-        first = open_member(path)
-    except (ImportError, ValueError) as exc:
-        raise AudioReadError(storage.redact(str(exc)), storage.redact(path)) from exc
-    handles = [first]
-
-    def reopen():
-        return handles.pop() if handles else open_member(path)
-
-    try:
-        first.prefetch_head()
-        return _open_decoder(path, first.size, reopen)
     except BaseException:
         if not first.closed:
             first.close()

@@ -4,7 +4,7 @@ A webdataset shard is a plain (uncompressed) tar: each member is a 512-byte
 header followed by its bytes, padded to 512. The stdlib :mod:`tarfile` parses
 the headers (ustar, GNU long names, pax); it skips member data with a seek,
 so over a URL only the headers are fetched, by ranged reads of a few KiB
-(:class:`RangedReader`), never the whole shard.
+(:class:`~audiotree.io.byte_range.RemoteSpan`), never the whole shard.
 
 Keys follow webdataset: a member's key is its path up to the first dot of
 its file name (``a/b/utt1.flac`` and ``a/b/utt1.json`` share the key
@@ -30,8 +30,9 @@ from typing import Any, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
+from audiotree.io.byte_range import MemberInput, RemoteSpan
 
-__all__ = ["TarMember", "ShardListing", "list_shard", "split_key", "RangedReader", "HEADER_BLOCK"]
+__all__ = ["TarMember", "ShardListing", "list_shard", "split_key", "HEADER_BLOCK"]
 
 #: Bytes per tar block; a header is one block.
 HEADER_BLOCK = 512
@@ -75,60 +76,6 @@ def split_key(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), (ext.lower() if dot else "")
 
 
-class RangedReader:
-    """A read-only file object over a remote object that fetches small ranges (for tar headers).
-
-    Reads are served from one cached span; a read outside it fetches
-    ``[pos, pos + max(n, 8 KiB))`` through :func:`audiotree.io.storage.retry`.
-    ``requests`` counts the ranged reads made.
-    """
-
-    def __init__(self, url: str, size: int, *, fetch_size: int = _HEADER_FETCH,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
-        self.url, self.size, self.fetch_size = url, int(size), int(fetch_size)
-        self._fs = storage.filesystem(url, storage_options)
-        self._options = storage_options
-        self._pos = 0
-        self._start = 0
-        self._data = b""
-        self.requests = 0
-
-    def _fetch(self, start: int, end: int) -> bytes:
-        self.requests += 1
-        return storage.retry(lambda: self._fs.cat_file(self.url, start=start, end=end), self.url, "read",
-                             self._options)
-
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            n = self.size - self._pos
-        end = min(self.size, self._pos + n)
-        if end <= self._pos:
-            return b""
-        if not (self._start <= self._pos and end <= self._start + len(self._data)):
-            self._start = self._pos
-            self._data = self._fetch(self._pos, min(self.size, self._pos + max(n, self.fetch_size)))
-        out = self._data[self._pos - self._start:end - self._start]
-        self._pos += len(out)
-        return out
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self._data = b""
-
-
 def _fault(shard: str, what: str) -> AudioReadError:
     shown = storage.redact(shard)
     return AudioReadError(
@@ -139,7 +86,9 @@ def _fault(shard: str, what: str) -> AudioReadError:
 def _open(shard: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, int, int]:
     if storage.is_url(shard):
         size, mtime = storage.stat(shard, storage_options=storage_options)
-        return RangedReader(shard, size, storage_options=storage_options), size, mtime
+        # Headers only: small fetches at each member's header, never the members' bytes.
+        span = RemoteSpan(shard, 0, size, storage_options, head=_HEADER_FETCH, fetch=_HEADER_FETCH)
+        return MemberInput(shard, span, 0, size), size, mtime
     path = storage.local_path(shard)
     st = os.stat(path)
     return open(path, "rb"), int(st.st_size), int(st.st_mtime_ns)
