@@ -145,3 +145,10 @@ def test_tar_writer_shards_pass_the_listing(tmp_path):
         w.write(tree)
     listings = [list_shard(str(p)) for p in sorted(tmp_path.glob("*.tar"))]
     assert [len(x.members) for x in listings] == [4, 2] and not any(x.problems for x in listings)
+
+
+def test_compressed_shards_are_named_not_silently_ignored(tmp_path):
+    _shard(tmp_path / "ok.tar", names=("a",))
+    (tmp_path / "more.tar.gz").write_bytes(b"\x1f\x8b compressed")
+    with pytest.warns(UserWarning, match=r"compressed tar shard.*more\.tar\.gz.*Decompress"):
+        assert len(find_audio_files(str(tmp_path))) == 1

@@ -24,6 +24,7 @@ _AUDIO_LIKE = frozenset(
     ".m4a .m4b .aac .mp4 .wma .webm .mka .ape .wv .alac .amr .ac3 .dts .mp2 .spx".split()
 )
 _GLOB_MAGIC = ("*", "?", "[")
+_COMPRESSED_TARS = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
 
 
 def _normalize_extensions(extensions: Iterable[str] | None) -> frozenset[str]:
@@ -92,6 +93,7 @@ def discover(
     skipped: collections.Counter[str] = collections.Counter()
     skipped_example: dict[str, str] = {}
     box = containers if containers is not None else ContainerItems()
+    compressed: list[str] = []
     for entry in _as_list(sources):
         count = 0
         container_paths: list[str] = []
@@ -124,6 +126,8 @@ def discover(
                     ext = os.path.splitext(path)[1].lower()
                     if is_container(path):
                         container_paths.append(path)
+                    elif path.lower().endswith(_COMPRESSED_TARS):
+                        compressed.append(path)
                     elif ext in wanted:
                         found.add(path)
                         count += 1
@@ -147,6 +151,10 @@ def discover(
             if strict:
                 raise RuntimeError("No audio files found: " + message + " Point it at a folder of audio files or pass extensions=.")
             warnings.warn(message, UserWarning, stacklevel=3)
+    if compressed:
+        warnings.warn(f"Skipped {len(compressed)} compressed tar shard(s) (e.g. '{storage.redact(compressed[0])}'): a "
+                      "compressed tar cannot be read by ranged reads. Decompress them to .tar (gunzip / zstd -d) to "
+                      "read them in place.", UserWarning, stacklevel=3)
     if containers is None:
         for problem in box.problems:
             from audiotree.sources.loading import handle_read_error
