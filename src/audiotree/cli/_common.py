@@ -62,7 +62,8 @@ def _exists_or_glob(path: str) -> bool:
     if storage.is_url(path):  # checked when listed (the error names the URL and the bucket)
         return True
     expanded = os.path.expandvars(os.path.expanduser(path))
-    return any(ch in expanded for ch in _GLOB_MAGIC) or os.path.exists(expanded)
+    brace = "{" in expanded and "}" in expanded  # a shard pattern, train-{000000..000099}.tar
+    return any(ch in expanded for ch in _GLOB_MAGIC) or brace or os.path.exists(expanded)
 
 
 def _group_from_folder(path: str) -> str:

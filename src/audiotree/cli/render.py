@@ -98,10 +98,12 @@ def _prepare_out(out: Path, config: dict, overwrite: bool) -> dict:
               help="Folder of the rendered dataset, or a URL such as s3://bucket/render (created; re-run to resume).")
 @click.option("-n", "--num-items", "n", type=click.IntRange(min=1), default=None, help="How many excerpts to render.")
 @click.option("--epoch", is_flag=True, help="Render one epoch (every file once; num_epochs=1) instead of -n items.")
-@click.option("--format", "fmt", type=click.Choice(["tree", "audio", "arrayrecord"]), default="tree",
+@click.option("--format", "fmt", type=click.Choice(["tree", "audio", "arrayrecord", "webdataset"]), default="tree",
               show_default=True,
               help="tree: TreeWriter (memory-mappable arrays); audio: AudioWriter (WAV files + manifest); "
-                   "arrayrecord: ArrayRecord shards (one per part) for grain.sources.ArrayRecordDataSource.")
+                   "arrayrecord: ArrayRecord shards (one per part) for grain.sources.ArrayRecordDataSource; "
+                   "webdataset: tar shards of FLAC + JSON members (one per part), for webdataset or audiotree's "
+                   "tar sources.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="mp_prefetch worker processes rendering in parallel.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
@@ -256,7 +258,8 @@ def _render(ds, total, parsed, pipeline, out_dir: Path, config, n, epoch, fmt, w
     _report(console, out_dir, parts, fmt, rendered, time.perf_counter() - started, f"{workers} workers")
 
 
-_WRITER_NAMES = {"tree": "TreeWriter", "audio": "AudioWriter", "arrayrecord": "ArrayRecordWriter"}
+_WRITER_NAMES = {"tree": "TreeWriter", "audio": "AudioWriter", "arrayrecord": "ArrayRecordWriter",
+                 "webdataset": "WebDatasetWriter"}
 
 
 def _report(console, out_dir: Path, parts: list, fmt: str, rendered: int, elapsed: float, how: str) -> None:

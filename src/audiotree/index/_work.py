@@ -22,6 +22,7 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     from audiotree.errors import AudioReadError
     from audiotree.index.profile import file_profile, profile_step
     from audiotree.io import AudioFile, storage
+    from audiotree.io.members import member_stat
 
     row: dict[str, Any] = {
         "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
@@ -30,7 +31,7 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     }
     try:
         # Stat before reading: a file that changes during the build then looks stale, never fresh.
-        row["size"], row["mtime_ns"] = storage.stat(path, storage_options=storage_options)
+        row["size"], row["mtime_ns"] = member_stat(path, storage_options=storage_options)
         with AudioFile(path, storage_options=storage_options) as f:
             info = f.info
             row.update(

@@ -66,6 +66,8 @@ class IndexBuildReport:
     resumed: int
     dropped: int
     unreadable: int
+    #: Members of tar shards that are neither audio nor sidecars, by extension (left out of the index).
+    skipped_members: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _source_root(entry: str) -> str:
@@ -122,17 +124,28 @@ def _normalize_sources(sources: Any) -> tuple[list[tuple[str | None, str]], dict
     return pairs, described
 
 
-def _discover(pairs, extensions) -> list[tuple[str, str | None, str]]:
-    """(absolute path, group, source root) per file, first listing wins."""
+def _discover(pairs, extensions, containers: Any = None,
+              audio_column: str | None = None) -> list[tuple[str, str | None, str]]:
+    """(absolute path, group, source root) per file, first listing wins.
+
+    ``containers`` (a :class:`~audiotree.sources.containers.ContainerItems`)
+    collects the sidecar labels, skipped members and listing faults of tar
+    shards and Parquet files; each fault's group is kept in its ``groups``.
+    """
+    from audiotree.io.members import absolute as member_absolute
     from audiotree.sources.files import discover as discover_files
 
     seen: dict[str, str | None] = {}
     out = []
     for group, entry in pairs:
-        files, _ = discover_files(entry, extensions, strict=True)
+        before = len(containers.problems) if containers is not None else 0
+        files, _ = discover_files(entry, extensions, strict=True, audio_column=audio_column, containers=containers)
+        if containers is not None:
+            for exc in containers.problems[before:]:
+                containers.groups.setdefault(exc.file_path, group)
         root = _source_root(entry)
         for f in files:
-            path = f if storage.is_url(f) else os.path.normpath(os.path.abspath(f))
+            path = member_absolute(f)  # local files, and the local shards of members, absolute
             if path in seen:
                 if seen[path] != group:
                     warnings.warn(f"'{path}' is listed under groups {seen[path]!r} and {group!r}; it is indexed once, "
@@ -144,8 +157,10 @@ def _discover(pairs, extensions) -> list[tuple[str, str | None, str]]:
 
 
 def _stat(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+    from audiotree.io.members import member_stat
+
     try:
-        return storage.stat(path, storage_options=storage_options)
+        return member_stat(path, storage_options=storage_options)
     except (OSError, AudioReadError):
         return (-1, -1)
 
@@ -312,6 +327,17 @@ def _reusable(table, stored_to_abs: dict, current: dict, taken: set):
     return pa.array(keep, type=pa.bool_())
 
 
+def _with_columns(table: Any, columns: list) -> Any:
+    """``table`` with ``columns`` (``[(name, array)]``) appended, in one new table.
+
+    One new table rather than one append per column: 16,000 label columns must
+    not cost 16,000 copies of the schema.
+    """
+    pa = require_pyarrow()
+    fields = list(table.schema) + [pa.field(name, col.type, nullable=True) for name, col in columns]
+    return pa.Table.from_arrays(table.columns + [col for _, col in columns], schema=pa.schema(fields))
+
+
 def _previous_labels(out: str, previous: Any) -> dict:
     """The string labels of the index being updated: ``{label: vocabulary}`` (categories), ``{label: None}`` (text)."""
     if previous is None:
@@ -346,6 +372,7 @@ def build_index(
     max_workers: int | None = None,
     ray_address: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    audio_column: str | None = None,
 ) -> IndexBuildReport:
     """Indexes ``sources`` into the Parquet file ``out``; see the module docstring.
 
@@ -388,6 +415,10 @@ def build_index(
         temporary folder (after downloading an existing index to update it)
         and uploaded when complete, so readers never see a partial index; an
         interrupted remote build starts over rather than resuming.
+      audio_column: the audio column of Parquet sources (default ``"audio"``).
+        Tar shards and Parquet files with embedded audio are indexed in place,
+        one row per member or row; their sidecars and other columns become
+        label columns (see :mod:`audiotree.index.container_labels`).
 
     Returns:
       An :class:`IndexBuildReport`.
@@ -405,11 +436,11 @@ def build_index(
         return _build_remote(sources, os.fspath(out), labels=labels, loudness=loudness, executor=executor,
                              show_progress=show_progress, mono=mono, root=root, extensions=extensions,
                              chunk_size=chunk_size, max_workers=max_workers, ray_address=ray_address,
-                             storage_options=options)
+                             storage_options=options, audio_column=audio_column)
     with storage.use_storage_options(options):
         return _build(sources, out, labels=labels, loudness=loudness, executor=executor, show_progress=show_progress,
                       mono=mono, root=root, extensions=extensions, chunk_size=chunk_size, max_workers=max_workers,
-                      ray_address=ray_address, storage_options=options)
+                      ray_address=ray_address, storage_options=options, audio_column=audio_column)
 
 
 def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: Any) -> IndexBuildReport:
@@ -432,7 +463,7 @@ def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: An
 
 def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool, executor: Any, show_progress: bool,
            mono: bool, root: Any, extensions: Any, chunk_size: int | None, max_workers: int | None,
-           ray_address: str | None, storage_options: dict) -> IndexBuildReport:
+           ray_address: str | None, storage_options: dict, audio_column: str | None = None) -> IndexBuildReport:
     pa = require_pyarrow()
     import pyarrow.compute as pc
     from tqdm.auto import tqdm
@@ -458,7 +489,11 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         root_abs = os.path.normpath(os.path.abspath(os.fspath(root)))
         stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
         described["root"] = root_abs
-    found = _discover(pairs, extensions)
+    from audiotree.index import container_labels
+    from audiotree.sources.containers import ContainerItems
+
+    containers = ContainerItems()
+    found = _discover(pairs, extensions, containers, audio_column)
     # The labels are read and joined before any file is decoded: a bad labels file costs nothing.
     matched = None if label_source is None else match_labels(label_source, [p for p, _, _ in found],
                                                              [r for _, _, r in found])
@@ -537,20 +572,30 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         if owned:
             executor_obj.shutdown(wait=True, cancel_futures=True)
         stack.close()
+    for row in container_labels.problem_rows(containers.problems, containers.groups):
+        row["path"] = stored(row["path"])
+        new_rows.append(row)
 
     tables = kept + ([_rows_table(new_rows)] if new_rows else [])
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
     group_key = [g or "" for g in table.column("group").to_pylist()]
     table = table.append_column("_group_key", pa.array(group_key, type=pa.string()))
-    table = table.sort_by([("_group_key", "ascending"), ("path", "ascending")]).drop_columns(["_group_key"])
+    # A shard's members (a Parquet file's rows) stay together, in their order in it.
+    table = table.append_column("_order", container_labels.order_column(table.column("path").to_pylist()))
+    table = table.sort_by([("_group_key", "ascending"), ("_order", "ascending")]).drop_columns(
+        ["_group_key", "_order"])
 
     label_specs: dict = {}
     if matched is not None:
         abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]
         columns, label_specs = label_columns(matched, abs_paths, _previous_labels(out, previous))
-        # One new table, not one append per column: 16,000 label columns must not cost 16,000 copies of the schema.
-        fields = list(table.schema) + [pa.field(name, col.type, nullable=True) for name, col in columns]
-        table = pa.Table.from_arrays(table.columns + [col for _, col in columns], schema=pa.schema(fields))
+        table = _with_columns(table, columns)
+    if containers.labels:
+        abs_paths = [stored_to_abs.get(p, p) for p in table.column("path").to_pylist()]
+        columns, sidecar_specs = container_labels.join_sidecar_labels(
+            containers.labels, abs_paths, set(label_specs), _previous_labels(out, previous))
+        table = _with_columns(table, columns)
+        label_specs = {**label_specs, **sidecar_specs}
     table = table.replace_schema_metadata(encode_metadata(
         root=stored_root, sources=described,
         loudness={"enabled": bool(loudness), "mono": bool(mono), "block_sec": BLOCK_SEC},
@@ -562,4 +607,4 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     unreadable = int(table.num_rows - pc.sum(table.column("readable").cast(pa.int64())).as_py()) \
         if table.num_rows else 0
     return IndexBuildReport(path=out, rows=table.num_rows, read=len(todo), reused=reused, resumed=resumed,
-                            dropped=dropped, unreadable=unreadable)
+                            dropped=dropped, unreadable=unreadable, skipped_members=dict(containers.skipped))

@@ -274,8 +274,10 @@ class CorpusIndex:
 
 def stat_differs(path: str, size: int, mtime_ns: int) -> str | None:
     """Why ``path`` no longer matches its row, or ``None`` when it does."""
+    from audiotree.io.members import member_stat
+
     try:
-        now_size, now_mtime = storage.stat(path)
+        now_size, now_mtime = member_stat(path)
     except (OSError, AudioReadError):
         return "it no longer exists"
     if now_size != size:

@@ -68,6 +68,7 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
+from audiotree.io.members import format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
@@ -80,12 +81,14 @@ __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
 
 
 def _extension(path: str) -> str:
-    ext = os.path.splitext(path)[1]
+    ext = os.path.splitext(format_name(path))[1]  # a tar member's own name, not its shard's
     return normalize_extension(ext) if ext not in ("", ".") else ""
 
 
 def _open_reader(path: str) -> SoundfileReader | PyAVReader:
-    """Open ``path`` (a local path or a URL) with the right decoder or raise AudioReadError."""
+    """Open ``path`` (a local path, a URL or a member URL) with the right decoder or raise AudioReadError."""
+    if is_member(path):
+        return _open_remote_reader(path, open_member)
     if storage.is_url(path):
         return _open_remote_reader(path)
     path = storage.local_path(path)
@@ -105,10 +108,11 @@ def _open_reader(path: str) -> SoundfileReader | PyAVReader:
     return _open_decoder(path, size, lambda: path)
 
 
-def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
-    """Opens a URL through :mod:`audiotree.io.storage`: ranged reads, no download."""
+def _open_remote_reader(url: str, opener=open_input) -> SoundfileReader | PyAVReader:
+    """Opens a URL through :mod:`audiotree.io.storage` (ranged reads, no download), or a tar
+    member / Parquet cell with ``opener=open_member`` (:mod:`audiotree.io.members`)."""
     try:
-        first = open_input(url)
+        first = opener(url)
     except (ImportError, ValueError) as exc:
         raise AudioReadError(storage.redact(str(exc)), storage.redact(url)) from exc
     handles = [first]
@@ -118,9 +122,10 @@ def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
         # moved or closed it); the first is reused for the first attempt.
         if handles:
             return handles.pop()
-        return open_input(url)
+        return opener(url)
 
     try:
+        first.prefetch_head()  # a no-op when the opener fetched it already
         return _open_decoder(url, first.size, reopen)
     except BaseException:
         if not first.closed:
@@ -509,7 +514,8 @@ class AudioFile:
         if start >= end:
             return np.empty((0, self.info.channels), dtype=np.float32)
         source = reader._source
-        if not isinstance(source, str) and frames > 0 and self.info.format not in _PROBING_SEEKS:
+        probe_tolerant = getattr(source, "probe_tolerant", False)  # keeps bytes before a seek target (members)
+        if not isinstance(source, str) and frames > 0 and (probe_tolerant or self.info.format not in _PROBING_SEEKS):
             # Uncompressed audio seeks straight to its bytes: fetch the excerpt
             # (its share of the file, +5%) in one ranged request. Codecs whose
             # seek probes the file first would spend the hint on a probe.
@@ -527,6 +533,8 @@ class AudioFile:
                 self.path,
             ) from exc
         except Exception as exc:
+            if not isinstance(source, str) and getattr(source, "failure", None) is not None:
+                raise source.failure from exc  # the storage fault the decoder only saw as a failed read
             raise read_error(self.path, exc, failure_hint(self.path, file_size(self.path))) from exc
         if len(x) != end - start:
             x = self._short_read(x, start, end, reader.length_slack)

@@ -369,3 +369,4 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
         remote.close()
         raise
     return remote
+

@@ -27,8 +27,17 @@ __all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "ro
 
 
 def is_index_path(value: Any) -> bool:
-    """True for a path to a ``.parquet`` file (a group given as an index)."""
-    return isinstance(value, (str, os.PathLike)) and os.fspath(value).lower().endswith(".parquet")
+    """True for a path to a ``.parquet`` corpus index (a group given as an index).
+
+    A glob or brace pattern, and a Parquet file without the index's metadata
+    (audio inside, Hugging Face style), are sources of audio instead.
+    """
+    if not (isinstance(value, (str, os.PathLike)) and os.fspath(value).lower().endswith(".parquet")):
+        return False
+    from audiotree.io.parquet_audio import has_metadata_key
+    from audiotree.index.schema import METADATA_KEY
+
+    return has_metadata_key(os.fspath(value), METADATA_KEY)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -465,6 +465,7 @@ def create_windowed_audio_dataset(
     on_stale: str = "error",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    audio_column: str | None = None,
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -490,7 +491,8 @@ def create_windowed_audio_dataset(
         are dropped using the index's loudness profiles.
       measure_lufs: as in :func:`create_audio_dataset` (items carry
         ``lufs=None`` unless ``measure_lufs=True``).
-      storage_options: as in :func:`create_audio_dataset`.
+      storage_options, audio_column: as in :func:`create_audio_dataset` (tar
+        shards and Parquet files with audio are sources too).
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -522,7 +524,7 @@ def create_windowed_audio_dataset(
         files = list(rows.paths)
     else:
         refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
-        files = resolve_files(sources, filepaths, extensions)
+        files = resolve_files(sources, filepaths, extensions, audio_column=audio_column)
     ds = windowed_group_dataset(
         files, window, name=source, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed,
         excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, durations=durations,

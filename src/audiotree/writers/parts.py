@@ -30,7 +30,7 @@ from audiotree.parallel.staging import attempt_dir
 
 __all__ = ["FORMATS", "RenderRange", "batch_in_order", "open_part_writer"]
 
-FORMATS = ("tree", "audio", "arrayrecord")
+FORMATS = ("tree", "audio", "arrayrecord", "webdataset")
 
 
 def batch_in_order(items: list) -> tuple[list[bool], Any]:
@@ -52,6 +52,10 @@ def open_part_writer(fmt: str, directory: Path, expected: int):
         from audiotree.writers import ArrayRecordWriter
 
         return ArrayRecordWriter(directory, records_per_shard=max(1, expected), exist_ok=True)
+    if fmt == "webdataset":
+        from audiotree.writers.webdataset import WebDatasetWriter
+
+        return WebDatasetWriter(directory, items_per_shard=max(1, expected), exist_ok=True)
     if fmt == "tree":
         from audiotree.writers import TreeWriter
 
