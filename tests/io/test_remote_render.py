@@ -292,3 +292,26 @@ def test_unwritable_cache_folder_is_named(s3proxy, rendered, tmp_path):
         open_render(rendered["url"], cache_dir=tmp_path / "c")
     with pytest.raises(ValueError, match="Cannot read '20 parsecs' as a size"):
         open_render(rendered["url"], cache_limit="20 parsecs")
+
+
+def test_arrayrecord_render_on_s3_stages_one_shard_at_a_time(s3proxy, tmp_path):
+    from audiotree.sources import open_render
+
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "ar", corpus, 20, "--format", "arrayrecord")
+    s3proxy["fs"].put(str(tmp_path / "ar"), "renders/ar", recursive=True)
+    local = open_render(tmp_path / "ar")
+    proxy = s3proxy["proxy"]
+    for host in range(3):
+        proxy.reset()
+        share = open_render("s3://renders/ar", shard_options=grain.sharding.ShardOptions(host, 3))
+        assert len(share) == len(local[host * 8:(host + 1) * 8])
+        for k in range(len(share)):
+            _same(share[k], local[host * 8 + k])
+        shards = {e[1] for e in proxy.requests() if e[1].endswith(".array_record") and e[0] == "GET"}
+        assert shards == {f"/renders/ar/part-{host:05d}/items-00000.array_record"}, proxy.requests()
+    whole = open_render("s3://renders/ar", cache_limit="1MB", cache_dir=tmp_path / "cache")
+    for i in (19, 0, 9):
+        _same(whole[i], local[i])
+    staged = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert len(staged) == 3  # every shard read so far, within the limit

@@ -148,7 +148,37 @@ class RangeCache:
         if due:
             self.evict()
 
-    def evict(self) -> int:
+    def staged(self, key: str, download) -> Path:
+        """A local file holding the object ``key`` names, made by ``download(path)`` unless already here.
+
+        For readers that can only open local files (ArrayRecord): the file is
+        an entry like any other, so it counts against ``limit`` and is evicted
+        least recently used (an open reader keeps its data: POSIX unlinks
+        lazily).
+        """
+        path = self._path(key)
+        if path.is_file():
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            return path
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            path.parent.mkdir(exist_ok=True)
+            download(tmp)
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if isinstance(exc, AudioReadError):
+                raise
+            raise PermissionError(
+                f"Could not write to the read cache folder {self.directory} ({exc.strerror or exc}); free space "
+                "there, pass cache_dir= another folder, or a larger cache_limit."
+            ) from None
+        self.evict(keep=path)
+        return path
+
+    def evict(self, keep: Path | None = None) -> int:
         """Deletes the least recently used entries until the folder holds at most ``limit`` bytes; bytes left."""
         entries = []
         for sub in self.directory.iterdir() if self.directory.is_dir() else ():
@@ -166,6 +196,8 @@ class RangeCache:
         for _, size, path in sorted(entries):
             if total <= self.limit:
                 break
+            if keep is not None and path == str(keep):
+                continue
             with contextlib.suppress(OSError):
                 os.unlink(path)
             total -= size
