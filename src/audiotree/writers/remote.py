@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from audiotree.io import storage
 
-__all__ = ["RemoteOutput", "fetch_folder", "staged"]
+__all__ = ["RemoteOutput", "fetch_folder", "staged", "upload_folder"]
 
 
 class RemoteOutput:
@@ -103,9 +103,7 @@ class RemoteOutput:
         index): uploaded after the data they describe. Remote files the new
         output does not have (a replaced dataset's leftovers) are deleted.
         """
-        names = sorted(p.relative_to(self.local).as_posix() for p in self.local.rglob("*") if p.is_file())
-        for name in sorted(names, key=lambda n: n in last):
-            self.push(name)
+        names = upload_folder(self.local, self.url, last=last, storage_options=self.storage_options)
         storage.forget_listings(self.url, storage_options=self.storage_options)
         if storage.exists(self.url, storage_options=self.storage_options):
             fs = storage.filesystem(self.url, self.storage_options)
@@ -129,6 +127,21 @@ class RemoteOutput:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def upload_folder(local: str | os.PathLike, url: str, *, last: tuple[str, ...] = (),
+                  storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """Uploads every file under ``local`` to ``url`` (same relative names), files named in ``last`` after the rest.
+
+    ``last`` names the files that make a dataset visible (its manifest or
+    index), so a reader never finds one before the data it describes.
+    Returns the relative names uploaded.
+    """
+    local = Path(local)
+    names = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    for name in sorted(names, key=lambda n: n.rsplit("/", 1)[-1] in last):
+        storage.upload(local / name, f"{url.rstrip('/')}/{name}", storage_options=storage_options)
+    return names
 
 
 def staged(directory: str | os.PathLike, *, storage_options: Mapping[str, Any] | None, markers: tuple[str, ...],
