@@ -315,3 +315,40 @@ def test_arrayrecord_render_on_s3_stages_one_shard_at_a_time(s3proxy, tmp_path):
         _same(whole[i], local[i])
     staged = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
     assert len(staged) == 3  # every shard read so far, within the limit
+
+
+def test_remote_index_build_resumes_from_the_parts_it_uploaded(s3proxy, tmp_path, monkeypatch):
+    from audiotree.index import _work, build_index, open_index
+
+    fs = s3proxy["fs"]
+    corpus = _corpus(tmp_path / "corpus")
+    for f in sorted(corpus.iterdir()):
+        fs.pipe(f"renders/ixsrc/{f.name}", f.read_bytes())
+    real = _work.index_chunk
+    calls = []
+
+    def dies_on_the_third_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the build is interrupted after committing two parts
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_work, "index_chunk", dies_on_the_third_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(["s3://renders/ixsrc"], "s3://renders/ix/corpus.parquet", executor="serial", chunk_size=1,
+                    show_progress=False)
+    uploaded = sorted(p.rsplit("/", 1)[-1] for p in fs.ls("renders/ix/.corpus.parquet.parts", refresh=True))
+    assert uploaded == ["part-00000000.parquet", "part-00000001.parquet", "settings.json"]
+    assert not fs.exists("renders/ix/corpus.parquet")  # nothing half-built is visible
+    monkeypatch.setattr(_work, "index_chunk", real)
+    report = build_index(["s3://renders/ixsrc"], "s3://renders/ix/corpus.parquet", executor="serial", chunk_size=1,
+                         show_progress=False)
+    assert (report.rows, report.resumed, report.read) == (4, 2, 2)
+    assert not fs.exists("renders/ix/.corpus.parquet.parts")
+    clean = build_index(["s3://renders/ixsrc"], "s3://renders/ix/clean.parquet", executor="serial",
+                        show_progress=False)
+    assert clean.read == 4
+    a, b = open_index("s3://renders/ix/corpus.parquet"), open_index("s3://renders/ix/clean.parquet")
+    assert a.paths() == b.paths()
+    for name in ("size", "duration", "readable"):
+        np.testing.assert_array_equal(np.asarray(a.column(name)), np.asarray(b.column(name)))

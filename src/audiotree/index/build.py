@@ -179,10 +179,11 @@ def _write_parquet(table, target: str) -> None:
 class _Parts:
     """The committed part files of an unfinished build, beside the output."""
 
-    def __init__(self, out: str, settings: dict):
+    def __init__(self, out: str, settings: dict, sink: Any = None):
         self.dir = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.parts")
         self.settings = settings
         self._next = 0
+        self._sink = sink  # a remote build's copy of the parts (see _RemoteParts)
 
     def load(self) -> list:
         """Tables of the parts of an interrupted build with the same settings (newest first)."""
@@ -215,7 +216,12 @@ class _Parts:
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir, exist_ok=True)
             write_json_atomic(os.path.join(self.dir, _PARTS_SETTINGS), self.settings)
-        _write_parquet(_rows_table(rows), os.path.join(self.dir, f"part-{self._next:08d}.parquet"))
+            if self._sink is not None:
+                self._sink.commit(os.path.join(self.dir, _PARTS_SETTINGS))
+        path = os.path.join(self.dir, f"part-{self._next:08d}.parquet")
+        _write_parquet(_rows_table(rows), path)
+        if self._sink is not None:
+            self._sink.commit(path)
         self._next += 1
 
     def remove(self) -> None:
@@ -350,8 +356,9 @@ def build_index(
         :mod:`audiotree.io.storage`). Remote files are stored by URL; their
         modification time is the storage's. A URL ``out`` is built in a local
         temporary folder (after downloading an existing index to update it)
-        and uploaded when complete, so readers never see a partial index; an
-        interrupted remote build starts over rather than resuming.
+        and uploaded when complete, so readers never see a partial index; its
+        parts are uploaded beside it (``.<name>.parts/``) as they are
+        committed, so an interrupted remote build resumes from them.
 
     Returns:
       An :class:`IndexBuildReport`.
@@ -386,14 +393,52 @@ def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: An
             storage.forget_listings(out)
             if storage.exists(out):
                 storage.download(out, local)
-            report = _build(sources, local, storage_options=storage_options, **kwargs)
+            parts = _RemoteParts(out, local)
+            parts.pull()
+            report = _build(sources, local, storage_options=storage_options, part_sink=parts, **kwargs)
             storage.upload(local, out)
+            parts.remove()
     return dataclasses.replace(report, path=out)
+
+
+class _RemoteParts:
+    """The part files of a remote build, kept beside the remote index (``.<name>.parts/``) so a re-run resumes.
+
+    Each committed part is uploaded as soon as it is written locally; a new
+    build first downloads the parts an interrupted one uploaded, then
+    :class:`_Parts` checks their settings and reuses their rows. The parts go
+    once the index is uploaded.
+    """
+
+    def __init__(self, out: str, local: str) -> None:
+        parent, name = out.rstrip("/").rsplit("/", 1)
+        self.url = f"{parent}/.{name}.parts"
+        self.local_dir = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.parts")
+
+    def pull(self) -> int:
+        storage.forget_listings(self.url)
+        if not storage.is_dir(self.url):
+            return 0
+        found = storage.list_files(self.url)
+        os.makedirs(self.local_dir, exist_ok=True)
+        for url in found:
+            storage.download(url, os.path.join(self.local_dir, url.rsplit("/", 1)[-1]))
+        return len(found)
+
+    def commit(self, path: str) -> None:
+        storage.upload(path, f"{self.url}/{os.path.basename(path)}")
+
+    def remove(self) -> None:
+        fs = storage.filesystem(self.url)
+        storage.forget_listings(self.url)
+        if storage.exists(self.url):
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(self.url, recursive=True)
 
 
 def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool, executor: Any, show_progress: bool,
            mono: bool, root: Any, extensions: Any, chunk_size: int | None, max_workers: int | None,
-           ray_address: str | None, storage_options: dict) -> IndexBuildReport:
+           ray_address: str | None, storage_options: dict, part_sink: Any = None) -> IndexBuildReport:
     pa = require_pyarrow()
     import pyarrow.compute as pc
     from tqdm.auto import tqdm
@@ -449,7 +494,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
             previous_table = None  # other settings: every row is re-read
         else:
             previous_table = previous.table
-    parts = _Parts(out, settings)
+    parts = _Parts(out, settings, part_sink)
     taken: set[str] = set()
     kept = []
     resumed = 0
