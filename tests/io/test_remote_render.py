@@ -352,3 +352,41 @@ def test_remote_index_build_resumes_from_the_parts_it_uploaded(s3proxy, tmp_path
     assert a.paths() == b.paths()
     for name in ("size", "duration", "readable"):
         np.testing.assert_array_equal(np.asarray(a.column(name)), np.asarray(b.column(name)))
+
+
+def test_flac_excerpt_by_seek_points_is_two_requests_and_exact(s3proxy, tmp_path):
+    import io
+
+    import soundfile
+
+    from audiotree.io.flac_seek import read_flac_excerpt, seek_points
+
+    fs, proxy = s3proxy["fs"], s3proxy["proxy"]
+    rng = np.random.default_rng(5)
+    ratios = []
+    for k, (seconds, rate, channels, subtype) in enumerate([(10, 16000, 1, "PCM_16"), (75, 44100, 2, "PCM_16"),
+                                                              (40, 48000, 2, "PCM_24"), (130, 22050, 1, "PCM_16")]):
+        t = np.arange(seconds * rate) / rate
+        tone = 0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 0.3 * t))
+        audio = np.stack([tone + 0.01 * rng.standard_normal(t.size) for _ in range(channels)], axis=1)
+        buf = io.BytesIO()
+        soundfile.write(buf, audio.astype(np.float32), rate, format="FLAC", subtype=subtype)
+        data = buf.getvalue()
+        fs.pipe(f"renders/flac/{k}.flac", data)
+        points = seek_points(data)
+        assert points[0, 0] == 0 and np.all(np.diff(points[:, 0]) > 0)
+        assert np.all(np.diff(points[:, 0]) <= 1.2 * rate)  # about a second apart
+        local = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)[0]
+        frames = 3 * rate
+        for trial in range(4):
+            start = int(rng.integers(0, seconds * rate - frames))
+            proxy.reset()
+            got = read_flac_excerpt(f"s3://renders/flac/{k}.flac", points, start, frames, size=len(data))
+            log = proxy.requests()
+            np.testing.assert_array_equal(got, local[start:start + frames])
+            assert len(log) == (2 if trial == 0 else 1), log  # the header once per file and process
+            share = (len(data) - points[0, 1]) * frames / (seconds * rate)
+            body = sum(e[3] for e in log if not e[2].startswith("bytes=0-"))
+            ratios.append(body / share)
+            assert body <= 1.5 * share + 64 * 1024, (body, share)
+    assert np.mean(ratios) < 1.5, ratios
