@@ -7,10 +7,7 @@ bytes the server sent, so requests and bytes are measured at the server side.
 
 from __future__ import annotations
 
-import http.client
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grain
 import numpy as np
@@ -18,67 +15,22 @@ import pytest
 
 from audiotree.sources import create_audio_dataset
 
-from test_storage import start_moto
+from test_storage import _FaultProxy, start_moto
 
 
-class CountingProxy:
-    """An HTTP proxy 127.0.0.1 -> moto recording ``(method, path, range, body bytes)`` of every request."""
+class CountingProxy(_FaultProxy):
+    """A proxy 127.0.0.1 -> moto that injects no fault and records every request (see ``_FaultProxy``)."""
 
     def __init__(self, target_port: int) -> None:
-        self.log: list[tuple[str, str, str, int]] = []
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
-                try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    conn.close()
-                with proxy.lock:
-                    proxy.log.append((self.command, self.path.split("?")[0], self.headers.get("Range") or "",
-                                      len(data) if self.command != "HEAD" else 0))
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
-                        self.send_header(k, v)
-                # A HEAD answer has no body but the object's length.
-                self.send_header("Content-Length", resp.getheader("Content-Length", "0") if self.command == "HEAD"
-                                 else str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(target_port, every=0)
 
     def reset(self) -> None:
         with self.lock:
             self.log.clear()
 
-    def requests(self) -> list[tuple[str, str, str, int]]:
+    def seen(self) -> list[tuple[str, str, str, int]]:
         with self.lock:
             return list(self.log)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +102,7 @@ def test_remote_render_reads_items_in_place_with_few_requests(s3proxy, rendered)
     proxy = s3proxy["proxy"]
     proxy.reset()
     remote = open_render(rendered["url"])  # the record, then part 0's manifest and item 0 (sizing)
-    opened = proxy.requests()
+    opened = proxy.seen()
     local = open_render(rendered["local"])
     assert len(remote) == len(local) == 20
     names = [path.rsplit("/", 1)[-1] for _, path, _, _ in opened]
@@ -164,7 +116,7 @@ def test_remote_render_reads_items_in_place_with_few_requests(s3proxy, rendered)
     proxy.reset()
     for i in (5, 13, 19, 0):
         _same(remote[i], local[i])
-    log = proxy.requests()
+    log = proxy.seen()
     # 5: part 0 row (1); 13 and 19: part 1 manifest + its small leaves once, then a row each; 0: one row again.
     rows = [e for e in log if e[1].endswith("waveform.bin")]
     assert len(rows) == 4 and all(e[3] == row for e in rows), log
@@ -183,7 +135,7 @@ def test_remote_render_cache_serves_repeats_and_stays_bounded(s3proxy, rendered,
     again = open_render(rendered["url"], cache_limit="1MB", cache_dir=cache_dir)  # as another process would
     for i in range(2, 8):
         _same(ds[i], again[i])
-    log = proxy.requests()
+    log = proxy.seen()
     # The record and the manifest are always asked for (they say what is current); rows came from disk.
     assert [e[1].rsplit("/", 1)[-1] for e in log] == ["render.json", "manifest.json"], log
     small = tmp_path / "small"
@@ -194,7 +146,7 @@ def test_remote_render_cache_serves_repeats_and_stays_bounded(s3proxy, rendered,
     assert 32_000 <= used <= 100_000, used  # 20 rows of 32 kB would be 640 kB
     proxy.reset()
     bounded[19]  # the most recently used rows are the ones kept
-    assert not any(e[1].endswith("waveform.bin") for e in proxy.requests())
+    assert not any(e[1].endswith("waveform.bin") for e in proxy.seen())
 
 
 def test_remote_render_host_shares_are_disjoint_complete_and_touch_only_their_parts(s3proxy, rendered):
@@ -207,7 +159,7 @@ def test_remote_render_host_shares_are_disjoint_complete_and_touch_only_their_pa
         proxy.reset()
         share = open_render(rendered["url"], shard_options=grain.sharding.ShardOptions(host, 2))
         items = [share[i] for i in range(len(share))]
-        parts = {e[1].split("/")[3] for e in proxy.requests() if e[1].count("/") > 3}
+        parts = {e[1].split("/")[3] for e in proxy.seen() if e[1].count("/") > 3}
         seen.append(len(items))
         assert parts == ({"part-00000", "part-00001"} if host == 0 else {"part-00001", "part-00002"}), parts
         for k, item in enumerate(items):
@@ -308,8 +260,8 @@ def test_arrayrecord_render_on_s3_stages_one_shard_at_a_time(s3proxy, tmp_path):
         assert len(share) == len(local[host * 8:(host + 1) * 8])
         for k in range(len(share)):
             _same(share[k], local[host * 8 + k])
-        shards = {e[1] for e in proxy.requests() if e[1].endswith(".array_record") and e[0] == "GET"}
-        assert shards == {f"/renders/ar/part-{host:05d}/items-00000.array_record"}, proxy.requests()
+        shards = {e[1] for e in proxy.seen() if e[1].endswith(".array_record") and e[0] == "GET"}
+        assert shards == {f"/renders/ar/part-{host:05d}/items-00000.array_record"}, proxy.seen()
     whole = open_render("s3://renders/ar", cache_limit="1MB", cache_dir=tmp_path / "cache")
     for i in (19, 0, 9):
         _same(whole[i], local[i])
@@ -382,7 +334,7 @@ def test_flac_excerpt_by_seek_points_is_two_requests_and_exact(s3proxy, tmp_path
             start = int(rng.integers(0, seconds * rate - frames))
             proxy.reset()
             got = read_flac_excerpt(f"s3://renders/flac/{k}.flac", points, start, frames, size=len(data))
-            log = proxy.requests()
+            log = proxy.seen()
             np.testing.assert_array_equal(got, local[start:start + frames])
             assert len(log) == (2 if trial == 0 else 1), log  # the header once per file and process
             share = (len(data) - points[0, 1]) * frames / (seconds * rate)
