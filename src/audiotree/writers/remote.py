@@ -10,10 +10,10 @@ never sees a record naming something that is not there. Storage options come
 from ``storage_options=`` and the backends' environment variables (see
 :mod:`audiotree.io.storage`).
 
-Reading back: the readers memory-map their files, so :func:`fetch_folder`
-copies a remote folder to a local cache first (a whole download, documented
-in docs/storage.md); files already cached with the same size are not fetched
-again.
+Reading back: the readers read URLs in place (:mod:`audiotree.io.ranges`);
+:func:`fetch_folder` copies a whole remote folder to a local cache for tools
+that need local files; files already cached with the same version are not
+fetched again.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from audiotree.io import storage
+from audiotree.io.ranges import default_cache_dir
 
 __all__ = ["RemoteOutput", "fetch_folder", "staged", "upload_folder"]
 
@@ -162,11 +163,6 @@ def staged(directory: str | os.PathLike, *, storage_options: Mapping[str, Any] |
             raise FileExistsError(f"{storage.redact(directory)} already holds {what} ({', '.join(found)}); pass "
                                   "exist_ok=True to replace it, or choose another folder.")
     return remote.local, remote
-
-
-def default_cache_dir() -> Path:
-    """``$AUDIOTREE_CACHE`` or ``~/.cache/audiotree``: where remote renders are copied to be read."""
-    return Path(os.environ.get("AUDIOTREE_CACHE") or Path.home() / ".cache" / "audiotree")
 
 
 def fetch_folder(url: str, *, cache_dir: str | os.PathLike | None = None,
