@@ -70,7 +70,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import functools
-    import multiprocessing
 
     import grain
 
@@ -84,60 +83,35 @@ def main(argv=None) -> int:
     audiotree.render(items, local, args.items, part_size=args.part_size, batch_size=50)
     render_bytes = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
 
-    ctx = multiprocessing.get_context("spawn")
-    ports, counter, stop = ctx.Queue(), ctx.Value("q", 0), ctx.Event()
-    children = [ctx.Process(target=_storage_bench._serve_moto, args=(ports, stop), daemon=True)
-                for _ in range(args.backends)]
-    for child in children:
-        child.start()
-
-    def sent_so_far() -> int:
-        time.sleep(0.2)
-        return counter.value
-
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench-secret", AWS_DEFAULT_REGION="us-east-1")
     try:
-        backends = [ports.get(timeout=120) for _ in children]
-        proxy = ctx.Process(target=_storage_bench._serve_proxy,
-                            args=(args.latency_ms / 1000, backends, ports, counter, stop), daemon=True)
-        proxy.start()
-        children.append(proxy)
-        proxy_port = ports.get(timeout=120)
-        import s3fs
+        with _storage_bench.serving(args.backends, args.latency_ms) as (backends, proxy_port, sent_so_far):
+            import s3fs
 
-        for port in backends:
-            fs = s3fs.S3FileSystem(endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True)
-            fs.mkdir("bench")
-            fs.put(str(local), "bench/render", recursive=True)
-        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy_port}"
-        s3fs.S3FileSystem.clear_instance_cache()
+            for port in backends:
+                fs = s3fs.S3FileSystem(endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True)
+                fs.mkdir("bench")
+                fs.put(str(local), "bench/render", recursive=True)
+            os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy_port}"
+            s3fs.S3FileSystem.clear_instance_cache()
 
-        rng = np.random.default_rng(0)
-        order = rng.integers(0, args.items, size=args.random)
-        before = sent_so_far()
-        remote = open_render("s3://bench/render")
-        item_bytes = 0
-        for i in order:
-            item_bytes += np.asarray(remote[int(i)].waveform).nbytes
-        sent = sent_so_far() - before
-        first = open_render("s3://bench/render")  # a fresh reader: the first item's requests
-        del first
+            rng = np.random.default_rng(0)
+            order = rng.integers(0, args.items, size=args.random)
+            before = sent_so_far()
+            remote = open_render("s3://bench/render")
+            item_bytes = 0
+            for i in order:
+                item_bytes += np.asarray(remote[int(i)].waveform).nbytes
+            sent = sent_so_far() - before
 
-        local_ds = open_render(local)
-        runs: dict[str, list[float]] = {"local": [], "s3": []}
-        subset = order[: args.throughput_items]
-        for _ in range(args.repeats):
-            runs["local"].append(_items_per_second(local_ds, subset, 8))
-            runs["s3"].append(_items_per_second(open_render("s3://bench/render"), subset, 8))
-        rates = {k: float(np.median(v)) for k, v in runs.items()}
-        load = os.getloadavg()[0]
+            local_ds = open_render(local)
+            runs: dict[str, list[float]] = {"local": [], "s3": []}
+            subset = order[: args.throughput_items]
+            for _ in range(args.repeats):
+                runs["local"].append(_items_per_second(local_ds, subset, 8))
+                runs["s3"].append(_items_per_second(open_render("s3://bench/render"), subset, 8))
+            rates = {k: float(np.median(v)) for k, v in runs.items()}
+            load = os.getloadavg()[0]
     finally:
-        stop.set()
-        for child in children:
-            child.join(timeout=30)
-            if child.is_alive():
-                child.terminate()
-                child.join(timeout=10)
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)

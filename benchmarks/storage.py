@@ -21,6 +21,7 @@ connection (HTTP headers included).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import socket
@@ -141,6 +142,43 @@ def _serve_proxy(latency: float, backends: list[int], ports, counter, stop) -> N
         proxy.stop()
 
 
+@contextlib.contextmanager
+def serving(backends: int, latency_ms: float):
+    """``backends`` moto processes and the latency proxy in front of them, stopped on exit.
+
+    Yields ``(backend ports, proxy port, sent_so_far)``; ``sent_so_far()`` is
+    the bytes the servers have sent through the proxy. Sets the AWS
+    credential variables (not the endpoint) for this process.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ports, counter, stop = ctx.Queue(), ctx.Value("q", 0), ctx.Event()
+    children = [ctx.Process(target=_serve_moto, args=(ports, stop), daemon=True) for _ in range(backends)]
+    for child in children:
+        child.start()
+
+    def sent_so_far() -> int:
+        time.sleep(0.2)  # let the proxy publish its count
+        return counter.value
+
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench-secret", AWS_DEFAULT_REGION="us-east-1")
+    try:
+        ports_of_backends = [ports.get(timeout=120) for _ in children]
+        proxy = ctx.Process(target=_serve_proxy, args=(latency_ms / 1000, ports_of_backends, ports, counter, stop),
+                            daemon=True)
+        proxy.start()
+        children.append(proxy)
+        yield ports_of_backends, ports.get(timeout=120), sent_so_far
+    finally:
+        stop.set()
+        for child in children:
+            child.join(timeout=30)
+            if child.is_alive():
+                child.terminate()
+                child.join(timeout=10)
+
+
 def _encode(x: np.ndarray, rate: int, fmt: str) -> bytes:
     import soundfile
 
@@ -158,26 +196,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args(argv)
 
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    ports, counter, stop = ctx.Queue(), ctx.Value("q", 0), ctx.Event()
-    children = [ctx.Process(target=_serve_moto, args=(ports, stop), daemon=True) for _ in range(args.backends)]
-    for child in children:
-        child.start()
-
-    def sent_so_far() -> int:
-        time.sleep(0.2)  # let the proxy publish its count
-        return counter.value
-
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench-secret", AWS_DEFAULT_REGION="us-east-1")
-    try:
-        backends = [ports.get(timeout=120) for _ in children]
-        proxy = ctx.Process(target=_serve_proxy, args=(args.latency_ms / 1000, backends, ports, counter, stop),
-                            daemon=True)
-        proxy.start()
-        children.append(proxy)
-        proxy_port = ports.get(timeout=120)
+    with serving(args.backends, args.latency_ms) as (backends, proxy_port, sent_so_far):
         import grain
         import s3fs
 
@@ -216,7 +235,7 @@ def main(argv=None) -> int:
             sent = sent_so_far() - before
             excerpt = sizes[fmt] * 3 / 60
             rows.append((fmt, sent, excerpt))
-        # FLAC through the seek points an index stores (audiotree.io.flac_seek): header once, then one GET.
+        # FLAC through its seek points (audiotree.io.flac_seek): the header once, then one GET.
         from audiotree.io.flac_seek import read_flac_excerpt, seek_points
 
         points = seek_points(flac_bytes)
@@ -244,13 +263,6 @@ def main(argv=None) -> int:
                 del it
         rates = {threads: float(np.median(values)) for threads, values in runs.items()}
         load = os.getloadavg()[0]
-    finally:
-        stop.set()
-        for child in children:
-            child.join(timeout=30)
-            if child.is_alive():
-                child.terminate()
-                child.join(timeout=10)
 
     lines = [
         "## Object storage (S3)",
@@ -274,7 +286,7 @@ def main(argv=None) -> int:
     lines += [
         "",
         "The goal is ≤ 2× the excerpt's encoded size plus the header; the first 64 KiB window holds the header. "
-        "By seek points (one about every second, found at index time from the SEEKTABLE or the frame headers), a "
+        "By seek points (one about every second, from the SEEKTABLE or the frame headers: audiotree.io.flac_seek), a "
         "FLAC excerpt is the header (once) plus one GET from the seek point before it to the one after it; the "
         "goal there is ≤ 1.5× the excerpt's encoded size + 64 KiB in ≤ 2 requests.",
         "",

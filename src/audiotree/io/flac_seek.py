@@ -15,7 +15,9 @@ for a frame). :func:`read_flac_excerpt` reads an excerpt with them.
 
 The table is ``int64 (K, 2)``: rows ``[first sample, byte offset]`` of
 frames, the first row the first frame, then about one every ``every``
-seconds, increasing. It is stored in the corpus index (``seek_points``).
+seconds, increasing (16 bytes a second of audio). It is meant to be computed
+once per file at index time and kept in the corpus index; that column and the
+dataset reader's use of it are not wired yet: callers pass the table.
 """
 
 from __future__ import annotations
