@@ -29,21 +29,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from audiotree.io.integrity import flac_frame_header
+
 __all__ = ["seek_points", "read_flac_excerpt", "header_length", "SEEK_EVERY"]
 
 #: Seconds between seek points.
 SEEK_EVERY = 1.0
 
 _MAGIC = b"fLaC"
-
-
-def _crc8(data: bytes) -> int:
-    crc = 0
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
-    return crc
 
 
 def _blocks(data: bytes) -> tuple[dict[int, bytes], int]:
@@ -67,36 +60,12 @@ def header_length(data: bytes) -> int:
     return _blocks(data)[1]
 
 
-def _utf8_number(data: bytes, pos: int) -> tuple[int, int] | None:
-    first = data[pos]
-    if first < 0x80:
-        return first, pos + 1
-    for extra in range(1, 7):
-        if first & (0x80 >> (extra + 1)) == 0 and first & (0xFF << (7 - extra)) & 0xFF == (0xFF << (7 - extra)) & 0xFF:
-            value = first & (0x7F >> (extra + 1))
-            for k in range(1, extra + 1):
-                if pos + k >= len(data) or data[pos + k] & 0xC0 != 0x80:
-                    return None
-                value = (value << 6) | (data[pos + k] & 0x3F)
-            return value, pos + extra + 1
-    return None
-
-
 def _frame_start(data: bytes, pos: int, fixed_block: int) -> int | None:
     """The first sample of the frame whose header starts at ``pos``, or ``None`` if it is not one."""
-    if pos + 6 > len(data) or data[pos] != 0xFF or data[pos + 1] & 0xFE != 0xF8:
+    frame = flac_frame_header(data, pos)
+    if frame is None:
         return None
-    block_code, rate_code = data[pos + 2] >> 4, data[pos + 2] & 0x0F
-    if block_code == 0 or rate_code == 15 or data[pos + 3] & 0x01 or (data[pos + 3] >> 4) >= 11:
-        return None
-    got = _utf8_number(data, pos + 4)
-    if got is None:
-        return None
-    number, end = got
-    end += {6: 1, 7: 2}.get(block_code, 0) + {12: 1, 13: 2, 14: 2}.get(rate_code, 0)
-    if end >= len(data) or _crc8(data[pos:end]) != data[end]:
-        return None
-    variable = data[pos + 1] & 0x01
+    number, _, variable = frame
     return number if variable else number * fixed_block
 
 
@@ -116,7 +85,7 @@ def seek_points(data: bytes, *, every: float = SEEK_EVERY) -> np.ndarray:
     info = blocks.get(0)
     if info is None or len(info) < 18:
         raise ValueError("the FLAC stream has no STREAMINFO block")
-    min_block, max_block = int.from_bytes(info[0:2], "big"), int.from_bytes(info[2:4], "big")
+    max_block = int.from_bytes(info[2:4], "big")
     rate = int.from_bytes(info[10:13], "big") >> 4
     step = max(1, int(round(every * rate)))
     table = blocks.get(3)
@@ -131,7 +100,7 @@ def seek_points(data: bytes, *, every: float = SEEK_EVERY) -> np.ndarray:
     candidates = np.flatnonzero((array[first:-1] == 0xFF) & ((array[first + 1:] & 0xFE) == 0xF8)) + first
     points, want = [], 0
     for pos in candidates:
-        start = _frame_start(data, int(pos), max_block if min_block == max_block else max_block)
+        start = _frame_start(data, int(pos), max_block)  # fixed blocking: frame number x block size
         if start is None or (points and start <= points[-1][0]):
             continue
         if start >= want:
