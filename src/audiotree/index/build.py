@@ -37,7 +37,7 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from audiotree.errors import AudioReadError
-from audiotree.index.labels import label_columns, label_source_from, match_labels
+from audiotree.index.labels import append_label_columns, label_columns, label_source_from, match_labels
 from audiotree.io import storage
 from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
 from audiotree.validation import is_int
@@ -196,10 +196,11 @@ def _write_parquet(table, target: str) -> None:
 class _Parts:
     """The committed part files of an unfinished build, beside the output."""
 
-    def __init__(self, out: str, settings: dict):
+    def __init__(self, out: str, settings: dict, sink: Any = None):
         self.dir = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.parts")
         self.settings = settings
         self._next = 0
+        self._sink = sink  # a remote build's copy of the parts (see _RemoteParts)
 
     def load(self) -> list:
         """Tables of the parts of an interrupted build with the same settings (newest first)."""
@@ -234,7 +235,12 @@ class _Parts:
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir, exist_ok=True)
             write_json_atomic(os.path.join(self.dir, _PARTS_SETTINGS), self.settings)
-        _write_parquet(_rows_table(rows), os.path.join(self.dir, f"part-{self._next:08d}.parquet"))
+            if self._sink is not None:
+                self._sink.commit(os.path.join(self.dir, _PARTS_SETTINGS))
+        path = os.path.join(self.dir, f"part-{self._next:08d}.parquet")
+        _write_parquet(_rows_table(rows), path)
+        if self._sink is not None:
+            self._sink.commit(path)
         self._next += 1
 
     def remove(self) -> None:
@@ -327,17 +333,6 @@ def _reusable(table, stored_to_abs: dict, current: dict, taken: set):
     return pa.array(keep, type=pa.bool_())
 
 
-def _with_columns(table: Any, columns: list) -> Any:
-    """``table`` with ``columns`` (``[(name, array)]``) appended, in one new table.
-
-    One new table rather than one append per column: 16,000 label columns must
-    not cost 16,000 copies of the schema.
-    """
-    pa = require_pyarrow()
-    fields = list(table.schema) + [pa.field(name, col.type, nullable=True) for name, col in columns]
-    return pa.Table.from_arrays(table.columns + [col for _, col in columns], schema=pa.schema(fields))
-
-
 def _previous_labels(out: str, previous: Any) -> dict:
     """The string labels of the index being updated: ``{label: vocabulary}`` (categories), ``{label: None}`` (text)."""
     if previous is None:
@@ -413,8 +408,9 @@ def build_index(
         :mod:`audiotree.io.storage`). Remote files are stored by URL; their
         modification time is the storage's. A URL ``out`` is built in a local
         temporary folder (after downloading an existing index to update it)
-        and uploaded when complete, so readers never see a partial index; an
-        interrupted remote build starts over rather than resuming.
+        and uploaded when complete, so readers never see a partial index; its
+        parts are uploaded beside it (``.<name>.parts/``) as they are
+        committed, so an interrupted remote build resumes from them.
       audio_column: the audio column of Parquet sources (default ``"audio"``).
         Tar shards and Parquet files with embedded audio are indexed in place,
         one row per member or row; their sidecars and other columns become
@@ -456,14 +452,53 @@ def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: An
             storage.forget_listings(out)
             if storage.exists(out):
                 storage.download(out, local)
-            report = _build(sources, local, storage_options=storage_options, **kwargs)
+            parts = _RemoteParts(out, local)
+            parts.pull()
+            report = _build(sources, local, storage_options=storage_options, part_sink=parts, **kwargs)
             storage.upload(local, out)
+            parts.remove()
     return dataclasses.replace(report, path=out)
+
+
+class _RemoteParts:
+    """The part files of a remote build, kept beside the remote index (``.<name>.parts/``) so a re-run resumes.
+
+    Each committed part is uploaded as soon as it is written locally; a new
+    build first downloads the parts an interrupted one uploaded, then
+    :class:`_Parts` checks their settings and reuses their rows. The parts go
+    once the index is uploaded.
+    """
+
+    def __init__(self, out: str, local: str) -> None:
+        parent, name = out.rstrip("/").rsplit("/", 1)
+        self.url = f"{parent}/.{name}.parts"
+        self.local_dir = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.parts")
+
+    def pull(self) -> int:
+        storage.forget_listings(self.url)
+        if not storage.is_dir(self.url):
+            return 0
+        found = storage.list_files(self.url)
+        os.makedirs(self.local_dir, exist_ok=True)
+        for url in found:
+            storage.download(url, os.path.join(self.local_dir, url.rsplit("/", 1)[-1]))
+        return len(found)
+
+    def commit(self, path: str) -> None:
+        storage.upload(path, f"{self.url}/{os.path.basename(path)}")
+
+    def remove(self) -> None:
+        fs = storage.filesystem(self.url)
+        storage.forget_listings(self.url)
+        if storage.exists(self.url):
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(self.url, recursive=True)
 
 
 def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool, executor: Any, show_progress: bool,
            mono: bool, root: Any, extensions: Any, chunk_size: int | None, max_workers: int | None,
-           ray_address: str | None, storage_options: dict, audio_column: str | None = None) -> IndexBuildReport:
+           ray_address: str | None, storage_options: dict, audio_column: str | None = None,
+           part_sink: Any = None) -> IndexBuildReport:
     pa = require_pyarrow()
     import pyarrow.compute as pc
     from tqdm.auto import tqdm
@@ -529,7 +564,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
             previous_table = None  # other settings: every row is re-read
         else:
             previous_table = previous.table
-    parts = _Parts(out, settings)
+    parts = _Parts(out, settings, part_sink)
     taken: set[str] = set()
     kept = []
     resumed = 0
@@ -589,12 +624,12 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     if matched is not None:
         abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]
         columns, label_specs = label_columns(matched, abs_paths, _previous_labels(out, previous))
-        table = _with_columns(table, columns)
+        table = append_label_columns(table, columns)
     if containers.labels:
         abs_paths = [stored_to_abs.get(p, p) for p in table.column("path").to_pylist()]
         columns, sidecar_specs = container_labels.join_sidecar_labels(
             containers.labels, abs_paths, set(label_specs), _previous_labels(out, previous))
-        table = _with_columns(table, columns)
+        table = append_label_columns(table, columns)
         label_specs = {**label_specs, **sidecar_specs}
     table = table.replace_schema_metadata(encode_metadata(
         root=stored_root, sources=described,

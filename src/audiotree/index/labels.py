@@ -57,7 +57,7 @@ from typing import Any, Mapping, Sequence
 from audiotree.index.schema import RESERVED_COLUMNS, ids_column, require_pyarrow
 
 __all__ = ["LabelSource", "LabelMatch", "TEXT_MIN_DISTINCT", "read_labels", "match_labels", "label_columns",
-           "as_label_source", "label_source_from"]
+           "append_label_columns", "as_label_source", "label_source_from"]
 
 _MATCHES = ("path", "relative", "stem")
 _MISSING = ("error", "null")
@@ -522,6 +522,17 @@ def label_columns(matched: LabelMatch, files: Sequence[str],
         specs[name] = {"kind": "category", "ids": ids_column(name), "size": len(vocab)}
         columns += [(name, col), (ids_column(name), ids)]
     return columns, specs
+
+
+def append_label_columns(table: Any, columns: Sequence[tuple[str, Any]]) -> Any:
+    """``table`` with ``columns`` (``[(name, array)]``, as :func:`label_columns` gives them) appended.
+
+    One new table rather than one append per column: 16,000 label columns must
+    not cost 16,000 copies of the schema.
+    """
+    pa = require_pyarrow()
+    fields = list(table.schema) + [pa.field(name, col.type, nullable=True) for name, col in columns]
+    return pa.Table.from_arrays(table.columns + [col for _, col in columns], schema=pa.schema(fields))
 
 
 def _looks_like_text(col, distinct) -> bool:

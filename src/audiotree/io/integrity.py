@@ -32,7 +32,7 @@ import re
 import struct
 
 __all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes",
-           "read_head", "flac_frames_end"]
+           "read_head", "flac_frames_end", "flac_frame_header"]
 
 #: Highest sample rate a header may claim, in Hz. Covers every audio rate in
 #: use, ultrasonic recorders (up to ~1 MHz) and DSD64 carried as PCM
@@ -282,6 +282,11 @@ def _flac_frame(buf: bytes, i: int) -> tuple[int, int, bool] | None:
     if pos >= len(buf) or _crc8(buf[i:pos]) != buf[pos]:
         return None
     return number, block, bool(buf[i + 1] & 0x01)
+
+
+#: ``(coded number, block size, variable blocking)`` of the FLAC frame header at ``buf[i]`` (CRC-8 checked),
+#: or ``None``; also what :mod:`audiotree.io.flac_seek` finds seek points with.
+flac_frame_header = _flac_frame
 
 
 def flac_frames_end(tail: bytes, head: bytes) -> int | None:
