@@ -78,7 +78,10 @@ def test_every_install_line_resolves(tmp_path):
     venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
     pip = [str(tmp_path / "venv" / ("Scripts" if sys.platform == "win32" else "bin") / "python"), "-m", "pip"]
     failures, skipped = {}, []
+    unique: dict[str, str] = {}  # the same line in several pages is resolved once, under its first place
     for where, args in install_lines():
+        unique.setdefault(" ".join(_pip_args(args)), where)
+    for where, args in ((w, a) for w, a in install_lines() if unique.get(" ".join(_pip_args(a))) == w):
         argv = _pip_args(args)
         if any(a.startswith("--index-url") or a.startswith("http") for a in argv):
             index = next(a for a in argv if a.startswith("http"))
