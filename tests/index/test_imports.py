@@ -42,6 +42,9 @@ def _segments(index):
     ix = open_index(index)
     labels = {}
     for name in ix.label_names:
+        if ix.meta["labels"][name]["kind"] == "text":
+            labels[name] = ix.table.column(name).to_pylist()
+            continue
         vocab = ix.vocabulary(name)
         labels[name] = [None if v < 0 else vocab[v] for v in ix.label_values(name).tolist()]
     rows = []
@@ -65,6 +68,9 @@ def test_kaldi_import(kaldi_dir):
         ("rec2.flac", "spk1-utt3", "rec2", 2.5, 4.5, "f", "spk1", "GOOD BYE"),
         ("rec2.flac", "spk2-utt2", "rec2", 0.35, 2.05, "m", "spk2", "THE LAZY DOG"),
     ]
+    # Transcripts are text labels (strings in items), speakers categories.
+    assert open_index(out).meta["labels"]["text"] == {"kind": "text"}
+    assert open_index(out).meta["labels"]["speaker"]["kind"] == "category"
     ds = create_audio_dataset(index=out, duration=None, shuffle=False, sample_rate=16000, labels=["speaker"])
     ix = open_index(out)
     for i in range(len(ds)):

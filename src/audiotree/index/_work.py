@@ -20,7 +20,7 @@ def _empty_row(path: str, group: str | None) -> dict[str, Any]:
     return {
         "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
         "sample_rate": None, "channels": None, "frames": None, "duration": None, "readable": False,
-        "error": None, "profile_step": None, "profile": None,
+        "error": None, "error_kind": None, "profile_step": None, "profile": None,
     }
 
 
@@ -30,11 +30,12 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     from audiotree.errors import AudioReadError
     from audiotree.index.profile import file_profile, profile_step
     from audiotree.io import AudioFile, storage
+    from audiotree.io.members import member_stat
 
     row = _empty_row(path, group)
     try:
         # Stat before reading: a file that changes during the build then looks stale, never fresh.
-        row["size"], row["mtime_ns"] = storage.stat(path, storage_options=storage_options)
+        row["size"], row["mtime_ns"] = member_stat(path, storage_options=storage_options)
         with AudioFile(path, storage_options=storage_options) as f:
             info = f.info
             row.update(
@@ -49,6 +50,8 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
         row["readable"] = False
         row["profile"] = row["profile_step"] = None
         row["error"] = _error_text(exc)
+        # A storage that kept failing (resets, 503s) says nothing about the file: the next build reads it again.
+        row["error_kind"] = "transient" if storage.is_transient(exc) else "permanent"
     return row
 
 
@@ -64,17 +67,19 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
     from audiotree.errors import AudioReadError
     from audiotree.index.profile import file_profile, profile_step
     from audiotree.io import AudioFile, storage
+    from audiotree.io.members import member_stat
     from audiotree.io.segment import SegmentFile, segment_frames
 
     base = _empty_row(path, group)
     rows = [dict(base, segment=int(k), start=float(s), end=float(e), past_end=None) for k, s, e in windows]
     failed = (AudioReadError, OSError, ValueError, MemoryError)
     try:
-        base["size"], base["mtime_ns"] = storage.stat(path, storage_options=storage_options)
+        base["size"], base["mtime_ns"] = member_stat(path, storage_options=storage_options)
         audio = AudioFile(path, storage_options=storage_options)
     except failed as exc:
+        kind = "transient" if storage.is_transient(exc) else "permanent"
         for row in rows:
-            row.update(size=base["size"], mtime_ns=base["mtime_ns"], error=_error_text(exc))
+            row.update(size=base["size"], mtime_ns=base["mtime_ns"], error=_error_text(exc), error_kind=kind)
         return rows
     with audio:
         info = audio.info
@@ -87,7 +92,7 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
                 row["end"] = total / rate
             start, end = row["start"], row["end"]
             if end > total / rate + tolerance or start >= total / rate:
-                row.update(past_end=total / rate, readable=False,
+                row.update(past_end=total / rate, readable=False, error_kind="permanent",
                            error=f"segment [{start}, {end}) s is past the end of the file ({total / rate:.3f} s)")
                 continue
             first, stop = segment_frames((start, end), rate, total)
@@ -98,7 +103,8 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
                     row["profile"] = file_profile(SegmentFile(audio, (start, end)), mono=mono)
                     row["profile_step"] = profile_step(rate)
                 except failed as exc:
-                    row.update(readable=False, profile=None, profile_step=None, error=_error_text(exc))
+                    row.update(readable=False, profile=None, profile_step=None, error=_error_text(exc),
+                               error_kind="transient" if storage.is_transient(exc) else "permanent")
     return rows
 
 

@@ -106,8 +106,12 @@ def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple
     names = ix.label_names
     values = {}
     for name in names:
+        kind = ix.meta["labels"][name]["kind"]
+        if kind == "text":  # strings as stored (a missing transcript stays None)
+            values[name] = ix.table.column(name).to_pylist()
+            continue
         raw = ix.label_values(name)
-        if ix.meta["labels"][name]["kind"] == "category":
+        if kind == "category":
             vocab = ix.vocabulary(name)
             values[name] = [None if v < 0 else vocab[v] for v in raw.tolist()]
         else:

@@ -36,7 +36,7 @@ import numpy as np
 
 from audiotree.index.schema import RESERVED_COLUMNS, require_pyarrow
 
-__all__ = ["SegmentTable", "read_segments", "END_TOLERANCE_SECONDS"]
+__all__ = ["SegmentTable", "read_segments", "segment_label_columns", "END_TOLERANCE_SECONDS"]
 
 #: A segment may end this far past its file's end (header rounding) and is clipped; further is an error.
 END_TOLERANCE_SECONDS = 0.01
@@ -55,12 +55,14 @@ class SegmentTable:
         given) and the label columns.
       lines: ``(n,)`` the line (or row) number of each segment in ``where``.
       line_word: ``"line"`` or ``"row"``.
+      text_columns: the label columns that are free text (transcripts).
     """
 
     where: str
     table: Any
     lines: np.ndarray
     line_word: str = "line"
+    text_columns: tuple[str, ...] = ()
 
     @property
     def num_rows(self) -> int:
@@ -134,8 +136,20 @@ def _as_table(segments: Any):
                     f"{type(segments).__name__}.")
 
 
+def _check_label_types(table: Any, where: str) -> None:
+    """Every label column is a string or number column."""
+    pa = require_pyarrow()
+    for field in table.schema:
+        if field.name in _STRUCTURAL:
+            continue
+        t = field.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+                or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)):
+            raise _fail(where, f"label column {field.name!r} has type {t}; labels must be strings or numbers.")
+
+
 def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[int] | None = None,
-                  root: str | None = None) -> SegmentTable:
+                  root: str | None = None, text_columns: Sequence[str] | None = None) -> SegmentTable:
     """Reads and validates a segment list (see the module docstring).
 
     Args:
@@ -146,9 +160,11 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
         default: from the file's format, else 1-based row numbers.
       root: the folder relative paths start from (default: the list's folder,
         or the working directory for an in-memory table).
+      text_columns: label columns of free text (strings in items, never a
+        category); default: ``text`` (a transcript) when the list has it.
+        String columns of many distinct values are detected as text anyway.
     """
     pa = require_pyarrow()
-    from audiotree.index.labels import check_label_types
     from audiotree.io import storage
 
     if isinstance(segments, SegmentTable):
@@ -178,7 +194,7 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
     clashing = sorted(set(table.column_names) & RESERVED_COLUMNS - {"path"})
     if clashing:
         raise _fail(where, f"label column(s) {clashing} clash with the index's own columns; rename them.")
-    check_label_types(table, where, skip=_STRUCTURAL)
+    _check_label_types(table, where)
     columns: dict[str, Any] = {}
     for name in ("path", "id", "recording"):
         if name in table.column_names:
@@ -229,7 +245,35 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
         "end": pa.array(ends, pa.float64()), "id": pa.array(columns["id"], pa.string()),
         "recording": pa.array(columns["recording"], pa.string()), **labels,
     })
-    return dataclasses.replace(result, table=clean)
+    if text_columns is None:
+        texts = tuple(n for n in ("text",) if n in result.label_names)
+    else:
+        texts = (text_columns,) if isinstance(text_columns, str) else tuple(text_columns)
+        unknown = sorted(set(texts) - set(result.label_names))
+        if unknown:
+            raise _fail(where, f"has no label column(s) {unknown} declared text (labels: {result.label_names}).")
+    return dataclasses.replace(result, table=clean, text_columns=texts)
+
+
+def segment_label_columns(segments: SegmentTable, rows: Sequence[int],
+                          previous: Mapping[str, Any] | None = None) -> tuple[list[tuple[str, Any]], dict[str, dict]]:
+    """The segment list's label columns taken at its rows ``rows`` (the index's rows, in order), and their specs.
+
+    Typed as :func:`audiotree.index.labels.label_columns` types a labels file's
+    (categories with ids, numbers, text); ``previous`` as it takes it.
+    """
+    pa = require_pyarrow()
+    from audiotree.index.labels import LabelMatch, LabelSource, label_columns
+
+    names = segments.label_names
+    if not names:
+        return [], {}
+    key = "__segment__"
+    table = pa.table({key: pa.array(range(segments.num_rows), pa.int64()),
+                      **{n: segments.table.column(n) for n in names}})
+    source = LabelSource(segments.where, key=key, missing="null", text_columns=segments.text_columns)
+    matched = LabelMatch(source=source, table=table, row_of={k: k for k in range(segments.num_rows)})
+    return label_columns(matched, list(rows), previous)
 
 
 def _seconds(result: SegmentTable, table: Any, name: str, open_end: bool = False) -> np.ndarray:
