@@ -2,6 +2,8 @@
 
     python benchmarks/bucketing.py            # full run; rewrites the bucketing section of BENCHMARKS.md
     python benchmarks/bucketing.py --quick    # smoke run (small corpus, one run), writes benchmarks/.results/
+    python benchmarks/bucketing.py --segments # the segments corpus: loading, not just planning
+                                              # (benchmarks/bucketing_segments.py; its own section)
 
 lhotse lives in its own venv, ``benchmarks/.venv-lhotse`` (created on first use with
 ``pip install lhotse urllib3``); it never enters the dev venv. Both samplers get the same
@@ -184,6 +186,12 @@ def render(results: list[dict], machine: str) -> str:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--segments" in argv:
+        from bucketing_segments import main as segments_main
+
+        argv.remove("--segments")
+        return segments_main(argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small corpus, one run; writes benchmarks/.results/")
     ap.add_argument("--items", type=int, default=None, help="utterances per corpus (default 50000; quick 3000)")

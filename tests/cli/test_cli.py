@@ -50,12 +50,14 @@ _HELP_OPTIONS = {
     "demo": ("--out", "--workers", "--batches", "--batch-size", "-n, --num-excerpts"),
     "scan": ("--duration", "--loudness", "--loudness-seconds", "--lufs-cutoff", "--json", "--jobs", "--plot"),
     "preview": ("--out", "-n, --num-excerpts", "--image-format", "--group-by", *_SHARED_OPTIONS),
-    "index": ("--out", "--labels", "--labels-key", "--labels-match", "--root", "--executor", "--jobs",
+    "index": ("--out", "--labels", "--labels-key", "--labels-match", "--root", "--segments", "--executor", "--jobs",
               "--chunk-size"),
     "bench": ("--workers", "--threads", "--buffers", "--read-buffer", "--batch-size", "--batches", "--ram-budget",
               "--tolerance", "--plot", "--json", *_SHARED_OPTIONS),
     "render": ("--out", "-n, --num-items", "--epoch", "--format", "--workers", "--batch-size", "--part-size",
                "--overwrite", *_SHARED_OPTIONS),
+    "import": ("kaldi", "lhotse"),
+    "export": ("lhotse",),
 }
 
 
@@ -97,7 +99,7 @@ def test_bare_command_prints_multi_line_usage():
     assert not any(line.startswith("Error") for line in lines)
     assert "Commands:" in lines
     commands = [line.split()[0] for line in lines[lines.index("Commands:") + 1:] if line.startswith("  ") and not line.startswith("   ")]
-    assert commands == ["demo", "scan", "preview", "bench", "render", "index"]
+    assert commands == ["demo", "scan", "preview", "bench", "render", "index", "import", "export"]
 
 
 def test_version_exits_0():

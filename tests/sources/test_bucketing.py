@@ -306,12 +306,15 @@ def test_items_that_do_not_match_the_durations(utterances):
     durations = list(scan_durations(utterances).values())
     with pytest.raises(ValueError, match="40 elements but 39 durations"):
         batch_by_duration(items, durations[:-1], max_seconds=8.0)
+    # A shuffle under something that is not a per-item map cannot be undone: refused.
     shuffled = create_audio_dataset(filepaths=utterances, duration=None, shuffle=True, sample_rate=SR)
     with pytest.raises(ValueError, match="shuffle=False"):
-        batch_by_duration(shuffled, durations, max_seconds=8.0)
-    endless = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, num_epochs=None)
+        batch_by_duration(shuffled[:40], durations, max_seconds=8.0)
+    endless = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False).repeat()
     with pytest.raises(ValueError, match="endless"):
         batch_by_duration(endless, durations, max_seconds=8.0)
+    with pytest.raises(ValueError, match="needs durations= for items not built from a corpus index"):
+        batch_by_duration(items, max_seconds=8.0)
     stale = batch_by_duration(items, [0.31] * len(utterances), max_seconds=8.0, buckets=[0.31])
     with pytest.raises(ValueError, match="durations are stale"):
         stale[0]

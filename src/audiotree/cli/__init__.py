@@ -1,4 +1,5 @@
-"""The ``audiotree`` command: ``demo``, ``scan``, ``preview``, ``bench`` and ``render``.
+"""The ``audiotree`` command: ``demo``, ``scan``, ``preview``, ``bench``, ``render``, ``index``,
+``import`` and ``export``.
 
 Every command mirrors the Python API's keyword names (``--sample-rate``,
 ``--duration``, ``--strategy``, ``--weights`` ...). Bad arguments and unusable
@@ -30,6 +31,8 @@ _COMMANDS = {
     "bench": ("audiotree.cli.bench", "bench"),
     "render": ("audiotree.cli.render", "render"),
     "index": ("audiotree.cli.index", "index"),
+    "import": ("audiotree.cli.imports", "import_group"),
+    "export": ("audiotree.cli.imports", "export_group"),
 }
 
 

@@ -36,6 +36,9 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
                    "more.")
 @click.option("--root", type=click.Path(file_okay=False), default=None,
               help="Store paths relative to this folder (kept relative to the index when given relative).")
+@click.option("--segments", "segments", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Segments of the recordings (CSV, TSV, JSONL or Parquet: path,start,end seconds, optional id "
+                   "and recording, plus label columns): one index row per segment.")
 @click.option("--loudness/--no-loudness", default=True, show_default=True,
               help="Compute each file's loudness profile (decodes every file once).")
 @click.option("--mono/--stereo", default=True, show_default=True,
@@ -53,7 +56,7 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
               help="The audio column of Parquet sources with embedded audio (default: audio).")
 def index(sources, out: str, labels: str | None, labels_key: str, labels_match: str, labels_root: str | None,
           labels_missing: str, text_columns: tuple[str, ...], numeric_columns: tuple[str, ...], root: str | None,
-          loudness: bool, mono: bool, executor: str, ray_address: str | None, jobs: int | None,
+          segments: str | None, loudness: bool, mono: bool, executor: str, ray_address: str | None, jobs: int | None,
           chunk_size: int | None, progress: bool, audio_column: str | None = None) -> None:
     """Index SOURCES into one Parquet file, or refresh an existing index.
 
@@ -80,6 +83,7 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
     report = build_index(
         spec, out, labels=labels, **label_options, loudness=loudness, executor=executor, show_progress=progress, mono=mono,
         root=root, chunk_size=chunk_size, max_workers=jobs, ray_address=ray_address, audio_column=audio_column,
+        segments=segments,
     )
     skipped = "".join(f"; skipped {n} {ext} member(s)" for ext, n in sorted(report.skipped_members.items()))
     click.echo(

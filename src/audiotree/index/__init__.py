@@ -29,6 +29,10 @@ __all__ = [
     "file_profile",
     "window_loudness",
     "window_blocks",
+    "read_segments",
+    "import_kaldi",
+    "import_lhotse",
+    "export_lhotse",
 ]
 
 # Loaded on first use: a dataset opening an index must not pay for SciPy (the
@@ -44,10 +48,16 @@ _LAZY = {
     "file_profile": "audiotree.index.profile",
     "window_loudness": "audiotree.index.profile",
     "window_blocks": "audiotree.index.profile",
+    "read_segments": "audiotree.index.segments",
+    "import_kaldi": "audiotree.index.imports",
+    "import_lhotse": "audiotree.index.imports",
+    "export_lhotse": "audiotree.index.imports",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from audiotree.index.build import IndexBuildReport, build_index
+    from audiotree.index.imports import export_lhotse, import_kaldi, import_lhotse
+    from audiotree.index.segments import read_segments
     from audiotree.index.labels import LabelSource
     from audiotree.index.profile import file_profile, window_blocks, window_loudness
     from audiotree.index.reader import ON_STALE, CorpusIndex, StaleFileError, open_index

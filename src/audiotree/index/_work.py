@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["index_file", "index_chunk"]
+__all__ = ["index_file", "index_chunk", "index_segments"]
 
 
 def _error_text(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _empty_row(path: str, group: str | None) -> dict[str, Any]:
+    return {
+        "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
+        "sample_rate": None, "channels": None, "frames": None, "duration": None, "readable": False,
+        "error": None, "error_kind": None, "profile_step": None, "profile": None,
+    }
 
 
 def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
@@ -24,11 +32,7 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     from audiotree.io import AudioFile, storage
     from audiotree.io.members import member_stat
 
-    row: dict[str, Any] = {
-        "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
-        "sample_rate": None, "channels": None, "frames": None, "duration": None, "readable": False,
-        "error": None, "error_kind": None, "profile_step": None, "profile": None,
-    }
+    row = _empty_row(path, group)
     try:
         # Stat before reading: a file that changes during the build then looks stale, never fresh.
         row["size"], row["mtime_ns"] = member_stat(path, storage_options=storage_options)
@@ -51,8 +55,67 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     return row
 
 
-def index_chunk(items: Sequence[tuple[str, str | None]], loudness: bool, mono: bool,
+def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, float, float]], *, loudness: bool,
+                   mono: bool, storage_options: dict | None = None, tolerance: float = 0.01) -> list[dict[str, Any]]:
+    """One row per segment ``(k, start, end)`` of one recording, opened and probed once; never raises for a bad file.
+
+    Each row carries ``segment`` (``k``) and its ``start``/``end``; ``frames``,
+    ``duration`` and ``profile`` describe the segment. A segment ending more
+    than ``tolerance`` s past the file's end gets ``past_end`` (the file's
+    duration); the build turns that into an error naming its line.
+    """
+    from audiotree.errors import AudioReadError
+    from audiotree.index.profile import file_profile, profile_step
+    from audiotree.io import AudioFile, storage
+    from audiotree.io.members import member_stat
+    from audiotree.io.segment import SegmentFile, segment_frames
+
+    base = _empty_row(path, group)
+    rows = [dict(base, segment=int(k), start=float(s), end=float(e), past_end=None) for k, s, e in windows]
+    failed = (AudioReadError, OSError, ValueError, MemoryError)
+    try:
+        base["size"], base["mtime_ns"] = member_stat(path, storage_options=storage_options)
+        audio = AudioFile(path, storage_options=storage_options)
+    except failed as exc:
+        kind = "transient" if storage.is_transient(exc) else "permanent"
+        for row in rows:
+            row.update(size=base["size"], mtime_ns=base["mtime_ns"], error=_error_text(exc), error_kind=kind)
+        return rows
+    with audio:
+        info = audio.info
+        rate, total = int(info.sample_rate), int(info.frames)
+        facts = dict(size=base["size"], mtime_ns=base["mtime_ns"], container=info.format, codec=info.subtype,
+                     sample_rate=rate, channels=int(info.channels), readable=True)
+        for row in rows:
+            row.update(facts)
+            if row["end"] != row["end"]:  # NaN: to the end of the file
+                row["end"] = total / rate
+            start, end = row["start"], row["end"]
+            if end > total / rate + tolerance or start >= total / rate:
+                row.update(past_end=total / rate, readable=False, error_kind="permanent",
+                           error=f"segment [{start}, {end}) s is past the end of the file ({total / rate:.3f} s)")
+                continue
+            first, stop = segment_frames((start, end), rate, total)
+            row.update(frames=stop - first, duration=(stop - first) / rate)
+            if loudness and (mono or info.channels <= 5):
+                try:
+                    # A view of the open file (not closed here: the next segment reads it too).
+                    row["profile"] = file_profile(SegmentFile(audio, (start, end)), mono=mono)
+                    row["profile_step"] = profile_step(rate)
+                except failed as exc:
+                    row.update(readable=False, profile=None, profile_step=None, error=_error_text(exc),
+                               error_kind="transient" if storage.is_transient(exc) else "permanent")
+    return rows
+
+
+def index_chunk(items: Sequence[tuple], loudness: bool, mono: bool,
                 storage_options: dict | None = None) -> list[dict[str, Any]]:
-    """Rows for a chunk of ``(path, group)`` pairs, in order."""
-    return [index_file(path, group, loudness=loudness, mono=mono, storage_options=storage_options)
-            for path, group in items]
+    """Rows for a chunk of ``(path, group)`` pairs (or ``(path, group, windows)`` of a segment build), in order."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if len(item) == 3:
+            out += index_segments(item[0], item[1], item[2], loudness=loudness, mono=mono,
+                                  storage_options=storage_options)
+        else:
+            out.append(index_file(item[0], item[1], loudness=loudness, mono=mono, storage_options=storage_options))
+    return out

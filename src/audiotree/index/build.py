@@ -368,6 +368,7 @@ def build_index(
     ray_address: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
+    segments: Any = None,
 ) -> IndexBuildReport:
     """Indexes ``sources`` into the Parquet file ``out``; see the module docstring.
 
@@ -415,6 +416,7 @@ def build_index(
         Tar shards and Parquet files with embedded audio are indexed in place,
         one row per member or row; their sidecars and other columns become
         label columns (see :mod:`audiotree.index.container_labels`).
+      segments: a segment list, one index row per segment (see :mod:`audiotree.index.segment_build`).
 
     Returns:
       An :class:`IndexBuildReport`.
@@ -422,7 +424,7 @@ def build_index(
     Raises:
       FileNotFoundError / RuntimeError: a source is missing or holds no audio.
       ValueError: a file outside ``root``, bad labels (see
-        :mod:`audiotree.index.labels`), or an unusable existing ``out``.
+        :mod:`audiotree.index.labels`, :mod:`audiotree.index.segments`), or an unusable existing ``out``.
     """
     options = dict(storage_options or {})
     labels = label_source_from(labels, key=labels_key, match=labels_match, missing=labels_missing,
@@ -432,11 +434,11 @@ def build_index(
         return _build_remote(sources, os.fspath(out), labels=labels, loudness=loudness, executor=executor,
                              show_progress=show_progress, mono=mono, root=root, extensions=extensions,
                              chunk_size=chunk_size, max_workers=max_workers, ray_address=ray_address,
-                             storage_options=options, audio_column=audio_column)
+                             storage_options=options, audio_column=audio_column, segments=segments)
     with storage.use_storage_options(options):
         return _build(sources, out, labels=labels, loudness=loudness, executor=executor, show_progress=show_progress,
                       mono=mono, root=root, extensions=extensions, chunk_size=chunk_size, max_workers=max_workers,
-                      ray_address=ray_address, storage_options=options, audio_column=audio_column)
+                      ray_address=ray_address, storage_options=options, audio_column=audio_column, segments=segments)
 
 
 def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: Any) -> IndexBuildReport:
@@ -498,7 +500,7 @@ class _RemoteParts:
 def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool, executor: Any, show_progress: bool,
            mono: bool, root: Any, extensions: Any, chunk_size: int | None, max_workers: int | None,
            ray_address: str | None, storage_options: dict, audio_column: str | None = None,
-           part_sink: Any = None) -> IndexBuildReport:
+           part_sink: Any = None, segments: Any = None) -> IndexBuildReport:
     pa = require_pyarrow()
     import pyarrow.compute as pc
     from tqdm.auto import tqdm
@@ -524,11 +526,12 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         root_abs = os.path.normpath(os.path.abspath(os.fspath(root)))
         stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
         described["root"] = root_abs
-    from audiotree.index import container_labels
+    from audiotree.index import container_labels, segment_build
     from audiotree.sources.containers import ContainerItems
 
     containers = ContainerItems()
     found = _discover(pairs, extensions, containers, audio_column)
+    segment_table, found, windows = segment_build.plan(segments, found, described)
     # The labels are read and joined before any file is decoded: a bad labels file costs nothing.
     matched = None if label_source is None else match_labels(label_source, [p for p, _, _ in found],
                                                              [r for _, _, r in found])
@@ -560,15 +563,15 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
             raise ValueError(f"{exc} To start over, delete {out} (or choose another --out).") from None
         prev_settings = {"loudness": previous.has_profile, "mono": previous.mono, "root": previous.meta.get("root"),
                          "block_sec": previous.meta["loudness"].get("block_sec")}
-        if prev_settings != settings:
-            previous_table = None  # other settings: every row is re-read
+        if prev_settings != settings or windows is not None:
+            previous_table = None  # other settings, or segments: every row is re-read
         else:
             previous_table = previous.table
     parts = _Parts(out, settings, part_sink)
     taken: set[str] = set()
     kept = []
     resumed = 0
-    for table in parts.load():
+    for table in parts.load() if windows is None else ():  # a segment build reads every recording afresh
         mask = _reusable(table, stored_to_abs, current, taken)
         table = table.filter(mask)
         resumed += table.num_rows
@@ -581,7 +584,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
             reused = table.num_rows
             kept.append(table.select(_BASE_NAMES).cast(arrow_schema()))
 
-    todo = [(p, g) for p, g, _ in found if p not in taken]
+    todo = [(p, g) if windows is None else (p, g, windows[p]) for p, g, _ in found if p not in taken]
     stack = contextlib.ExitStack()
     executor_obj, owned, workers = _make_executor(executor, max_workers, stack, ray_address) if todo else (None, False, 1)
     if chunk_size is None:
@@ -613,22 +616,24 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
 
     tables = kept + ([_rows_table(new_rows)] if new_rows else [])
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+    previous_labels = _previous_labels(out, previous)
+    table, label_specs = segment_build.with_segment_columns(table, new_rows, segment_table, previous_labels)
     group_key = [g or "" for g in table.column("group").to_pylist()]
     table = table.append_column("_group_key", pa.array(group_key, type=pa.string()))
-    # A shard's members (a Parquet file's rows) stay together, in their order in it.
+    # A shard's members (a Parquet file's rows) stay together, in their order in it; a recording's segments by time.
     table = table.append_column("_order", container_labels.order_column(table.column("path").to_pylist()))
-    table = table.sort_by([("_group_key", "ascending"), ("_order", "ascending")]).drop_columns(
-        ["_group_key", "_order"])
+    order = [("_group_key", "ascending"), ("_order", "ascending")] + segment_build.ORDER * (windows is not None)
+    table = table.sort_by(order).drop_columns(["_group_key", "_order"])
 
-    label_specs: dict = {}
     if matched is not None:
-        abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]
-        columns, label_specs = label_columns(matched, abs_paths, _previous_labels(out, previous))
+        abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]  # a recording's segments share them
+        columns, specs = label_columns(matched, abs_paths, previous_labels)
+        label_specs = segment_build.merge_specs(label_specs, specs, label_source, segment_table)
         table = append_label_columns(table, columns)
     if containers.labels:
         abs_paths = [stored_to_abs.get(p, p) for p in table.column("path").to_pylist()]
         columns, sidecar_specs = container_labels.join_sidecar_labels(
-            containers.labels, abs_paths, set(label_specs), _previous_labels(out, previous))
+            containers.labels, abs_paths, set(label_specs), previous_labels)
         table = append_label_columns(table, columns)
         label_specs = {**label_specs, **sidecar_specs}
     table = table.replace_schema_metadata(encode_metadata(

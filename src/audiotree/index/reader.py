@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.index.schema import BASE_COLUMNS, OPTIONAL_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
+from audiotree.index.schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLUMNS, arrow_schema, decode_metadata,
+                                    require_pyarrow)
 from audiotree.io import storage
 from audiotree.io.remote_file import open_input
 
@@ -58,7 +59,8 @@ def refresh_command(index_path: str, meta: dict) -> str:
         args.append("SOURCES...")
     args += ["--out", index_path if storage.is_url(index_path) else os.path.abspath(index_path)]
     for flag, key in (("--labels", "labels"), ("--labels-key", "labels_key"), ("--labels-match", "labels_match"),
-                      ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root")):
+                      ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root"),
+                      ("--segments", "segments")):
         if sources.get(key):
             args += [flag, str(sources[key])]
     for flag, key in (("--text-columns", "text_columns"), ("--numeric-columns", "numeric_columns")):
@@ -156,6 +158,11 @@ class CorpusIndex:
     @property
     def has_profile(self) -> bool:
         return bool(self.meta["loudness"].get("enabled"))
+
+    @property
+    def has_segments(self) -> bool:
+        """True for a segment index (one row per segment of a recording; see :mod:`audiotree.index.schema`)."""
+        return "start" in self.table.column_names
 
     @property
     def mono(self) -> bool:
@@ -334,6 +341,20 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
     return _open_index(path, path, columns, labels)
 
 
+def _check_segment_columns(path: str, schema: Any) -> None:
+    """A segment index has all four segment columns, of their types (or none of them)."""
+    if "start" not in schema.names and "end" not in schema.names:
+        return
+    missing = [name for name, _, _ in SEGMENT_COLUMNS if name not in schema.names]
+    if missing:
+        raise ValueError(f"{path}: the segment index has no {missing} column(s); it was edited or damaged. Rebuild it.")
+    expected = arrow_schema(segments=True)
+    wrong = [f"{name!r} is {schema.field(name).type}, expected {expected.field(name).type}"
+             for name, _, _ in SEGMENT_COLUMNS if not schema.field(name).type.equals(expected.field(name).type)]
+    if wrong:
+        raise ValueError(f"{path}: segment column {'; '.join(wrong)}; rebuild the index.")
+
+
 def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: Sequence[str] | None) -> CorpusIndex:
     pa = require_pyarrow()
     import pyarrow.parquet as pq
@@ -354,6 +375,7 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
         expected, actual = expected_schema.field(name).type, schema.field(name).type
         if not actual.equals(expected):
             raise ValueError(f"{path}: column {name!r} has type {actual}, expected {expected}; rebuild the index.")
+    _check_segment_columns(path, schema)
     for name, spec in meta["labels"].items():
         for column in (name, spec.get("ids", name)):
             if column not in names:
@@ -375,6 +397,9 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
             raise ValueError(f"{path}: no column(s) {unknown}; the index has {schema.names}.")
         if "path" not in wanted:
             wanted.insert(0, "path")
+        # A segment row is its window: its bounds are read whatever the columns asked for.
+        if "start" in schema.names:
+            wanted += [name for name, _, _ in SEGMENT_COLUMNS if name not in wanted]
         # A category label is read with its ids.
         wanted = list(dict.fromkeys(wanted + [meta["labels"][c]["ids"] for c in wanted
                                               if "ids" in meta["labels"].get(c, {})]))

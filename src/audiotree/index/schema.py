@@ -30,6 +30,27 @@ column          type             meaning
 *label*``#id``  int32 (null)     a category label's ids (below)
 =============== ================ =================================================
 
+Segment indexes
+---------------
+An index built with segments (``audiotree index ... --segments``, or an
+``audiotree import``) has one row per *segment* of a recording, and four more
+columns after the base ones:
+
+=============== ================ =================================================
+``id``          string (null)    the segment's id (Kaldi utterance id, lhotse
+                                 supervision id), unique in the index
+``recording``   string (null)    the recording's id (Kaldi/lhotse recording id)
+``start``       float64          seconds into the file where the segment starts
+``end``         float64          seconds into the file where it ends (exclusive)
+=============== ================ =================================================
+
+A segment row's file columns (``path``, ``size``, ``mtime_ns``, ``container``,
+``codec``, ``sample_rate``, ``channels``) describe its recording; ``frames``
+and ``duration`` describe the segment: ``frames = round(end * rate) -
+round(start * rate)``, ``duration = frames / rate``. Its ``profile`` is the
+segment's own, on a 100 ms grid from the segment's first frame. Its labels are
+the segment's.
+
 The loudness profile
 --------------------
 ``profile[j]`` is the K-weighted, channel-weighted mean square (BS.1770-4, the
@@ -74,6 +95,8 @@ __all__ = [
     "METADATA_KEY",
     "BASE_COLUMNS",
     "RESERVED_COLUMNS",
+    "SEGMENT_COLUMNS",
+    "SEGMENT_NAMES",
     "OPTIONAL_COLUMNS",
     "META_KEYS",
     "arrow_schema",
@@ -105,6 +128,14 @@ BASE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("profile", "list<float32>", True),
 )
 RESERVED_COLUMNS = frozenset(name for name, _, _ in BASE_COLUMNS)
+#: The columns of a segment index (after the base columns; see "Segment indexes").
+SEGMENT_COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("id", "string", True),
+    ("recording", "string", True),
+    ("start", "float64", False),
+    ("end", "float64", False),
+)
+SEGMENT_NAMES = tuple(name for name, _, _ in SEGMENT_COLUMNS)
 #: Base columns an index written by an older minor version may lack (read as all null).
 OPTIONAL_COLUMNS = frozenset({"error_kind"})
 META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels")
@@ -136,10 +167,12 @@ def _arrow_type(name: str):
             "bool": pa.bool_()}[name]
 
 
-def arrow_schema(label_types: Mapping[str, Any] = {}):
-    """The Arrow schema of an index with label columns ``{name: arrow type}`` appended."""
+def arrow_schema(label_types: Mapping[str, Any] = {}, *, segments: bool = False):
+    """The Arrow schema of an index (with the segment columns when ``segments``) with label columns
+    ``{name: arrow type}`` appended."""
     pa = require_pyarrow()
-    fields = [pa.field(name, _arrow_type(kind), nullable=nullable) for name, kind, nullable in BASE_COLUMNS]
+    columns = BASE_COLUMNS + (SEGMENT_COLUMNS if segments else ())
+    fields = [pa.field(name, _arrow_type(kind), nullable=nullable) for name, kind, nullable in columns]
     fields += [pa.field(name, kind, nullable=True) for name, kind in label_types.items()]
     return pa.schema(fields)
 

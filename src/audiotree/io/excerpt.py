@@ -78,7 +78,7 @@ from audiotree.dsp.loudness import (
 )
 from audiotree.errors import AudioReadError
 from audiotree.excerpt import ExcerptConfig
-from audiotree.io.decode import AudioFile
+from audiotree.io.segment import check_window, open_audio
 from audiotree.validation import check_duration, check_pad_mode
 
 __all__ = ["Clip", "read_excerpt", "select_clip", "loudest_clip"]
@@ -186,19 +186,22 @@ def read_excerpt(
     return data, rate
 
 
-def _read_at(path, choose_offset, offset, duration, sample_rate, mono, pad_mode) -> tuple[np.ndarray, int, float]:
-    """Opens ``path`` once, reads at ``offset`` (or ``choose_offset(info)``), finishes.
+def _read_at(path, choose_offset, offset, duration, sample_rate, mono, pad_mode,
+             window=None) -> tuple[np.ndarray, int, float]:
+    """Opens ``path`` once (its segment ``window``, when given), reads at ``offset``
+    (or ``choose_offset(info)``) within it, finishes.
 
-    Returns ``((C, T) float32, rate, start in seconds)``.
+    Returns ``((C, T) float32, rate, start in seconds into the file)``.
     """
-    with AudioFile(path) as f:
+    with open_audio(path, window) as f:
         info = f.info
         if choose_offset is not None:
             offset = choose_offset(info)
         start = _start_frame(path, info, offset)
         frames = f.read(start, _native_frames(duration, info.sample_rate, int(sample_rate or info.sample_rate)))
+        first = getattr(f, "first", 0)
     data, rate = _finish(frames, info.sample_rate, sample_rate, duration, mono, pad_mode)
-    return data, rate, start / info.sample_rate
+    return data, rate, (first + start) / info.sample_rate
 
 
 def select_clip(
@@ -212,6 +215,7 @@ def select_clip(
     mono: bool = False,
     pad_mode: str | None = "constant",
     plan: Any = None,
+    window: tuple[float, float] | None = None,
 ) -> Clip | None:
     """Reads one excerpt of ``duration`` s chosen by ``excerpt`` (one file open).
 
@@ -222,9 +226,15 @@ def select_clip(
     with ``random`` or ``start``) reads the whole file from ``offset``, up to
     ``max_duration``, and records ``lengths``. Returns a :class:`Clip` (or
     ``None`` from ``loudest`` with ``on_failure="skip"``).
+
+    ``window=(start, end)`` seconds reads the segment ``[start, end)`` of the
+    file as if it were the whole file (:mod:`audiotree.io.segment`): offsets
+    are drawn inside it, ``full`` reads exactly it, and padding never takes
+    audio from outside it. The clip's ``offset`` still counts from the file's start.
     """
     check_duration(duration)
     check_pad_mode(pad_mode)
+    window = check_window(window)
     excerpt = excerpt or ExcerptConfig()
     if excerpt.strategy == "full" or (duration is None and excerpt.strategy != "loudest"):
         if duration is not None:
@@ -234,21 +244,21 @@ def select_clip(
             )
         path = os.fspath(audio_path)
         # No padding: the item is exactly as long as the file (or max_duration).
-        data, rate, start_seconds = _read_at(path, None, offset, excerpt.max_duration, sample_rate, mono, None)
+        data, rate, start_seconds = _read_at(path, None, offset, excerpt.max_duration, sample_rate, mono, None, window)
         return Clip(path=path, data=data, sample_rate=rate, offset=start_seconds, lengths=int(data.shape[-1]))
     if excerpt.strategy == "loudest":
         if offset:
             raise ValueError("strategy='loudest' chooses its own offset; do not pass offset.")
         return loudest_clip(
             audio_path, rng, excerpt, duration=duration, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,
-            plan=plan,
+            plan=plan, window=window,
         )
     path = os.fspath(audio_path)
     choose = None
     if excerpt.strategy == "random":
         search = excerpt.resolved_search
         choose = lambda info: search(rng, offset, duration, info.duration, 0, 1)  # noqa: E731 - needs the header
-    data, rate, start_seconds = _read_at(path, choose, offset, duration, sample_rate, mono, pad_mode)
+    data, rate, start_seconds = _read_at(path, choose, offset, duration, sample_rate, mono, pad_mode, window)
     return Clip(path=path, data=data, sample_rate=rate, offset=start_seconds)
 
 
@@ -343,6 +353,7 @@ def loudest_clip(
     mono: bool = False,
     pad_mode: str | None = "constant",
     plan: Any = None,
+    window: tuple[float, float] | None = None,
 ) -> Clip | None:
     """Finds an excerpt whose gated loudness clears ``excerpt.lufs_cutoff``.
 
@@ -353,7 +364,8 @@ def loudest_clip(
     :class:`~audiotree.excerpt_search.RowPlan` from a corpus index) replaces the
     search by one draw among the windows the profile says clear the cutoff; the
     item's ``lufs`` then comes from the profile when it clears the cutoff by the
-    documented margin, else from the meter. See the module docstring.
+    documented margin, else from the meter. ``window=(start, end)`` searches
+    only that segment of the file (as :func:`select_clip`). See the module docstring.
     """
     if offset is not None:
         raise ValueError("loudest_excerpt() chooses its own offset; do not pass offset.")
@@ -375,7 +387,7 @@ def loudest_clip(
             f"{duration:g} s window is {plan.best_lufs:.1f} LUFS; lower the cutoff, use on_failure='keep'/'skip', "
             "or skip_silent=True."
         )
-    with AudioFile(path) as f:
+    with open_audio(path, check_window(window)) as f:
         out_rate = int(sample_rate or f.info.sample_rate)
         if plan is None:
             best = _LoudestSearch(f, rng, excerpt, duration, mono, out_rate).run()
@@ -392,7 +404,8 @@ def loudest_clip(
     rate = f.info.sample_rate
     data, out_rate = _finish(best.frames, rate, sample_rate, duration, False, pad_mode)
     windows = _windows_for_length(best.windows, data.shape[-1], out_rate)
-    return Clip(path=path, data=data, sample_rate=out_rate, offset=best.start / rate, lufs=best.lufs,
+    first = getattr(f, "first", 0)
+    return Clip(path=path, data=data, sample_rate=out_rate, offset=(first + best.start) / rate, lufs=best.lufs,
                 lufs_windows=windows, method=method)
 
 

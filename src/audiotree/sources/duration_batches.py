@@ -14,7 +14,9 @@ the items) is fresh every epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 import sys
 from typing import Any, Literal, Mapping, Sequence
 
@@ -44,29 +46,68 @@ def _walk(ds: Any):
         stack.extend(getattr(node, "parents", ()) or ())
 
 
-def _check_items(items: Any, plan: BucketPlan) -> int:
+def _item_order(items: Any) -> tuple[Any, int | None, Any]:
+    """``(epoch order, items per epoch, index loader)`` of an item dataset built by our builders.
+
+    The epoch order is the :class:`~audiotree.sources.ordering.EpochShuffledMapDataset`
+    under ``items`` when only per-item maps lie between (so position ``p`` of
+    epoch ``e`` is row ``perm_e[p]``), else ``None``; the index loader is the
+    :class:`~audiotree.sources.indexed.IndexedLoader` mapped over the rows, if any.
+    """
+    from audiotree.sources.indexed import IndexedLoader
+    from audiotree.sources.ordering import EpochShuffledMapDataset
+
+    node, loader = items, None
+    while True:
+        if isinstance(node, EpochShuffledMapDataset):
+            return node, node._n, loader  # pylint: disable=protected-access
+        transform = getattr(node, "_transform", None)
+        parents = getattr(node, "parents", ()) or ()
+        if (transform is None and type(node).__name__ != "AudioMapDataset") or len(parents) != 1:
+            return None, None, loader
+        if isinstance(transform, IndexedLoader) and loader is None:
+            loader = transform
+        node = parents[0]
+
+
+def _check_items(items: Any, plan: BucketPlan, order: Any, per_epoch: int | None) -> int:
     if not isinstance(items, grain.MapDataset):
         raise TypeError(f"items must be a grain.MapDataset of AudioTree items, got {type(items).__name__}.")
-    n = len(items)
+    n = per_epoch if order is not None else len(items)
     if n >= sys.maxsize:
         raise ValueError(
-            "items is endless; build it with num_epochs=1 and shuffle=False (one item per duration, in order): "
-            "batch_by_duration plans the epochs and the shuffling itself."
+            "items is endless and not built by create_audio_dataset; build it with num_epochs=1 (one item per "
+            "duration, in order): batch_by_duration plans the epochs and the shuffling itself."
         )
     if n != plan.num_items:
         raise ValueError(
             f"items has {n} elements but {plan.num_items} durations were planned; give one duration per item, "
             "in the items' order."
         )
-    from audiotree.sources.ordering import EpochShuffledMapDataset
+    if order is None:
+        from audiotree.sources.ordering import EpochShuffledMapDataset
 
-    for node in _walk(items):
-        if isinstance(node, EpochShuffledMapDataset) and node._shuffle:  # pylint: disable=protected-access
-            raise ValueError(
-                "items is shuffled, so item i is no longer the file of durations[i]; build it with shuffle=False "
-                "(batch_by_duration shuffles with its own seed)."
-            )
+        for node in _walk(items):
+            if isinstance(node, EpochShuffledMapDataset) and node._shuffle:  # pylint: disable=protected-access
+                raise ValueError(
+                    "items is shuffled under a step that is not a per-item map, so item i is no longer the file of "
+                    "durations[i]; build it with shuffle=False (batch_by_duration shuffles with its own seed)."
+                )
     return n
+
+
+def durations_of(items: Any) -> np.ndarray:
+    """Seconds per item of a dataset built from a corpus index (or a segment index), in row order.
+
+    ValueError when ``items`` was not built from an index (pass ``durations=``).
+    """
+    _, _, loader = _item_order(items)
+    if loader is None:
+        raise ValueError(
+            "batch_by_duration needs durations= for items not built from a corpus index (e.g. "
+            "scan_durations(files) for a folder); with create_audio_dataset(index=...) they come from the index."
+        )
+    return np.asarray(loader.rows.durations, dtype=np.float64)
 
 
 class DurationBatchDataset(grain.MapDataset):
@@ -74,15 +115,19 @@ class DurationBatchDataset(grain.MapDataset):
 
     Filler slots (``remainder="pad"``, or items dropped by ``on_read_error``)
     are empty items: zeros, ``lengths == 0``, ``filepath == ""``, ``offset``
-    NaN, with the labels and ``extras`` of the batch's first real item (so the
-    batch keeps one structure). Weight losses by ``lengths > 0`` or use
-    :meth:`~audiotree.AudioTree.mask`.
+    NaN, and neutral labels: every ``extras`` entry shaped like the batch's
+    first real item's, filled with ``-1`` (integers: category ids), NaN
+    (floats), ``False`` (booleans) or ``""`` (text). Weight losses by
+    ``lengths > 0`` or use :meth:`~audiotree.AudioTree.mask`.
     """
 
     def __init__(self, items: grain.MapDataset, plan: BucketPlan, *, num_epochs: int | None = None,
-                 pad_to: str = "bucket", shard_index: int = 0):
+                 pad_to: str = "bucket", shard_index: int = 0, pad_multiple: int = 1):
         super().__init__(items)
-        self._n = _check_items(items, plan)
+        self._order, per_epoch, _ = _item_order(items)
+        self._n = _check_items(items, plan, self._order, per_epoch)
+        self._positions: dict[int, np.ndarray] = {}
+        self.pad_multiple = int(pad_multiple)
         self.plan = plan
         self.pad_to = pad_to
         self.shard_index = int(shard_index)
@@ -120,7 +165,28 @@ class DurationBatchDataset(grain.MapDataset):
         return self._stats.record_output_spec(batch)
 
     def _read(self, epoch: int, item: int) -> Any:
-        return self._parent[epoch * self._n + int(item)]
+        return self._parent[epoch * self._n + self._position(epoch, int(item))]
+
+    def _position(self, epoch: int, item: int) -> int:
+        """Where item ``item`` (row order) sits in epoch ``epoch`` of the items' own order."""
+        order = self._order
+        if order is None or not order._shuffle:  # pylint: disable=protected-access
+            return item
+        positions = self._positions.get(epoch)
+        if positions is None:
+            perm = order._permutation(epoch)  # pylint: disable=protected-access
+            positions = np.empty_like(perm)
+            positions[perm] = np.arange(perm.size)
+            from audiotree.sources.ordering import evict_oldest
+
+            evict_oldest(self._positions, keep=2)
+            self._positions[epoch] = positions
+        return int(positions[item])
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_positions"] = {}
+        return state
 
     def _fit(self, tree: Any, slot: int, bucket: int) -> Any:
         """Crops an item to its bucket (checking the planned duration) and stamps its group."""
@@ -153,8 +219,35 @@ class DurationBatchDataset(grain.MapDataset):
         filled, it = [], iter(fitted)
         for tree in items:
             filled.append(next(it) if tree is not None else _filler(template))
-        pad_to = edge_samples if self.pad_to == "bucket" else None
-        return AudioTree.batch(filled, pad_to=pad_to)
+        pad_to = edge_samples if self.pad_to == "bucket" else max(t.samples for t in filled)
+        if self.pad_multiple > 1:
+            pad_to = -(-pad_to // self.pad_multiple) * self.pad_multiple
+        return _batch_padded(filled, pad_to)
+
+
+def _batch_padded(items: list, pad_to: int) -> Any:
+    """``AudioTree.batch(items, pad_to=pad_to)``, writing each waveform once into the padded batch.
+
+    The general ``batch`` pads every item, then concatenates (two copies of
+    the audio); for NumPy items without loudness windows this copies once.
+    """
+    from audiotree.core import AudioTree
+
+    if not all(isinstance(t.waveform, np.ndarray) and t.lufs_windows is None for t in items):
+        return AudioTree.batch(items, pad_to=pad_to)
+    shapes = {t.waveform.shape[1:-1] for t in items}
+    dtypes = {t.waveform.dtype for t in items}
+    if len(shapes) != 1 or len(dtypes) != 1 or any(t.samples > pad_to for t in items):
+        return AudioTree.batch(items, pad_to=pad_to)  # its errors name the offending item
+    (shape,), (dtype,) = shapes, dtypes
+    waveform = np.zeros((len(items), *shape, pad_to), dtype=dtype)
+    lengths = np.empty(len(items), dtype=np.int32)
+    for i, t in enumerate(items):
+        n = t.samples
+        waveform[i, ..., :n] = t.waveform[0]
+        lengths[i] = n if t.lengths is None else int(np.asarray(t.lengths)[0])
+    rest = AudioTree.batch([dataclasses.replace(t, waveform=None, lengths=None) for t in items])
+    return dataclasses.replace(rest, waveform=waveform, lengths=lengths)
 
 
 def _crop(tree: Any, samples: int) -> Any:
@@ -187,7 +280,46 @@ def _filler(template: Any) -> Any:
         updates["lufs"] = np.full((1,), -np.inf, np.float32)
     if template.lufs_windows is not None:
         updates["lufs_windows"] = np.zeros((1, 0), np.float32)
-    return template.replace(**updates)
+    filler = template.replace(**updates)
+    extras = getattr(template, "extras", None)
+    if extras:
+        filler = filler.replace_extras(**{name: neutral_label(value) for name, value in extras.items()})
+    return filler
+
+
+def neutral_label(value: Any) -> Any:
+    """A filler slot's label shaped like ``value``: -1 (integers), NaN (floats), False (booleans), "" (text)."""
+    if isinstance(value, str):
+        return ""
+    if isinstance(value, (list, tuple)):
+        return type(value)(neutral_label(v) for v in value)
+    array = np.asarray(value)
+    kind = array.dtype.kind
+    if kind == "i":
+        return np.full(array.shape, -1, dtype=array.dtype)
+    if kind in "fc":
+        return np.full(array.shape, np.nan, dtype=array.dtype)
+    if kind in "USO":
+        return np.full(array.shape, "", dtype=array.dtype if kind != "O" else object)
+    return np.zeros_like(array)  # unsigned, booleans and the rest: zeros
+
+
+def _sample_rate_of(items: Any) -> int | None:
+    """The output rate of items read by our loaders (``None`` when unknown)."""
+    for node in _walk(items):
+        loader = getattr(node, "_transform", None)
+        loader = getattr(loader, "loader", loader)
+        rate = getattr(loader, "sample_rate", None)
+        if isinstance(rate, int) and rate > 0:
+            return rate
+    return None
+
+
+def _round_edges(edges: Any, rate: int, multiple: int) -> np.ndarray:
+    """Edges (seconds) rounded up to a whole multiple of ``multiple`` samples at ``rate``."""
+    e = np.asarray(edges, dtype=np.float64)
+    samples = np.ceil(np.round(e * rate, 6) / multiple) * multiple
+    return np.unique(samples / rate)
 
 
 def batch_by_duration(
@@ -207,15 +339,21 @@ def batch_by_duration(
     weight_by: Literal["duration", "count"] = "duration",
     shard_options: Any = None,
     plan: BucketPlan | None = None,
+    pad_multiple: int = 1,
 ) -> grain.MapDataset:
     """Duration-bucketed batches of whole utterances, as a Grain ``MapDataset``.
 
     Args:
-      items: a ``MapDataset`` of batch-of-1 items, one per duration, in the
-        same order and unshuffled, e.g. ``create_audio_dataset(filepaths=files,
-        duration=None, shuffle=False)``. Transforms mapped over it run per item.
-      durations: seconds per item (an index's ``duration`` column, or
-        ``scan_durations(files)``); planning reads no audio.
+      items: a ``MapDataset`` of batch-of-1 items, e.g.
+        ``create_audio_dataset(index="corpus.parquet", duration=None)`` (an
+        index of files or of segments) or ``create_audio_dataset(filepaths=files,
+        duration=None)``. Shuffled or not, endless or not: batch_by_duration
+        owns the order (it reads epoch ``e``'s item ``i`` wherever the items'
+        own order put it). Transforms mapped over it run per item.
+      durations: seconds per item in the items' file (row) order; default:
+        the index's ``duration`` column when ``items`` was built from an index
+        (segments: each segment's length). Plain folders need them:
+        ``scan_durations(files)``. Planning reads no audio.
       max_seconds: padded seconds of audio per batch (all hosts together).
       buckets: bucket count (edges minimising padding) or increasing edges, s.
       pad_to: ``"bucket"`` pads every batch to its bucket's edge (one shape per
@@ -227,6 +365,10 @@ def batch_by_duration(
       shard_options: a ``grain.sharding.ShardOptions`` to split every batch
         across hosts (host ``i`` of ``n`` gets slots ``i::n``); ``None``: one host.
       plan: a ready :class:`BucketPlan` instead of the planning arguments.
+      pad_multiple: pad every batch to a multiple of this many samples (e.g.
+        a hop length, so frames reshape exactly). With the items' sample rate
+        known (our builders), the bucket edges themselves are rounded up to
+        it, so ``max_seconds`` still bounds each batch.
 
     Returns:
       A ``MapDataset`` whose element ``k`` is a padded ``AudioTree`` with
@@ -255,18 +397,34 @@ def batch_by_duration(
         shard_index, shard_count = int(shard_options.shard_index), int(shard_options.shard_count)
         if not 0 <= shard_index < shard_count:
             raise ValueError(f"shard_index must be in [0, {shard_count}), got {shard_index}.")
+    if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple < 1:
+        raise ValueError(f"pad_multiple must be a positive int of samples, got {pad_multiple!r}.")
     if plan is None:
-        if durations is None or max_seconds is None:
-            raise ValueError("batch_by_duration needs durations= and max_seconds= (or a ready plan=).")
+        if max_seconds is None:
+            raise ValueError("batch_by_duration needs max_seconds= (padded seconds per batch), or a ready plan=.")
+        if durations is None:
+            durations = durations_of(items)
+        rate = _sample_rate_of(items) if pad_multiple > 1 else None
+        if rate is not None and not isinstance(buckets, numbers.Integral):
+            buckets = _round_edges(buckets, rate, pad_multiple)
         plan = plan_buckets(
             durations, max_seconds=max_seconds, buckets=buckets, seed=seed, shuffle=shuffle, too_long=too_long,
             remainder=remainder, groups=groups, weights=weights, weight_by=weight_by, num_shards=shard_count,
         )
+        if rate is not None and isinstance(buckets, numbers.Integral):
+            edges = _round_edges(plan.edges, rate, pad_multiple)
+            if edges[-1] <= plan.max_seconds + 1e-9:  # else the rounding happens when each batch is padded
+                plan = plan_buckets(
+                    durations, max_seconds=max_seconds, buckets=edges, seed=seed, shuffle=shuffle,
+                    too_long=too_long, remainder=remainder, groups=groups, weights=weights, weight_by=weight_by,
+                    num_shards=shard_count,
+                )
     elif durations is not None or max_seconds is not None:
         raise ValueError("Pass either plan= or durations=/max_seconds=, not both.")
     elif plan.num_shards != shard_count:
         raise ValueError(f"The plan splits batches over {plan.num_shards} hosts, but shard_options has {shard_count}.")
-    ds = DurationBatchDataset(items, plan, num_epochs=num_epochs, pad_to=pad_to, shard_index=shard_index)
+    ds = DurationBatchDataset(items, plan, num_epochs=num_epochs, pad_to=pad_to, shard_index=shard_index,
+                              pad_multiple=pad_multiple)
     from audiotree.sources.memory import AudioMapDataset
 
     # Size read buffers in bytes of batches, not Grain's 500 elements: from the

@@ -51,6 +51,9 @@ class IndexRows:
     are object arrays, so selecting rows is one fancy index. ``plan`` is the
     ``loudest`` plan of the rows (:class:`~audiotree.excerpt_search.LoudestPlan`)
     when the dataset picks loud excerpts from the index's profiles, else ``None``.
+    ``windows`` is ``None`` for an index of whole files, else ``(n, 2)`` float64
+    ``(start, end)`` seconds of each row's segment within its file (NaN for a
+    whole-file row): the read window of :meth:`window`.
     """
 
     index_path: str
@@ -63,6 +66,7 @@ class IndexRows:
     groups: np.ndarray
     labels: Mapping[str, np.ndarray]
     plan: Any = None
+    windows: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -74,7 +78,15 @@ class IndexRows:
             durations=self.durations[rows], channels=self.channels[rows], groups=self.groups[rows],
             labels={k: v[rows] for k, v in self.labels.items()},
             plan=None if self.plan is None else self.plan.take(rows),
+            windows=None if self.windows is None else self.windows[rows],
         )
+
+    def window(self, i: int) -> tuple[float, float] | None:
+        """Row ``i``'s read window: its segment's ``(start, end)`` seconds, or ``None`` (the whole file)."""
+        if self.windows is None:
+            return None
+        start, end = self.windows[i]
+        return None if start != start else (float(start), float(end))  # NaN: a whole-file row
 
     def stale_reason(self, i: int) -> str | None:
         from audiotree.index.reader import stat_differs
@@ -146,7 +158,11 @@ class IndexedLoader(grain.transforms.RandomMap):
             if not self.rows.check(i, self.on_stale):
                 return None
             plan = None if self.rows.plan is None else self.rows.plan.row(i)
-            tree = self.loader.read(self.rows.paths[i], rng, plan)
+            window = self.rows.window(i)
+            if window is None:
+                tree = self.loader.read(self.rows.paths[i], rng, plan)
+            else:
+                tree = self.loader.read(self.rows.paths[i], rng, plan, window=window)
         return self.rows.decorate(tree, i, stamp_group=self.stamp_group)
 
 
@@ -275,7 +291,7 @@ def rows_from_index(
         durations=np.asarray(ix.column("duration"), dtype=np.float64),
         channels=np.asarray(ix.column("channels"), dtype=np.float64),
         groups=_objects(_interned(ix.table.column("group").to_pylist())),
-        labels={n: ix.label_values(n) for n in names},
+        labels={n: ix.label_values(n) for n in names}, windows=segment_windows(ix),
     )
     rows = rows if selected.size == len(ix) else rows.take(selected)
     if loudest is not None:
@@ -312,6 +328,15 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
               for j, name in enumerate(names)}
     _release_arrow_memory()
     return groups
+
+
+def segment_windows(ix: Any) -> np.ndarray | None:
+    """``(n, 2)`` ``(start, end)`` seconds of a segment index's rows (NaN: whole file), or ``None``."""
+    names = ix.table.column_names
+    if "start" not in names or "end" not in names:
+        return None
+    return np.stack([np.asarray(ix.column("start"), dtype=np.float64),
+                     np.asarray(ix.column("end"), dtype=np.float64)], axis=1)
 
 
 def _interned(values: list) -> list:

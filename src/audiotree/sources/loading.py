@@ -62,15 +62,16 @@ class ExcerptLoader(grain.transforms.RandomMap):
     def random_map(self, element: Any, rng: np.random.Generator):
         return self.read(element, rng)
 
-    def read(self, path: Any, rng: np.random.Generator, plan: Any = None):
-        """One excerpt of ``path``; ``plan`` is a corpus index's ``RowPlan`` for ``loudest``."""
-        return call_with_storage_options(self.storage_options, self._read, path, rng, plan)
+    def read(self, path: Any, rng: np.random.Generator, plan: Any = None, window: Any = None):
+        """One excerpt of ``path``; ``plan`` is a corpus index's ``RowPlan`` for ``loudest``;
+        ``window=(start, end)`` seconds confines the read to that segment of the file."""
+        return call_with_storage_options(self.storage_options, self._read, path, rng, plan, window)
 
-    def _read(self, path: Any, rng: np.random.Generator, plan: Any):
+    def _read(self, path: Any, rng: np.random.Generator, plan: Any, window: Any = None):
         try:
             clip = select_clip(
                 path, rng, duration=self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,
-                mono=self.mono, pad_mode=self.pad_mode, plan=plan,
+                mono=self.mono, pad_mode=self.pad_mode, plan=plan, window=window,
             )
             tree = None if clip is None else AudioTree.from_clip(clip, source=self.source)
         except AudioReadError as exc:

@@ -372,6 +372,9 @@ def windowed_group_dataset(
     durations_hint = "add it to durations= or pass durations=None to read the file headers."
     durations_source = "durations="
     if rows is not None:  # from a corpus index: durations (and loudness) without reading a header
+        if rows.windows is not None:
+            raise ValueError(f"{rows.index_path} is a segment index; window= samples windows of whole files. Read its "
+                             "segments with create_audio_dataset(index=..., duration=...) instead.")
         files = list(rows.paths)
         if durations is None:
             _check_index_durations(rows, hop)

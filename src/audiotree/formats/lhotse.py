@@ -1,0 +1,210 @@
+"""lhotse manifests: recordings, supervisions and cuts as JSON lines (optionally gzipped).
+
+The layout is lhotse's own (``RecordingSet.to_file``, ``SupervisionSet.to_file``,
+``CutSet.to_file`` with a ``.jsonl`` or ``.jsonl.gz`` name): one JSON object per
+line.
+
+* A recording: ``{"id", "sources": [{"type": "file", "channels": [0, ...],
+  "source": PATH}], "sampling_rate", "num_samples", "duration"}``. Only
+  ``"file"`` sources are read, one per recording; a ``"command"`` source is
+  refused (never run), as are ``"url"`` and ``"memory"`` sources and
+  recordings split over several files.
+* A supervision: ``{"id", "recording_id", "start", "duration", "channel",
+  "text", "speaker", "gender", "language"}`` (the last four optional).
+* A cut (``MonoCut``): ``{"id", "start", "duration", "channel",
+  "supervisions": [...], "recording": {...}}``, ``start`` within the recording.
+
+:func:`read_manifests` turns them into a segment list (``path``, ``start``,
+``end``, ``id``, ``recording``, and ``text``, ``speaker``, ``gender``,
+``language`` where any row has one) with the line of each segment, for
+:func:`audiotree.index.import_lhotse`. :func:`write_manifests` writes the
+recordings and supervisions of a segment list in the same layout, so
+``lhotse.load_manifest`` reads them. Every problem is a ``ValueError`` naming
+the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from typing import Any, Iterator, Sequence
+
+from audiotree.formats.imported import ImportedSegments
+
+__all__ = ["read_manifests", "write_manifests", "SUPERVISION_FIELDS"]
+
+#: Supervision fields carried as label columns.
+SUPERVISION_FIELDS = ("text", "speaker", "gender", "language")
+
+
+def _fail(path: str, line: int, message: str) -> ValueError:
+    return ValueError(f"lhotse manifest {path} line {line}: {message}")
+
+
+def _open_text(path: str, mode: str = "rt"):
+    if path.endswith(".gz"):
+        return gzip.open(path, mode, encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
+def _records(path: str) -> Iterator[tuple[int, dict]]:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"lhotse manifest not found: {path}.")
+    try:
+        with _open_text(path) as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise _fail(path, number, f"is not JSON ({exc.msg}).") from None
+                if not isinstance(record, dict):
+                    raise _fail(path, number, "is not a JSON object.")
+                yield number, record
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise ValueError(f"lhotse manifest {path}: cannot be read ({exc}); is it a (gzipped) JSONL file?") from None
+
+
+def _recording_path(where: str, number: int, record: dict, audio_root: str) -> str:
+    rid = record.get("id")
+    sources = record.get("sources")
+    if not isinstance(rid, str) or not isinstance(sources, list) or not sources:
+        raise _fail(where, number, "is not a lhotse recording (it needs 'id' and 'sources').")
+    if len(sources) != 1:
+        raise _fail(where, number, f"recording {rid!r} is split over {len(sources)} sources (one file per channel); "
+                                   "audiotree reads one file per recording. Merge the channels into one file.")
+    source = sources[0]
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "command":
+        raise _fail(where, number, f"recording {rid!r} is a shell command ({source.get('source')!r}); audiotree "
+                                   "never runs commands from a manifest. Convert it to an audio file first.")
+    if kind != "file":
+        raise _fail(where, number, f"recording {rid!r} has a {kind!r} source; only 'file' sources are supported.")
+    path = os.path.normpath(os.path.join(audio_root, os.path.expanduser(str(source.get("source")))))
+    if not os.path.isfile(path):
+        raise _fail(where, number, f"recording {rid!r} names '{path}', which does not exist (relative paths start "
+                                   f"from {audio_root}).")
+    return path
+
+
+def _seconds(where: str, number: int, record: dict, name: str) -> float:
+    value = record.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(where, number, f"{name} is {value!r}, not a number of seconds.")
+    return float(value)
+
+
+def _supervision_labels(supervisions: Sequence[dict]) -> dict:
+    out = {}
+    for name in SUPERVISION_FIELDS:
+        values = [s.get(name) for s in supervisions if s.get(name) is not None]
+        if name == "text":
+            out[name] = " ".join(str(v) for v in values) if values else None
+        else:
+            out[name] = str(values[0]) if values else None
+    return out
+
+
+def read_manifests(recordings: str | os.PathLike | None = None, supervisions: str | os.PathLike | None = None, *,
+                   cuts: str | os.PathLike | None = None, audio_root: str | os.PathLike | None = None
+                   ) -> ImportedSegments:
+    """Parses recordings + supervisions, or a cut manifest (see the module docstring).
+
+    A cut becomes one segment (its span of the recording) whose text joins its
+    supervisions' texts in order and whose speaker, gender and language are its
+    first supervision's that has one. ``audio_root``: the folder relative
+    source paths start from (default: the current directory, as lhotse does).
+    """
+    root = os.path.abspath(os.fspath(audio_root)) if audio_root is not None else os.getcwd()
+    rows: dict[str, list] = {k: [] for k in ("path", "start", "end", "id", "recording", *SUPERVISION_FIELDS)}
+    lines: list[int] = []
+    paths: dict[str, str] = {}
+    if cuts is not None:
+        if recordings is not None or supervisions is not None:
+            raise ValueError("Give a cut manifest or recordings + supervisions, not both.")
+        where = os.path.abspath(os.fspath(cuts))
+        for number, cut in _records(where):
+            recording = cut.get("recording")
+            if not isinstance(recording, dict) or "id" not in cut:
+                raise _fail(where, number, "is not a lhotse MonoCut (it needs 'id' and 'recording'); MixedCuts and "
+                                           "PaddingCuts are not supported.")
+            path = paths.setdefault(recording.get("id"), _recording_path(where, number, recording, root))
+            start = _seconds(where, number, cut, "start")
+            end = start + _seconds(where, number, cut, "duration")
+            sups = [s for s in cut.get("supervisions") or () if isinstance(s, dict)]
+            _append(rows, path, start, end, cut["id"], recording["id"], _supervision_labels(sups))
+            lines.append(number)
+    else:
+        if recordings is None or supervisions is None:
+            raise ValueError("Give both a recordings and a supervisions manifest (or cuts=).")
+        rec_where = os.path.abspath(os.fspath(recordings))
+        for number, record in _records(rec_where):
+            rid = record.get("id")
+            if rid in paths:
+                raise _fail(rec_where, number, f"recording id {rid!r} is used twice.")
+            paths[rid] = _recording_path(rec_where, number, record, root)
+        where = os.path.abspath(os.fspath(supervisions))
+        for number, sup in _records(where):
+            rid = sup.get("recording_id")
+            if "id" not in sup or rid is None:
+                raise _fail(where, number, "is not a lhotse supervision (it needs 'id' and 'recording_id').")
+            if rid not in paths:
+                raise _fail(where, number, f"supervision {sup['id']!r} is in recording {rid!r}, which {rec_where} "
+                                           "does not list.")
+            start = _seconds(where, number, sup, "start")
+            end = start + _seconds(where, number, sup, "duration")
+            _append(rows, paths[rid], start, end, sup["id"], rid, _supervision_labels([sup]))
+            lines.append(number)
+    if not lines:
+        raise ValueError(f"lhotse manifest {where}: holds no {'cuts' if cuts is not None else 'supervisions'}.")
+    columns = {k: v for k, v in rows.items() if k not in SUPERVISION_FIELDS or any(x is not None for x in v)}
+    return ImportedSegments(recordings=paths, columns=columns, where=where, lines=lines)
+
+
+def _append(rows: dict, path: str, start: float, end: float, sid: Any, rid: Any, labels: dict) -> None:
+    rows["path"].append(path)
+    rows["start"].append(start)
+    rows["end"].append(end)
+    rows["id"].append(str(sid))
+    rows["recording"].append(str(rid))
+    for name in SUPERVISION_FIELDS:
+        rows[name].append(labels.get(name))
+
+
+def write_manifests(out_dir: str | os.PathLike, recordings: Sequence[dict], supervisions: Sequence[dict]) -> tuple[str, str]:
+    """Writes ``recordings.jsonl.gz`` and ``supervisions.jsonl.gz`` into ``out_dir``; returns their paths.
+
+    ``recordings``: dicts with ``id``, ``path``, ``sampling_rate``,
+    ``num_samples``, ``channels``; ``supervisions``: dicts with ``id``,
+    ``recording_id``, ``start``, ``duration``, ``channel`` and any of
+    :data:`SUPERVISION_FIELDS`, plus ``custom`` (a dict) when not empty.
+    Each file is written to a temporary name and renamed, so a reader never
+    sees a partial manifest.
+    """
+    from audiotree._fs import atomic_file
+
+    folder = os.fspath(out_dir)
+    os.makedirs(folder, exist_ok=True)
+    rec_path = os.path.join(folder, "recordings.jsonl.gz")
+    sup_path = os.path.join(folder, "supervisions.jsonl.gz")
+    with atomic_file(rec_path, suffix=".jsonl.gz") as tmp:
+        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+            for r in recordings:
+                record = {
+                    "id": r["id"],
+                    "sources": [{"type": "file", "channels": list(range(int(r["channels"]))), "source": r["path"]}],
+                    "sampling_rate": int(r["sampling_rate"]), "num_samples": int(r["num_samples"]),
+                    "duration": round(int(r["num_samples"]) / int(r["sampling_rate"]), 6),
+                    "channel_ids": list(range(int(r["channels"]))),
+                }
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    with atomic_file(sup_path, suffix=".jsonl.gz") as tmp:
+        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+            for s in supervisions:
+                record = {k: v for k, v in s.items() if v is not None and (k != "custom" or v)}
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return rec_path, sup_path

@@ -1,0 +1,159 @@
+"""Corpora from Kaldi and lhotse, in one step; and back to lhotse.
+
+:func:`import_kaldi` and :func:`import_lhotse` read a Kaldi data directory or
+lhotse manifests (:mod:`audiotree.formats.kaldi`, :mod:`audiotree.formats.lhotse`)
+and build a segment index of their recordings (:func:`build_index` with
+``segments=``): one row per utterance or supervision (or cut), its ``id``,
+``recording``, ``start``, ``end``, and ``text``, ``speaker``, ``gender``
+(and lhotse's ``language``) as label columns. Each recording is probed once.
+:func:`export_lhotse` writes an index (of segments or of whole files) as lhotse
+recordings + supervisions manifests. Importing an export gives the same
+segments: the same ids, recordings, bounds and labels.
+
+``audiotree import kaldi``, ``audiotree import lhotse`` and ``audiotree export
+lhotse`` are their command-line twins.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from audiotree.index.build import IndexBuildReport, build_index
+from audiotree.index.segments import read_segments
+
+__all__ = ["import_kaldi", "import_lhotse", "export_lhotse"]
+
+
+def _build(recordings: dict, columns: dict, where: str, lines: list, out: Any, kwargs: dict) -> IndexBuildReport:
+    table = read_segments(columns, where=where, lines=lines)
+    kwargs.setdefault("show_progress", False)
+    return build_index(sorted(set(recordings.values())), out, segments=table, **kwargs)
+
+
+def import_kaldi(data_dir: str | os.PathLike, out: str | os.PathLike, *, audio_root: str | os.PathLike | None = None,
+                 **build_options: Any) -> IndexBuildReport:
+    """Builds the segment index ``out`` from a Kaldi data directory.
+
+    Args:
+      data_dir: the folder with ``wav.scp`` (plain paths only; a piped entry
+        is refused, naming its line, and never run) and optionally
+        ``segments``, ``text``, ``utt2spk``, ``spk2gender``.
+      out: the index file (``.parquet``).
+      audio_root: the folder relative ``wav.scp`` paths start from (default:
+        the current directory, as in Kaldi).
+      build_options: passed to :func:`~audiotree.index.build_index`
+        (``loudness``, ``executor``, ``root``, ``max_workers``, ...).
+
+    Raises:
+      ValueError: a malformed or inconsistent data directory, naming the file
+        and line (see :mod:`audiotree.formats.kaldi`), or bad segments (see
+        :mod:`audiotree.index.segments`).
+
+    >>> import numpy as np, soundfile, tempfile, os
+    >>> folder = tempfile.mkdtemp()
+    >>> soundfile.write(f"{folder}/rec1.wav", np.zeros(16000 * 3, np.float32), 16000)
+    >>> _ = open(f"{folder}/wav.scp", "w").write(f"rec1 {folder}/rec1.wav\\n")
+    >>> _ = open(f"{folder}/segments", "w").write("utt1 rec1 0.00 1.25\\nutt2 rec1 1.50 2.75\\n")
+    >>> _ = open(f"{folder}/text", "w").write("utt1 HELLO THERE\\nutt2 GOOD BYE\\n")
+    >>> import_kaldi(folder, f"{folder}/corpus.parquet", loudness=False, executor="serial").rows
+    2
+    """
+    from audiotree.formats.kaldi import read_data_dir
+
+    parsed = read_data_dir(data_dir, audio_root=audio_root)
+    return _build(parsed.recordings, parsed.columns, parsed.where, parsed.lines, out, build_options)
+
+
+def import_lhotse(recordings: str | os.PathLike | None = None, supervisions: str | os.PathLike | None = None,
+                  out: str | os.PathLike | None = None, *, cuts: str | os.PathLike | None = None,
+                  audio_root: str | os.PathLike | None = None, **build_options: Any) -> IndexBuildReport:
+    """Builds the segment index ``out`` from lhotse manifests: recordings + supervisions, or ``cuts=``.
+
+    Manifests are JSONL, gzipped or not, as lhotse writes them (see
+    :mod:`audiotree.formats.lhotse`); a supervision (or cut) becomes a segment
+    row. ``audio_root``: where relative source paths start (default: the
+    current directory). ``build_options`` go to :func:`~audiotree.index.build_index`.
+    """
+    from audiotree.formats.lhotse import read_manifests
+
+    if out is None:
+        raise TypeError("import_lhotse needs out= (the index file to write).")
+    parsed = read_manifests(recordings, supervisions, cuts=cuts, audio_root=audio_root)
+    return _build(parsed.recordings, parsed.columns, parsed.where, parsed.lines, out, build_options)
+
+
+def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple[str, str]:
+    """Writes ``out_dir/recordings.jsonl.gz`` and ``out_dir/supervisions.jsonl.gz`` from a corpus index.
+
+    One recording per file (its id: the ``recording`` column, else the file
+    name without extension; its length from the file's header, read once per
+    file), one supervision per readable row (its id: the ``id`` column, else
+    ``<recording>-<row>``; a whole-file row spans the file). The ``text``,
+    ``speaker``, ``gender`` and ``language`` labels become supervision fields,
+    other labels go into ``custom``. Returns the two paths.
+    """
+    import numpy as np
+
+    from audiotree.formats.lhotse import SUPERVISION_FIELDS, write_manifests
+    from audiotree.index.reader import open_index
+    from audiotree.io import probe
+
+    ix = open_index(index)
+    paths = ix.paths()
+    readable = ix.column("readable").astype(bool)
+    has_segments = ix.has_segments
+    names = ix.label_names
+    values = {}
+    for name in names:
+        kind = ix.meta["labels"][name]["kind"]
+        if kind == "text":  # strings as stored (a missing transcript stays None)
+            values[name] = ix.table.column(name).to_pylist()
+            continue
+        raw = ix.label_values(name)
+        if kind == "category":
+            vocab = ix.vocabulary(name)
+            values[name] = [None if v < 0 else vocab[v] for v in raw.tolist()]
+        else:
+            values[name] = [None if isinstance(v, float) and v != v else v for v in raw.tolist()]
+    rec_ids = ix.table.column("recording").to_pylist() if has_segments else [None] * len(ix)
+    seg_ids = ix.table.column("id").to_pylist() if has_segments else [None] * len(ix)
+    starts = ix.column("start") if has_segments else np.zeros(len(ix))
+    durations = np.asarray(ix.column("duration"), dtype=np.float64)
+    recordings: dict[str, dict] = {}
+    by_path: dict[str, str] = {}
+    supervisions = []
+    for i in np.flatnonzero(readable):
+        path = paths[i]
+        rid = by_path.get(path)
+        if rid is None:
+            rid = rec_ids[i] or os.path.splitext(os.path.basename(path))[0]
+            if rid in recordings:
+                raise ValueError(f"{ix.path}: two files would both be lhotse recording {rid!r} ({path} and "
+                                 f"{recordings[rid]['path']}); give them distinct recording ids.")
+            info = probe(path)
+            recordings[rid] = {"id": rid, "path": os.path.abspath(path) if "://" not in path else path,
+                               "sampling_rate": info.sample_rate, "num_samples": info.frames,
+                               "channels": info.channels}
+            by_path[path] = rid
+        channels = recordings[rid]["channels"]
+        start = float(starts[i])
+        if has_segments:
+            duration = float(ix.column("end")[i]) - start
+        else:
+            duration = recordings[rid]["num_samples"] / recordings[rid]["sampling_rate"]
+        sup = {"id": seg_ids[i] or f"{rid}-{int(i)}", "recording_id": rid, "start": round(start, 6),
+               "duration": round(duration if has_segments else float(durations[i]), 6),
+               "channel": 0 if channels == 1 else list(range(channels))}
+        custom = {}
+        for name in names:
+            value = values[name][int(i)]
+            if name in SUPERVISION_FIELDS:
+                sup[name] = value
+            elif value is not None:
+                custom[name] = value
+        sup["custom"] = custom
+        supervisions.append(sup)
+    if not supervisions:
+        raise ValueError(f"{ix.path} has no readable rows to export.")
+    return write_manifests(out_dir, list(recordings.values()), supervisions)

@@ -1,0 +1,38 @@
+"""Smoke test of ``benchmarks/bucketing_segments.py``: ours and lhotse side by side on a small segments corpus.
+
+Needs lhotse in the benchmark's own venv (``benchmarks/.venv-lhotse``); skipped where it
+has not been created. Speeds are never asserted: the report must hold both loaders'
+rows, sane efficiencies, and our shapes within the configured bucket count.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LHOTSE = REPO / "benchmarks" / ".venv-lhotse" / "bin" / "python"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LHOTSE.exists(), reason="benchmarks/.venv-lhotse not created (python benchmarks/bucketing.py)")
+def test_segments_benchmark_quick(tmp_path):
+    out = tmp_path / "report.md"
+    out.write_text("# Benchmarks\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bucketing_segments.py"), "--quick", "--format", "wav",
+         "--items", "100", "--lhotse-python", str(LHOTSE), "--out", str(out)],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|") for line in out.read_text().splitlines() if re.match(r"\| WAV \| 8 ", line)]
+    assert [r[4].strip() for r in rows] == ["ours", "lhotse"]
+    for row in rows:
+        assert 0.5 < float(row[7]) <= 1.0
+    assert int(rows[0][8]) <= 8
