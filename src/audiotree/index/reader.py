@@ -20,6 +20,7 @@ import numpy as np
 from audiotree.errors import AudioReadError
 from audiotree.index.schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLUMNS, arrow_schema, decode_metadata,
                                     require_pyarrow)
+from audiotree.index.trust import check_profiles, resolve_root
 from audiotree.io import storage
 from audiotree.io.remote_file import open_input
 
@@ -302,7 +303,8 @@ def stale_message(path: str, reason: str, index_path: str, command: str) -> str:
 
 
 def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
-               labels: Sequence[str] | None = None, storage_options: dict | None = None) -> CorpusIndex:
+               labels: Sequence[str] | None = None, storage_options: dict | None = None,
+               root: str | os.PathLike | None = None) -> CorpusIndex:
     """Opens and validates the index at ``path``, reading ``columns``.
 
     Args:
@@ -314,15 +316,20 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
       storage_options: fsspec options when ``path`` is a URL (``s3://``,
         ``gs://``, ...; see :mod:`audiotree.io.storage`). A remote index is
         read with ranged requests (the footer, then the wanted columns).
+      root: where the index's relative paths start, when the corpus is not
+        where the index says. Without it, the index's own ``root`` must stay
+        inside the index's folder (:func:`audiotree.index.trust.resolve_root`).
 
     Raises:
       FileNotFoundError: no such file.
       ValueError: not a Parquet file (e.g. truncated), not an audiotree index,
-        a newer major version, a column of the wrong type, or a path escaping
-        the root. Each message names the file and what to do.
+        a newer major version, a column of the wrong type, a path escaping
+        the root, a root outside the index's folder, or a loudness profile that
+        does not fit its file (wrong length, NaN, infinite or negative). Each message names the file and what to do.
     """
     require_pyarrow()
     path = os.fspath(path)
+    explicit = None if root is None else os.fspath(root)
     if storage.is_url(path):
         with storage.use_storage_options(storage_options):
             try:
@@ -335,10 +342,10 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
             raise FileNotFoundError(f"Corpus index not found: {storage.redact(path)}. Build it with `audiotree index "
                                     f"SOURCES --out {storage.redact(path)}`.")
         with handle:
-            return _open_index(path, handle, columns, labels)
+            return _open_index(path, handle, columns, labels, explicit)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Corpus index not found: {path}. Build it with `audiotree index SOURCES --out {path}`.")
-    return _open_index(path, path, columns, labels)
+    return _open_index(path, path, columns, labels, explicit)
 
 
 def _check_segment_columns(path: str, schema: Any) -> None:
@@ -355,7 +362,8 @@ def _check_segment_columns(path: str, schema: Any) -> None:
         raise ValueError(f"{path}: segment column {'; '.join(wrong)}; rebuild the index.")
 
 
-def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: Sequence[str] | None) -> CorpusIndex:
+def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: Sequence[str] | None,
+                explicit_root: str | None = None) -> CorpusIndex:
     pa = require_pyarrow()
     import pyarrow.parquet as pq
 
@@ -410,15 +418,13 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
         raise _read_failure(path, exc) from None
     for name in absent:
         table = table.append_column(expected_schema.field(name), pa.nulls(table.num_rows, expected_schema.field(name).type))
-    stored_root = meta.get("root")
-    root = None
-    if stored_root is not None and storage.is_url(stored_root):
-        root = stored_root
+    root = resolve_root(path, meta.get("root"), explicit_root)
+    if root is not None:
         _check_paths(table.column("path"), path)
-    elif stored_root is not None and storage.is_url(path):
-        root = storage.join(path.rsplit("/", 1)[0], stored_root)
-        _check_paths(table.column("path"), path)
-    elif stored_root is not None:
-        root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), stored_root))
-        _check_paths(table.column("path"), path)
+    if "profile" in table.column_names:
+        needed = [c for c in ("readable", "frames", "sample_rate", "profile_step") if c not in table.column_names]
+        facts = pf.read(columns=needed) if needed else table
+        column = lambda name: (table if name in table.column_names else facts).column(name)  # noqa: E731
+        check_profiles(path, table.column("profile"), column("frames"), column("sample_rate"),
+                       column("profile_step"), column("readable"))
     return CorpusIndex(path=path, meta=meta, root=root, table=table)

@@ -234,7 +234,8 @@ def _attach_plan(rows: IndexRows, ix: Any, selected: np.ndarray, spec: LoudestSp
             raise ValueError(f"{ix.path} was built without loudness profiles, so skip_silent=True cannot know which "
                              "files are silent; rebuild it without --no-loudness.")
         return rows  # loudest then searches each file
-    table = ix.table if "profile" in ix.table.column_names else open_index(ix.path, columns=["path", "profile"]).table
+    table = (ix.table if "profile" in ix.table.column_names
+             else open_index(ix.path, columns=["path", "profile"], root=ix.root).table)
     column = table.column("profile")
     profiles = []
     for r in selected:
