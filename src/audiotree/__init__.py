@@ -21,6 +21,7 @@ _LAZY = {
     "TreeWriter": ("audiotree.writers", "TreeWriter"),
     "sources": ("audiotree.sources", None),
     "transforms": ("audiotree.transforms", None),
+    "jax": ("audiotree.jax", None),  # not in __all__: JAX-only helpers, imported on first use
 }
 
 if TYPE_CHECKING:  # pragma: no cover
