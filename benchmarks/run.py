@@ -642,6 +642,9 @@ def parse_args(argv=None):
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before it is killed (default 600; quick 240)")
     ap.add_argument("--ours-src", default=None, help="source tree to measure as ours (default: this checkout's src/)")
     ap.add_argument("--report-only", default=None, metavar="JSON", help="re-render a report from a saved results JSON")
+    ap.add_argument("--device", action="store_true",
+                    help="only the device-feeding loop (benchmarks/device_feed.py --write): step-time hiding of "
+                         "audiotree.jax.prefetch_to_device, on an accelerator when one is present")
     args = ap.parse_args(argv)
     if args.quick:
         args.skip_reference = args.skip_lhotse = True
@@ -699,6 +702,8 @@ def _lane(groups: list[Group], corpus_dir: str, args, logs: Path, unavailable: s
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.device:  # its own interpreter: XLA_FLAGS must be set before JAX starts
+        return subprocess.call([sys.executable, str(Path(__file__).with_name("device_feed.py")), "--write"])
     default_out = RESULTS / "quick.md" if args.quick else REPO / "BENCHMARKS.md"
     out_path = Path(args.out) if args.out else default_out
     if args.report_only:
