@@ -20,7 +20,10 @@ import tempfile
 
 import numpy as np
 
-FORMATS = ("wav", "flac", "ogg", "mp3")
+#: Formats the fuzz harness writes its inputs as (libFuzzer campaigns, one per format).
+FUZZ_FORMATS = ("wav", "flac", "ogg", "mp3")
+#: Formats of the mutation test: the fuzz formats plus Ogg/Opus and M4A/AAC (PyAV).
+FORMATS = FUZZ_FORMATS + ("opus", "m4a")
 
 # Short files keep every decode cheap: one mutant costs about a millisecond.
 _SEED_SECONDS = 0.5
@@ -30,6 +33,7 @@ _ENCODING = {
     "flac": ("FLAC", "PCM_16"),
     "ogg": ("OGG", "VORBIS"),
     "mp3": ("MP3", "MPEG_LAYER_III"),
+    "opus": ("OGG", "OPUS"),
 }
 # Reads of formats without a size bound (none of FORMATS) must still stay
 # below this; a read that allocates more was trusting a hostile header.
@@ -50,6 +54,8 @@ def seed_bytes(fmt: str, *, channels: int = 1, seed: int = 0) -> bytes:
     from audiotree.synth import synthesize
 
     x = synthesize("music", _SEED_SECONDS, _SEED_RATE, channels, np.random.default_rng(seed))
+    if fmt == "m4a":
+        return _m4a_bytes(x.astype(np.float32), _SEED_RATE)
     major, subtype = _ENCODING[fmt]
     # MP3 encoding needs a real file (libsndfile's LAME path seeks back to
     # write the Xing header), so every format goes through one for symmetry.
@@ -60,11 +66,38 @@ def seed_bytes(fmt: str, *, channels: int = 1, seed: int = 0) -> bytes:
             return fh.read()
 
 
+def _m4a_bytes(x: np.ndarray, rate: int) -> bytes:
+    """AAC in M4A, encoded with FFmpeg's native encoder through PyAV."""
+    import av
+
+    layout = "mono" if x.shape[1] == 1 else "stereo"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "seed.m4a")
+        with av.open(path, "w") as out:
+            stream = out.add_stream("aac", rate=rate, layout=layout)
+            step = stream.codec_context.frame_size or 1024
+            for i in range(0, len(x), step):
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x[i : i + step].T), format="fltp", layout=layout)
+                frame.sample_rate, frame.pts = rate, i
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+            for packet in stream.encode(None):
+                out.mux(packet)
+        with open(path, "rb") as fh:
+            return fh.read()
+
+
 def mutate(data: bytes, rng: np.random.Generator) -> bytes:
     """One mutant of ``data``: byte flips, a truncation, or a zeroed/0xFF header span."""
     b = bytearray(data)
-    kind = int(rng.integers(4))
-    if kind == 0:  # flip 1-8 random bits anywhere
+    kind = int(rng.integers(6))
+    if kind == 4:  # one random byte replaced anywhere (the middle of a frame, a CRC field, a page header)
+        b[int(rng.integers(len(b)))] ^= int(rng.integers(1, 256))
+    elif kind == 5:  # a span of 1-16 bytes zeroed anywhere
+        start = int(rng.integers(len(b)))
+        stop = min(len(b), start + int(rng.integers(1, 17)))
+        b[start:stop] = bytes(stop - start)
+    elif kind == 0:  # flip 1-8 random bits anywhere
         for _ in range(int(rng.integers(1, 9))):
             i = int(rng.integers(len(b)))
             b[i] ^= 1 << int(rng.integers(8))
@@ -181,4 +214,70 @@ def check_bytes(data: bytes, fmt: str, directory: str, *, expect_audio: bool = F
     return check_file(path, expect_audio=expect_audio)
 
 
-__all__ = ["FORMATS", "MAX_READ_BYTES", "RuleViolation", "seed_bytes", "mutate", "check_file", "check_bytes"]
+#: Outcomes of :func:`classify` that are wrong reads: the file read as something it is not, without an error.
+DEFINITE_WRONG = ("shorter", "shifted")
+#: Outcomes a format without checksums over its audio cannot tell from a valid file (see docs/decoding.md).
+SUSPECT = ("differs", "concealed", "longer")
+# Formats whose audio bytes carry checksums (FLAC frame CRC-16, Ogg page CRC-32): damaged audio must not decode.
+_CHECKSUMMED = ("flac", "ogg", "opus")
+
+
+def _zero_runs(x: np.ndarray, at_least: int) -> int:
+    """Frames in runs of at least ``at_least`` frames that are exactly zero in every channel."""
+    silent = np.concatenate([[False], ~np.any(x != 0, axis=1), [False]])
+    edges = np.flatnonzero(np.diff(silent.astype(np.int8)))
+    lengths = edges[1::2] - edges[::2]
+    return int(lengths[lengths >= at_least].sum())
+
+
+def classify(data: bytes, fmt: str, directory: str, original: np.ndarray) -> str:
+    """The outcome of one mutant, compared with ``original`` (the seed's decoded audio).
+
+    Applies :func:`check_file` first (a :class:`RuleViolation` propagates),
+    then for a file every read accepted, decodes it whole and compares:
+
+    * ``"refused"`` / ``"partial"``: an AudioReadError at open / on some read;
+    * ``"exact"``: the original's frames and samples (or, for a mutant of bytes
+      no decoder reads, the same audio);
+    * ``"shorter"``: fewer frames than the original, no error (a dropped page,
+      a header claiming less); ``"shifted"``: the same length, but audio that
+      matches the original moved in time (always wrong);
+    * ``"differs"``: the same length, other samples; ``"concealed"``: runs of
+      exact zeros (>= 576 frames) the original does not have; ``"longer"``:
+      more frames than the original.
+
+    ``"differs"`` in a format whose audio is checksummed is counted as
+    ``"shorter"``'s kin by the callers: it is a wrong read there.
+    """
+    from audiotree.io import AudioFile
+
+    outcome = check_bytes(data, fmt, directory)
+    if outcome != "accepted":
+        return outcome
+    with AudioFile(os.path.join(directory, f"input.{fmt}")) as f:
+        x = f.read_all()
+    if x.shape[1] != original.shape[1]:
+        return "differs"
+    if len(x) < len(original):
+        return "shorter"
+    if len(x) > len(original):
+        return "longer"
+    if np.array_equal(x, original):
+        return "exact"
+    if _zero_runs(x, 576) > _zero_runs(original, 576):
+        return "concealed"
+    for lag in (576, 1024, 1152, 2048, 4096):  # audio moved by a frame or page worth: a dropped block
+        if lag < len(x) and np.allclose(x[lag:], original[:-lag], atol=1e-3) and np.any(original[:-lag]):
+            return "shifted"
+        if lag < len(x) and np.allclose(x[:-lag], original[lag:], atol=1e-3) and np.any(original[lag:]):
+            return "shifted"
+    return "differs"
+
+
+def is_wrong(fmt: str, outcome: str) -> bool:
+    """Whether ``outcome`` of a ``fmt`` mutant is a definite wrong read (see :func:`classify`)."""
+    return outcome in DEFINITE_WRONG or (outcome == "differs" and fmt in _CHECKSUMMED)
+
+
+__all__ = ["FORMATS", "FUZZ_FORMATS", "MAX_READ_BYTES", "RuleViolation", "seed_bytes", "mutate", "check_file", "check_bytes",
+           "classify", "is_wrong", "DEFINITE_WRONG", "SUSPECT"]

@@ -75,6 +75,33 @@ def test_render_preview_png_replaces_an_earlier_preview(corpus, tmp_path):
     assert len(list(out.rglob("*.wav"))) == 2
 
 
+def test_a_stale_manifest_never_deletes_through_a_symlink(corpus, tmp_path):
+    """Issue 29: only regular files inside the output folder that the old manifest names are deleted."""
+    from audiotree.preview import render_preview
+
+    out, outside = tmp_path / "p", tmp_path / "outside"
+    outside.mkdir()
+    victims = [outside / "victim.wav", outside / "linked.wav", outside / "deep.wav"]
+    for victim in victims:
+        victim.write_bytes(b"keep me")
+    render_preview(_dataset(corpus), out, n=2, image_format="svg")
+    (out / "escape").symlink_to(outside, target_is_directory=True)  # a folder inside --out linked outside
+    (out / "link.wav").symlink_to(outside / "linked.wav")  # a file link: removing it would be harmless, keep it
+    (out / "real").mkdir()
+    (out / "real" / "hop").symlink_to(outside, target_is_directory=True)
+    (out / "stale.wav").write_bytes(b"old")  # a regular file the manifest names: deleted
+    (out / "unlisted.wav").write_bytes(b"mine")  # not named by the manifest: kept
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["excerpts"].append({"wav": "escape/victim.wav", "image": "link.wav"})
+    manifest["excerpts"].append({"wav": "real/hop/deep.wav", "image": "stale.wav"})
+    manifest["excerpts"].append({"wav": "escape", "image": "real"})  # folders are never deleted
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    render_preview(_dataset(corpus), out, n=2, image_format="svg")
+    assert all(victim.read_bytes() == b"keep me" for victim in victims)
+    assert (out / "link.wav").is_symlink() and (out / "escape").is_symlink() and (out / "real").is_dir()
+    assert not (out / "stale.wav").exists() and (out / "unlisted.wav").read_bytes() == b"mine"
+
+
 def test_render_preview_takes_iterables_and_checks_arguments(corpus, tmp_path):
     import grain
 

@@ -94,6 +94,7 @@ print(json.dumps({"before": before, "after": after, "imported": imported, "skipp
 '''
 
 
+@pytest.mark.slow
 def test_importing_every_module_changes_no_process_state(tmp_path):
     result = run_script(SNAPSHOT_AND_IMPORT_ALL, tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -91,6 +91,7 @@ def test_process_tree_rss_counts_children_with_and_without_psutil(monkeypatch):
     assert abs(child_from_proc - alone) < 0.2 * alone
 
 
+@pytest.mark.slow
 def test_tune_in_process_settings(corpus):
     from audiotree.sources import create_audio_dataset
 

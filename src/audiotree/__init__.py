@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from audiotree.version import __version__ as __version__  # re-exported
 
-__all__ = ["AudioTree", "ExcerptConfig", "AudioWriter", "TreeWriter", "sources", "transforms"]
+__all__ = ["AudioTree", "ExcerptConfig", "AudioWriter", "TreeWriter", "render", "sources", "transforms"]
 
 _LAZY = {
     "AudioTree": ("audiotree.core", "AudioTree"),
     "ExcerptConfig": ("audiotree.excerpt", "ExcerptConfig"),
     "AudioWriter": ("audiotree.writers", "AudioWriter"),
     "TreeWriter": ("audiotree.writers", "TreeWriter"),
+    "render": ("audiotree.writers.render", "render"),
     "sources": ("audiotree.sources", None),
     "transforms": ("audiotree.transforms", None),
     "jax": ("audiotree.jax", None),  # not in __all__: JAX-only helpers, imported on first use
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from audiotree.core import AudioTree
     from audiotree.excerpt import ExcerptConfig
     from audiotree.writers import AudioWriter, TreeWriter
+    from audiotree.writers.render import render
 
 
 def __getattr__(name: str) -> Any:

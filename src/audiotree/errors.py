@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["AudioReadError"]
+__all__ = ["AudioReadError", "ChannelMismatchError", "MissingExtraError"]
 
 
 class AudioReadError(OSError):
@@ -31,3 +31,35 @@ class AudioReadError(OSError):
         # OSError's default reduce would rebuild with (errno, strerror) style
         # args and lose ``file_path``; rebuild with our own signature instead.
         return (type(self), (str(self), self.file_path))
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    An ``ImportError``, so ``except ImportError`` keeps working; the CLI prints
+    it as one ``Error:`` line (exit code 2).
+    """
+
+
+class ChannelMismatchError(ValueError):
+    """Files of one ``mono=False`` dataset have different channel counts.
+
+    ``file_path`` is the first file that differs, ``channels`` its count,
+    ``expected`` the dataset's, ``count`` how many files differ (``None``:
+    found while reading, so unknown).
+    """
+
+    def __init__(self, file_path: str, channels: int, expected: int, count: int | None = None):
+        self.file_path, self.channels, self.expected, self.count = str(file_path), int(channels), int(expected), count
+        others = "" if not count or count <= 1 else f" (and {count - 1} more file(s) differ)"
+        super().__init__(f"'{self.file_path}' has {self.channels} channels but this dataset expects "
+                         f"{self.expected}{others}; pass mono=True, set channels=, or remove the file.")
+
+    def cli_message(self) -> str:
+        """The same, in the command line's words."""
+        others = "" if not self.count or self.count <= 1 else f" (and {self.count - 1} more file(s) differ)"
+        return (f"'{self.file_path}' has {self.channels} channels but the other files have {self.expected}"
+                f"{others}; pass --mono to mix every file down, or remove the file.")
+
+    def __reduce__(self):
+        return (type(self), (self.file_path, self.channels, self.expected, self.count))

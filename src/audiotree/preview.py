@@ -44,6 +44,7 @@ import json
 import math
 import os
 import re
+import stat
 import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -442,19 +443,28 @@ def _page(title: str, subtitle: str, group_by: str | None, groups: dict[Any, lis
 
 
 def _remove_previous(out_dir: Path) -> None:
-    """Deletes the files a previous preview in ``out_dir`` listed in its manifest."""
-    manifest = out_dir / _MANIFEST
+    """Deletes the files a previous preview in ``out_dir`` listed in its manifest.
+
+    The manifest is input like any other file: only names that are regular
+    files reached through real folders of ``out_dir`` (no ``..``, no absolute
+    name, no symlink anywhere on the way) are deleted.
+    """
     try:
-        previous = json.loads(manifest.read_text(encoding="utf-8"))
+        previous = json.loads((out_dir / _MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
     for record in previous.get("excerpts", []) if isinstance(previous, dict) else []:
         for key in ("wav", "image"):
             name = record.get(key) if isinstance(record, dict) else None
-            if not isinstance(name, str) or os.path.isabs(name) or ".." in Path(name).parts:
+            if not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts:
                 continue
+            path, modes = out_dir, []
             try:
-                (out_dir / name).unlink()
+                for part in Path(name).parts:
+                    path = path / part
+                    modes.append(os.lstat(path).st_mode)
+                if all(stat.S_ISDIR(m) for m in modes[:-1]) and stat.S_ISREG(modes[-1]):  # lstat: links are neither
+                    path.unlink()
             except OSError:
                 pass
 

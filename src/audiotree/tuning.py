@@ -344,13 +344,18 @@ class TuneResult:
             if k in points:
                 knee_x = k.setting.num_workers + shift
         star = dict(marker="*", markersize=17, color="#c0392b", markeredgecolor="white", linestyle="none", zorder=5)
+        # The knee's label goes on the side of the star with room: to its right in the left half of
+        # the axis (else it would cover the y tick labels, or leave the figure), to its left otherwise.
+        all_workers = [m.setting.num_workers for m in ms]
+        middle = (min(all_workers) + max(all_workers)) / 2
+        side = dict(xytext=(10, 6), ha="left") if knee_x <= middle else dict(xytext=(-10, 6), ha="right")
         ax_rate.plot([knee_x], [k.items_per_second], label="knee", **star)
-        ax_rate.annotate("knee", (knee_x, k.items_per_second), xytext=(-10, 6), textcoords="offset points",
-                         ha="right", fontsize=READABLE_PT, color="#c0392b")
+        ax_rate.annotate("knee", (knee_x, k.items_per_second), textcoords="offset points",
+                         fontsize=READABLE_PT, color="#c0392b", **side)
         if k.peak_rss_mb is not None:
             ax_rss.plot([knee_x], [k.peak_rss_mb], label="knee", **star)
-            ax_rss.annotate(f"knee {k.peak_rss_mb:.0f} MB", (knee_x, k.peak_rss_mb), xytext=(-10, 6),
-                            textcoords="offset points", ha="right", fontsize=READABLE_PT, color="#c0392b")
+            ax_rss.annotate(f"knee {k.peak_rss_mb:.0f} MB", (knee_x, k.peak_rss_mb), textcoords="offset points",
+                            fontsize=READABLE_PT, color="#c0392b", **side)
         ax_rate.axhline(self.best.items_per_second * (1 - self.tolerance), color="#999", linestyle=":", linewidth=1,
                         label=f"best - {self.tolerance:.0%}")
         ax_rate.set_ylabel("items/s", fontsize=READABLE_PT + 1)

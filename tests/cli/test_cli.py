@@ -132,6 +132,7 @@ def _bad_cases(corpus, tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_bad_arguments_give_one_line_and_exit_2(corpus, tmp_path):
     for name, (args, needle) in _bad_cases(corpus, tmp_path).items():
         result = run_cli(*args, cwd=tmp_path)
@@ -271,6 +272,7 @@ def _assert_same(rendered, expected):
         assert got.filepath == want.filepath and got.source == want.source
 
 
+@pytest.mark.slow
 def test_render_tree_resumes_and_extends(corpus, tmp_path):
     from audiotree.sources import open_render
 

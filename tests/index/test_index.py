@@ -121,7 +121,7 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     out, _ = built
     schema = pq.read_schema(out)
     assert schema.names == ["path", "group", "size", "mtime_ns", "container", "codec", "sample_rate", "channels",
-                            "frames", "duration", "readable", "error", "profile_step", "profile"]
+                            "frames", "duration", "readable", "error", "error_kind", "profile_step", "profile"]
     assert schema.field("profile").type == pa.list_(pa.float32())
     assert schema.field("duration").type == pa.float64() and schema.field("size").type == pa.int64()
     meta = json.loads(pq.read_metadata(out).metadata[b"audiotree"])
@@ -132,6 +132,7 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     assert sorted(df.loc[df.readable, "container"].unique()) == ["FLAC", "OGG", "WAV"]
     bad = df[~df.readable]
     assert len(bad) == 1 and bad.path.iloc[0].endswith("broken.wav") and "broken.wav" in bad.error.iloc[0]
+    assert bad.error_kind.iloc[0] == "permanent" and df[df.readable].error_kind.isna().all()
     assert df.groupby("group").size().to_dict() == {"music": 3, "speech": 3}
     row = df[df.path.str.endswith("m1.wav")].iloc[0]
     assert (row.sample_rate, row.channels, row.frames, row.profile_step) == (RATE, 2, 4 * RATE, RATE // 10)
@@ -302,8 +303,9 @@ def test_labels_join_by_path_relative_and_stem(corpus, tmp_path):
     build_index({"speech": str(root / "speech")}, out, executor="serial", show_progress=False, labels=by_path,
                 loudness=False)
     ix = open_index(out)
-    assert ix.meta["labels"] == {"speaker": {"kind": "category", "vocabulary": ["alice", "bob"]},
+    assert ix.meta["labels"] == {"speaker": {"kind": "category", "ids": "speaker#id", "size": 2},
                                  "snr": {"kind": "numeric"}}
+    assert ix.vocabulary("speaker") == ["alice", "bob"]
     got = dict(zip(ix.paths(), zip(ix.label_values("speaker").tolist(), ix.label_values("snr").tolist())))
     assert got == {files["s1"]: (0, 10.0), files["s2"]: (1, 2.5), files["s3"]: (0, 3.0)}
 
@@ -312,8 +314,8 @@ def test_labels_join_by_path_relative_and_stem(corpus, tmp_path):
     build_index({"speech": str(root / "speech")}, out, executor="serial", show_progress=False, loudness=False,
                 labels=LabelSource(relative, key="file", match="relative"))
     ix = open_index(out)
-    # An update keeps the ids of known values and appends new ones.
-    assert ix.vocabulary("speaker") == ["alice", "bob", "carol"]
+    # An update keeps the ids of known values and appends new ones; "alice" left the index: id 0 is retired.
+    assert ix.vocabulary("speaker") == [None, "bob", "carol"]
     assert dict(zip(ix.paths(), ix.label_values("speaker").tolist())) == {files["s1"]: 2, files["s2"]: 1, files["s3"]: 1}
 
     stems = tmp_path / "stems.jsonl"
@@ -334,7 +336,7 @@ def test_labels_join_by_path_relative_and_stem(corpus, tmp_path):
 
 @pytest.mark.parametrize("content, suffix, match", [
     ("path,speaker\nspeech/spk1/a.wav,x\nspeech/spk1/a.wav,y\n", ".csv", r"duplicate key\(s\).*a\.wav"),
-    ("path,speaker\nspeech/spk1/a.wav,x\n", ".csv", r"no row for 2 indexed file\(s\).*b\.flac"),
+    ("path,speaker\nspeech/spk1/a.wav,x\n", ".csv", r"no row for 2 of 3 indexed file\(s\).*b\.flac"),
     ("name,speaker\nspeech/spk1/a.wav,x\n", ".csv", r"no key column 'path'"),
     ('{"path": "speech/spk1/a.wav", "n": 1}\n{"path": "speech/spk2/b.flac", "n": "two"}\n', ".jsonl",
      r"Every column must hold one type"),

@@ -140,6 +140,37 @@ def test_flac_header_claiming_more_than_the_frames_present_is_refused(good, tmp_
         AudioTree.from_file(path, offset=1.5, duration=0.3)
 
 
+def test_flac_header_claiming_less_than_the_frames_present_is_refused(good, tmp_path):
+    """Issue 29: total_samples / 2 was trusted (the second half silently dropped); the last frame's number says more."""
+    path = _write(tmp_path, "half.flac", _flac_total_samples(good["flac"], RATE // 2))
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, f"claims {RATE // 2} frames", f"last FLAC frame ends at frame {RATE}")
+    with AudioFile(_write(tmp_path, "whole.flac", good["flac"])) as f:  # the intact file: its claim matches
+        assert f.read_all().shape == (RATE, 1)
+
+
+def test_m4a_track_duration_claiming_less_than_its_packets_is_refused(tmp_path):
+    """Issue 29: an mdhd duration of half the track was trusted; the sample table's packet count says more."""
+    from test_decode import NO_AAC, encode_aac
+
+    if NO_AAC:
+        pytest.skip(NO_AAC)
+    path = str(tmp_path / "a.m4a")
+    encode_aac(path, synthesize("music", 1.0, RATE, 1, np.random.default_rng(0)).astype(np.float32), RATE)
+    assert probe(path).frames == RATE
+    data = bytearray(open(path, "rb").read())
+    i = data.index(b"mdhd")
+    at = i + 8 + (16 if data[i + 4] == 1 else 8)  # version/flags, then the creation/modification times, timescale
+    width = 8 if data[i + 4] == 1 else 4
+    duration = int.from_bytes(data[at + 4 : at + 4 + width], "big")
+    data[at + 4 : at + 4 + width] = (duration // 2).to_bytes(width, "big")
+    bad = _write(tmp_path, "half.m4a", bytes(data))
+    with pytest.raises(AudioReadError) as info:
+        probe(bad)
+    assert info.value.file_path == bad and "packets of 1024 samples" in str(info.value)
+
+
 def test_corrupt_flac_frames_are_errors_not_silence(good, tmp_path):
     data = bytearray(good["flac"])
     rng = np.random.default_rng(5)
@@ -162,6 +193,31 @@ def test_absurd_sample_rate_is_refused(good, tmp_path):
     data[24:28] = struct.pack("<I", 384_000)  # a real high rate still reads
     with AudioFile(_write(tmp_path, "hi.wav", bytes(data))) as f:
         assert f.info.sample_rate == 384_000 and f.read_all().shape == (RATE, 1)
+
+
+def _wav_after_big_list(frames: int, list_bytes: int = 70_000) -> bytes:
+    """A 16 kHz mono PCM_16 WAV whose ``data`` chunk starts after a LIST chunk of ``list_bytes``."""
+    import io
+
+    buf = io.BytesIO()
+    soundfile.write(buf, synthesize("music", frames / RATE, RATE, 1, np.random.default_rng(2)), RATE,
+                    format="WAV", subtype="PCM_16")
+    data = buf.getvalue()
+    i = data.index(b"data")
+    chunk = b"LIST" + struct.pack("<I", list_bytes) + b"INFO" + b"\0" * (list_bytes - 4)
+    out = data[:i] + chunk + data[i:]
+    return out[:4] + struct.pack("<I", len(out) - 8) + out[8:]
+
+
+def test_truncated_wav_with_its_data_chunk_beyond_64_kib_is_refused(tmp_path):
+    """Issue 29: the data chunk was looked for in the first 64 KiB only; 19,200 declared, 9,200 read, no error."""
+    whole = _wav_after_big_list(19_200)
+    with AudioFile(_write(tmp_path, "whole.wav", whole)) as f:  # complete: reads as declared
+        assert f.read_all().shape == (19_200, 1)
+    path = _write(tmp_path, "cut.wav", whole[: len(whole) - 2 * 10_000])
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, "truncated", "38400 bytes of audio", "only 9200 frames")
 
 
 # ---------------------------------------------------------------- zero-length claims
@@ -196,8 +252,11 @@ def _without_length_header(mp3: bytes) -> bytes:
     return bytes(b)
 
 
-def test_mp3_without_length_header_reads_its_estimated_length(good, tmp_path):
-    path = _write(tmp_path, "nohdr.mp3", _without_length_header(good["mp3"]))
+def test_mp3_without_length_header_reads_its_estimated_length(tmp_path):
+    """A constant-bitrate MP3 with no Xing/Info frame: mpg123's estimate from the size holds."""
+    x = synthesize("music", 1.0, RATE, 1, np.random.default_rng(0))
+    stream = b"".join(_cbr_frames(tmp_path, "cbr.mp3", x, 0.3))
+    path = _write(tmp_path, "nohdr.mp3", stream)
     info = probe(path)
     assert info.frames > 0
     with AudioFile(path) as f:
@@ -205,14 +264,66 @@ def test_mp3_without_length_header_reads_its_estimated_length(good, tmp_path):
         assert whole.shape == (info.frames, 1) and np.abs(whole).max() > 0.01
     # Cut near its end: the estimate follows the size; what is missing stays
     # within the tolerance and the read keeps the promised length.
-    for cut in (len(good["mp3"]) - 300, len(good["mp3"]) - 100):
-        path = _write(tmp_path, f"cut{cut}.mp3", _without_length_header(good["mp3"])[:cut])
+    for cut in (len(stream) - 300, len(stream) - 100):
+        path = _write(tmp_path, f"cut{cut}.mp3", stream[:cut])
         with AudioFile(path) as f:
             assert f.read_all().shape == (f.info.frames, 1)
 
 
-def test_mp3_without_length_header_falling_short_beyond_tolerance_is_refused(good, tmp_path):
-    data = bytearray(_without_length_header(good["mp3"]))
+def test_mp3_whose_length_tag_is_damaged_is_refused_not_read_short(good, tmp_path):
+    """Issue 29: a VBR file whose Xing tag is unusable was estimated at about half its length, and read so."""
+    cases = (("renamed", _without_length_header(good["mp3"]), "Xing/Info name is damaged"),
+             ("no-count", _xing_flags(good["mp3"], 0), "fails its CRC check"))
+    for name, damaged, words in cases:
+        path = _write(tmp_path, f"{name}.mp3", damaged)
+        assert soundfile.info(path).frames < 0.9 * RATE  # what libsndfile would have read, without an error
+        with pytest.raises(AudioReadError) as info:
+            probe(path)
+        _assert_names_file(info.value, path, words)
+
+
+def test_mp3_estimate_short_of_the_stream_is_refused(tmp_path):
+    """No tag at all, a 160 kbit/s frame first: mpg123 estimates a ~20x shorter file; the frame count says so."""
+    x = synthesize("music", 2.0, RATE, 1, np.random.default_rng(1))
+    dense = _cbr_frames(tmp_path, "hi.mp3", x, 0.0)
+    sparse = _cbr_frames(tmp_path, "lo.mp3", x, 0.99)
+    path = _write(tmp_path, "front-loaded.mp3", dense[0] + b"".join(sparse))
+    assert soundfile.info(path).frames < len(sparse) * 576 // 5  # libsndfile's estimate: what it would read
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, "estimated at", f"its {len(sparse) + 1} MPEG frames hold")
+
+
+def _xing_flags(mp3: bytes, flags: int) -> bytes:
+    b = bytearray(mp3)
+    i = b.find(b"Xing")
+    b[i + 4 : i + 8] = struct.pack(">I", flags)
+    return bytes(b)
+
+
+def test_mp3_whose_frame_count_was_halved_is_refused(good, tmp_path):
+    """Issue 29: Info/Xing frames / 2 was trusted; the LAME tag's CRC and the bitrate bound catch it."""
+    b = bytearray(good["mp3"])
+    i = b.find(b"Xing")
+    frames = struct.unpack_from(">I", b, i + 8)[0]
+    b[i + 8 : i + 12] = struct.pack(">I", frames // 2)
+    path = _write(tmp_path, "half.mp3", bytes(b))
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, "LAME tag", "CRC")
+    # Without a LAME extension, a count below what the bytes hold at the highest bitrate is refused.
+    lame = b.find(b"LAME")
+    b[lame : lame + 36] = bytes(36)  # as encoders without the LAME extension leave it
+    b[i + 8 : i + 12] = struct.pack(">I", 3)  # 5.5 KB at most 160 kbit/s (720-byte frames): at least 7 frames
+    path = _write(tmp_path, "three.mp3", bytes(b))
+    with pytest.raises(AudioReadError) as info:
+        probe(path)
+    _assert_names_file(info.value, path, "records 3 MPEG frames", "hold at least 7")
+
+
+def test_mp3_without_length_header_falling_short_beyond_tolerance_is_refused(tmp_path):
+    x = synthesize("music", 1.0, RATE, 1, np.random.default_rng(0))
+    data = bytearray(b"".join(_cbr_frames(tmp_path, "cbr.mp3", x, 0.3)))
     # Destroy the middle third: the size-based estimate still counts those
     # bytes, the decoder skips them, so decoding ends far before the estimate.
     third = len(data) // 3

@@ -699,13 +699,16 @@ class _FaultProxy:
 
     Deterministic (a count, not a random share), so a test cannot pass by luck;
     with ``every >= 2`` no request fails twice in a row, so bounded retries
-    always get through. Each request is forwarded on a fresh connection.
+    always get through; ``every=0`` injects none. Each request is forwarded on
+    a fresh connection, and ``log`` records ``(method, path, Range, body
+    bytes)`` of each forwarded one (requests and bytes measured at the server side).
     """
 
     def __init__(self, target_port: int, every: int) -> None:
         import http.client
 
         self.every, self.requests, self.faults, self.lock = every, 0, {"503": 0, "500": 0, "reset": 0}, threading.Lock()
+        self.log: list[tuple[str, str, str, int]] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -720,7 +723,7 @@ class _FaultProxy:
                 with proxy.lock:
                     proxy.requests += 1
                     n = proxy.requests
-                if n % proxy.every == 0:
+                if proxy.every and n % proxy.every == 0:
                     kind = ("503", "500", "reset")[(n // proxy.every) % 3]
                     with proxy.lock:
                         proxy.faults[kind] += 1
@@ -740,11 +743,16 @@ class _FaultProxy:
                     data = resp.read()
                 finally:
                     conn.close()
+                with proxy.lock:
+                    proxy.log.append((self.command, self.path.split("?")[0], self.headers.get("Range") or "",
+                                      len(data) if self.command != "HEAD" else 0))
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # A HEAD answer has no body but the object's length.
+                self.send_header("Content-Length", resp.getheader("Content-Length", "0") if self.command == "HEAD"
+                                 else str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

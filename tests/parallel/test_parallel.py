@@ -132,6 +132,7 @@ def test_cli_refuses_contradictory_executor_options(corpus, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_scan_report_is_the_same_on_a_process_pool(corpus, capsys):
     import json
 

@@ -213,6 +213,7 @@ def _assert_batches_look_random(counts_per_batch, batch_size=32):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.slow
 def test_per_batch_balance_in_memory(num_workers):
     ds = create_balanced_audio_dataset(datasets=_group_datasets(), weights=WEIGHTS)
     it = ds.to_iter_dataset(SYNC).batch(32, batch_fn=AudioTree.batch)
@@ -246,6 +247,7 @@ def test_worker_count_invariance(corpus):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.slow
 def test_checkpoint_resume_1000_items(num_workers):
     ds = create_balanced_audio_dataset(datasets=_group_datasets(), weights=WEIGHTS)
 
@@ -400,6 +402,7 @@ def test_default_read_options_are_sized_for_audio(corpus):
     assert [_key(x) for x in items] == [_key(ds[i]) for i in range(4)]
 
 
+@pytest.mark.slow
 def test_default_reads_become_synchronous_inside_workers(corpus):
     """Left to us, ReadOptions use threads in one process and none inside mp_prefetch workers."""
     from audiotree.sources.memory import WORKER_READ_OPTIONS

@@ -83,6 +83,7 @@ def test_repr_lists_explicit_and_non_default_parameters():
     assert repr(T.mono(scope=["dry"])) == "mono(scope=['dry'])"
 
 
+@pytest.mark.slow
 def test_light_import_of_the_numpy_namespace():
     code = (
         "import sys, audiotree.transforms as t\n"
@@ -204,6 +205,7 @@ def test_prob_of_wrong_type_raises():
         T.volume_change(split_seed="yes")
 
 
+@pytest.mark.slow
 def test_prob_is_a_per_item_mask(backend):
     ns = namespace(backend)
     tree = as_backend(make_tree(batch=64, samples=256), backend)
@@ -248,6 +250,7 @@ def test_prob_below_one_with_a_shape_changing_transform_raises(backend):
 
 
 # ============================================================ split_seed
+@pytest.mark.slow
 def test_split_seed_false_keeps_pairs_in_lockstep(backend):
     ns = namespace(backend)
     tree = as_backend(make_tree(batch=16, samples=256), backend)
@@ -402,6 +405,7 @@ def _constructed(module):
 
 
 @pytest.mark.parametrize("module", [T, TJ], ids=["numpy", "jax"])
+@pytest.mark.slow
 def test_every_transform_round_trips_through_standard_pickle(module):
     built = _constructed(module)
     covered = set(built) | SHARED_NON_TRANSFORMS
@@ -435,6 +439,7 @@ open(sys.argv[2], "wb").write(pickle.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_pickled_transforms_run_in_a_fresh_interpreter(tmp_path):
     """Standard pickle stores references that a new process (spawn/forkserver) can import."""
     built = {f"numpy.{k}": v for k, v in _constructed(T).items()}

@@ -75,6 +75,7 @@ def test_order_matters_trim_after_normalisation_clears_lufs():
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="Grain multiprocessing is not supported on Windows")
+@pytest.mark.slow
 def test_mp_prefetch_two_workers_match_the_single_process_stream(absl_flags_parsed):
     """A plain Grain pipeline (not built by audiotree), so flags are parsed as Grain requires."""
     ds = _pipeline(_items(10, dropped=(3, 7)))

@@ -188,6 +188,7 @@ def test_numpy_and_jax_transforms_follow_their_own_draws_but_share_the_kernel():
     [TJ.volume_change(-6, 6, prob=0.5), TJ.roll(-0.05, 0.05), TJ.corrupt_phase(frame_length=256), TJ.trim(0.2), TJ.mono()],
     ids=lambda t: t.name,
 )
+@pytest.mark.slow
 def test_jax_transforms_vmap_over_mini_batches(transform):
     tree = _jittable(make_tree(batch=6, channels=2, samples=1024))
     mini = tree.reshape_mini_batches(2)  # (3, 2, C, T)

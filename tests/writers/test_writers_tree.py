@@ -393,6 +393,7 @@ def test_jax_arrays_are_written(tmp_path):
     assert item.extras["e"].tolist() == [1]
 
 
+@pytest.mark.slow
 def test_mp_prefetch_two_workers(tmp_path, absl_flags_parsed):  # plain Grain: flags parsed as Grain requires
     import grain
 

@@ -3,7 +3,9 @@
 Every command mirrors the Python API's keyword names (``--sample-rate``,
 ``--duration``, ``--strategy``, ``--weights`` ...). Bad arguments and unusable
 inputs end with one ``Error: ...`` line on stderr and exit code 2, never a
-traceback (set ``AUDIOTREE_DEBUG=1`` to see the traceback of such an error).
+traceback (set ``AUDIOTREE_DEBUG=1`` to print the traceback behind the line).
+A command stopped by SIGTERM exits 143 (Ctrl-C: 130); ``render``, which keeps
+its finished parts, then says that rerunning the same command resumes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from typing import Sequence
 
 import click
@@ -55,10 +58,8 @@ class _Group(click.Group):
             # subclass RuntimeError, which known_errors() turns into one-line errors.
             raise
         except known_errors() as exc:
-            if os.environ.get("AUDIOTREE_DEBUG"):
-                raise
             where = f"audiotree {ctx.invoked_subcommand}: " if ctx.invoked_subcommand else ""
-            raise CliError(f"{where}{one_line(exc)}") from exc
+            raise CliError(f"{where}{one_line(_cli_words(exc))}") from exc
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -73,9 +74,48 @@ def cli() -> None:
     """
 
 
+#: Commands that keep their finished work and pick up where they stopped when run again.
+_RESUMABLE = ("render",)
+#: How long a SIGTERM waits while a finaliser runs (a raise there would be swallowed).
+_SIGTERM_RETRY_SECONDS = 0.05
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread so that pools shut down and writers keep what they committed."""
+
+
+def _in_finaliser(frame) -> bool:
+    # An exception raised inside __del__ or a weakref callback is printed ("Exception ignored in ...")
+    # and dropped, so the process would go on, and that finaliser would leave its work half done.
+    while frame is not None:
+        if frame.f_code.co_name in ("__del__", "_release_at_exit") or \
+                frame.f_code.co_filename.endswith(("weakref.py", "shared_memory.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _cli_words(exc: BaseException) -> str:
+    """The message of ``exc``, naming command-line options where it has such a variant."""
+    cli_message = getattr(exc, "cli_message", None)
+    return cli_message() if callable(cli_message) else str(exc)
+
+
 def _exit_on_sigterm(signum, frame) -> None:
-    # Unwind like Ctrl-C, so worker pools are shut down and writers keep what they committed.
-    raise SystemExit(128 + signum)
+    if _in_finaliser(frame):  # ask again once the finaliser has finished
+        timer = threading.Timer(_SIGTERM_RETRY_SECONDS, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    raise Terminated(128 + signum)
+
+
+def _resume_hint(argv: Sequence[str] | None) -> str:
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command in _RESUMABLE:
+        return f"audiotree {command}: interrupted; its finished parts are kept. Rerun the same command to resume."
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,14 +125,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="audiotree", standalone_mode=False)
+    except Terminated as exc:
+        hint = _resume_hint(argv)
+        if hint:
+            click.echo(hint, err=True)
+        return int(exc.code)
     except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+        hint = _resume_hint(argv)
+        click.echo(f"Aborted. {hint}".strip(), err=True)
         return 130
     except click.exceptions.NoArgsIsHelpError as exc:
         # Bare `audiotree`: the whole usage, laid out as click formats it, not one line.
         click.echo(exc.format_message(), err=True)
         return exc.exit_code
     except click.ClickException as exc:
+        if debug:
+            traceback.print_exception(exc)
         message = one_line(exc.format_message())
         ctx = getattr(exc, "ctx", None)
         where = f"{ctx.command_path}: " if ctx is not None and ctx.command_path != "audiotree" else ""
@@ -100,8 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except known_errors() as exc:
         if debug:
-            raise
-        click.echo(f"Error: {one_line(exc)}", err=True)
+            traceback.print_exception(exc)
+        click.echo(f"Error: {one_line(_cli_words(exc))}", err=True)
         return 2
     except BrokenPipeError:
         # `audiotree scan ... | head`: stop quietly like other Unix tools.

@@ -31,9 +31,10 @@ def one_line(message: Any) -> str:
 
 def known_errors() -> tuple[type[BaseException], ...]:
     """What the library raises for bad arguments or unusable input: one line and exit code 2 at the CLI."""
-    from audiotree.errors import AudioReadError
+    from audiotree.errors import AudioReadError, MissingExtraError
 
-    return (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, AudioReadError)
+    return (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, AudioReadError,
+            MissingExtraError)
 
 
 # ------------------------------------------------------------------ sources
@@ -43,13 +44,17 @@ class Sources:
 
     groups: dict[str, list[str]]  # group name -> folders/globs/files, in the order given
     pool: list[str]  # plain paths when no group is named (create_audio_dataset)
+    index: str | None = None  # a corpus index (.parquet) read instead of folders
+    group_by: str | None = None  # the index label whose values are the balanced groups
 
     @property
     def balanced(self) -> bool:
-        return bool(self.groups)
+        return bool(self.groups) or self.group_by is not None
 
     def labelled(self) -> list[tuple[str | None, str]]:
         """(group or None, path) for every source entry."""
+        if self.index is not None:
+            return [(self.group_by and f"by {self.group_by}", self.index)]
         if self.groups:
             return [(name, p) for name, paths in self.groups.items() for p in paths]
         return [(None, p) for p in self.pool]
@@ -61,7 +66,8 @@ def _exists_or_glob(path: str) -> bool:
     if storage.is_url(path):  # checked when listed (the error names the URL and the bucket)
         return True
     expanded = os.path.expandvars(os.path.expanduser(path))
-    return any(ch in expanded for ch in _GLOB_MAGIC) or os.path.exists(expanded)
+    brace = "{" in expanded and "}" in expanded  # a shard pattern, train-{000000..000099}.tar
+    return any(ch in expanded for ch in _GLOB_MAGIC) or brace or os.path.exists(expanded)
 
 
 def _group_from_folder(path: str) -> str:
@@ -190,15 +196,34 @@ class PipelineOptions:
         return float(self.lufs_cutoff if self.lufs_cutoff is not None else ExcerptConfig.lufs_cutoff)
 
 
-def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100) -> Callable:
-    """Decorator adding the dataset options; the command receives ``pipeline=PipelineOptions``."""
+def _duration_or_none(ctx: Any, param: Any, value: str | None) -> float | None:
+    if value is None or str(value).strip().lower() in ("none", "whole"):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise click.BadParameter(f"must be a positive number of seconds or 'none' (whole files), got {value!r}.")
+    return _positive_float(ctx, param, seconds)
+
+
+def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100, whole_files: bool = False) -> Callable:
+    """Decorator adding the dataset options; the command receives ``pipeline=PipelineOptions``.
+
+    ``whole_files``: ``--duration none`` reads whole files (utterances) instead of excerpts.
+    """
 
     def decorator(func: Callable) -> Callable:
+        duration_option = (
+            click.option("--duration", default=str(duration), show_default=True, callback=_duration_or_none,
+                         help="Excerpt length in seconds (duration), or 'none' for whole files.")
+            if whole_files else
+            click.option("--duration", type=float, default=duration, show_default=True, callback=_positive_float,
+                         help="Excerpt length in seconds (duration).")
+        )
         options = [
             click.option("--sample-rate", type=click.IntRange(min=1), default=sample_rate, show_default=True,
                          help="Output sample rate in Hz (sample_rate)."),
-            click.option("--duration", type=float, default=duration, show_default=True, callback=_positive_float,
-                         help="Excerpt length in seconds (duration)."),
+            duration_option,
             click.option("--strategy", type=click.Choice(["random", "start", "loudest"]), default="random",
                          show_default=True, help="How the excerpt offset is chosen (ExcerptConfig.strategy)."),
             click.option("--lufs-cutoff", type=float, default=None,
@@ -235,6 +260,8 @@ def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100) -> Cal
 
 
 sources_argument = click.argument("sources", nargs=-1, required=True, metavar="SOURCES...")
+#: SOURCES that ``--index`` may replace.
+optional_sources_argument = click.argument("sources", nargs=-1, required=False, metavar="[SOURCES]...")
 
 
 def executor_options(func: Callable) -> Callable:
@@ -271,6 +298,29 @@ def resolve_sources(values: Sequence[str], pipeline: PipelineOptions | None = No
     return sources
 
 
+def index_source(values: Sequence[str], index: str | None, group_by: str | None) -> Sources | None:
+    """The SOURCES of a command reading a corpus index: ``--index PATH``, or one ``.parquet`` SOURCE (as ``scan``).
+
+    ``None`` when neither is given (SOURCES are folders). ``group_by`` names
+    the index label whose values become the balanced groups.
+    """
+    single = len(values) == 1 and str(values[0]).lower().endswith(".parquet")
+    if index is None and not single:
+        if group_by is not None:
+            raise click.UsageError("--group-by LABEL needs a corpus index (--index corpus.parquet).")
+        return None
+    if index is not None and values:
+        raise click.UsageError("give --index or SOURCES, not both: the index already lists the files.")
+    path = index if index is not None else str(values[0])
+    from audiotree.io import storage
+
+    if not storage.is_url(path):
+        if not os.path.isfile(path):
+            raise click.BadParameter(f"'{path}' does not exist.", param_hint="'--index'")
+        path = os.path.abspath(path)
+    return Sources(groups={}, pool=[], index=path, group_by=group_by)
+
+
 def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: int | None = None):
     """The configured dataset: balanced when groups are named, else one pool."""
     from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset
@@ -280,6 +330,11 @@ def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: in
         mono=pipeline.mono, duration=pipeline.duration, excerpt=pipeline.excerpt_config(),
         on_read_error=pipeline.on_read_error,
     )
+    if sources.index is not None:
+        if sources.group_by is not None:
+            return create_balanced_audio_dataset(index=sources.index, group_by=sources.group_by,
+                                                 weights=pipeline.weights, **common)
+        return create_audio_dataset(index=sources.index, **common)
     if sources.balanced:
         return create_balanced_audio_dataset(sources.groups, weights=pipeline.weights, **common)
     return create_audio_dataset(sources.pool, **common)

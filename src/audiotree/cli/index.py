@@ -28,6 +28,12 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
               help="Folder relative 'path' keys start from (default: the labels file's folder).")
 @click.option("--labels-missing", type=click.Choice(["error", "null"]), default="error", show_default=True,
               help="An indexed file with no label row: an error, or empty labels.")
+@click.option("--text-columns", "text_columns", multiple=True, metavar="COLUMN",
+              help="A label column of free text (transcripts): items carry it as strings. Repeat for more. String "
+                   "columns of many distinct values are detected as text anyway.")
+@click.option("--numeric-columns", "numeric_columns", multiple=True, metavar="COLUMN",
+              help="A label column read as numbers even where values look like identifiers (\"007\"). Repeat for "
+                   "more.")
 @click.option("--root", type=click.Path(file_okay=False), default=None,
               help="Store paths relative to this folder (kept relative to the index when given relative).")
 @click.option("--loudness/--no-loudness", default=True, show_default=True,
@@ -43,32 +49,42 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
 @click.option("--chunk-size", type=click.IntRange(min=1), default=None,
               help="Files per task and per committed part (resume granularity).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+@click.option("--audio-column", default=None, metavar="COLUMN",
+              help="The audio column of Parquet sources with embedded audio (default: audio).")
 def index(sources, out: str, labels: str | None, labels_key: str, labels_match: str, labels_root: str | None,
-          labels_missing: str, root: str | None, loudness: bool, mono: bool, executor: str, ray_address: str | None,
-          jobs: int | None, chunk_size: int | None, progress: bool) -> None:
+          labels_missing: str, text_columns: tuple[str, ...], numeric_columns: tuple[str, ...], root: str | None,
+          loudness: bool, mono: bool, executor: str, ray_address: str | None, jobs: int | None,
+          chunk_size: int | None, progress: bool, audio_column: str | None = None) -> None:
     """Index SOURCES into one Parquet file, or refresh an existing index.
 
     SOURCES are folders, files or globs; GROUP=FOLDER names groups. Re-running
     the same command re-reads only new or changed files and drops deleted ones;
-    an interrupted build resumes where it stopped.
+    an interrupted build resumes where it stopped. Tar shards (brace patterns
+    such as "s3://b/train-{000000..000099}.tar") and Parquet files with
+    embedded audio are indexed in place: one row per member or row, sidecars
+    and other columns as labels.
     """
     from audiotree.cli._common import resolve_sources
-    from audiotree.index import LabelSource, build_index
+    from audiotree.index import build_index
 
     if ray_address is not None and executor != "ray":
         raise click.UsageError("--ray-address needs --executor ray.")
+    if labels is None and (text_columns or numeric_columns):
+        raise click.UsageError("--text-columns and --numeric-columns need --labels.")
     parsed = resolve_sources(sources)
     spec: Any = parsed.groups if parsed.balanced else parsed.pool
-    label_source = None
+    label_options: dict[str, Any] = {}
     if labels is not None:
-        label_source = LabelSource(labels, key=labels_key, match=labels_match, root=labels_root, missing=labels_missing)
+        label_options = dict(labels_key=labels_key, labels_match=labels_match, labels_root=labels_root,
+                             labels_missing=labels_missing, text_columns=text_columns, numeric_columns=numeric_columns)
     report = build_index(
-        spec, out, labels=label_source, loudness=loudness, executor=executor, show_progress=progress, mono=mono,
-        root=root, chunk_size=chunk_size, max_workers=jobs, ray_address=ray_address,
+        spec, out, labels=labels, **label_options, loudness=loudness, executor=executor, show_progress=progress, mono=mono,
+        root=root, chunk_size=chunk_size, max_workers=jobs, ray_address=ray_address, audio_column=audio_column,
     )
+    skipped = "".join(f"; skipped {n} {ext} member(s)" for ext, n in sorted(report.skipped_members.items()))
     click.echo(
         f"{report.path}: {report.rows} rows ({report.read} read, {report.reused} unchanged, {report.resumed} resumed, "
-        f"{report.dropped} dropped); {report.unreadable} unreadable"
+        f"{report.dropped} dropped); {report.unreadable} unreadable{skipped}"
     )
 
 

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from audiotree.cli._common import CliError, build_dataset, pipeline_options, resolve_sources, sources_argument, stdout_console
+from audiotree.cli._common import (
+    CliError,
+    build_dataset,
+    index_source,
+    pipeline_options,
+    resolve_sources,
+    sources_argument,
+    stdout_console,
+)
 
 
 @click.command(short_help="Excerpts as a static HTML page with players and plots.")
@@ -20,7 +28,8 @@ from audiotree.cli._common import CliError, build_dataset, pipeline_options, res
               help="Plot format: PNG (matplotlib) or a small vector SVG; auto is PNG.")
 @click.option("--group-by", "group_by", default="source", show_default=True, metavar="COLUMN",
               help="Arrange the cards in sections by this column: source, folder, format or a label "
-                   "the items carry (pitch, velocity, note_duration, an extras key).")
+                   "the items carry (pitch, velocity, note_duration, an extras key). With a corpus index as "
+                   "SOURCES (CORPUS.parquet, as for scan), an index label: excerpts are balanced over its values.")
 @pipeline_options()
 def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pipeline) -> None:
     """Render N excerpts into a static index.html: a player, labels and a picture per excerpt.
@@ -34,17 +43,21 @@ def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pi
     """
     from audiotree.preview import render_preview
 
-    parsed = resolve_sources(sources, pipeline)
+    by_label = group_by not in _CARD_COLUMNS
+    parsed = index_source(sources, None, group_by if by_label else None) if _is_index(sources) else None
+    if parsed is not None and by_label:
+        group_by = "source"  # each excerpt's source is its label value
+    if parsed is None:
+        parsed = resolve_sources(sources, pipeline)
     started = time.perf_counter()
     ds = build_dataset(parsed, pipeline, num_epochs=None)
-    try:
-        result = render_preview(
-            ds, out_dir, n=n, lufs_cutoff=pipeline.cutoff_for_plots, image_format=image_format,
-            title="audiotree preview", group_by=group_by,
-            subtitle=f"{n} excerpts of {pipeline.duration:g} s at {pipeline.sample_rate} Hz, strategy {pipeline.strategy}",
-        )
-    except ValueError as exc:  # e.g. --group-by naming no column of the excerpts
-        raise CliError(str(exc)) from None
+    # A ValueError (--group-by naming no column, files of different channel counts) becomes one
+    # "Error: audiotree preview: ..." line in the command group.
+    result = render_preview(
+        ds, out_dir, n=n, lufs_cutoff=pipeline.cutoff_for_plots, image_format=image_format,
+        title="audiotree preview", group_by=group_by,
+        subtitle=f"{n} excerpts of {pipeline.duration:g} s at {pipeline.sample_rate} Hz, strategy {pipeline.strategy}",
+    )
     console = stdout_console()
     groups: dict[str, int] = {}
     for record in result.excerpts:
@@ -54,3 +67,10 @@ def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pi
     console.print(f"Wrote {len(result)} excerpts ({mix}) with {result.image_format.upper()} plots "
                   f"in {time.perf_counter() - started:.1f} s")
     console.print(f"Open {result.index}")
+
+
+_CARD_COLUMNS = ("source", "folder", "format")
+
+
+def _is_index(sources) -> bool:
+    return len(sources) == 1 and str(sources[0]).lower().endswith(".parquet")

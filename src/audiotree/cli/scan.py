@@ -75,12 +75,30 @@ def _discover(sources) -> tuple[list[tuple[str | None, str]], list[str]]:
     return files, notes
 
 
+#: Frames decoded at the end of each file, to find files cut short after their header.
+_TAIL_FRAMES = 1024
+
+
 def _probe(path: str) -> tuple[Any, str | None]:
+    """The header of ``path`` and a decode of its last frames, or why it is unreadable.
+
+    A header states the length the file was written with; a copy cut short (a
+    truncated download) keeps it. Decoding the last frames (one seek) finds
+    those files, so their claimed seconds never reach the totals.
+    """
     from audiotree.errors import AudioReadError
-    from audiotree.io import probe
+    from audiotree.io import AudioFile
 
     try:
-        return probe(path), None
+        with AudioFile(path) as f:
+            info = f.info
+            tail = min(int(info.frames), _TAIL_FRAMES)
+            if tail > 0:
+                got = f.read(int(info.frames) - tail, tail).shape[0]
+                if got < tail:
+                    return None, (f"truncated: the header claims {int(info.frames)} frames but the audio ends "
+                                  f"{tail - got} frame(s) early")
+        return info, None
     except AudioReadError as exc:
         return None, _reason(exc, path)
     except OSError as exc:  # vanished or unreadable by permissions
@@ -175,6 +193,7 @@ def scan_report(sources, *, duration: float, loudness: bool, loudness_seconds: f
     unreadable: list[dict] = []
     short: list[dict] = []
     readable: list[str] = []
+    probed: dict[str, tuple[str, float]] = {}  # readable path -> (group, seconds)
     total_seconds = 0.0
     for (group, path), (info, reason) in zip(files, probes):
         name = group or "(all)"
@@ -187,6 +206,7 @@ def scan_report(sources, *, duration: float, loudness: bool, loudness_seconds: f
         stats["seconds"] += info.duration
         total_seconds += info.duration
         readable.append(path)
+        probed[path] = (name, info.duration)
         formats[f"{info.format}/{info.subtype}" if info.subtype else str(info.format)] += 1
         rates[int(info.sample_rate)] += 1
         channels[int(info.channels)] += 1
@@ -220,8 +240,15 @@ def scan_report(sources, *, duration: float, loudness: bool, loudness_seconds: f
         per_file = []
         values = []
         for path, (lufs, reason) in zip(readable, measured):
-            if reason is not None:
+            if reason is not None:  # its header read, its audio does not: unreadable everywhere in the report
                 unreadable.append({"path": path, "reason": reason})
+                name, seconds = probed[path]
+                group = report["groups"][name]
+                group["readable"] -= 1
+                group["seconds"] = round(group["seconds"] - seconds, 3)
+                report["readable"] -= 1
+                report["total_seconds"] = round(report["total_seconds"] - seconds, 3)
+                report["total_hours"] = round(report["total_seconds"] / 3600, 4)
                 continue
             per_file.append({"path": path, "lufs": round(lufs, 2) if math.isfinite(lufs) else None})
             values.append(lufs)

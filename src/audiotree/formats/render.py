@@ -29,10 +29,12 @@ from pathlib import Path
 from audiotree import _limits
 from audiotree._fs import atomic_file
 
-__all__ = ["RECORD", "RECORD_VERSION", "PART", "new_record", "write_record", "read_record", "parts_problem"]
+__all__ = ["RECORD", "RECORD_VERSION", "PART", "new_record", "write_record", "read_record", "parse_record", "parts_problem"]
 
 RECORD = "render.json"
 RECORD_VERSION = 1
+#: Largest render record read (bytes).
+MAX_RECORD_BYTES = 256 * 1024 * 1024
 #: The folder name of part ``k``.
 PART = "part-{:05d}"
 
@@ -56,8 +58,17 @@ def read_record(out: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path} is not readable ({exc}); use --overwrite to start again.") from None
+    return parse_record(raw, str(path))
+
+
+def parse_record(raw: bytes, path: str) -> dict:
+    """The record in ``raw`` (the bytes of ``path``, a file or URL); ``ValueError`` naming it if it is not one."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
         raise ValueError(f"{path} is not readable JSON ({exc}); use --overwrite to start again.") from None
     if not isinstance(record, dict) or record.get("version") != RECORD_VERSION or not isinstance(record.get("parts"), list):
         raise ValueError(f"{path} is not an audiotree render record; use --overwrite to start again.")

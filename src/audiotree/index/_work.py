@@ -22,15 +22,16 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     from audiotree.errors import AudioReadError
     from audiotree.index.profile import file_profile, profile_step
     from audiotree.io import AudioFile, storage
+    from audiotree.io.members import member_stat
 
     row: dict[str, Any] = {
         "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
         "sample_rate": None, "channels": None, "frames": None, "duration": None, "readable": False,
-        "error": None, "profile_step": None, "profile": None,
+        "error": None, "error_kind": None, "profile_step": None, "profile": None,
     }
     try:
         # Stat before reading: a file that changes during the build then looks stale, never fresh.
-        row["size"], row["mtime_ns"] = storage.stat(path, storage_options=storage_options)
+        row["size"], row["mtime_ns"] = member_stat(path, storage_options=storage_options)
         with AudioFile(path, storage_options=storage_options) as f:
             info = f.info
             row.update(
@@ -45,6 +46,8 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
         row["readable"] = False
         row["profile"] = row["profile_step"] = None
         row["error"] = _error_text(exc)
+        # A storage that kept failing (resets, 503s) says nothing about the file: the next build reads it again.
+        row["error_kind"] = "transient" if storage.is_transient(exc) else "permanent"
     return row
 
 

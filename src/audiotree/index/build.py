@@ -16,7 +16,10 @@ How a build runs
    parts are removed. The output depends only on the files and the settings,
    never on the executor, the worker count or the order chunks finish in.
 
-An unreadable file becomes a row with ``readable=False`` and its error.
+An unreadable file becomes a row with ``readable=False``, its error, and the
+error's kind: ``"permanent"`` (the file is bad; the row is reused until the
+file changes) or ``"transient"`` (the storage kept failing after its retries;
+the next build reads the file again).
 """
 
 from __future__ import annotations
@@ -28,14 +31,13 @@ import dataclasses
 import functools
 import json
 import math
-import multiprocessing
 import os
 import shutil
 import warnings
 from typing import Any, Mapping, Sequence
 
 from audiotree.errors import AudioReadError
-from audiotree.index.labels import as_label_source, join_labels
+from audiotree.index.labels import append_label_columns, label_columns, label_source_from, match_labels
 from audiotree.io import storage
 from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
 from audiotree.validation import is_int
@@ -64,6 +66,8 @@ class IndexBuildReport:
     resumed: int
     dropped: int
     unreadable: int
+    #: Members of tar shards that are neither audio nor sidecars, by extension (left out of the index).
+    skipped_members: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _source_root(entry: str) -> str:
@@ -120,17 +124,28 @@ def _normalize_sources(sources: Any) -> tuple[list[tuple[str | None, str]], dict
     return pairs, described
 
 
-def _discover(pairs, extensions) -> list[tuple[str, str | None, str]]:
-    """(absolute path, group, source root) per file, first listing wins."""
+def _discover(pairs, extensions, containers: Any = None,
+              audio_column: str | None = None) -> list[tuple[str, str | None, str]]:
+    """(absolute path, group, source root) per file, first listing wins.
+
+    ``containers`` (a :class:`~audiotree.sources.containers.ContainerItems`)
+    collects the sidecar labels, skipped members and listing faults of tar
+    shards and Parquet files; each fault's group is kept in its ``groups``.
+    """
+    from audiotree.io.members import absolute as member_absolute
     from audiotree.sources.files import discover as discover_files
 
     seen: dict[str, str | None] = {}
     out = []
     for group, entry in pairs:
-        files, _ = discover_files(entry, extensions, strict=True)
+        before = len(containers.problems) if containers is not None else 0
+        files, _ = discover_files(entry, extensions, strict=True, audio_column=audio_column, containers=containers)
+        if containers is not None:
+            for exc in containers.problems[before:]:
+                containers.groups.setdefault(exc.file_path, group)
         root = _source_root(entry)
         for f in files:
-            path = f if storage.is_url(f) else os.path.normpath(os.path.abspath(f))
+            path = member_absolute(f)  # local files, and the local shards of members, absolute
             if path in seen:
                 if seen[path] != group:
                     warnings.warn(f"'{path}' is listed under groups {seen[path]!r} and {group!r}; it is indexed once, "
@@ -142,8 +157,10 @@ def _discover(pairs, extensions) -> list[tuple[str, str | None, str]]:
 
 
 def _stat(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+    from audiotree.io.members import member_stat
+
     try:
-        return storage.stat(path, storage_options=storage_options)
+        return member_stat(path, storage_options=storage_options)
     except (OSError, AudioReadError):
         return (-1, -1)
 
@@ -179,10 +196,11 @@ def _write_parquet(table, target: str) -> None:
 class _Parts:
     """The committed part files of an unfinished build, beside the output."""
 
-    def __init__(self, out: str, settings: dict):
+    def __init__(self, out: str, settings: dict, sink: Any = None):
         self.dir = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.parts")
         self.settings = settings
         self._next = 0
+        self._sink = sink  # a remote build's copy of the parts (see _RemoteParts)
 
     def load(self) -> list:
         """Tables of the parts of an interrupted build with the same settings (newest first)."""
@@ -202,7 +220,9 @@ class _Parts:
         tables = []
         for name in reversed(names):
             try:
-                tables.append(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES))
+                # Cast: Parquet names a list's child "element", Arrow "item"; a resumed build must write
+                # the same bytes as an uninterrupted one.
+                tables.append(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES).cast(arrow_schema()))
             except Exception:  # a part is committed by rename, so this is outside damage: re-read its files
                 continue
         if names:
@@ -215,7 +235,12 @@ class _Parts:
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir, exist_ok=True)
             write_json_atomic(os.path.join(self.dir, _PARTS_SETTINGS), self.settings)
-        _write_parquet(_rows_table(rows), os.path.join(self.dir, f"part-{self._next:08d}.parquet"))
+            if self._sink is not None:
+                self._sink.commit(os.path.join(self.dir, _PARTS_SETTINGS))
+        path = os.path.join(self.dir, f"part-{self._next:08d}.parquet")
+        _write_parquet(_rows_table(rows), path)
+        if self._sink is not None:
+            self._sink.commit(path)
         self._next += 1
 
     def remove(self) -> None:
@@ -235,8 +260,9 @@ def _make_executor(executor: Any, max_workers: int | None, stack: contextlib.Exi
     if executor is None or executor == "process":
         workers = max_workers or os.cpu_count() or 1
         # spawn: a forked child of a process running JAX's threads can deadlock.
-        return (concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")),
-                True, workers)
+        from audiotree.parallel.executors import spawn_pool
+
+        return spawn_pool(workers), True, workers
     if executor == "serial":
         return None, False, 1
     if isinstance(executor, concurrent.futures.Executor):
@@ -290,20 +316,34 @@ def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_r
 
 
 def _reusable(table, stored_to_abs: dict, current: dict, taken: set):
-    """Mask of rows of ``table`` whose file is still listed, unchanged, and not yet taken."""
+    """Mask of rows of ``table`` whose file is still listed, unchanged, not yet taken, and not a transient failure."""
     import pyarrow as pa
 
     paths = table.column("path").to_pylist()
     sizes = table.column("size").to_pylist()
     mtimes = table.column("mtime_ns").to_pylist()
+    transient = [k == "transient" for k in table.column("error_kind").to_pylist()]
     keep = []
-    for p, s, m in zip(paths, sizes, mtimes):
+    for p, s, m, again in zip(paths, sizes, mtimes, transient):
         ap = stored_to_abs.get(p)
-        ok = ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
+        ok = not again and ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
         if ok:
             taken.add(ap)
         keep.append(ok)
     return pa.array(keep, type=pa.bool_())
+
+
+def _previous_labels(out: str, previous: Any) -> dict:
+    """The string labels of the index being updated: ``{label: vocabulary}`` (categories), ``{label: None}`` (text)."""
+    if previous is None:
+        return {}
+    from audiotree.index.reader import open_index
+
+    kinds = {n: s["kind"] for n, s in previous.meta["labels"].items() if s["kind"] in ("category", "text")}
+    if not kinds:
+        return {}
+    ix = open_index(out, columns=["path"], labels=list(kinds))
+    return {n: ix.vocabulary(n) if kind == "category" else None for n, kind in kinds.items()}
 
 
 def build_index(
@@ -311,6 +351,12 @@ def build_index(
     out: str | os.PathLike,
     *,
     labels: Any = None,
+    labels_key: str | None = None,
+    labels_match: str | None = None,
+    labels_root: str | os.PathLike | None = None,
+    labels_missing: str | None = None,
+    text_columns: Sequence[str] | None = None,
+    numeric_columns: Sequence[str] | None = None,
     loudness: bool = True,
     executor: Any = None,
     show_progress: bool = True,
@@ -321,6 +367,7 @@ def build_index(
     max_workers: int | None = None,
     ray_address: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    audio_column: str | None = None,
 ) -> IndexBuildReport:
     """Indexes ``sources`` into the Parquet file ``out``; see the module docstring.
 
@@ -328,7 +375,18 @@ def build_index(
       sources: folders, files or globs, or ``{group: sources}``.
       out: the index file (``.parquet``). If it exists, it is updated: only new
         or changed files are read, rows of vanished files are dropped.
-      labels: a labels file path or :class:`~audiotree.index.LabelSource`.
+      labels: a labels file path or :class:`~audiotree.index.LabelSource`. It is
+        read, checked and joined before any audio is decoded.
+      labels_key, labels_match, labels_root, labels_missing: with a labels
+        path, the :class:`~audiotree.index.LabelSource` fields ``key`` (default
+        ``"path"``), ``match`` (``"path"``, ``"relative"`` or ``"stem"``),
+        ``root`` and ``missing`` (``"error"`` or ``"null"``), as the CLI's
+        ``--labels-*`` options.
+      text_columns: label columns that are free text: they reach items and
+        batches as strings (``--text-columns``). String columns of many
+        distinct values are detected as text anyway.
+      numeric_columns: label columns read as numbers even where their values
+        look like identifiers (``"007"``; ``--numeric-columns``).
       loudness: compute each file's loudness profile (decodes every file once).
       executor: ``None``/``"process"`` (a spawn process pool of
         ``max_workers``, default one per core), ``"serial"``, or any
@@ -350,8 +408,13 @@ def build_index(
         :mod:`audiotree.io.storage`). Remote files are stored by URL; their
         modification time is the storage's. A URL ``out`` is built in a local
         temporary folder (after downloading an existing index to update it)
-        and uploaded when complete, so readers never see a partial index; an
-        interrupted remote build starts over rather than resuming.
+        and uploaded when complete, so readers never see a partial index; its
+        parts are uploaded beside it (``.<name>.parts/``) as they are
+        committed, so an interrupted remote build resumes from them.
+      audio_column: the audio column of Parquet sources (default ``"audio"``).
+        Tar shards and Parquet files with embedded audio are indexed in place,
+        one row per member or row; their sidecars and other columns become
+        label columns (see :mod:`audiotree.index.container_labels`).
 
     Returns:
       An :class:`IndexBuildReport`.
@@ -362,15 +425,18 @@ def build_index(
         :mod:`audiotree.index.labels`), or an unusable existing ``out``.
     """
     options = dict(storage_options or {})
+    labels = label_source_from(labels, key=labels_key, match=labels_match, missing=labels_missing,
+                               root=None if labels_root is None else os.fspath(labels_root),
+                               text_columns=text_columns, numeric_columns=numeric_columns)
     if storage.is_url(os.fspath(out)):
         return _build_remote(sources, os.fspath(out), labels=labels, loudness=loudness, executor=executor,
                              show_progress=show_progress, mono=mono, root=root, extensions=extensions,
                              chunk_size=chunk_size, max_workers=max_workers, ray_address=ray_address,
-                             storage_options=options)
+                             storage_options=options, audio_column=audio_column)
     with storage.use_storage_options(options):
         return _build(sources, out, labels=labels, loudness=loudness, executor=executor, show_progress=show_progress,
                       mono=mono, root=root, extensions=extensions, chunk_size=chunk_size, max_workers=max_workers,
-                      ray_address=ray_address, storage_options=options)
+                      ray_address=ray_address, storage_options=options, audio_column=audio_column)
 
 
 def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: Any) -> IndexBuildReport:
@@ -386,14 +452,53 @@ def _build_remote(sources: Any, out: str, *, storage_options: dict, **kwargs: An
             storage.forget_listings(out)
             if storage.exists(out):
                 storage.download(out, local)
-            report = _build(sources, local, storage_options=storage_options, **kwargs)
+            parts = _RemoteParts(out, local)
+            parts.pull()
+            report = _build(sources, local, storage_options=storage_options, part_sink=parts, **kwargs)
             storage.upload(local, out)
+            parts.remove()
     return dataclasses.replace(report, path=out)
+
+
+class _RemoteParts:
+    """The part files of a remote build, kept beside the remote index (``.<name>.parts/``) so a re-run resumes.
+
+    Each committed part is uploaded as soon as it is written locally; a new
+    build first downloads the parts an interrupted one uploaded, then
+    :class:`_Parts` checks their settings and reuses their rows. The parts go
+    once the index is uploaded.
+    """
+
+    def __init__(self, out: str, local: str) -> None:
+        parent, name = out.rstrip("/").rsplit("/", 1)
+        self.url = f"{parent}/.{name}.parts"
+        self.local_dir = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.parts")
+
+    def pull(self) -> int:
+        storage.forget_listings(self.url)
+        if not storage.is_dir(self.url):
+            return 0
+        found = storage.list_files(self.url)
+        os.makedirs(self.local_dir, exist_ok=True)
+        for url in found:
+            storage.download(url, os.path.join(self.local_dir, url.rsplit("/", 1)[-1]))
+        return len(found)
+
+    def commit(self, path: str) -> None:
+        storage.upload(path, f"{self.url}/{os.path.basename(path)}")
+
+    def remove(self) -> None:
+        fs = storage.filesystem(self.url)
+        storage.forget_listings(self.url)
+        if storage.exists(self.url):
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(self.url, recursive=True)
 
 
 def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool, executor: Any, show_progress: bool,
            mono: bool, root: Any, extensions: Any, chunk_size: int | None, max_workers: int | None,
-           ray_address: str | None, storage_options: dict) -> IndexBuildReport:
+           ray_address: str | None, storage_options: dict, audio_column: str | None = None,
+           part_sink: Any = None) -> IndexBuildReport:
     pa = require_pyarrow()
     import pyarrow.compute as pc
     from tqdm.auto import tqdm
@@ -401,13 +506,16 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     from audiotree.index.reader import open_index
 
     out = os.path.abspath(os.fspath(out))
-    label_source = as_label_source(labels)
+    label_source = labels
     pairs, described = _normalize_sources(sources)
     if label_source is not None:
         described.update(labels=os.path.abspath(label_source.path), labels_key=label_source.key,
                          labels_match=label_source.match, labels_missing=label_source.missing)
         if label_source.root is not None:
             described["labels_root"] = os.path.abspath(label_source.root)
+        for key in ("text_columns", "numeric_columns"):
+            if getattr(label_source, key):
+                described[key] = list(getattr(label_source, key))
     stored_root = root_abs = None
     if root is not None and storage.is_url(os.fspath(root)):
         root_abs = stored_root = os.fspath(root).rstrip("/")
@@ -416,7 +524,14 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         root_abs = os.path.normpath(os.path.abspath(os.fspath(root)))
         stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
         described["root"] = root_abs
-    found = _discover(pairs, extensions)
+    from audiotree.index import container_labels
+    from audiotree.sources.containers import ContainerItems
+
+    containers = ContainerItems()
+    found = _discover(pairs, extensions, containers, audio_column)
+    # The labels are read and joined before any file is decoded: a bad labels file costs nothing.
+    matched = None if label_source is None else match_labels(label_source, [p for p, _, _ in found],
+                                                             [r for _, _, r in found])
 
     def stored(path: str) -> str:
         if root_abs is None:
@@ -449,7 +564,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
             previous_table = None  # other settings: every row is re-read
         else:
             previous_table = previous.table
-    parts = _Parts(out, settings)
+    parts = _Parts(out, settings, part_sink)
     taken: set[str] = set()
     kept = []
     resumed = 0
@@ -492,21 +607,30 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         if owned:
             executor_obj.shutdown(wait=True, cancel_futures=True)
         stack.close()
+    for row in container_labels.problem_rows(containers.problems, containers.groups):
+        row["path"] = stored(row["path"])
+        new_rows.append(row)
 
     tables = kept + ([_rows_table(new_rows)] if new_rows else [])
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
     group_key = [g or "" for g in table.column("group").to_pylist()]
     table = table.append_column("_group_key", pa.array(group_key, type=pa.string()))
-    table = table.sort_by([("_group_key", "ascending"), ("path", "ascending")]).drop_columns(["_group_key"])
+    # A shard's members (a Parquet file's rows) stay together, in their order in it.
+    table = table.append_column("_order", container_labels.order_column(table.column("path").to_pylist()))
+    table = table.sort_by([("_group_key", "ascending"), ("_order", "ascending")]).drop_columns(
+        ["_group_key", "_order"])
 
     label_specs: dict = {}
-    if label_source is not None:
-        roots = {p: r for p, _, r in found}
+    if matched is not None:
         abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]
-        previous_specs = previous.meta["labels"] if previous is not None else None
-        columns, label_specs = join_labels(label_source, abs_paths, [roots[p] for p in abs_paths], previous_specs)
-        for name, col in columns.items():
-            table = table.append_column(pa.field(name, col.type, nullable=True), col)
+        columns, label_specs = label_columns(matched, abs_paths, _previous_labels(out, previous))
+        table = append_label_columns(table, columns)
+    if containers.labels:
+        abs_paths = [stored_to_abs.get(p, p) for p in table.column("path").to_pylist()]
+        columns, sidecar_specs = container_labels.join_sidecar_labels(
+            containers.labels, abs_paths, set(label_specs), _previous_labels(out, previous))
+        table = append_label_columns(table, columns)
+        label_specs = {**label_specs, **sidecar_specs}
     table = table.replace_schema_metadata(encode_metadata(
         root=stored_root, sources=described,
         loudness={"enabled": bool(loudness), "mono": bool(mono), "block_sec": BLOCK_SEC},
@@ -518,4 +642,4 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     unreadable = int(table.num_rows - pc.sum(table.column("readable").cast(pa.int64())).as_py()) \
         if table.num_rows else 0
     return IndexBuildReport(path=out, rows=table.num_rows, read=len(todo), reused=reused, resumed=resumed,
-                            dropped=dropped, unreadable=unreadable)
+                            dropped=dropped, unreadable=unreadable, skipped_members=dict(containers.skipped))

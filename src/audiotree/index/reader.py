@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.index.schema import BASE_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
+from audiotree.index.schema import BASE_COLUMNS, OPTIONAL_COLUMNS, arrow_schema, decode_metadata, require_pyarrow
 from audiotree.io import storage
 from audiotree.io.remote_file import open_input
 
@@ -61,6 +61,9 @@ def refresh_command(index_path: str, meta: dict) -> str:
                       ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root")):
         if sources.get(key):
             args += [flag, str(sources[key])]
+    for flag, key in (("--text-columns", "text_columns"), ("--numeric-columns", "numeric_columns")):
+        for column in sources.get(key) or ():
+            args += [flag, column]
     loud = meta.get("loudness") or {}
     if not loud.get("enabled", True):
         args.append("--no-loudness")
@@ -192,13 +195,27 @@ class CorpusIndex:
         return _numpy(value.values).astype(np.float32, copy=False)
 
     # -------------------------------------------------------------- labels
-    def label_values(self, name: str) -> np.ndarray:
-        """One label column per row: category ids (int32, ``-1`` for none) or numbers as stored
-        (an integer column with empty values reads as float64 with NaN)."""
+    def label_values(self, name: str) -> Any:
+        """One label column per row: category ids (int32, ``-1`` for none), numbers as stored
+        (an integer column with empty values reads as float64 with NaN), or for a text
+        label a :class:`~audiotree.index.text.TextColumn` (strings read per row)."""
         spec = self.meta["labels"].get(name)
         if spec is None:
             raise ValueError(f"{self.path} has no label column {name!r}; its labels are {self.label_names}. "
                              "Rebuild the index with --labels naming a file that has it.")
+        if spec["kind"] == "text":
+            from audiotree.index.text import TextColumn
+
+            return TextColumn.from_arrow(self.table.column(name))
+        if spec["kind"] == "category" and "ids" in spec:
+            ids = self.table.column(spec["ids"])
+            values = _numpy(ids) if not ids.null_count else np.array(
+                [-1 if v is None else v for v in ids.to_pylist()], dtype=np.int32)
+            values = values.astype(np.int32, copy=False)
+            if values.size and (values.min() < -1 or values.max() >= spec["size"]):
+                raise ValueError(f"{self.path}: label column {spec['ids']!r} holds ids outside [-1, {spec['size']}); "
+                                 "the index was edited or damaged. Rebuild it.")
+            return values
         if spec["kind"] == "category":
             ids = {value: i for i, value in enumerate(spec["vocabulary"])}
             ids[None] = -1
@@ -212,11 +229,21 @@ class CorpusIndex:
             values = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
         return values
 
-    def vocabulary(self, name: str) -> list[str]:
+    def vocabulary(self, name: str) -> list:
+        """A category label's values by id (``None`` at a retired id: its value left the index)."""
         spec = self.meta["labels"].get(name) or {}
         if spec.get("kind") != "category":
             raise ValueError(f"{self.path}: label column {name!r} is not a category column.")
-        return list(spec["vocabulary"])
+        if "ids" not in spec:
+            return list(spec["vocabulary"])
+        ids = self.label_values(name)
+        vocab: list = [None] * spec["size"]
+        present, first = np.unique(ids, return_index=True)
+        keep = present >= 0
+        strings = self.table.column(name).take(first[keep]).to_pylist()
+        for i, value in zip(present[keep].tolist(), strings):
+            vocab[i] = value
+        return vocab
 
     # ------------------------------------------------------------ selection
     def select(self, *, readable: bool = True, min_duration: float | None = None,
@@ -247,8 +274,10 @@ class CorpusIndex:
 
 def stat_differs(path: str, size: int, mtime_ns: int) -> str | None:
     """Why ``path`` no longer matches its row, or ``None`` when it does."""
+    from audiotree.io.members import member_stat
+
     try:
-        now_size, now_mtime = storage.stat(path)
+        now_size, now_mtime = member_stat(path)
     except (OSError, AudioReadError):
         return "it no longer exists"
     if now_size != size:
@@ -316,15 +345,20 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
         raise _read_failure(path, exc) from None
     meta, _ = decode_metadata(schema.metadata, path)
     expected_schema = arrow_schema()
+    names = set(schema.names)
     for name, _kind, _nullable in BASE_COLUMNS:
-        if name not in schema.names:
+        if name in OPTIONAL_COLUMNS and name not in names:
+            continue
+        if name not in names:
             raise ValueError(f"{path}: the index has no {name!r} column; it was edited or damaged. Rebuild it.")
         expected, actual = expected_schema.field(name).type, schema.field(name).type
         if not actual.equals(expected):
             raise ValueError(f"{path}: column {name!r} has type {actual}, expected {expected}; rebuild the index.")
-    for name in meta["labels"]:
-        if name not in schema.names:
-            raise ValueError(f"{path}: label column {name!r} is listed in the metadata but missing; rebuild the index.")
+    for name, spec in meta["labels"].items():
+        for column in (name, spec.get("ids", name)):
+            if column not in names:
+                raise ValueError(f"{path}: label column {column!r} is listed in the metadata but missing; rebuild "
+                                 "the index.")
     missing = [name for name in (labels or ()) if name not in meta["labels"]]
     if missing:
         raise ValueError(
@@ -332,19 +366,25 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
             "with --labels naming a file that has them."
         )
     if columns == "all":
-        wanted = list(schema.names)
+        wanted = list(schema.names) + sorted(OPTIONAL_COLUMNS - names)
     else:
         wanted = list(dict.fromkeys(list(columns or _DEFAULT_COLUMNS) + ([] if columns else list(meta["labels"]))
                                     + list(labels or ())))
-        unknown = [c for c in wanted if c not in schema.names]
+        unknown = [c for c in wanted if c not in names and c not in OPTIONAL_COLUMNS]
         if unknown:
             raise ValueError(f"{path}: no column(s) {unknown}; the index has {schema.names}.")
         if "path" not in wanted:
             wanted.insert(0, "path")
+        # A category label is read with its ids.
+        wanted = list(dict.fromkeys(wanted + [meta["labels"][c]["ids"] for c in wanted
+                                              if "ids" in meta["labels"].get(c, {})]))
+    absent = [c for c in wanted if c not in names]  # optional columns an older index lacks: all null
     try:
-        table = pf.read(columns=wanted)
+        table = pf.read(columns=[c for c in wanted if c in names])
     except (pa.ArrowException, OSError, AudioReadError) as exc:
         raise _read_failure(path, exc) from None
+    for name in absent:
+        table = table.append_column(expected_schema.field(name), pa.nulls(table.num_rows, expected_schema.field(name).type))
     stored_root = meta.get("root")
     root = None
     if stored_root is not None and storage.is_url(stored_root):

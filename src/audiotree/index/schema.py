@@ -20,9 +20,14 @@ column          type             meaning
 ``duration``    float64 (null)   ``frames / sample_rate``, seconds
 ``readable``    bool             the header and (with loudness) every sample decoded
 ``error``       string (null)    why not, naming the file
+``error_kind``  string (null)    ``"transient"`` (the storage kept failing: the
+                                 next build reads the file again) or
+                                 ``"permanent"`` (the file is bad); null when
+                                 readable
 ``profile_step``int32 (null)     samples per profile block, ``round(0.1 * rate)``
 ``profile``     list<float32>    the loudness profile (below); null without one
 *labels*        string / number  the joined label columns, under their own names
+*label*``#id``  int32 (null)     a category label's ids (below)
 =============== ================ =================================================
 
 The loudness profile
@@ -48,8 +53,13 @@ object: the :mod:`audiotree.formats.header` header (``format`` =
 relative to the index file's own folder), ``sources`` (how the build was
 called, for the refresh command), ``loudness`` (``{"enabled", "mono",
 "block_sec"}``), and ``labels``: for each label column ``{"kind":
-"category", "vocabulary": [...]}`` (string columns; the id of a value is its
-position in the vocabulary) or ``{"kind": "numeric"}``.
+"numeric"}``, ``{"kind": "text"}`` (free text, read as strings), or
+``{"kind": "category", "ids": "<name>#id", "size": N}``: a string column whose
+values have int32 ids ``0 <= id < N`` stored in the data column ``<name>#id``
+(``-1`` for none), so a large vocabulary never weighs on the footer. The
+vocabulary is the data: ``vocabulary[id]`` is the string of any row with that
+id. (Indexes written before ids were stored keep ``"vocabulary": [...]`` in
+the metadata instead, where an id is a value's position; both are read.)
 """
 
 from __future__ import annotations
@@ -64,10 +74,12 @@ __all__ = [
     "METADATA_KEY",
     "BASE_COLUMNS",
     "RESERVED_COLUMNS",
+    "OPTIONAL_COLUMNS",
     "META_KEYS",
     "arrow_schema",
     "encode_metadata",
     "decode_metadata",
+    "ids_column",
     "require_pyarrow",
 ]
 
@@ -88,11 +100,19 @@ BASE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("duration", "float64", True),
     ("readable", "bool", False),
     ("error", "string", True),
+    ("error_kind", "string", True),
     ("profile_step", "int32", True),
     ("profile", "list<float32>", True),
 )
 RESERVED_COLUMNS = frozenset(name for name, _, _ in BASE_COLUMNS)
+#: Base columns an index written by an older minor version may lack (read as all null).
+OPTIONAL_COLUMNS = frozenset({"error_kind"})
 META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels")
+
+
+def ids_column(label: str) -> str:
+    """The data column holding category label ``label``'s int32 ids."""
+    return f"{label}#id"
 
 
 def require_pyarrow():
@@ -149,6 +169,9 @@ def decode_metadata(raw: Mapping[bytes, bytes] | None, where: str | os.PathLike)
         meta = json.loads(raw[METADATA_KEY].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{where}: the index metadata is not valid JSON ({exc}); rebuild the index.") from None
+    except RecursionError:
+        raise ValueError(f"{where}: the index metadata is JSON nested too deeply to be an audiotree index; the "
+                         "file was edited or damaged. Rebuild the index.") from None
     info = _format.check(meta, _format.INDEX, where)
     _format.check_known_keys(meta, META_KEYS, info, f"Invalid corpus index {where}", "its metadata")
     root = meta.get("root")
@@ -162,13 +185,18 @@ def decode_metadata(raw: Mapping[bytes, bytes] | None, where: str | os.PathLike)
         raise ValueError(f"{where}: the index metadata's 'labels' entry is missing or malformed; rebuild the index.")
     for name, spec in labels.items():
         kind = spec.get("kind") if isinstance(spec, dict) else None
-        if kind == "category":
+        if kind == "category" and "ids" in spec:
+            size = spec.get("size")
+            if spec["ids"] != ids_column(name) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise ValueError(f"{where}: label column {name!r} has a malformed category entry {spec!r}; rebuild "
+                                 "the index.")
+        elif kind == "category":
             vocab = spec.get("vocabulary")
             if not isinstance(vocab, list) or not all(isinstance(v, str) for v in vocab) or len(set(vocab)) != len(vocab):
                 raise ValueError(
                     f"{where}: label column {name!r} has a malformed vocabulary (it must be a list of distinct "
                     "strings); rebuild the index."
                 )
-        elif kind != "numeric":
+        elif kind not in ("numeric", "text"):
             raise ValueError(f"{where}: label column {name!r} has unknown kind {kind!r}; rebuild the index.")
     return meta, info

@@ -46,6 +46,7 @@ the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import struct
@@ -54,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import integrity, open_checks, storage
+from audiotree.io import integrity, mpeg_frames, ogg_pages, open_checks, storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 from audiotree.io.failures import (
     SKIP_HINT,
@@ -67,6 +68,7 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
+from audiotree.io.members import format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
@@ -79,12 +81,14 @@ __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
 
 
 def _extension(path: str) -> str:
-    ext = os.path.splitext(path)[1]
+    ext = os.path.splitext(format_name(path))[1]  # a tar member's own name, not its shard's
     return normalize_extension(ext) if ext not in ("", ".") else ""
 
 
 def _open_reader(path: str) -> SoundfileReader | PyAVReader:
-    """Open ``path`` (a local path or a URL) with the right decoder or raise AudioReadError."""
+    """Open ``path`` (a local path, a URL or a member URL) with the right decoder or raise AudioReadError."""
+    if is_member(path):
+        return _open_remote_reader(path, open_member)
     if storage.is_url(path):
         return _open_remote_reader(path)
     path = storage.local_path(path)
@@ -104,10 +108,11 @@ def _open_reader(path: str) -> SoundfileReader | PyAVReader:
     return _open_decoder(path, size, lambda: path)
 
 
-def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
-    """Opens a URL through :mod:`audiotree.io.storage`: ranged reads, no download."""
+def _open_remote_reader(url: str, opener=open_input) -> SoundfileReader | PyAVReader:
+    """Opens a URL through :mod:`audiotree.io.storage` (ranged reads, no download), or a tar
+    member / Parquet cell with ``opener=open_member`` (:mod:`audiotree.io.members`)."""
     try:
-        first = open_input(url)
+        first = opener(url)
     except (ImportError, ValueError) as exc:
         raise AudioReadError(storage.redact(str(exc)), storage.redact(url)) from exc
     handles = [first]
@@ -117,9 +122,10 @@ def _open_remote_reader(url: str) -> SoundfileReader | PyAVReader:
         # moved or closed it); the first is reused for the first attempt.
         if handles:
             return handles.pop()
-        return open_input(url)
+        return opener(url)
 
     try:
+        first.prefetch_head()  # a no-op when the opener fetched it already
         return _open_decoder(url, first.size, reopen)
     except BaseException:
         if not first.closed:
@@ -211,13 +217,28 @@ def _close_source(source: Any) -> None:
         source.close()
 
 
-def _wav_data_chunk(head: bytes) -> tuple[int, int] | None:
-    """(offset, declared size) of a RIFF/WAVE file's ``data`` chunk, if ``head`` holds it."""
+# Chunks walked before the ``data`` chunk (fmt, fact, LIST, bext, iXML, ...): real files have a few.
+_MAX_WAV_CHUNKS = 256
+
+
+def _wav_data_chunk(head: bytes, source: Any = None) -> tuple[int, int] | None:
+    """(offset, declared size) of a RIFF/WAVE file's ``data`` chunk, else None.
+
+    ``head`` holds the file's first bytes. With ``source`` (the path or open
+    file) a chunk list that runs past ``head`` (a ``data`` chunk after a
+    LIST or bext chunk of more than ``len(head)`` bytes) is followed by
+    reading just each chunk's 8-byte header, never the chunks themselves.
+    """
     if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
         return None
     pos = 12
-    while pos + 8 <= len(head):
-        chunk_id, chunk_size = head[pos : pos + 4], struct.unpack_from("<I", head, pos + 4)[0]
+    for _ in range(_MAX_WAV_CHUNKS):
+        header = head[pos : pos + 8]
+        if len(header) < 8 and source is not None:
+            header = read_span(source, pos, 8)
+        if len(header) < 8:
+            return None
+        chunk_id, chunk_size = header[:4], struct.unpack_from("<I", header, 4)[0]
         if chunk_id == b"data":
             return pos + 8, chunk_size
         pos += 8 + chunk_size + (chunk_size & 1)  # chunks are word-aligned
@@ -235,7 +256,7 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: SoundfileReader) 
     if size is None or reader.info.format not in ("WAV", "WAVEX"):
         return
     try:
-        chunk = _wav_data_chunk(read_span(reader._source, 0, 65536))
+        chunk = _wav_data_chunk(read_span(reader._source, 0, 4096), reader._source)
     except OSError:
         return
     if chunk is None:
@@ -289,18 +310,33 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         head = b""
         if info.frames == 0:
             head = read_span(reader._source, 0, 1 << 20)
+        elif fmt == "OGG":  # the header pages and the first audio pages
+            head = read_span(reader._source, 0, _OGG_HEAD_BYTES)
         elif is_mpeg or (bound is not None and info.frames > bound):
             head = read_span(reader._source, 0, 4096)
-        if fmt == "OGG":
-            tail = read_span(reader._source, max(0, size - integrity.OGG_MAX_PAGE), integrity.OGG_MAX_PAGE)
+        if fmt == "OGG":  # two maximal pages: the last one and the page before it
+            tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
+            tail = read_span(reader._source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
+        flac_end = None  # where the last FLAC frame ends, by its header (local files: one 64 KiB tail read)
+        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader) and isinstance(reader._source, str):
+            flac_head = head[:64] or read_span(reader._source, 0, 64)
+            if flac_head[:4] == b"fLaC":
+                tail = read_span(reader._source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES)
+                flac_end = integrity.flac_frames_end(tail, flac_head)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
-            frame_head = head[id3:] if id3 + 200 <= len(head) else read_span(reader._source, id3, 200)
+            frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader._source, id3, 2048)
     except OSError:  # the file vanished after opening: the first read will say so
         return
-    if fmt == "OGG" and not integrity.ogg_is_complete(tail):
-        raise bad_file(path, "the file is truncated: its Ogg stream ends without an end-of-stream page "
-                        f"(libsndfile sees {info.frames} frames; the rest is missing)")
+    if fmt == "OGG":
+        problem = ogg_pages.tail_problem(tail, tail_at) or ogg_pages.head_problem(head, info.channels, subtype)
+        if problem and problem.startswith("the file is truncated"):
+            problem += f" (the decoder sees {info.frames} frames; the rest is missing)"
+        if problem is None and isinstance(reader, PyAVReader):  # FFmpeg checks no page CRC: check them all once
+            found = ogg_pages.first_page_info(head)
+            problem = ogg_pages.span_problem(reader._source, found[0] if found else 0, 0, None)
+        if problem:
+            raise bad_file(path, problem)
     # Encoders count the stream from its first frame; compared with the whole
     # file size (ID3v2 tag included) so that no encoder's convention can make
     # a complete file look cut. Smaller cuts are caught by the exact length.
@@ -309,13 +345,16 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         raise bad_file(path, f"the file is truncated: its Xing/Info header records {declared} bytes of MPEG "
                         f"audio but the file has only {size} bytes")
     if info.frames == 0:
-        wav_data = _wav_data_chunk(head) if fmt in ("WAV", "WAVEX") else None
+        wav_data = _wav_data_chunk(head, reader._source) if fmt in ("WAV", "WAVEX") else None
         # PyAV containers that report no frames are refused like the PyAV
         # fallback's (see _open_reader): their length metadata is all we have.
         if isinstance(reader, PyAVReader) or integrity.holds_audio(fmt, subtype, head, size, wav_data):
             raise bad_file(path, f"its header claims 0 frames but the file ({size} bytes) holds audio data "
                             "after its header; it is truncated or its header is corrupt")
         return
+    if flac_end is not None and flac_end > info.frames:
+        raise bad_file(path, f"its STREAMINFO claims {info.frames} frames but its last FLAC frame ends at frame "
+                        f"{flac_end}; the header is corrupt")
     if bound is not None and info.frames > bound:
         bound = integrity.max_frames(fmt, subtype, info.channels, info.sample_rate, size, head)
     if bound is not None and info.frames > bound:
@@ -324,9 +363,59 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
                             "so reads cannot be checked or positioned exactly")
         raise bad_file(path, f"its header claims {info.frames} frames but a {size}-byte {fmt} file "
                         f"holds at most {bound}; the header is corrupt")
-    if isinstance(reader, SoundfileReader) and is_mpeg and integrity.mp3_length_is_estimated(frame_head):
-        reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * (reader._preroll // MPEG_PREROLL_FRAMES)
+    if is_mpeg:
+        _check_mpeg_length(path, size, id3, frame_head, reader)
 
+
+def _check_mpeg_length(path: str, size: int, id3: int, frame_head: bytes, reader: SoundfileReader | PyAVReader) -> None:
+    """Refuses an MP3 whose length tag is damaged or claims fewer frames than the stream holds.
+
+    libsndfile never decodes past the length it reports, so a short claim
+    would silently drop the rest of the file. A tag with a frame count is
+    checked against its own bytes (see :func:`mpeg_frames.tag_problem`).
+    Without one the length is mpg123's estimate from the first frames'
+    bitrate: decoding may end up to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES`
+    frames early (padded), and a local file's frames are counted once per
+    process (a header walk; remote files keep the estimate) so that an
+    estimate short of the stream is refused.
+    """
+    problem = mpeg_frames.tag_problem(frame_head, size - id3)
+    if problem:
+        raise bad_file(path, problem)
+    if not isinstance(reader, SoundfileReader) or mpeg_frames.tag_frame_count(frame_head) is not None:
+        return  # exact (and mpg123 trims the encoder delay and padding the LAME tag records)
+    frames, spf = reader.info.frames, reader._preroll // MPEG_PREROLL_FRAMES
+    reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * spf
+    if not isinstance(reader._source, str):
+        return
+    try:
+        count, spf = _mpeg_frame_count(path, size, os.stat(path).st_mtime_ns, id3)
+    except OSError:
+        return
+    if count * spf > frames + 2 * spf:  # mpg123's estimate counts the size; a cut last frame may add one
+        raise bad_file(path, f"its length is estimated at {frames} frames (it has no usable Xing/Info frame count), "
+                        f"but its {count} MPEG frames hold {count * spf}; the length tag is damaged")
+
+
+@functools.lru_cache(maxsize=4096)
+def _mpeg_frame_count(path: str, size: int, mtime_ns: int, id3: int) -> tuple[int, int]:
+    """(frames, samples per frame) of a local MP3's stream, cached per path, size and mtime."""
+    with open(path, "rb") as fh:
+        data = fh.read(size)
+    start = id3
+    while start + 4 <= len(data) and mpeg_frames.frame_header(data[start : start + 4]) is None:
+        start = data.find(b"\xff", start + 1)
+        if start < 0:
+            return 0, 0
+    return mpeg_frames.count_frames(data, start)
+
+
+# Bytes at the end of a FLAC file searched for its last two frame headers.
+_FLAC_TAIL_BYTES = 1 << 16
+
+# Bytes of an Ogg file checked when it is opened: the header pages (a Vorbis
+# setup header is up to a few KiB) and the first audio pages after them.
+_OGG_HEAD_BYTES = 1 << 16
 
 # Containers whose decoders locate a position by reading around the file.
 _PROBING_SEEKS = frozenset({"FLAC", "OGG", "MP3"})
@@ -428,7 +517,8 @@ class AudioFile:
         if start >= end:
             return np.empty((0, self.info.channels), dtype=np.float32)
         source = reader._source
-        if not isinstance(source, str) and frames > 0 and self.info.format not in _PROBING_SEEKS:
+        probe_tolerant = getattr(source, "probe_tolerant", False)  # keeps bytes before a seek target (members)
+        if not isinstance(source, str) and frames > 0 and (probe_tolerant or self.info.format not in _PROBING_SEEKS):
             # Uncompressed audio seeks straight to its bytes: fetch the excerpt
             # (its share of the file, +5%) in one ranged request. Codecs whose
             # seek probes the file first would spend the hint on a probe.
@@ -446,6 +536,8 @@ class AudioFile:
                 self.path,
             ) from exc
         except Exception as exc:
+            if not isinstance(source, str) and getattr(source, "failure", None) is not None:
+                raise source.failure from exc  # the storage fault the decoder only saw as a failed read
             raise read_error(self.path, exc, failure_hint(self.path, file_size(self.path))) from exc
         if len(x) != end - start:
             x = self._short_read(x, start, end, reader.length_slack)

@@ -143,12 +143,16 @@ def _finish(frames: np.ndarray, native_rate: int, sample_rate: int | None, durat
     return data, rate
 
 
+class OffsetPastEndError(ValueError):
+    """An excerpt's offset at or past the end of its file (the caller's idea of its length was wrong)."""
+
+
 def _start_frame(path: str, info: Any, offset: float) -> int:
     start = int(round(float(offset) * info.sample_rate))
     if offset < 0:
         raise ValueError(f"offset must be >= 0 seconds, got {offset!r}.")
     if offset > 0 and start >= info.frames:
-        raise ValueError(
+        raise OffsetPastEndError(
             f"Offset {float(offset):.3f} s is at or past the end of '{path}' "
             f"(duration {info.duration:.3f} s)."
         )

@@ -55,8 +55,10 @@ def read_error(path: str, exc: BaseException, hint: str) -> AudioReadError:
 
 
 def file_size(path: str) -> int | None:
+    from audiotree.io.members import is_member, member_stat
+
     try:
-        return storage.file_size(path)
+        return member_stat(path)[0] if is_member(path) else storage.file_size(path)
     except OSError:
         return None
 

@@ -16,6 +16,11 @@ what the file's bytes could possibly decode to, without decoding anything:
   page reports 0 frames in libsndfile).
 * :func:`mp3_length_is_estimated`: without a Xing/Info/VBRI header an MP3's
   length is mpg123's estimate from the file size and first frames.
+* :func:`flac_frames_end`: where the last FLAC frame ends, by its header, so
+  that a ``total_samples`` claiming less than the file holds is caught.
+
+Ogg page checks are in :mod:`audiotree.io.ogg_pages`, MPEG frame and tag
+checks in :mod:`audiotree.io.mpeg_frames`.
 
 All functions read at most a bounded head or tail of the file (never the
 whole file) and are pure given the file's bytes.
@@ -26,7 +31,8 @@ from __future__ import annotations
 import re
 import struct
 
-__all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes", "ogg_is_complete", "read_head"]
+__all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes",
+           "read_head", "flac_frames_end", "flac_frame_header"]
 
 #: Highest sample rate a header may claim, in Hz. Covers every audio rate in
 #: use, ultrasonic recorders (up to ~1 MHz) and DSD64 carried as PCM
@@ -124,9 +130,12 @@ def max_frames(
     if pcm:
         return int(size * 8 // (int(pcm.group(1)) * channels))
     if subtype == "VORBIS":
-        # A Vorbis packet yields at most blocksize_1 / 2 frames and takes at
-        # least one payload byte and one Ogg lacing byte.
-        return (size // 2 + 1) * (_vorbis_max_block(head) // 2)
+        # A Vorbis packet yields at most blocksize_1 / 2 frames and takes one
+        # Ogg lacing byte plus its payload: the packet-type bit and at least
+        # one floor bit per channel. A header claiming 255 channels in a small
+        # file is held to that (the claim sizes every read: frames x channels).
+        packet = 1 + (1 + channels + 7) // 8
+        return (size // packet + 1) * (_vorbis_max_block(head) // 2)
     if subtype == "OPUS":
         # At most 120 ms (5760 samples at 48 kHz) per packet of >= 2 bytes.
         return (size // 2 + 1) * -(-5760 * sample_rate // 48000)
@@ -234,26 +243,74 @@ def mp3_declared_bytes(frame_head: bytes) -> int | None:
     return None
 
 
-# Largest possible Ogg page: 27-byte header + 255 lacing values + 255 * 255 body bytes.
-OGG_MAX_PAGE = 27 + 255 + 255 * 255
+def _crc8(data: bytes) -> int:
+    """CRC-8 of a FLAC frame header (polynomial 0x07, initial 0)."""
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc
 
 
-def ogg_is_complete(tail: bytes) -> bool:
-    """Whether ``tail`` (the last ``OGG_MAX_PAGE`` bytes of a file) ends with a whole end-of-stream page.
+def _flac_frame(buf: bytes, i: int) -> tuple[int, int, bool] | None:
+    """(coded number, block size, variable blocking) of a FLAC frame header at ``buf[i]`` whose CRC-8 holds."""
+    if i + 6 > len(buf) or buf[i] != 0xFF or buf[i + 1] & 0xFE != 0xF8 or buf[i + 3] & 0x01:
+        return None
+    size_code, rate_code = buf[i + 2] >> 4, buf[i + 2] & 0x0F
+    if size_code == 0 or rate_code == 0x0F or buf[i + 3] >> 4 > 10:
+        return None
+    first = buf[i + 4]  # the frame or sample number, coded like UTF-8 (up to 7 bytes)
+    ones = next((k for k in range(8) if not first & (0x80 >> k)), 8)
+    if ones == 1 or ones == 8:
+        return None
+    extra = max(0, ones - 1)
+    number = first & (0x7F >> ones) if ones else first
+    pos = i + 5
+    for _ in range(extra):
+        if pos >= len(buf) or buf[pos] & 0xC0 != 0x80:
+            return None
+        number = number << 6 | (buf[pos] & 0x3F)
+        pos += 1
+    if size_code == 6 or size_code == 7:
+        width = 1 if size_code == 6 else 2
+        block = int.from_bytes(buf[pos : pos + width], "big") + 1
+        pos += width
+    else:
+        block = 192 if size_code == 1 else 576 << (size_code - 2) if size_code <= 5 else 256 << (size_code - 8)
+    pos += 1 if rate_code == 12 else 2 if rate_code in (13, 14) else 0
+    if pos >= len(buf) or _crc8(buf[i:pos]) != buf[pos]:
+        return None
+    return number, block, bool(buf[i + 1] & 0x01)
 
-    Every Ogg stream closes with a page flagged end-of-stream. A file cut
-    anywhere ends either inside a page or after a page without that flag;
-    libsndfile then reports only the frames of the last whole page, which
-    would pass the cut file off as a shorter one. Bytes after the last page
-    that do not start another page (a tag some tools append) are ignored.
+
+#: ``(coded number, block size, variable blocking)`` of the FLAC frame header at ``buf[i]`` (CRC-8 checked),
+#: or ``None``; also what :mod:`audiotree.io.flac_seek` finds seek points with.
+flac_frame_header = _flac_frame
+
+
+def flac_frames_end(tail: bytes, head: bytes) -> int | None:
+    """Sample at which the last FLAC frame in ``tail`` (the end of a file) ends, from its header, or None.
+
+    ``head`` holds the file's first bytes (STREAMINFO: in fixed-blocksize
+    streams the frame number counts blocks of its block size). Only a frame whose header follows the
+    header of its predecessor in ``tail`` (consecutive numbers) counts, so a
+    stray sync code inside compressed data is never taken for a frame.
     """
-    i = tail.rfind(b"OggS")
+    fixed_block = _flac_max_blocksize(head)
+    frames = []
+    i = tail.find(b"\xff")
     while i >= 0:
-        if i + 27 <= len(tail) and tail[i + 4] == 0:
-            body = i + 27 + tail[i + 26]
-            end = body + sum(tail[i + 27 : body]) if body <= len(tail) else len(tail) + 1
-            if end <= len(tail):
-                # The last whole page: what follows must not be the start of a cut page.
-                return bool(tail[i + 5] & 0x04) and not tail[end:].startswith(b"OggS")
-        i = tail.rfind(b"OggS", 0, i)
-    return False
+        frame = _flac_frame(tail, i)
+        if frame is not None:
+            frames.append(frame)
+        i = tail.find(b"\xff", i + 1)
+    for later in reversed(range(1, len(frames))):
+        number, block, variable = frames[later]
+        start = number if variable else number * fixed_block
+        for earlier in frames[:later]:
+            e_number, e_block, e_variable = earlier
+            follows = e_number + e_block == number if variable else e_number + 1 == number
+            if e_variable == variable and follows:
+                return start + block
+    return None

@@ -30,6 +30,7 @@ from audiotree.formats import manifest as _manifest
 from audiotree._fs import check_relative, safe_join
 from audiotree.provenance import encode_strings
 from audiotree.errors import AudioReadError
+from audiotree.io import storage
 from audiotree.io.decode import probe
 from audiotree.io.excerpt import read_excerpt
 from audiotree.schema import DERIVED_FIELDS, LABEL_FIELDS
@@ -98,6 +99,33 @@ def _validate(table: _manifest.ManifestColumns) -> None:
         check_relative(str(filename), where=f"{where} row {row} filename")
 
 
+_MAX_MANIFEST_BYTES = 1 << 30
+
+
+def _remote_columns(url: str, storage_options: dict | None) -> _manifest.ManifestColumns:
+    """The columns of a manifest on object storage: fetched in one request into a temporary file, then read."""
+    import shutil
+    import tempfile
+
+    from audiotree.io.ranges import RemoteFolder
+
+    folder, name = url.rsplit("/", 1)
+    try:
+        raw = RemoteFolder(folder, storage_options=storage_options).read_object(name, limit=_MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Manifest not found: {url}. Was the AudioWriter closed, and is this the right "
+                                "URL?") from None
+    tmp = Path(tempfile.mkdtemp(prefix="audiotree-manifest-"))
+    try:
+        (tmp / _manifest.MANIFEST_FILE).write_bytes(raw)
+        try:
+            return _manifest.read_columns(tmp / _manifest.MANIFEST_FILE)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace(str(tmp / _manifest.MANIFEST_FILE), url)) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _item(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
@@ -125,24 +153,32 @@ class ManifestReader:
         pad_mode: str | None = "constant",
         filter_fn: Callable[[dict], bool] | None = None,
         on_read_error: str = "raise",
+        storage_options: dict | None = None,
     ):
-        path = Path(path)
-        if path.is_dir() or (not path.exists() and path.suffix == ""):
-            path = path / _manifest.MANIFEST_FILE
-        if path.suffix != ".npz":
-            raise ValueError(f"Unsupported manifest format {path.suffix!r} for {path}; AudioWriter writes manifest.npz.")
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"Manifest not found: {path}. Was the AudioWriter closed (or save_manifest() called), and is this "
-                "the right folder?"
-            )
+        self.storage_options = dict(storage_options) if storage_options else None
+        location = os.fspath(path)
+        if storage.is_url(location):
+            path = location.rstrip("/")
+            path = path if path.endswith(".npz") else f"{path}/{_manifest.MANIFEST_FILE}"
+        else:
+            path = Path(path)
+            if path.is_dir() or (not path.exists() and path.suffix == ""):
+                path = path / _manifest.MANIFEST_FILE
+            if path.suffix != ".npz":
+                raise ValueError(f"Unsupported manifest format {path.suffix!r} for {path}; AudioWriter writes "
+                                 "manifest.npz.")
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"Manifest not found: {path}. Was the AudioWriter closed (or save_manifest() called), and is "
+                    "this the right folder?"
+                )
         if on_read_error not in _ON_READ_ERROR:
             raise ValueError(f"on_read_error must be one of {_ON_READ_ERROR}, got {on_read_error!r}.")
         sample_rate = check_sample_rate(sample_rate, optional=True)
         check_duration(duration)
         if num_records is not None and (not is_int(num_records) or num_records < 0):
             raise ValueError(f"num_records must be an int >= 0 or None, got {num_records!r}.")
-        table = _manifest.read_columns(path)
+        table = _remote_columns(path, self.storage_options) if isinstance(path, str) else _manifest.read_columns(path)
         _validate(table)
         entries = []
         for entry in _manifest.read_entries(table):
@@ -160,7 +196,10 @@ class ManifestReader:
                 + (" after filter_fn/num_records." if filter_fn is not None or num_records is not None else ".")
             )
         self.manifest_path = path
-        self.audio_dir = Path(audio_dir) if audio_dir is not None else path.parent
+        if audio_dir is not None:
+            self.audio_dir = os.fspath(audio_dir) if storage.is_url(os.fspath(audio_dir)) else Path(audio_dir)
+        else:
+            self.audio_dir = path.rsplit("/", 1)[0] if isinstance(path, str) else path.parent
         self.sample_rate = None if sample_rate is None else int(sample_rate)
         self.mono = bool(mono)
         self.duration = None if duration is None else float(duration)
@@ -233,8 +272,18 @@ class ManifestReader:
             raise IndexError(f"Index {i} is out of range for {len(self._entries)} entries (negative indices are not supported).")
         return i
 
+    def _audio_path(self, filename: str, *, check: bool = True):
+        if isinstance(self.audio_dir, str):  # a URL: no symlinks to follow
+            check_relative(filename, where=f"{self.manifest_path}")
+            return storage.join(self.audio_dir, filename)
+        return safe_join(self.audio_dir, filename, where=f"{self.manifest_path}") if check else self.audio_dir / filename
+
     def _read_audio(self, entry: dict) -> tuple[np.ndarray, str]:
-        path = safe_join(self.audio_dir, entry["filename"], where=f"{self.manifest_path}")
+        path = self._audio_path(entry["filename"])
+        with storage.use_storage_options(self.storage_options):
+            return self._decode(path, entry)
+
+    def _decode(self, path, entry: dict) -> tuple[np.ndarray, str]:
         info = probe(path)
         expected = (entry["sample_rate"], entry["channels"], entry["samples"])
         actual = (info.sample_rate, info.channels, info.frames)
@@ -275,7 +324,7 @@ class ManifestReader:
                     warnings.warn(f"Skipping unreadable audio: {exc}", UserWarning, stacklevel=3)
                 return None
         else:
-            audio_path = str(self.audio_dir / entry["filename"])
+            audio_path = str(self._audio_path(entry["filename"], check=False))
             channels = 1 if self.mono else entry["channels"]
             if self.duration is not None:
                 samples = int(round(self.duration * rate))

@@ -19,12 +19,13 @@ Placement precision
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from audiotree.io.failures import bad_file
+from audiotree.io.failures import bad_file, read_span
 from audiotree.io.info import AudioInfo
 
 __all__ = ["PyAVReader"]
@@ -44,6 +45,62 @@ _AV_INT_SCALE = {"s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808
 # through garbage pointers and crash the process. Such frames are first
 # interleaved by FFmpeg's resampler, which reads ``extended_data`` (one plane).
 _PYAV_SAFE_PLANES = 8
+
+
+def _check_packet_count(fmt_name: str, stream: Any, frame_size: int, frames: int) -> None:
+    """Raises ValueError when an MP4 track's duration (``mdhd``) is shorter than its packets hold.
+
+    The sample table counts the packets; each decodes to ``frame_size``
+    samples (1024 for AAC). Priming (1024-2112 samples) and the final
+    frame's padding stay within three frames; a header cut to half the
+    length does not. Nothing is decoded.
+    """
+    packets = int(stream.frames or 0)
+    if fmt_name != "MOV" or packets <= 0 or frame_size <= 0:
+        return
+    held = packets * frame_size
+    if frames < held - 3 * frame_size:
+        raise ValueError(f"its track header claims {frames} frames but its {packets} packets of {frame_size} samples "
+                         f"hold {held}; the header is corrupt")
+
+
+# An AAC frame holds at most 6144 bits per channel (ISO/IEC 14496-3).
+_AAC_MAX_BYTES_PER_CHANNEL = 768
+
+
+def _check_media_size(source: Any, packets: int, channels: int) -> None:
+    """Raises ValueError when an MP4's media data holds more bytes than its listed AAC packets can.
+
+    A damaged sample table that lists too few packets makes FFmpeg read the
+    file as shorter. Only the top-level box headers are read (``mdat``
+    sizes), at most 64 of them.
+    """
+    if packets <= 0:
+        return
+    media, offset = 0, 0
+    for _ in range(64):
+        header = read_span(source, offset, 16)
+        if len(header) < 8:
+            break
+        size, kind = int.from_bytes(header[:4], "big"), header[4:8]
+        if size == 1 and len(header) == 16:
+            size = int.from_bytes(header[8:16], "big")
+        elif size == 0:  # the box runs to the end of the file
+            if isinstance(source, str):
+                end = os.path.getsize(source)
+            else:
+                saved = source.tell()
+                end = source.seek(0, os.SEEK_END)
+                source.seek(saved)
+            size = end - offset
+        if size < 8:
+            break
+        if kind == b"mdat":
+            media += size - 8
+        offset += size
+    if media > packets * _AAC_MAX_BYTES_PER_CHANNEL * channels + 4096:
+        raise ValueError(f"its sample table lists {packets} AAC packets, but its media data holds {media} bytes, more "
+                         "than that many packets can; the sample table is corrupt")
 
 
 class PyAVReader:
@@ -104,6 +161,9 @@ class PyAVReader:
             frame_size = int(codec.frame_size or 0)
             self._preroll = max(2 * frame_size, -(-sample_rate // 10), 4096)
             fmt_name = (container.format.name or "").split(",")[0].upper()
+            _check_packet_count(fmt_name, stream, frame_size, frames)
+            if fmt_name == "MOV" and codec.name == "aac":
+                _check_media_size(self._source, int(stream.frames or 0), channels)
             self.info = AudioInfo(path, frames, sample_rate, channels, fmt_name, (codec.name or "").upper() or None)
         except BaseException:
             container.close()

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import soundfile
 
-from audiotree.io.failures import read_span
+from audiotree.io import mpeg_frames, ogg_pages
+from audiotree.io.failures import bad_file, read_span
 from audiotree.io.info import AudioInfo
 from audiotree.io.quiet import quiet_c_stderr
 
@@ -56,8 +57,12 @@ _VORBIS_SKIP_SECONDS = 2
 # levels); 8 leaves a margin.
 MPEG_PREROLL_FRAMES = 8
 
-# Largest possible Ogg page: 27-byte header + 255 lacing values + 255*255 body.
-_OGG_MAX_PAGE = 27 + 255 + 255 * 255
+_OGG_MAX_PAGE = ogg_pages.OGG_MAX_PAGE
+
+# Granules before an excerpt's first decoded frame whose pages are checked as
+# well: libsndfile's seek lands on the page before its target and decodes
+# forward (Vorbis blocks overlap by up to 4096 samples; Opus pre-rolls 80 ms).
+_OGG_CHECK_MARGIN = 16384
 
 
 def _ogg_final_page_span(path: Any) -> int | None:
@@ -110,7 +115,7 @@ class SoundfileReader:
 
     backend = "soundfile"
 
-    __slots__ = ("_file", "_source", "info", "_mode", "_pos", "_preroll", "_tail", "length_slack")
+    __slots__ = ("_file", "_source", "info", "_mode", "_pos", "_preroll", "_tail", "length_slack", "_stream", "_checked")
 
     def __init__(self, path: str, source: Any = None) -> None:
         # ``source``: the local path, or an open remote file object (closed by close()).
@@ -140,6 +145,8 @@ class SoundfileReader:
         # Frames by which decoding may fall short of an estimated length
         # (set by _check_length_claim for MP3 without a length header).
         self.length_slack = 0
+        self._stream: tuple[int, int, int] | None = None  # Ogg (serial, granules per frame, pre-skip), lazy
+        self._checked = (0, -1)  # the granule span whose Ogg pages passed their checks
 
     def close(self) -> None:
         self._file.close()
@@ -170,6 +177,37 @@ class SoundfileReader:
                 frames_in_page = span
             self._tail = max(0, info.frames - frames_in_page)
         return self._tail
+
+    def _ogg_stream(self) -> tuple[int, int, int]:
+        """(serial, granules per frame, pre-skip) of the Ogg audio stream, from its first page."""
+        if self._stream is None:
+            found = ogg_pages.first_page_info(read_span(self._source, 0, ogg_pages.OGG_MAX_PAGE))
+            serial, packet = found if found is not None else (0, b"")
+            scale, preskip = 1, 0
+            if self._mode == _OPUS:  # Opus granules count 48 kHz samples, from before the pre-skip
+                scale = max(1, 48000 // max(1, self.info.sample_rate))
+                preskip = struct.unpack_from("<H", packet, 10)[0] if packet[:8] == b"OpusHead" else 0
+            self._stream = (serial, scale, preskip)
+        return self._stream
+
+    def _check_pages(self, begin: int, end: int) -> None:
+        """Raises AudioReadError if an Ogg page that decoding frames ``begin`` to ``end`` reads is damaged.
+
+        libogg drops a page whose CRC fails and the decoder joins the audio
+        around the hole (see :mod:`audiotree.io.ogg_pages`). Reads the span's
+        pages and a few search probes; spans already checked are not re-read.
+        """
+        serial, scale, preskip = self._ogg_stream()
+        first = max(0, begin * scale + preskip - _OGG_CHECK_MARGIN)
+        last = None if end >= self.info.frames else end * scale + preskip
+        done_first, done_last = self._checked
+        if done_first <= first and (done_last is None or (last is not None and last <= done_last)):
+            return
+        total = self.info.frames * scale + preskip
+        problem = ogg_pages.span_problem(self._source, serial, first, last, total)
+        if problem:
+            raise bad_file(self.info.path, problem)
+        self._checked = (first, last)
 
     def _plan(self, start: int) -> int:
         """Frame at which decoding must start so that ``start`` comes out exact.
@@ -207,6 +245,8 @@ class SoundfileReader:
             # behind by an earlier read is therefore never decoded from,
             # except for Vorbis where that re-seek is a no-op.
             begin = self._plan(start)
+            if self._mode != _MPEG:
+                self._check_pages(begin, start + count)
             # The MP3 pre-roll makes libmpg123 complain on the C stderr stream
             # about the frames we discard; see audiotree.io.quiet.
             with quiet_c_stderr(self._mode == _MPEG):
@@ -216,6 +256,11 @@ class SoundfileReader:
                         raise RuntimeError(f"decoder seek to frame {start} landed at {begin}")
                 x = f.read(start - begin + count, dtype="float32", always_2d=True)
             self._pos = begin + len(x)
+            if self._mode == _MPEG:
+                hole = mpeg_frames.concealed_span(x)
+                if hole is not None:
+                    raise bad_file(self.info.path, f"frames {begin + hole[0]}-{begin + hole[1]} decode to exact silence "
+                                   "right after sound: the decoder replaced damaged MPEG frames with zeros")
             skip = start - begin
             if skip:
                 # Copy so the caller does not keep the pre-roll buffer alive.

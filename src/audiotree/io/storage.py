@@ -24,7 +24,8 @@ Seek, don't download
 
 Faults
     Every network call (size lookup, open, ranged read, listing) is retried on
-    transient errors (HTTP 429/500/502/503/504, a reset connection, a timeout)
+    transient errors (HTTP 408/429/500/502/503/504, a reset connection, a
+    timeout, a body cut short, bytes failing their checksum)
     up to :data:`RETRY_ATTEMPTS` times with exponential backoff capped at
     :data:`RETRY_MAX_DELAY` seconds. Retried reads return the same bytes, so
     the stream is item for item the one without faults. Permanent errors
@@ -69,6 +70,7 @@ __all__ = [
     "join",
     "use_storage_options",
     "call_with_storage_options",
+    "is_transient",
     "RETRY_ATTEMPTS",
     "RETRY_MAX_DELAY",
 ]
@@ -212,8 +214,10 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None):
     try:
         cls = fsspec.get_filesystem_class(protocol)
     except ImportError as exc:
+        from audiotree.errors import MissingExtraError
+
         package = _PROVIDERS.get(protocol, "the fsspec implementation for this protocol")
-        raise ImportError(
+        raise MissingExtraError(
             f"Cannot read {redact(url)}: the '{protocol}://' protocol needs {package}, which is not installed."
         ) from exc
     except ValueError as exc:
@@ -252,6 +256,10 @@ def http_status(exc: BaseException) -> int | None:
     seen = 0
     cur: BaseException | None = exc
     while cur is not None and seen < 8:
+        if _is_cut_short(cur):  # aiohttp's parser errors carry code=400 but no server said 400
+            cur = cur.__cause__ or cur.__context__
+            seen += 1
+            continue
         for attr in ("status", "code", "status_code"):
             value = getattr(cur, attr, None)
             if isinstance(value, int) and 100 <= value < 600:
@@ -266,12 +274,40 @@ def http_status(exc: BaseException) -> int | None:
     return None
 
 
-def _is_transient(exc: BaseException) -> bool:
-    """Whether retrying may help: a transient HTTP status, or a connection/timeout error in the cause chain.
+def _chain(exc: BaseException | None):
+    for _ in range(8):
+        if exc is None:
+            return
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _is_cut_short(exc: BaseException) -> bool:
+    """A body that ended early or a response the client could not parse (aiohttp's parser errors)."""
+    return type(exc).__module__.startswith("aiohttp.http_exceptions") or type(exc).__name__ in _CUT_SHORT_NAMES
+
+
+def _is_checksum_mismatch(exc: BaseException) -> bool:
+    """The bytes that arrived fail the checksum the storage sent (botocore's FlexibleChecksumError)."""
+    return any("checksum" in type(cur).__name__.lower() or ("checksum" in str(cur).lower()
+                                                          and "match" in str(cur).lower()) for cur in _chain(exc))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying may help: a transient HTTP status, a connection reset, a timeout, a body cut
+    short or failing its checksum, anywhere in the cause chain.
 
     The chain matters: fsspec's HTTP backend reports a failed HEAD as
-    ``FileNotFoundError`` raised from the real error (a 503, a reset).
+    ``FileNotFoundError`` raised from the real error (a 503, a reset); aiohttp
+    reports a truncated body as ``ClientPayloadError`` from a
+    ``ContentLengthError`` whose ``code=400`` is its parser's, not the server's.
     """
+    if any(_is_cut_short(cur) for cur in _chain(exc)) or _is_checksum_mismatch(exc):
+        return True
+    return _is_transient(exc)
+
+
+def _is_transient(exc: BaseException) -> bool:
     status = http_status(exc)
     if status is not None:
         return status in _TRANSIENT_STATUS
@@ -292,6 +328,8 @@ def _is_transient(exc: BaseException) -> bool:
 
 _TRANSIENT_NAMES = ("ClientConnectorError", "ServerDisconnected", "ClientPayloadError", "ClientOSError",
                     "ConnectionClosed", "EndpointConnectionError", "ReadTimeout", "ConnectTimeout")
+_CUT_SHORT_NAMES = ("ContentLengthError", "TransferEncodingError", "IncompleteRead", "IncompleteReadError",
+                    "ResponseStreamingError", "ClientPayloadError")
 
 
 def retry(call: Callable[[], Any], url: str, what: str, storage_options: Mapping[str, Any] | None = None):
@@ -303,7 +341,7 @@ def retry(call: Callable[[], Any], url: str, what: str, storage_options: Mapping
         except (AudioReadError, MemoryError, KeyboardInterrupt):
             raise
         except Exception as exc:
-            if _is_transient(exc) and attempt < RETRY_ATTEMPTS:
+            if is_transient(exc) and attempt < RETRY_ATTEMPTS:
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_DELAY)
                 continue
@@ -326,6 +364,13 @@ def remote_error(
     elif status in (401, 403):
         hint = (f"Access was denied (HTTP {status}): check the credentials (storage_options=, AWS_PROFILE, "
                 "GOOGLE_APPLICATION_CREDENTIALS) and the bucket's permissions.")
+    elif _is_checksum_mismatch(exc):
+        hint = (f"The bytes received failed the storage's checksum after {attempts} attempt(s): the data was damaged "
+                "on the way (a proxy, a flaky network) or the object changed while it was read; check the network and "
+                "try again.")
+    elif any(_is_cut_short(cur) for cur in _chain(exc)):
+        hint = (f"The connection kept ending before the whole answer arrived (a reset or truncated body) after "
+                f"{attempts} attempt(s); check the server or the network and try again.")
     elif _is_transient(exc):
         hint = (f"The storage kept failing with a transient error{f' (HTTP {status})' if status else ''} "
                 f"after {attempts} attempts; check the server or the network and try again.")

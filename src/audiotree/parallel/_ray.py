@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+from audiotree.errors import MissingExtraError
 from audiotree.parallel.runner import Runner
 
 __all__ = ["RayRunner", "import_ray", "TASK_NAME"]
@@ -33,7 +34,7 @@ def import_ray():
     try:
         import ray
     except ImportError as exc:
-        raise ImportError(f"executor='ray' needs Ray, which is not installed: {_EXTRA_HINT} ({exc}).") from None
+        raise MissingExtraError(f"executor='ray' needs Ray, which is not installed: {_EXTRA_HINT} ({exc}).") from None
     return ray
 
 

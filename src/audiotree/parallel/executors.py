@@ -32,6 +32,7 @@ import os
 from typing import Any, Callable, Iterator, Sequence, Union
 
 from audiotree.parallel.chunks import auto_chunk_size, chunk_ranges
+from audiotree.parallel.parent_death import exit_with_parent
 from audiotree.parallel.runner import Runner
 
 __all__ = ["ExecutorLike", "Runner", "open_executor", "map_chunks", "map_items", "EXECUTOR_NAMES"]
@@ -59,9 +60,18 @@ class FuturesRunner(Runner):
         )
 
 
-def _spawn_pool(workers: int | None) -> concurrent.futures.ProcessPoolExecutor:
+def _pool_worker_start(parent_pid: int) -> None:
+    # A pool starts its processes from the thread that submits work, and every
+    # audiotree pool is submitted to and shut down by the one thread that owns
+    # it: that thread outlives the workers, so the parent-death signal is safe.
+    exit_with_parent(parent_pid, main_thread=True)
+
+
+def spawn_pool(workers: int | None) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of *spawned* processes that exit when this process dies (see :mod:`audiotree.parallel.parent_death`)."""
     return concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn")
+        max_workers=workers or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_pool_worker_start, initargs=(os.getpid(),),
     )
 
 
@@ -93,7 +103,7 @@ def open_executor(
     elif isinstance(executor, concurrent.futures.Executor):
         yield FuturesRunner(executor)
     elif executor == "process":
-        pool = _spawn_pool(workers)
+        pool = spawn_pool(workers)
         try:
             yield FuturesRunner(pool, name="process")
         finally:

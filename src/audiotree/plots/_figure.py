@@ -53,11 +53,39 @@ def add_title_and_caption(fig: Any, title: str | None, caption: str | None) -> t
         fig.text(0.01, 1 - 6 / height_px, title, ha="left", va="top", fontsize=11, fontweight="bold")
         top = 1 - 30 / height_px
     if caption:
-        lines = caption.count("\n") + 1
-        fig.text(0.01, 5 / height_px, caption, ha="left", va="bottom", fontsize=READABLE_PT, color="#444",
-                 linespacing=1.3)
-        bottom = (10 + 16 * lines) / height_px
+        text = fig.text(0.01, 5 / height_px, caption, ha="left", va="bottom", fontsize=READABLE_PT, color="#444",
+                        linespacing=1.3)
+        wrapped = wrap_to_width(fig, text, caption, 0.98 * fig.get_figwidth() * DPI)
+        bottom = (10 + 16 * (wrapped.count("\n") + 1)) / height_px
     return bottom, top
+
+
+def wrap_to_width(fig: Any, text: Any, content: str, width_px: float) -> str:
+    """Sets ``text`` to ``content`` with its lines broken at spaces to fit ``width_px``; returns what it set.
+
+    Widths are measured with the figure's renderer, so any font and length fits.
+    """
+    import textwrap
+
+    renderer = fig.canvas.get_renderer()
+    out: list[str] = []
+    for line in content.split("\n"):
+        text.set_text(line)
+        measured = text.get_window_extent(renderer).width
+        if measured <= width_px or " " not in line.strip():
+            out.append(line)
+            continue
+        chars = max(10, int(len(line) * width_px / measured))
+        while chars > 10:
+            pieces = textwrap.wrap(line, chars, break_long_words=False, subsequent_indent="  ")
+            text.set_text("\n".join(pieces))
+            if text.get_window_extent(renderer).width <= width_px:
+                break
+            chars -= 2
+        out.extend(pieces)
+    joined = "\n".join(out)
+    text.set_text(joined)
+    return joined
 
 
 def save_png(fig: Any, path: str | os.PathLike) -> None:

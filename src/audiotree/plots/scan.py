@@ -147,14 +147,19 @@ def plot_scan(
             ax_l.bar([x], [silent], width, align="edge", color=_SILENT, label=f"silent (-inf LUFS): {silent}")
         if lufs_cutoff is not None:
             ax_l.axvline(lufs_cutoff, color=_LIMIT, linestyle="--", linewidth=1.2)
-            ax_l.annotate(f"cutoff {lufs_cutoff:g} LUFS", (lufs_cutoff, 0.5), xycoords=("data", "axes fraction"),
-                          xytext=(-3, 0), textcoords="offset points", ha="right", va="center", rotation=90,
-                          fontsize=READABLE_PT, color=_LIMIT)
+            cutoff_label = ax_l.annotate(
+                f"cutoff {lufs_cutoff:g} LUFS", (lufs_cutoff, 0.0), xycoords=("data", "axes fraction"), xytext=(0, 0),
+                textcoords="offset points", va="bottom", fontsize=READABLE_PT, color=_LIMIT)
         ax_l.set_xlabel("integrated loudness (LUFS)", fontsize=READABLE_PT + 1)
         ax_l.set_ylabel("files", fontsize=READABLE_PT + 1)
         ax_l.set_title("Loudness", fontsize=READABLE_PT + 2, loc="left")
     from matplotlib.ticker import MaxNLocator
 
+    # The cutoff's label goes on the side of its line with more of the axis; the legend on the other.
+    label_right = False
+    if lufs is not None and lufs_cutoff is not None:
+        low, high = ax_l.get_xlim()
+        label_right = lufs_cutoff - low <= high - lufs_cutoff
     for ax in (ax_d, ax_l) if lufs is not None else (ax_d,):
         ax.tick_params(labelsize=READABLE_PT)
         ax.grid(axis="y", alpha=0.3)
@@ -165,6 +170,14 @@ def plot_scan(
         tallest = max((p.get_y() + p.get_height() for p in ax.patches), default=1.0)
         ax.set_ylim(0, tallest * (1.12 + 0.16 * len(keep)))  # room for the legend above the bars
         if keep:
-            ax.legend(*zip(*keep), fontsize=READABLE_PT, framealpha=0.85, edgecolor="none", loc="upper left")
+            where = "upper right" if ax is ax_l and label_right else "upper left"
+            ax.legend(*zip(*keep), fontsize=READABLE_PT, framealpha=0.85, edgecolor="none", loc=where)
+    if lufs is not None and lufs_cutoff is not None:
+        # Horizontal, just above the tallest bar (below the legend's room): it covers no bar.
+        tallest = max((p.get_y() + p.get_height() for p in ax_l.patches), default=1.0)
+        cutoff_label.xy = (lufs_cutoff, tallest * 1.02)
+        cutoff_label.xycoords = "data"
+        cutoff_label.set_horizontalalignment("left" if label_right else "right")
+        cutoff_label.xyann = (4, 0) if label_right else (-4, 0)
     save_png(fig, path)
     return fig

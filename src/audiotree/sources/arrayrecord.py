@@ -12,18 +12,28 @@ Many hosts: ``shard_options`` (a ``grain.sharding.ShardOptions``, e.g.
 disjoint and together complete. Use at least as many shards as hosts. To
 split items rather than files, read everything and apply
 :func:`audiotree.sources.shard_dataset`.
+
+On object storage: the ArrayRecord reader opens local files only (its C++
+file layer takes no URLs), so for a URL the indexes are read in place (one
+request each) and each shard file is *staged* when one of its records is
+first read: downloaded into the read cache (``cache_limit=``, least recently
+used evicted; without one, a private folder holding one shard at a time),
+then opened locally. A host with ``shard_options`` downloads its own shards only.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import threading
 import operator
 import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from audiotree._fs import read_limited
+from audiotree.io import storage
+from audiotree.sources.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.arrayrecord import INDEX_NAME, MAX_INDEX_BYTES, check_index, decode_item
 
 __all__ = ["ArrayRecordAudioSource", "open_arrayrecord"]
@@ -50,27 +60,62 @@ def _dataset_shards(folder: Path) -> list[tuple[str, int]]:
 
 def _render_parts(folder: Path) -> list[Path]:
     """The finished part folders of an ``audiotree render --format arrayrecord`` folder, in item order."""
-    record = _read_json(folder / _RENDER_RECORD, "the render record")
+    return [folder / name for name in _parts_of(_read_json(folder / _RENDER_RECORD, "the render record"),
+                                                folder / _RENDER_RECORD)]
+
+
+def _parts_of(record: Any, where: Any) -> list[str]:
+    """The names of the finished parts of a render record with ``--format arrayrecord``."""
     parts = record.get("parts") if isinstance(record, dict) else None
     fmt = (record.get("config") or {}).get("format") if isinstance(record, dict) else None
     if not isinstance(parts, list) or fmt != "arrayrecord":
-        raise ValueError(f"{folder / _RENDER_RECORD}: not a render with --format arrayrecord (format {fmt!r}); "
+        raise ValueError(f"{where}: not a render with --format arrayrecord (format {fmt!r}); "
                          "read it with audiotree.sources.open_render.")
     out = []
     for part in parts:
         name = part.get("dir") if isinstance(part, dict) else None
         if not isinstance(name, str) or not name.startswith("part-") or "/" in name:
-            raise ValueError(f"{folder / _RENDER_RECORD}: part entry {part!r} is damaged; re-render.")
+            raise ValueError(f"{where}: part entry {part!r} is damaged; re-render.")
         if part.get("count"):
-            out.append(folder / name)
+            out.append(name)
     return out
 
 
-def _resolve(paths: Any) -> list[tuple[str, int]]:
+def _remote_json(folder, name: str, what: str) -> Any | None:
+    try:
+        raw = folder.read_object(name, limit=MAX_INDEX_BYTES)
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{folder.object_url(name)}: {what} is not UTF-8 JSON ({exc}); re-render the dataset.") from None
+
+
+def _remote_shards(folder) -> list[tuple[str, int]]:
+    """The shards (URLs, counts) of an ArrayRecord dataset or render at the URL of ``folder``."""
+    index = _remote_json(folder, INDEX_NAME, "the ArrayRecord index")
+    if index is not None:
+        shards, _ = check_index(index, folder.object_url(INDEX_NAME))
+        return [(folder.object_url(name), count) for name, count in shards]
+    record = _remote_json(folder, _RENDER_RECORD, "the render record")
+    if record is None:
+        raise FileNotFoundError(f"{folder.url} holds no {INDEX_NAME} (nor {_RENDER_RECORD}): it is not a finished "
+                                "ArrayRecord dataset (was the writer closed, and is this the right URL?).")
+    out = []
+    for part in _parts_of(record, folder.object_url(_RENDER_RECORD)):
+        out.extend(_remote_shards(folder.child(part)))
+    return out
+
+
+def _resolve(paths: Any, folder_of=None) -> list[tuple[str, int]]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     shards: list[tuple[str, int]] = []
     for path in paths:
+        if folder_of is not None and storage.is_url(os.fspath(path)):
+            shards.extend(_remote_shards(folder_of(os.fspath(path))))
+            continue
         folder = Path(path)
         if (folder / INDEX_NAME).is_file() or not (folder / _RENDER_RECORD).is_file():
             shards.extend(_dataset_shards(folder))
@@ -88,6 +133,9 @@ class ArrayRecordAudioSource:
         (``audiotree render --format arrayrecord``), or a list of them, read
         in order.
       shard_options: read only this host's shard files (see the module docstring).
+      storage_options, cache_limit, cache_dir: for URLs, the filesystem
+        options and the read cache that staged shards go to (see the module
+        docstring and :func:`audiotree.io.ranges.remote_folder`).
 
     Raises:
       FileNotFoundError: a folder without an index (nothing finished there).
@@ -107,10 +155,14 @@ class ArrayRecordAudioSource:
     (5, 3.0, 3)
     """
 
-    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, shard_options: Any = None):
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, shard_options: Any = None,
+                 storage_options: dict | None = None, cache_limit: int | str | None = None,
+                 cache_dir: str | os.PathLike | None = None):
         import grain
 
-        shards = _resolve(paths)
+        from audiotree.io.ranges import remote_folder
+
+        shards = _resolve(paths, lambda url: remote_folder(url, storage_options=storage_options))
         if shard_options is not None:
             index, count = int(shard_options.shard_index), int(shard_options.shard_count)
             if not 0 <= index < count:
@@ -125,11 +177,18 @@ class ArrayRecordAudioSource:
         for _, n in shards:
             total += n
             self._ends.append(total)
+        self._staging = None
+        if any(storage.is_url(path) for path in self.shard_files):
+            self._staging = _StagedShards(self.shard_files, [n for _, n in shards], storage_options=storage_options,
+                                          cache_limit=cache_limit, cache_dir=cache_dir)
+            self._source = self._staging
+            return
         self._source = grain.sources.ArrayRecordDataSource(self.shard_files) if self.shard_files else None
         found = len(self._source) if self._source is not None else 0
         if found != total:
             raise ValueError(f"The ArrayRecord shards {self.shard_files[:3]} hold {found} records but their "
                              f"indexes list {total}; a shard was replaced or truncated. Re-render the dataset.")
+        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.lifecycle)
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
@@ -161,10 +220,92 @@ class ArrayRecordAudioSource:
         return [decode_item(record, self._where(i)) for i, record in zip(checked, records)]
 
 
-def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, shard_options: Any = None):
+def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, shard_options: Any = None,
+                     storage_options: dict | None = None, cache_limit: int | str | None = None,
+                     cache_dir: str | os.PathLike | None = None):
     """The items of ArrayRecord datasets as a ``grain.MapDataset`` (see :class:`ArrayRecordAudioSource`)."""
     import grain
 
     from audiotree.sources.memory import wrap_stored
 
-    return wrap_stored(grain.MapDataset.source(ArrayRecordAudioSource(paths, shard_options=shard_options)))
+    return wrap_stored(grain.MapDataset.source(ArrayRecordAudioSource(
+        paths, shard_options=shard_options, storage_options=storage_options, cache_limit=cache_limit,
+        cache_dir=cache_dir)))
+
+
+class _StagedShards:
+    """Records of remote shard files, each downloaded into a local cache when first read (see the module docstring).
+
+    At most :data:`OPEN_SHARDS` staged shards are open per process; the
+    cache folder's size is bounded by ``cache_limit`` (without one, a
+    private folder that keeps only the shard in use).
+    """
+
+    OPEN_SHARDS = 2
+
+    def __init__(self, urls: list[str], counts: list[int], *, storage_options, cache_limit, cache_dir) -> None:
+        self.urls, self.counts = list(urls), list(counts)
+        self.storage_options = storage_options
+        self.cache_limit, self.cache_dir = cache_limit, cache_dir
+        self._ends = []
+        total = 0
+        for n in self.counts:
+            total += n
+            self._ends.append(total)
+        self._cache = None
+        self._open: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.update(_cache=None, _open={})
+        state.pop("_lock")
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def _cache_folder(self):
+        from audiotree.io.ranges import RangeCache, default_cache_dir
+
+        if self._cache is None:
+            if self.cache_limit is not None:
+                folder = self.cache_dir if self.cache_dir is not None else default_cache_dir() / "ranges"
+                self._cache = RangeCache(folder, self.cache_limit)
+            else:
+                import tempfile
+
+                self._cache = RangeCache(tempfile.mkdtemp(prefix="audiotree-shards-"), 0)
+        return self._cache
+
+    def _shard(self, k: int):
+        source = self._open.get(k)
+        if source is not None:
+            return source
+        import grain
+
+        url = self.urls[k]
+        size, mtime, tag = storage.version(url, storage_options=self.storage_options)
+        path = self._cache_folder().staged(f"{url}\x00{size}\x00{mtime}\x00{tag}", lambda tmp: storage.download(
+            url, tmp, storage_options=self.storage_options))
+        source = grain.sources.ArrayRecordDataSource([os.fspath(path)])
+        if len(source) != self.counts[k]:
+            raise ValueError(f"The ArrayRecord shard {url} holds {len(source)} records but its index lists "
+                             f"{self.counts[k]}; the shard was replaced or truncated. Re-render the dataset.")
+        while len(self._open) >= self.OPEN_SHARDS:
+            self._open.pop(next(iter(self._open)))
+        self._open[k] = source
+        return source
+
+    def __getitem__(self, i: int):
+        k = bisect.bisect_right(self._ends, i)
+        with self._lock:
+            source = self._shard(k)
+        return source[i - (self._ends[k - 1] if k else 0)]
+
+    def __getitems__(self, indices) -> list:
+        return [self[i] for i in indices]

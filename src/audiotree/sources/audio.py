@@ -11,10 +11,12 @@ never a silently short item. The reading itself is
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from audiotree.core import AudioTree
 from audiotree.io.manifest import ManifestReader
+from audiotree.sources.lifecycle import hold_grain_flag_while_alive
 
 __all__ = ["AudioDataSource"]
 
@@ -44,6 +46,11 @@ class AudioDataSource(ManifestReader):
     of a multichannel file, full length). Indices must be ``0 <= i < len``.
     The source pickles with the standard library.
     """
+
+    @functools.wraps(ManifestReader.__init__)
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.lifecycle)
 
     def __getitem__(self, index: int) -> Any:
         """Item ``index`` as a batch-of-1 ``AudioTree`` (or ``None`` when dropped by ``on_read_error``)."""

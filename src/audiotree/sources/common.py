@@ -77,8 +77,14 @@ def probe_channels(path: str) -> int | None:
         return None
 
 
-def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, extensions: Any) -> list[str]:
-    """The files of ``sources`` (discovered, sorted) or ``filepaths`` (as given); exactly one is required."""
+def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, extensions: Any, *,
+                  on_read_error: str = "raise", audio_column: str | None = None) -> list[str]:
+    """The files of ``sources`` (discovered, sorted) or ``filepaths`` (as given); exactly one is required.
+
+    Tar shards and Parquet files among the sources give their items as member
+    URLs (see :func:`~audiotree.sources.files.discover`); a fault met listing a
+    shard goes through ``on_read_error``.
+    """
     if (sources is None) == (filepaths is None):
         raise ValueError("Pass exactly one of sources= (folders or globs) or filepaths= (a list of files).")
     if filepaths is not None:
@@ -86,5 +92,5 @@ def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, e
         if not files:
             raise ValueError("filepaths= is empty; pass at least one audio file.")
         return files
-    files, _ = discover(sources, extensions, strict=True)
+    files, _ = discover(sources, extensions, strict=True, on_read_error=on_read_error, audio_column=audio_column)
     return files

@@ -67,6 +67,8 @@ def create_audio_dataset(
     on_stale: str = "error",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    audio_column: str | None = None,
+    shard_options: Any = None,
 ) -> grain.MapDataset:
     """One excerpt per file per epoch, as a Grain ``MapDataset``.
 
@@ -97,7 +99,8 @@ def create_audio_dataset(
         reads the index and nothing else. Items' ``source`` is the row's group.
       labels: index label columns carried into every item's ``extras``
         (``(1,)`` arrays: int32 category ids, see the index's vocabulary, or
-        numbers as stored).
+        numbers as stored; a text label as a one-string list, a list of
+        strings in a batch).
       min_duration, max_duration: keep index rows within these seconds.
       on_stale: a file whose size or mtime differs from its index row:
         ``"error"`` (naming the file and the refresh command), ``"reprobe"``
@@ -113,6 +116,17 @@ def create_audio_dataset(
         every read, in every worker process. Without it fsspec's own
         configuration applies (``AWS_*`` / ``FSSPEC_*`` environment variables,
         ``GOOGLE_APPLICATION_CREDENTIALS``); secrets never appear in messages.
+      audio_column: the audio column of Parquet sources (default ``"audio"``;
+        see :mod:`audiotree.sources.containers`). Tar shards (``.tar``, brace
+        patterns such as ``train-{000000..000099}.tar``) and Parquet files with
+        embedded audio are read in place: every member or row is an item.
+      shard_options: a ``grain.sharding.ShardOptions`` (e.g.
+        ``ShardByJaxProcess()``): this host's share of the *containers*. Whole
+        tar shards, Parquet row groups (and plain files) are dealt round robin,
+        so a host opens only its 1/n of them; the share is then shuffled and
+        read as usual. For item sharding (every host samples the whole corpus)
+        apply :func:`shard_dataset` to the dataset instead; docs/storage.md
+        compares the two.
 
     Raises:
       FileNotFoundError: a source folder does not exist.
@@ -135,12 +149,20 @@ def create_audio_dataset(
     if index is not None:
         rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
                                         max_duration=max_duration, on_stale=on_stale, loudest=loudest)
+        if shard_options is not None:
+            from audiotree.sources.containers import host_share
+
+            rows = rows.take(host_share(rows.paths, shard_options))
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
-        if not mono and channels is None:
-            channels = indexed.first_channels(rows)
+        if not mono:
+            channels = indexed.checked_channels(rows, channels)
     else:
         indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
-        files = resolve_files(sources, filepaths, extensions)
+        files = resolve_files(sources, filepaths, extensions, on_read_error=on_read_error, audio_column=audio_column)
+        if shard_options is not None:
+            from audiotree.sources.containers import host_share
+
+            files = [files[i] for i in host_share(files, shard_options)]
         if not mono and channels is None:
             channels = probe_channels(files[0])
     loader = ExcerptLoader(
@@ -218,6 +240,7 @@ def create_balanced_audio_dataset(
     on_stale: str = "error",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    audio_column: str | None = None,
 ) -> grain.MapDataset:
     """A weighted mix of named groups, balanced in every batch.
 
@@ -238,7 +261,7 @@ def create_balanced_audio_dataset(
         :func:`create_audio_dataset`.
       measure_lufs: meter every item of every group, ``datasets=`` groups
         included (see :func:`create_audio_dataset`).
-      storage_options: for remote groups, as in :func:`create_audio_dataset`.
+      storage_options, audio_column: for remote groups and Parquet sources, as in :func:`create_audio_dataset`.
       Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s
       (``excerpt=ExcerptConfig(strategy="full")`` reads whole files instead).
 
@@ -315,13 +338,17 @@ def create_balanced_audio_dataset(
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
     group_files = {
-        name: range(len(group_rows[name])) if name in group_rows else resolve_files(folders, None, extensions)
+        name: range(len(group_rows[name])) if name in group_rows else resolve_files(
+            folders, None, extensions, on_read_error=on_read_error, audio_column=audio_column)
         for name, folders in sources.items()
     }
     if window is None and not mono and channels is None and group_files:
         first = next(iter(group_files))
         channels = indexed.first_channels(group_rows[first]) if first in group_rows else \
             probe_channels(group_files[first][0])
+    if window is None and not mono:
+        for rows in group_rows.values():
+            channels = indexed.checked_channels(rows, channels)
 
     parts: list[grain.MapDataset] = []
     for name, files in group_files.items():

@@ -6,9 +6,12 @@ import collections
 import glob
 import os
 import warnings
-from typing import Iterable, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Sequence, Union
 
 from audiotree.io import storage
+
+if TYPE_CHECKING:
+    from audiotree.sources.containers import ContainerItems
 
 __all__ = ["find_audio_files", "SourceSpec"]
 
@@ -21,6 +24,7 @@ _AUDIO_LIKE = frozenset(
     ".m4a .m4b .aac .mp4 .wma .webm .mka .ape .wv .alac .amr .ac3 .dts .mp2 .spx".split()
 )
 _GLOB_MAGIC = ("*", "?", "[")
+_COMPRESSED_TARS = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
 
 
 def _normalize_extensions(extensions: Iterable[str] | None) -> frozenset[str]:
@@ -65,50 +69,78 @@ def _walk(directory: str) -> Iterable[str]:
 
 
 def discover(
-    sources: SourceSpec, extensions: Iterable[str] | None, *, strict: bool
+    sources: SourceSpec, extensions: Iterable[str] | None, *, strict: bool, on_read_error: str = "raise",
+    audio_column: str | None = None, containers: "ContainerItems | None" = None,
 ) -> tuple[list[str], dict[str, int]]:
     """Returns (sorted unique files, files found per source entry).
+
+    Entries may use webdataset's brace syntax (``train-{000..099}.tar``). A
+    ``.tar`` shard or ``.parquet`` file found is looked into: its items are
+    member URLs (:mod:`audiotree.sources.containers`), kept in their order in
+    the container. A fault met while listing a shard (a corrupt header, a
+    duplicate key) is an ``AudioReadError`` handled by ``on_read_error``, or
+    collected in ``containers`` (with the sidecar labels) when it is given.
 
     A folder or file that does not exist raises ``FileNotFoundError``. A source
     that yields no audio raises ``RuntimeError`` when ``strict``, else warns.
     """
+    from audiotree.io.members import order_key
+    from audiotree.sources.containers import ContainerItems, expand_braces, expand_container, is_container
+
     wanted = _normalize_extensions(extensions)
     found: set[str] = set()
     per_source: dict[str, int] = {}
     skipped: collections.Counter[str] = collections.Counter()
     skipped_example: dict[str, str] = {}
+    box = containers if containers is not None else ContainerItems()
+    compressed: list[str] = []
     for entry in _as_list(sources):
-        if storage.is_url(entry):
-            expanded = entry
-            remote = storage.list_files(entry)  # recursive already; FileNotFoundError names the URL
-        else:
-            expanded = os.path.expandvars(os.path.expanduser(storage.local_path(entry)))
-            remote = None
-        if remote is not None:
-            matches = remote
-        elif any(ch in expanded for ch in _GLOB_MAGIC):
-            matches = sorted(glob.glob(expanded, recursive=True))
-        elif os.path.exists(expanded):
-            matches = [expanded]
-        else:
-            raise FileNotFoundError(
-                f"Audio source '{entry}' does not exist"
-                + (f" (expanded to '{expanded}')" if expanded != entry else "")
-                + "; check the path."
-            )
         count = 0
-        for match in matches:
-            candidates = [match] if remote is not None or not os.path.isdir(match) else _walk(match)
-            for path in candidates:
-                if _is_hidden(os.path.basename(path)):
-                    continue
-                ext = os.path.splitext(path)[1].lower()
-                if ext in wanted:
-                    found.add(path)
-                    count += 1
-                elif ext in _AUDIO_LIKE:
-                    skipped[ext] += 1
-                    skipped_example.setdefault(ext, path)
+        container_paths: list[str] = []
+        for sub in expand_braces(entry):
+            if storage.is_url(sub):
+                expanded = sub
+                glob_like = any(ch in sub.split("://", 1)[1] for ch in _GLOB_MAGIC)
+                # A named shard is read, not listed: its headers are fetched next (a missing one is named then).
+                remote = [sub] if is_container(sub) and not glob_like else storage.list_files(sub)
+            else:
+                expanded = os.path.expandvars(os.path.expanduser(storage.local_path(sub)))
+                remote = None
+            if remote is not None:
+                matches = remote
+            elif any(ch in expanded for ch in _GLOB_MAGIC):
+                matches = sorted(glob.glob(expanded, recursive=True))
+            elif os.path.exists(expanded):
+                matches = [expanded]
+            else:
+                raise FileNotFoundError(
+                    f"Audio source '{sub}' does not exist"
+                    + (f" (expanded to '{expanded}')" if expanded != sub else "")
+                    + "; check the path."
+                )
+            for match in matches:
+                candidates = [match] if remote is not None or not os.path.isdir(match) else _walk(match)
+                for path in candidates:
+                    if _is_hidden(os.path.basename(path)):
+                        continue
+                    ext = os.path.splitext(path)[1].lower()
+                    if is_container(path):
+                        container_paths.append(path)
+                    elif path.lower().endswith(_COMPRESSED_TARS):
+                        compressed.append(path)
+                    elif ext in wanted:
+                        found.add(path)
+                        count += 1
+                    elif ext in _AUDIO_LIKE:
+                        skipped[ext] += 1
+                        skipped_example.setdefault(ext, path)
+        if container_paths:
+            before = len(box.items)
+            expand_container(container_paths, wanted, box, audio_column=audio_column,
+                             with_labels=containers is not None)
+            new_items = box.items[before:]
+            found.update(new_items)
+            count += len(new_items)
         per_source[entry] = count
         if count == 0:
             message = (
@@ -119,6 +151,15 @@ def discover(
             if strict:
                 raise RuntimeError("No audio files found: " + message + " Point it at a folder of audio files or pass extensions=.")
             warnings.warn(message, UserWarning, stacklevel=3)
+    if compressed:
+        warnings.warn(f"Skipped {len(compressed)} compressed tar shard(s) (e.g. '{storage.redact(compressed[0])}'): a "
+                      "compressed tar cannot be read by ranged reads. Decompress them to .tar (gunzip / zstd -d) to "
+                      "read them in place.", UserWarning, stacklevel=3)
+    if containers is None:
+        for problem in box.problems:
+            from audiotree.sources.loading import handle_read_error
+
+            handle_read_error(problem, on_read_error)
     if skipped:
         detail = ", ".join(f"{n} {ext} (e.g. '{skipped_example[ext]}')" for ext, n in sorted(skipped.items()))
         hint = (
@@ -127,7 +168,7 @@ def discover(
             else "pass extensions= to include them"
         )
         warnings.warn(f"Skipped audio files not in extensions {sorted(wanted)}: {detail}; {hint}.", UserWarning, stacklevel=3)
-    return sorted(found), per_source
+    return sorted(found, key=order_key), per_source
 
 
 def find_audio_files(sources: SourceSpec, extensions: Iterable[str] | None = None) -> list[str]:

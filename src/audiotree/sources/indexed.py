@@ -5,8 +5,9 @@ index and nothing else at start-up: no folder walk, no header read. Its items
 are *row numbers*; the loader maps a row to its file, checks the file is
 unchanged (one ``stat``, under the ``on_stale`` policy), reads the excerpt with
 the usual loader, and attaches the requested label columns as ``extras``
-(``(1,)`` arrays: category ids as int32, numbers as stored), so they batch,
-cross Grain and PyTorch workers and enter ``jit`` like any array.
+(``(1,)`` arrays: category ids as int32, numbers as stored, so they batch,
+cross Grain and PyTorch workers and enter ``jit`` like any array; a text label
+as a one-string list, so a batch holds a list of strings).
 """
 
 from __future__ import annotations
@@ -26,8 +27,17 @@ __all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "ro
 
 
 def is_index_path(value: Any) -> bool:
-    """True for a path to a ``.parquet`` file (a group given as an index)."""
-    return isinstance(value, (str, os.PathLike)) and os.fspath(value).lower().endswith(".parquet")
+    """True for a path to a ``.parquet`` corpus index (a group given as an index).
+
+    A glob or brace pattern, and a Parquet file without the index's metadata
+    (audio inside, Hugging Face style), are sources of audio instead.
+    """
+    if not (isinstance(value, (str, os.PathLike)) and os.fspath(value).lower().endswith(".parquet")):
+        return False
+    from audiotree.io.parquet_audio import has_metadata_key
+    from audiotree.index.schema import METADATA_KEY
+
+    return has_metadata_key(os.fspath(value), METADATA_KEY)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -36,7 +46,8 @@ class IndexRows:
 
     ``paths[i]`` is row ``i``'s file; ``sizes``/``mtimes`` what the index
     recorded; ``durations`` seconds; ``channels``; ``groups`` the group column
-    (``None`` when null); ``labels`` ``{name: (n,) array}``. Paths and groups
+    (``None`` when null); ``labels`` ``{name: (n,) array}`` (a
+    :class:`~audiotree.index.text.TextColumn` for a text label). Paths and groups
     are object arrays, so selecting rows is one fancy index. ``plan`` is the
     ``loudest`` plan of the rows (:class:`~audiotree.excerpt_search.LoudestPlan`)
     when the dataset picks loud excerpts from the index's profiles, else ``None``.
@@ -86,8 +97,7 @@ class IndexRows:
         if tree is None:
             return None
         if self.labels:
-            # Copies, not views: an item must not pin (or ship to the main process) the whole column.
-            tree = tree.replace_extras(**{name: values[i:i + 1].copy() for name, values in self.labels.items()})
+            tree = tree.replace_extras(**{name: _label_leaf(values, i) for name, values in self.labels.items()})
         if stamp_group:
             from audiotree.provenance import encode_strings
 
@@ -95,6 +105,14 @@ class IndexRows:
             metadata["source"] = encode_strings([self.groups[i] or ""])
             tree = tree.replace(_metadata=metadata)
         return tree
+
+
+def _label_leaf(values: Any, i: int) -> Any:
+    """Row ``i``'s label as an item leaf: ``[text]`` for a text column, else a ``(1,)`` array."""
+    if isinstance(values, np.ndarray):
+        # A copy, not a view: an item must not pin (or ship to the main process) the whole column.
+        return values[i:i + 1].copy()
+    return [values.text(i)]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -312,6 +330,27 @@ def first_channels(rows: IndexRows) -> int | None:
     """The channel count of the first row (what ``mono=False`` checks against)."""
     value = rows.channels[0]
     return None if not np.isfinite(value) else int(value)
+
+
+def checked_channels(rows: IndexRows, channels: int | None) -> int | None:
+    """The one channel count of a ``mono=False`` dataset's rows (``channels``, else the first row's).
+
+    Raises :class:`~audiotree.errors.ChannelMismatchError` naming the first row
+    that differs and how many do, before anything is read: the index knows
+    every file's count. Rows without a count (unreadable files) are left to
+    the read.
+    """
+    from audiotree.errors import ChannelMismatchError
+
+    expected = first_channels(rows) if channels is None else int(channels)
+    if expected is None:
+        return None
+    counts = rows.channels
+    differ = np.flatnonzero(np.isfinite(counts) & (counts != expected))
+    if differ.size:
+        first = int(differ[0])
+        raise ChannelMismatchError(str(rows.paths[first]), int(counts[first]), expected, count=int(differ.size))
+    return expected
 
 
 def refuse_index_options(**options: Any) -> None:

@@ -16,7 +16,12 @@ which runs while everything is still importable:
 2. unlinks the shared-memory blocks of the batches those iterators returned
    and the program still holds, and tells each block it no longer owns the
    name (the mapping stays valid until the process ends, so nothing is freed
-   under the user's feet).
+   under the user's feet);
+3. waits for the blocks Grain is still unlinking on its background thread
+   (its threads are daemons, so an exit right after the loop lost the last
+   few, and the resource tracker warned about them). The data sources
+   (``TreeDataSource``, ``AudioDataSource``, ArrayRecord) register this hook
+   too, for pipelines built with ``grain.MapDataset.source`` directly.
 
 Grain's finaliser of a shared-memory block still runs at shutdown and may find its
 modules gone. Rather than replacing ``SharedMemoryArray.__del__`` for every
@@ -42,7 +47,7 @@ from grain.multiprocessing import SharedMemoryArray
 
 from audiotree.sources.workers import disarm_this_thread, hold_grain_flag
 
-__all__ = ["ClosingIterDataset"]
+__all__ = ["ClosingIterDataset", "hold_grain_flag_while_alive"]
 
 _live_iterators: "weakref.WeakSet" = weakref.WeakSet()
 # Arrays are unhashable, so shared-memory arrays are kept as id -> weak reference.
@@ -123,6 +128,26 @@ def _close_quietly(root: grain.DatasetIterator) -> None:
             pass
 
 
+def _drain_async_deletes() -> None:
+    """Waits for the shared-memory blocks Grain is still closing in the background.
+
+    Grain's ``SharedMemoryArray`` hands the unlink of a dropped block to a
+    thread pool whose threads are daemons: a script that exits right after its
+    loop leaves the last few blocks unlinked, and the resource tracker warns
+    about "leaked shared_memory objects". Later finalisers unlink synchronously.
+    """
+    pool = getattr(SharedMemoryArray, "_del_thread_pool", None)
+    if pool is None:
+        return
+    SharedMemoryArray._del_thread_pool = None  # pylint: disable=protected-access
+    SharedMemoryArray._outstanding_del_requests = None  # pylint: disable=protected-access
+    try:
+        pool.close()
+        pool.join()
+    except Exception:  # noqa: BLE001 - at exit there is no one to report to
+        pass
+
+
 def _release_at_exit() -> None:
     global _exiting
     _exiting = True
@@ -140,6 +165,7 @@ def _release_at_exit() -> None:
             array._unlink_on_del = False  # pylint: disable=protected-access
         except Exception:  # noqa: BLE001 - already unlinked elsewhere
             pass
+    _drain_async_deletes()
 
 
 def _register_exit_hook() -> None:
@@ -148,6 +174,19 @@ def _register_exit_hook() -> None:
         if not _hook_registered:
             atexit.register(_release_at_exit)
             _hook_registered = True
+
+
+def hold_grain_flag_while_alive(owner: object) -> None:
+    """Holds :func:`~audiotree.sources.workers.hold_grain_flag` until ``owner`` is garbage collected.
+
+    For audiotree's data sources, which users hand to ``grain.MapDataset.source``
+    themselves: that pipeline's ``mp_prefetch`` is Grain's, so nothing of ours
+    runs when its workers start, and Grain reads its flag then. Also registers
+    the exit hook, which lets Grain finish unlinking the shared memory of items
+    already dropped.
+    """
+    weakref.finalize(owner, hold_grain_flag())
+    _register_exit_hook()
 
 
 class _Hold:

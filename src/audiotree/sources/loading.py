@@ -14,7 +14,7 @@ from typing import Any, Literal, Mapping
 import grain
 import numpy as np
 
-from audiotree.errors import AudioReadError
+from audiotree.errors import AudioReadError, ChannelMismatchError
 from audiotree.core import AudioTree
 from audiotree.excerpt import ExcerptConfig
 from audiotree.io.excerpt import select_clip
@@ -77,10 +77,7 @@ class ExcerptLoader(grain.transforms.RandomMap):
             handle_read_error(exc, self.on_read_error)
             return None
         if tree is not None and self.channels is not None and not self.mono and tree.num_channels != self.channels:
-            raise ValueError(
-                f"'{path}' has {tree.num_channels} channels but this dataset expects {self.channels}; "
-                "pass mono=True, set channels=, or remove the file."
-            )
+            raise ChannelMismatchError(str(path), tree.num_channels, self.channels)
         return tree
 
 

@@ -240,7 +240,7 @@ class AudioIterDataset(_Chained, grain.IterDataset):
             physical_memory_bytes(),
         )
         plain = plain_workers_requested()
-        init = worker_init_fn if plain else WorkerInit(worker_init_fn)
+        init = WorkerInit(worker_init_fn, prepare_spawn=not plain)
         prefetched = base.mp_prefetch(options, worker_init_fn=init, sequential_slice=sequential_slice)
         return ClosingIterDataset(prefetched, prepare_workers=not plain)
 

@@ -1,50 +1,186 @@
 """Reading what ``audiotree render`` wrote: one Grain dataset over the finished parts.
 
-The on-disk layout is :mod:`audiotree.formats.render`.
+The on-disk layout is :mod:`audiotree.formats.render`. A render on object
+storage is read in place: the record in one request, each part's manifest
+when an item of that part is first read, then each item by ranged requests
+(see :class:`audiotree.sources.TreeDataSource`); nothing is downloaded whole.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import grain
 
-from audiotree.formats.render import RECORD, read_record
+from audiotree.formats.render import MAX_RECORD_BYTES, RECORD, parse_record, read_record
 from audiotree.io import storage
 from audiotree.sources.arrayrecord import open_arrayrecord
 from audiotree.sources.audio import AudioDataSource
 from audiotree.sources.memory import wrap_stored
 from audiotree.sources.tree import TreeDataSource
-from audiotree.writers.remote import fetch_folder
 
-__all__ = ["open_render"]
+__all__ = ["open_render", "RenderParts", "host_range"]
 
 
-def open_render(out: str | os.PathLike):
+def host_range(length: int, shard_options: Any) -> tuple[int, int]:
+    """Host ``i`` of ``n``'s contiguous share ``[length * i // n, length * (i + 1) // n)`` of ``length`` items.
+
+    Contiguous, so a host touches only the parts (objects) its items are in;
+    the shares are disjoint and together complete. With ``drop_remainder``
+    every host gets ``length // n`` items.
+
+    >>> import grain
+    >>> [host_range(10, grain.sharding.ShardOptions(i, 3)) for i in range(3)]
+    [(0, 3), (3, 6), (6, 10)]
+    """
+    index, count = int(shard_options.shard_index), int(shard_options.shard_count)
+    if not 0 <= index < count:
+        raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
+    if getattr(shard_options, "drop_remainder", False):
+        share = length // count
+        return index * share, (index + 1) * share
+    return length * index // count, length * (index + 1) // count
+
+
+def _open_part(fmt: str, options: dict, location: str):
+    if fmt == "audio":
+        return AudioDataSource(location, storage_options=options.get("storage_options"))
+    return TreeDataSource(location, **options)
+
+
+class RenderParts:
+    """A Grain ``RandomAccessDataSource`` over items ``[start, stop)`` of a render's parts, in item order.
+
+    Each part's reader is built on first use of one of its items (one
+    manifest request for a remote part), in each process: a host reading
+    its own share (``shard_options``) never touches other parts. A part
+    whose item count differs from the record's, or that is missing, is a
+    ``ValueError``/``FileNotFoundError`` naming it; the other parts stay
+    readable.
+    """
+
+    def __init__(self, root: str, parts: list[tuple[str, int]], open_part, *, start: int = 0,
+                 stop: int | None = None) -> None:
+        self.root = root
+        self.parts = list(parts)
+        self._open_part = open_part
+        self._ends = []
+        total = 0
+        for _, count in self.parts:
+            total += count
+            self._ends.append(total)
+        self.start = start
+        self.stop = total if stop is None else stop
+        self._sources: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_sources"] = {}
+        state.pop("_lock")
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __repr__(self) -> str:
+        return f"RenderParts({storage.redact(self.root)!r}, parts={len(self.parts)}, items=[{self.start}, {self.stop}))"
+
+    def _source(self, k: int):
+        source = self._sources.get(k)
+        if source is not None:
+            return source
+        with self._lock:
+            if k in self._sources:
+                return self._sources[k]
+            name, count = self.parts[k]
+            location = f"{self.root}/{name}" if storage.is_url(self.root) else os.path.join(self.root, name)
+            try:
+                source = self._open_part(location)
+            except FileNotFoundError as exc:
+                raise FileNotFoundError(f"{self.root}/{RECORD} names the finished part {name}, but it cannot be "
+                                        f"read: {exc}") from None
+            if len(source) != count:
+                raise ValueError(f"{self.root}/{RECORD} records {count} items in {name}, but it holds {len(source)}; "
+                                 "the part was replaced or damaged. Re-render (audiotree render --overwrite).")
+            self._sources[k] = source
+            return source
+
+    def __getitem__(self, index: int):
+        i = int(index)
+        if not 0 <= i < len(self):
+            raise IndexError(f"Index {i} is out of range for {len(self)} items of the render {self.root}.")
+        i += self.start
+        k = bisect.bisect_right(self._ends, i)
+        first = self._ends[k - 1] if k else 0
+        return self._source(k)[i - first]
+
+
+def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_options: dict | None = None,
+                cache_limit: int | str | None = None, cache_dir: str | os.PathLike | None = None):
     """The finished parts of a render in ``out`` as one dataset, in item order.
 
     Returns an :class:`~audiotree.sources.memory.AudioMapDataset` (a
     ``grain.MapDataset``) over the parts; ArrayRecord renders are read with
-    :func:`~audiotree.sources.open_arrayrecord`. A URL ``out`` (``s3://...``)
-    is read through a local copy in ``$AUDIOTREE_CACHE`` (default
-    ``~/.cache/audiotree``): the readers memory-map, so the render is
-    downloaded once and refreshed only where an object changed.
+    :func:`~audiotree.sources.open_arrayrecord`.
+
+    Args:
+      out: the render folder, or its URL (``s3://bucket/render``): a URL is
+        read in place by ranged requests (the record, then each part's
+        manifest on first use, then each item's bytes), never downloaded.
+      shard_options: a ``grain.sharding.ShardOptions``: this host reads its
+        contiguous share of the items (:func:`host_range`), so it opens only
+        the parts that hold them; hosts' shares are disjoint and complete.
+        ArrayRecord renders are split by shard files instead.
+      storage_options: filesystem options for a URL.
+      cache_limit: keep the bytes read from a URL in a local cache of at most
+        this size (``"20GB"``), least recently used evicted; default none.
+      cache_dir: that cache's folder (default ``$AUDIOTREE_CACHE/ranges``).
 
     Raises ``FileNotFoundError`` when ``out`` holds no render record,
     ``ValueError`` when the record is unreadable, and ``RuntimeError`` when no
-    part has finished yet.
+    part has finished yet. A part the record names but the storage lacks (or
+    holds truncated) raises when its items are read, naming the object.
     """
-    if storage.is_url(os.fspath(out)):  # the readers memory-map: read a local copy (refreshed when changed)
-        out = fetch_folder(os.fspath(out))
-    out = Path(out)
-    record = read_record(out)
-    if record is None:
-        raise FileNotFoundError(f"{out} holds no {RECORD}; it is not an audiotree render.")
+    location = os.fspath(out)
+    if storage.is_url(location):
+        from audiotree.io.ranges import remote_folder
+
+        folder = remote_folder(location, storage_options=storage_options, cache_limit=cache_limit,
+                               cache_dir=cache_dir)
+        root = folder.url
+        try:
+            raw = folder.read_object(RECORD, limit=MAX_RECORD_BYTES)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{root} holds no {RECORD}; it is not an audiotree render (or not yet).") from None
+        record = parse_record(raw, folder.object_url(RECORD))
+    else:
+        root = str(Path(location))
+        record = read_record(Path(root))
+        if record is None:
+            raise FileNotFoundError(f"{root} holds no {RECORD}; it is not an audiotree render.")
     if not any(part["count"] for part in record["parts"]):
-        raise RuntimeError(f"The render in {out} has no finished part yet.")
-    if record["config"]["format"] == "arrayrecord":
-        return open_arrayrecord(out)
-    source = AudioDataSource if record["config"]["format"] == "audio" else TreeDataSource
-    parts = [grain.MapDataset.source(source(out / part["dir"])) for part in record["parts"] if part["count"]]
-    return wrap_stored(parts[0] if len(parts) == 1 else grain.MapDataset.concatenate(parts))
+        raise RuntimeError(f"The render in {root} has no finished part yet.")
+    fmt = record["config"]["format"]
+    if fmt == "arrayrecord":
+        return open_arrayrecord(root, shard_options=shard_options, storage_options=storage_options,
+                                cache_limit=cache_limit, cache_dir=cache_dir)
+    parts = [(part["dir"], part["count"]) for part in record["parts"] if part["count"]]
+    options = {"storage_options": storage_options, "cache_limit": cache_limit, "cache_dir": cache_dir}
+    if storage.is_url(root) or shard_options is not None:
+        total = sum(count for _, count in parts)
+        start, stop = host_range(total, shard_options) if shard_options is not None else (0, total)
+        source = RenderParts(root, parts, functools.partial(_open_part, fmt, options), start=start, stop=stop)
+        return wrap_stored(grain.MapDataset.source(source))
+    # On a local disk every part is opened (and its files checked) now: it costs nothing.
+    sources = [grain.MapDataset.source(_open_part(fmt, options, os.path.join(root, name))) for name, _ in parts]
+    return wrap_stored(sources[0] if len(sources) == 1 else grain.MapDataset.concatenate(sources))

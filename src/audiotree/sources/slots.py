@@ -72,6 +72,26 @@ class SlotIndex:
         return int(self.file_idx.shape[0])
 
 
+#: The most slots one file may have (a 24-hour file at a 10 ms hop has 8.6 million): more means a bad duration.
+MAX_SLOTS_PER_FILE = 1 << 26
+
+
+def check_file_duration(path: str, value: Any, hop: float, source: str) -> float:
+    """``value`` as a file's duration in seconds, or a ValueError naming ``path`` and ``source`` (where it came from)."""
+    try:
+        dur = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"The duration of '{path}' in {source} is {value!r}, not a number of seconds.") from None
+    if not math.isfinite(dur):
+        raise ValueError(f"The duration of '{path}' in {source} is {value!r}, not a finite number of seconds.")
+    if dur < 0:
+        raise ValueError(f"The duration of '{path}' in {source} is negative ({dur!r} s).")
+    if dur / hop > MAX_SLOTS_PER_FILE:
+        raise ValueError(f"The duration of '{path}' in {source} is implausible ({dur:g} s: more than "
+                         f"{MAX_SLOTS_PER_FILE} windows of {hop:g} s).")
+    return dur
+
+
 def slot_count(file_duration: float, duration: float, hop: float, alpha: float) -> int:
     """Number of slots of one file (see the module docstring)."""
     usable = max(0.0, float(file_duration) - duration)
@@ -90,6 +110,7 @@ def build_slot_index(
     lufs_window_sec: float | None = None,
     lufs_cutoff: float = -40.0,
     durations_hint: str = "add it to durations= or pass durations=None to read the file headers.",
+    durations_source: str = "durations=",
 ) -> SlotIndex:
     """The slots of every file; see the module docstring."""
     durations_lookup = PathLookup(durations)
@@ -99,6 +120,7 @@ def build_slot_index(
         dur = durations_lookup.get(path)
         if dur is None:
             raise ValueError(f"No duration for '{path}'; {durations_hint}")
+        dur = check_file_duration(path, dur, hop, durations_source)
         usable = max(0.0, float(dur) - duration)
         m = slot_count(float(dur), duration, hop, alpha)
         stride = usable / m

@@ -10,6 +10,14 @@ prefix its writer last committed.
 Memmaps are opened lazily, once per process, under a lock; the source pickles
 without them (Grain's spawned workers reopen them on first read) and reads are
 thread-safe.
+
+A URL folder (``s3://bucket/render/part-00000``) is read in place: the
+manifest in one request, then each item's rows by ranged requests
+(:class:`audiotree.io.ranges.RemoteArray`), the small leaves (offsets,
+provenance) of the folder once each; sizes are checked against the manifest
+as the answers arrive (``Content-Range``), so a truncated object is an error
+naming it. ``cache_limit="20GB"`` keeps what was read in a local
+least-recently-used cache (``cache_dir``, default ``$AUDIOTREE_CACHE/ranges``).
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ import numpy as np
 
 from audiotree.formats import header as _format
 from audiotree._fs import read_limited
+from audiotree.io import storage
+from audiotree.sources.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.tree import (
     INDEX_DTYPE,
     MANIFEST_NAME,
@@ -73,6 +83,11 @@ class TreeDataSource:
         ``None``; skipped dict keys are absent. Each prefix must match something.
       load_into_memory: read every kept leaf into RAM now (the copies travel to
         worker processes with the pickled source, so workers do no I/O).
+      storage_options: filesystem options for a URL ``directory``.
+      cache_limit: for a URL, keep the bytes read in a local cache of at most
+        this size (``"20GB"``, bytes), evicting the least recently used;
+        ``None`` (default) keeps none on disk.
+      cache_dir: that cache's folder (default ``$AUDIOTREE_CACHE/ranges``).
 
     Raises:
       FileNotFoundError: no ``manifest.json`` (nothing was committed).
@@ -86,23 +101,48 @@ class TreeDataSource:
         *,
         exclude_prefixes: Iterable[str] | None = None,
         load_into_memory: bool = False,
+        storage_options: dict | None = None,
+        cache_limit: int | str | None = None,
+        cache_dir: str | os.PathLike | None = None,
     ):
-        self.directory = Path(directory)
-        manifest_path = self.directory / MANIFEST_NAME
-        if not manifest_path.is_file():
-            raise FileNotFoundError(
-                f"Manifest not found: {manifest_path}. The folder holds no committed TreeWriter dataset (was the "
-                "writer closed or flushed, and is this the right folder?)."
-            )
-        where = str(manifest_path)
-        raw = read_limited(manifest_path, MAX_MANIFEST_BYTES, "the manifest")
+        self._remote = None
+        if storage.is_url(os.fspath(directory)):
+            from audiotree.io.ranges import remote_folder
+
+            self._remote = remote_folder(os.fspath(directory), storage_options=storage_options,
+                                         cache_limit=cache_limit, cache_dir=cache_dir)
+            self.directory = self._remote.url
+            where = self._remote.object_url(MANIFEST_NAME)
+            try:
+                raw = self._remote.read_object(MANIFEST_NAME, limit=MAX_MANIFEST_BYTES)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"Manifest not found: {where}. The folder holds no committed TreeWriter "
+                                        "dataset (is this the right URL?).") from None
+            # Leaf names are checked against a folder that holds nothing (no symlinks to follow).
+            manifest_path = Path("/nonexistent-audiotree-remote") / MANIFEST_NAME
+        else:
+            self.directory = Path(directory)
+            manifest_path = self.directory / MANIFEST_NAME
+            if not manifest_path.is_file():
+                raise FileNotFoundError(
+                    f"Manifest not found: {manifest_path}. The folder holds no committed TreeWriter dataset (was the "
+                    "writer closed or flushed, and is this the right folder?)."
+                )
+            where = str(manifest_path)
+            raw = read_limited(manifest_path, MAX_MANIFEST_BYTES, "the manifest")
         try:
             obj = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"Invalid manifest {where}: it is not valid UTF-8 JSON ({exc}). Re-render the dataset.") from None
         info = _format.check(obj, _format.TREE, manifest_path)
-        manifest = parse_manifest(obj, self.directory, where, info)
-        self._text_lengths = check_file_sizes(manifest, where)
+        manifest = parse_manifest(obj, manifest_path.parent, where, info)
+        if self._remote is None:
+            self._text_lengths = check_file_sizes(manifest, where)
+        else:  # checked against each object's size as it is read
+            import hashlib
+
+            self._text_lengths = {}
+            self._tag = hashlib.sha256(raw).hexdigest()[:16]
         self._manifest: TreeManifest = manifest
         self._where = where
 
@@ -128,6 +168,7 @@ class TreeDataSource:
         self._array_names = [name for name, kind in kept if kind == "array"]
         self._string_names = [name for name, kind in kept if kind == "string"]
         self.load_into_memory = bool(load_into_memory)
+        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.lifecycle)
         self._lock = threading.Lock()
         self._handles: dict | None = None
         self._memory: dict | None = None
@@ -162,6 +203,9 @@ class TreeDataSource:
             if self._handles is not None:
                 return self._handles
             n = self._manifest.num_samples
+            if self._remote is not None:
+                self._handles = self._open_remote(n)
+                return self._handles
             # Files may have changed since construction (e.g. in another process): re-check cheaply.
             check_file_sizes(self._manifest, self._where, check_offsets=False)
             opened: dict[str, Any] = {}
@@ -179,6 +223,31 @@ class TreeDataSource:
                 opened[name] = (index, data)
             self._handles = opened
             return opened
+
+    def _open_remote(self, n: int) -> dict:
+        from audiotree.io.ranges import RemoteArray
+
+        exact = self._manifest.complete
+        opened: dict[str, Any] = {}
+
+        def leaf(file: Path, dtype: Any, shape: tuple) -> RemoteArray:
+            return RemoteArray(self._remote, file.name, dtype, shape, exact=exact, tag=self._tag)
+
+        for name in self._array_names:
+            spec = self._manifest.arrays[name]
+            opened[name] = leaf(spec.file, spec.dtype, (n, *spec.shape)) if n and spec.row_bytes else None
+        for name in self._string_names:
+            spec = self._manifest.strings[name]
+            index = leaf(spec.index_file, INDEX_DTYPE, (n,)) if n else None
+            if index is not None and index.small:  # fetched whole anyway: check it all
+                ends = np.asarray(index)
+                if n > 1 and np.any(ends[1:] < ends[:-1]):
+                    raise ValueError(f"Invalid manifest {self._where}: string leaf {name!r} has offsets that "
+                                     "decrease; the index is damaged. Re-render the dataset.")
+            length = int(index[n - 1]) if n else 0  # each read checks its own offsets against it
+            self._text_lengths[name] = length
+            opened[name] = (index, leaf(spec.data_file, np.uint8, (length,)) if length else None)
+        return opened
 
     def close(self) -> None:
         """Releases the memmaps (idempotent); a later read reopens them."""

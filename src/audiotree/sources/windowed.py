@@ -30,7 +30,9 @@ from audiotree.dsp.loudness import MAX_CHANNELS
 from audiotree.dsp.window_meter import WindowMeter
 from audiotree.formats import window_lufs as cache_format
 from audiotree.formats.window_lufs import WindowLufsCache, file_stat, save_window_lufs, write_cache
+from audiotree.errors import AudioReadError
 from audiotree.io.decode import AudioFile, probe
+from audiotree.io.excerpt import OffsetPastEndError
 from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
 from audiotree.sources.common import building_with_storage_options, check_common, resolve_files
@@ -43,7 +45,7 @@ from audiotree.sources.indexed import (
     rows_for_builder,
     window_lufs_view,
 )
-from audiotree.sources.slots import SlotIndex, build_slot_index
+from audiotree.sources.slots import SlotIndex, build_slot_index, check_file_duration
 from audiotree.validation import check_pad_mode, check_positive, is_real
 
 __all__ = [
@@ -271,6 +273,8 @@ class WindowLoader(grain.transforms.RandomMap):
     source: str | None
     #: fsspec filesystem options for remote paths, applied around every read.
     storage_options: Mapping[str, Any] | None = None
+    #: Where the durations the slots were planned from came from (named when a file is shorter).
+    durations_source: str = "durations="
 
     def random_map(self, element: Any, rng: np.random.Generator):
         return self.read_slot(int(element), rng)
@@ -288,10 +292,43 @@ class WindowLoader(grain.transforms.RandomMap):
         path = self.files[int(self.slots.file_idx[slot])]
         if reprobe:
             offset = min(offset, max(0.0, probe(path).duration - self.duration))
-        return AudioTree.from_file(
-            path, sample_rate=self.sample_rate, offset=offset, duration=self.duration, mono=self.mono,
-            pad_mode=self.pad_mode, source=self.source,
-        )
+        try:
+            return AudioTree.from_file(
+                path, sample_rate=self.sample_rate, offset=offset, duration=self.duration, mono=self.mono,
+                pad_mode=self.pad_mode, source=self.source,
+            )
+        except OffsetPastEndError as exc:
+            # The planned length was wrong: a read problem of this file (on_read_error), not a bad argument.
+            planned = float(self.slots.max_offset[slot]) + self.duration
+            raise AudioReadError(
+                f"Failed to read audio file '{path}': {exc} The windows were planned from {self.durations_source}, "
+                f"which says it lasts {planned:.3f} s; refresh it (rebuild the index or cache, or fix durations=) "
+                f"or use on_stale='reprobe' with an index.", path) from None
+
+
+# The most seconds of audio one byte of a file can hold (FLAC's constant subframes of silence come close to 2).
+_MAX_SECONDS_PER_BYTE = 8.0
+
+
+def _check_index_durations(rows: Any, hop: float) -> None:
+    """Every duration the windows are planned from: finite, >= 0, and plausible for the file's size (the
+    index may be edited or damaged); a ValueError naming the index and the row."""
+    durations = np.asarray(rows.durations, dtype=np.float64)
+    sizes = np.asarray(rows.sizes, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(durations) | (durations < 0) | (durations > _MAX_SECONDS_PER_BYTE * np.maximum(sizes, 1))
+    if not bad.any():
+        return
+    i = int(np.flatnonzero(bad)[0])
+    where = f"{rows.index_path} (row of '{rows.paths[i]}', {int(bad.sum())} bad row(s) in all)"
+    value = float(durations[i])
+    if np.isfinite(value) and value >= 0:
+        raise ValueError(f"The duration of '{rows.paths[i]}' in the corpus index {where} is implausible ({value:g} s "
+                         f"for a file of {int(sizes[i])} bytes); the index was edited or damaged. Rebuild it.")
+    try:
+        check_file_duration(rows.paths[i], value, hop, f"the corpus index {where}")
+    except ValueError as exc:
+        raise ValueError(f"{exc} The index was edited or damaged; rebuild it.") from None
 
 
 def _resolve_cache(lufs_cache: Any, lufs_window_sec: float | None = None) -> WindowLufsCache | None:
@@ -333,10 +370,13 @@ def windowed_group_dataset(
     hop = duration if window.hop is None else float(window.hop)
     alpha, lufs_cache, lufs_window_sec = window.alpha, window.lufs_cache, window.lufs_window_sec
     durations_hint = "add it to durations= or pass durations=None to read the file headers."
+    durations_source = "durations="
     if rows is not None:  # from a corpus index: durations (and loudness) without reading a header
         files = list(rows.paths)
         if durations is None:
+            _check_index_durations(rows, hop)
             durations = dict(zip(files, rows.durations.tolist()))
+            durations_source = f"the corpus index {rows.index_path}"
         if lufs_cache is None and lufs_per_file is None and lufs_window_sec is not None:
             lufs_cache = rows.index_path
     cache = _resolve_cache(lufs_cache, lufs_window_sec)
@@ -359,6 +399,7 @@ def windowed_group_dataset(
             lufs_window_sec = cache.lufs_window_sec
         if durations is None and cache.durations is not None:
             durations = cache.durations
+            durations_source = f"the window-LUFS cache {cache.path or ''}"
             durations_hint = (
                 f"the window-LUFS cache {cache.path or ''} does not list it; rebuild the cache with this file list "
                 "(build_window_lufs_cache) or pass durations=."
@@ -372,6 +413,7 @@ def windowed_group_dataset(
     slots = build_slot_index(
         files, durations, duration=duration, hop=hop, alpha=alpha, lufs_per_file=lufs_per_file,
         lufs_window_sec=lufs_window_sec, lufs_cutoff=float(lufs_cutoff), durations_hint=durations_hint,
+        durations_source=durations_source,
     )
     shuffle_stream, excerpt_stream = derive_streams(shuffle_seed, excerpt_seed)
     ds = grain.MapDataset.range(len(slots))
@@ -381,6 +423,7 @@ def windowed_group_dataset(
     loader = WindowLoader(
         files=tuple(files), slots=slots, duration=duration, jitter=bool(jitter), sample_rate=int(sample_rate),
         mono=bool(mono), pad_mode=pad_mode, source=name, storage_options=storage_options,
+        durations_source=durations_source,
     )
     if rows is not None:
         loader = IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=name is None, by_slot=True)
@@ -422,6 +465,7 @@ def create_windowed_audio_dataset(
     on_stale: str = "error",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    audio_column: str | None = None,
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -447,7 +491,8 @@ def create_windowed_audio_dataset(
         are dropped using the index's loudness profiles.
       measure_lufs: as in :func:`create_audio_dataset` (items carry
         ``lufs=None`` unless ``measure_lufs=True``).
-      storage_options: as in :func:`create_audio_dataset`.
+      storage_options, audio_column: as in :func:`create_audio_dataset` (tar
+        shards and Parquet files with audio are sources too).
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -479,7 +524,7 @@ def create_windowed_audio_dataset(
         files = list(rows.paths)
     else:
         refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
-        files = resolve_files(sources, filepaths, extensions)
+        files = resolve_files(sources, filepaths, extensions, audio_column=audio_column)
     ds = windowed_group_dataset(
         files, window, name=source, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed,
         excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, durations=durations,

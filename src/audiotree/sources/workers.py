@@ -45,7 +45,8 @@ wrapper, which passes every other call through unchanged.
 
 Opt out with the environment variable ``AUDIOTREE_PLAIN_WORKERS=1`` (read each
 time ``mp_prefetch`` is called): audiotree pipelines then start their workers
-exactly as Grain does, so scripts need the ``__main__`` guard and parsed flags.
+exactly as Grain does, so scripts need the ``__main__`` guard and parsed flags
+(the workers still exit with their parent, see :mod:`audiotree.parallel.parent_death`).
 
 Nothing here runs on import.
 """
@@ -139,23 +140,37 @@ def _release_start() -> None:
 class WorkerInit:
     """The ``worker_init_fn`` audiotree gives Grain: runs the user's, marks our workers.
 
-    Calling it (in the worker) calls ``fn(worker_index, worker_count)`` if a
-    function was given. Pickling it (Grain does so in the thread that starts the
-    worker, just before the start) arms that thread, see the module docstring.
+    Calling it (in the worker) first makes the worker exit with its parent
+    (:func:`audiotree.parallel.parent_death.exit_with_parent`), then calls
+    ``fn(worker_index, worker_count)`` if a function was given. Pickling it
+    (Grain does so in the thread that starts the worker, just before the start)
+    records the parent's pid and whether that thread is the main one, and, with
+    ``prepare_spawn`` (audiotree's default), arms that thread, see the module
+    docstring.
     """
 
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "prepare_spawn", "parent_pid", "main_thread")
 
-    def __init__(self, fn: Callable[[int, int], None] | None):
+    def __init__(self, fn: Callable[[int, int], None] | None, prepare_spawn: bool = True,
+                 parent_pid: int | None = None, main_thread: bool = False):
         self.fn = fn
+        self.prepare_spawn = prepare_spawn
+        self.parent_pid = parent_pid
+        self.main_thread = main_thread
 
     def __call__(self, worker_index: int, worker_count: int) -> None:
+        from audiotree.parallel.parent_death import exit_with_parent
+
+        exit_with_parent(self.parent_pid, main_thread=self.main_thread)
         if self.fn is not None:
             self.fn(worker_index, worker_count)
 
     def __reduce__(self):
-        _arm_this_thread()
-        return (WorkerInit, (self.fn,))
+        from audiotree.parallel.parent_death import started_by_main_thread
+
+        if self.prepare_spawn:
+            _arm_this_thread()
+        return (WorkerInit, (self.fn, self.prepare_spawn, os.getpid(), started_by_main_thread()))
 
 
 _flag_lock = threading.Lock()
@@ -197,3 +212,4 @@ def hold_grain_flag() -> Callable[[], None]:
                     flag.present = 0
 
     return release
+

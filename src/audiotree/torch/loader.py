@@ -18,6 +18,7 @@ from audiotree.torch.reading import (
     ENDLESS_LENGTH_ERROR,
     STATE_VERSION,
     EpochCursor,
+    WorkerInit,
     check_count,
     check_epoch,
     check_threads,
@@ -151,6 +152,7 @@ class AudioDataLoader(_tud.DataLoader):
         else:
             sampler = EpochSampler(adapter, shuffle=shuffle, seed=seed, epoch=epoch, advance_epochs=advance_epochs)
             self._cursor = sampler._cursor
+        kwargs["worker_init_fn"] = WorkerInit(kwargs.get("worker_init_fn"))
         super().__init__(
             adapter, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
             collate_fn=collate if collate_fn is None else collate_fn, num_workers=num_workers,
@@ -201,6 +203,12 @@ class AudioDataLoader(_tud.DataLoader):
         return total
 
     # ---------------------------------------------------------------- iteration
+    def _get_iterator(self):
+        # Workers start here, in this thread: they exit with this process (WorkerInit).
+        if isinstance(self.worker_init_fn, WorkerInit):
+            self.worker_init_fn.before_start()
+        return super()._get_iterator()
+
     def __iter__(self) -> Iterator[Any]:
         return self._iter_iterable() if self._iterable else self._iter_map()
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.utils.data as _tud
 
+from audiotree.parallel.parent_death import exit_with_parent, started_by_main_thread
 from audiotree.validation import is_int
 
-__all__ = ["ENDLESS_EPOCH_STRIDE", "ENDLESS_LENGTH_ERROR", "DEFAULT_READ_THREADS", "STATE_VERSION", "check_epoch", "check_count", "check_threads", "dataset_length", "worker_info", "read_item", "read_pool", "SharedEpoch", "SharedEpochMixin", "EpochCursor"]
+__all__ = ["ENDLESS_EPOCH_STRIDE", "ENDLESS_LENGTH_ERROR", "DEFAULT_READ_THREADS", "STATE_VERSION", "check_epoch", "check_count", "check_threads", "dataset_length", "worker_info", "WorkerInit", "read_item", "read_pool", "SharedEpoch", "SharedEpochMixin", "EpochCursor"]
 
 
 #: Distance between epoch starts of an endless stream read without ``epoch_size``.
@@ -63,7 +64,33 @@ def worker_info() -> tuple[int, int]:
     info = _tud.get_worker_info()
     if info is None:
         return 0, 1
+    exit_with_parent()  # a plain DataLoader's worker over our adapters: see WorkerInit
     return int(info.id), int(info.num_workers)
+
+
+class WorkerInit:
+    """The ``worker_init_fn`` of :class:`~audiotree.torch.AudioDataLoader`: exits with the parent, then runs ``fn``.
+
+    torch's own workers notice a dead parent only every 5 s, and not at all
+    while blocked on a full pipe; ours exit within a fraction of a second
+    (:func:`audiotree.parallel.parent_death.exit_with_parent`). The loader sets
+    ``parent_pid`` and ``main_thread`` just before it starts workers.
+    """
+
+    def __init__(self, fn: Callable[[int], Any] | None):
+        self.fn = fn
+        self.parent_pid = os.getpid()
+        self.main_thread = False
+
+    def before_start(self) -> None:
+        """Called by the loader in the thread that is about to start the workers."""
+        self.parent_pid = os.getpid()
+        self.main_thread = started_by_main_thread()
+
+    def __call__(self, worker_id: int) -> None:
+        exit_with_parent(self.parent_pid, main_thread=self.main_thread)
+        if self.fn is not None:
+            self.fn(worker_id)
 
 
 def read_item(dataset: Any, index: int, length: int) -> Any:
@@ -93,6 +120,8 @@ _pools_lock = threading.Lock()
 def read_pool(threads: int) -> ThreadPoolExecutor:
     """This process's pool of ``threads`` reader threads (a forked child starts its own)."""
     global _pools_pid
+    if _tud.get_worker_info() is not None:
+        exit_with_parent()  # a plain DataLoader's worker over our adapters: see WorkerInit
     with _pools_lock:
         if _pools_pid != os.getpid():
             _pools.clear()  # inherited through fork: those threads do not exist here

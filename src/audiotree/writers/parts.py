@@ -12,7 +12,14 @@ Run locally, one stream writes part after part. With an executor
 3. it returns that folder's name and the count of items written.
 
 The driver then adopts a finished attempt by renaming it to ``part-NNNNN``
-and recording it in ``render.json``. A task whose worker died is re-run into a
+and recording it in ``render.json``. Before writing, a task checks that it sees
+the driver's staging folder (a token the driver wrote there) and fails with an
+error saying that ``out`` must be shared when it does not (a node with its own
+disk). With ``upload_to`` (a URL render) the task instead writes into a
+temporary folder on its own node and uploads the finished part itself to
+``upload_to/part-NNNNN``, its manifest or index last; the driver records it
+after the task returned, so a reader never sees a record naming a part that
+is not there. A task whose worker died is re-run into a
 new attempt folder, and the dead attempt's folder is never adopted (the driver
 removes the staging folder at the end), so no item is written twice or lost.
 The written bytes equal the local render's: rows are written in item order
@@ -22,15 +29,21 @@ whatever the batching.
 from __future__ import annotations
 
 import dataclasses
+import os
+import secrets
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from audiotree.parallel.staging import attempt_dir
 
-__all__ = ["FORMATS", "RenderRange", "batch_in_order", "open_part_writer"]
+__all__ = ["FORMATS", "COMMIT_FILES", "RenderRange", "batch_in_order", "open_part_writer"]
 
-FORMATS = ("tree", "audio", "arrayrecord")
+#: The render formats: ``open_part_writer`` is the one place that maps each to its writer.
+FORMATS = ("tree", "audio", "arrayrecord", "webdataset")
+#: The files that make a part's dataset visible (manifest or index): uploaded after its data.
+COMMIT_FILES = ("manifest.json", "manifest.npz", "arrayrecord.json")
 
 
 def batch_in_order(items: list) -> tuple[list[bool], Any]:
@@ -52,6 +65,10 @@ def open_part_writer(fmt: str, directory: Path, expected: int):
         from audiotree.writers import ArrayRecordWriter
 
         return ArrayRecordWriter(directory, records_per_shard=max(1, expected), exist_ok=True)
+    if fmt == "webdataset":
+        from audiotree.writers.webdataset import WebDatasetWriter
+
+        return WebDatasetWriter(directory, items_per_shard=max(1, expected), exist_ok=True)
     if fmt == "tree":
         from audiotree.writers import TreeWriter
 
@@ -71,16 +88,62 @@ class RenderRange:
     fmt: str
     staging: str
     batch_size: int = 32
+    #: The token the driver wrote in ``staging/.visible`` (checked before writing), if any.
+    visible: str | None = None
+    #: A URL render's folder: upload the finished part to ``upload_to/<name>`` (bounds carry the name).
+    upload_to: str | None = None
+    storage_options: dict | None = None
 
-    def __call__(self, bounds: tuple[int, int]) -> dict:
+    def _check_staging(self) -> None:
+        import socket
+
+        marker = Path(self.staging) / ".visible"
+        try:
+            seen = marker.read_text(encoding="utf-8")
+        except OSError:
+            seen = None
+        if seen != self.visible:
+            raise RuntimeError(
+                f"The render folder {Path(self.staging).parent} is not the driver's on this worker's node "
+                f"({socket.gethostname()}): {marker} is {'missing' if seen is None else 'another folder'}. With an "
+                "executor, a path --out must be on storage every node shares (NFS, a mounted bucket); or give a URL "
+                "(s3://...), and each task uploads its own part."
+            )
+        probe = Path(self.staging) / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise RuntimeError(f"The render folder {Path(self.staging).parent} is not writable from this worker's "
+                               f"node ({socket.gethostname()}): {exc}.") from None
+
+    def __call__(self, bounds: tuple) -> dict:
+        start, stop = int(bounds[0]), int(bounds[1])
+        name = bounds[2] if len(bounds) > 2 else f"part-{start:012d}"
+        if self.upload_to is not None:
+            local = Path(tempfile.mkdtemp(prefix="audiotree-part-"))  # on this task's own node
+            try:
+                result = self._write(start, stop, local / name)
+                if result["staged"] is not None:
+                    from audiotree.writers.remote import upload_folder
+
+                    upload_folder(local / name, f"{self.upload_to.rstrip('/')}/{name}", last=COMMIT_FILES,
+                                  storage_options=self.storage_options)
+                    result["staged"] = name
+                return result
+            finally:
+                shutil.rmtree(local, ignore_errors=True)
+        if self.visible is not None:
+            self._check_staging()
+        return self._write(start, stop, attempt_dir(self.staging, f"part-{start:012d}"))
+
+    def _write(self, start: int, stop: int, directory: Path) -> dict:
         import grain
 
-        start, stop = int(bounds[0]), int(bounds[1])
         ds = self.make_dataset()
         # Dropped items stay in the stream as None, so positions follow dataset indices.
         stream = ds[start:stop].to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0),
                                                 allow_nones=True).batch(self.batch_size, batch_fn=batch_in_order)
-        directory = attempt_dir(self.staging, f"part-{start:012d}")
         writer = None
         count = 0
         try:

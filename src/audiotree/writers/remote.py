@@ -10,10 +10,10 @@ never sees a record naming something that is not there. Storage options come
 from ``storage_options=`` and the backends' environment variables (see
 :mod:`audiotree.io.storage`).
 
-Reading back: the readers memory-map their files, so :func:`fetch_folder`
-copies a remote folder to a local cache first (a whole download, documented
-in docs/storage.md); files already cached with the same size are not fetched
-again.
+Reading back: the readers read URLs in place (:mod:`audiotree.io.ranges`);
+:func:`fetch_folder` copies a whole remote folder to a local cache for tools
+that need local files; files already cached with the same version are not
+fetched again.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from audiotree.io import storage
+from audiotree.io.ranges import default_cache_dir
 
-__all__ = ["RemoteOutput", "fetch_folder", "staged"]
+__all__ = ["RemoteOutput", "fetch_folder", "staged", "upload_folder"]
 
 
 class RemoteOutput:
@@ -103,9 +104,7 @@ class RemoteOutput:
         index): uploaded after the data they describe. Remote files the new
         output does not have (a replaced dataset's leftovers) are deleted.
         """
-        names = sorted(p.relative_to(self.local).as_posix() for p in self.local.rglob("*") if p.is_file())
-        for name in sorted(names, key=lambda n: n in last):
-            self.push(name)
+        names = upload_folder(self.local, self.url, last=last, storage_options=self.storage_options)
         storage.forget_listings(self.url, storage_options=self.storage_options)
         if storage.exists(self.url, storage_options=self.storage_options):
             fs = storage.filesystem(self.url, self.storage_options)
@@ -131,6 +130,21 @@ class RemoteOutput:
         self.close()
 
 
+def upload_folder(local: str | os.PathLike, url: str, *, last: tuple[str, ...] = (),
+                  storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """Uploads every file under ``local`` to ``url`` (same relative names), files named in ``last`` after the rest.
+
+    ``last`` names the files that make a dataset visible (its manifest or
+    index), so a reader never finds one before the data it describes.
+    Returns the relative names uploaded.
+    """
+    local = Path(local)
+    names = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    for name in sorted(names, key=lambda n: n.rsplit("/", 1)[-1] in last):
+        storage.upload(local / name, f"{url.rstrip('/')}/{name}", storage_options=storage_options)
+    return names
+
+
 def staged(directory: str | os.PathLike, *, storage_options: Mapping[str, Any] | None, markers: tuple[str, ...],
            exist_ok: bool, what: str) -> tuple[Path, RemoteOutput | None]:
     """A writer's folder: the local path itself, or a staging folder for a URL (with its RemoteOutput).
@@ -149,11 +163,6 @@ def staged(directory: str | os.PathLike, *, storage_options: Mapping[str, Any] |
             raise FileExistsError(f"{storage.redact(directory)} already holds {what} ({', '.join(found)}); pass "
                                   "exist_ok=True to replace it, or choose another folder.")
     return remote.local, remote
-
-
-def default_cache_dir() -> Path:
-    """``$AUDIOTREE_CACHE`` or ``~/.cache/audiotree``: where remote renders are copied to be read."""
-    return Path(os.environ.get("AUDIOTREE_CACHE") or Path.home() / ".cache" / "audiotree")
 
 
 def fetch_folder(url: str, *, cache_dir: str | os.PathLike | None = None,

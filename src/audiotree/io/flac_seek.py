@@ -1,0 +1,197 @@
+"""FLAC seek points: where each few seconds of a FLAC file start, so a remote excerpt is one ranged read.
+
+A FLAC decoder seeking in a file it does not have locally probes it (a
+binary search over frame positions): each probe is a request. Knowing, for a
+few samples spread over the file, the byte offset of the frame that starts
+there, an excerpt needs only the file's header (its metadata blocks, the same
+for every excerpt, so a worker fetches it once) and the bytes from the seek
+point before the excerpt to the one after it: one ranged GET.
+
+:func:`seek_points` finds them, from the ``SEEKTABLE`` metadata block when the
+encoder wrote one (libFLAC's command-line tool does; libsndfile does not), or
+else by scanning the frame headers (sync code, then a CRC-8 check of the whole
+header, so audio data that happens to look like a sync code is never taken
+for a frame). :func:`read_flac_excerpt` reads an excerpt with them.
+
+The table is ``int64 (K, 2)``: rows ``[first sample, byte offset]`` of
+frames, the first row the first frame, then about one every ``every``
+seconds, increasing (16 bytes a second of audio). It is meant to be computed
+once per file at index time and kept in the corpus index; that column and the
+dataset reader's use of it are not wired yet: callers pass the table.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+from typing import Any, Mapping
+
+import numpy as np
+
+from audiotree.io.integrity import flac_frame_header
+
+__all__ = ["seek_points", "read_flac_excerpt", "header_length", "SEEK_EVERY"]
+
+#: Seconds between seek points.
+SEEK_EVERY = 1.0
+
+_MAGIC = b"fLaC"
+
+
+def _blocks(data: bytes) -> tuple[dict[int, bytes], int]:
+    """The metadata blocks ``{type: body}`` (first of each type) and the offset of the first frame."""
+    if data[:4] != _MAGIC:
+        raise ValueError("not a FLAC stream (no 'fLaC' marker at its start)")
+    pos, blocks = 4, {}
+    while True:
+        if pos + 4 > len(data):
+            raise ValueError("the FLAC metadata blocks run past the bytes given")
+        head = data[pos]
+        size = int.from_bytes(data[pos + 1 : pos + 4], "big")
+        blocks.setdefault(head & 0x7F, data[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+        if head & 0x80:
+            return blocks, pos
+
+
+def header_length(data: bytes) -> int:
+    """Bytes of a FLAC file before its first frame (marker and metadata blocks)."""
+    return _blocks(data)[1]
+
+
+def _frame_start(data: bytes, pos: int, fixed_block: int) -> int | None:
+    """The first sample of the frame whose header starts at ``pos``, or ``None`` if it is not one."""
+    frame = flac_frame_header(data, pos)
+    if frame is None:
+        return None
+    number, _, variable = frame
+    return number if variable else number * fixed_block
+
+
+def seek_points(data: bytes, *, every: float = SEEK_EVERY) -> np.ndarray:
+    """``int64 (K, 2)`` rows ``[first sample, byte offset]`` of frames about ``every`` seconds apart.
+
+    ``data`` is the whole file. Raises ``ValueError`` for bytes that are not FLAC.
+
+    >>> import io, numpy as np, soundfile
+    >>> buf = io.BytesIO()
+    >>> soundfile.write(buf, np.zeros((8000 * 6, 1), np.float32), 8000, format="FLAC")
+    >>> points = seek_points(buf.getvalue())
+    >>> points[:, 0].tolist()
+    [0, 8192, 16384, 24576, 32768, 40960]
+    """
+    blocks, first = _blocks(data)
+    info = blocks.get(0)
+    if info is None or len(info) < 18:
+        raise ValueError("the FLAC stream has no STREAMINFO block")
+    max_block = int.from_bytes(info[2:4], "big")
+    rate = int.from_bytes(info[10:13], "big") >> 4
+    step = max(1, int(round(every * rate)))
+    table = blocks.get(3)
+    if table:  # SEEKTABLE: 18-byte points (sample, offset from the first frame, samples); placeholders are all ones
+        raw = np.frombuffer(table[: len(table) // 18 * 18], dtype=np.uint8).reshape(-1, 18)
+        samples = raw[:, 0:8].copy().view(">u8").reshape(-1)
+        offsets = raw[:, 8:16].copy().view(">u8").reshape(-1)
+        keep = samples != np.uint64(0xFFFFFFFFFFFFFFFF)
+        points = [(0, first)] + [(int(s), first + int(o)) for s, o in zip(samples[keep], offsets[keep]) if s > 0]
+        return _thin(points, step)
+    array = np.frombuffer(data, dtype=np.uint8)
+    candidates = np.flatnonzero((array[first:-1] == 0xFF) & ((array[first + 1:] & 0xFE) == 0xF8)) + first
+    points, want = [], 0
+    for pos in candidates:
+        start = _frame_start(data, int(pos), max_block)  # fixed blocking: frame number x block size
+        if start is None or (points and start <= points[-1][0]):
+            continue
+        if start >= want:
+            points.append((start, int(pos)))
+            want = start + step
+    if not points or points[0] != (0, first):
+        raise ValueError("the FLAC stream's first frame does not start at sample 0 after its header")
+    return np.asarray(points, dtype=np.int64).reshape(-1, 2)
+
+
+def _thin(points: list[tuple[int, int]], step: int) -> np.ndarray:
+    out, want = [], 0
+    for sample, offset in sorted(set(points)):
+        if sample >= want:
+            out.append((sample, offset))
+            want = sample + step
+    return np.asarray(out, dtype=np.int64).reshape(-1, 2)
+
+
+# Per process: the header bytes of recently read files (the same for every excerpt of a file).
+_HEADERS: "OrderedDict[tuple, bytes]" = OrderedDict()
+_HEADERS_LOCK = threading.Lock()
+_MAX_HEADERS = 256
+
+
+def _header(url: str, first: int, version: Any, storage_options: Mapping[str, Any] | None) -> bytes:
+    from audiotree.io.ranges import RemoteFolder
+
+    key = (url, first, version)
+    with _HEADERS_LOCK:
+        if key in _HEADERS:
+            _HEADERS.move_to_end(key)
+            return _HEADERS[key]
+    folder, name = url.rsplit("/", 1)
+    data = RemoteFolder(folder, storage_options=storage_options).read(name, 0, first)
+    with _HEADERS_LOCK:
+        _HEADERS[key] = data
+        while len(_HEADERS) > _MAX_HEADERS:
+            _HEADERS.popitem(last=False)
+    return data
+
+
+def read_flac_excerpt(url: str, points: np.ndarray, start: int, frames: int, *, size: int,
+                      storage_options: Mapping[str, Any] | None = None, version: Any = None) -> np.ndarray:
+    """Frames ``[start, start + frames)`` of the remote FLAC ``url`` as float32 ``(frames, channels)``.
+
+    At most two ranged GETs: the header (once per process and file version,
+    kept for the next excerpt) and the frames from the seek point at or before
+    ``start`` to the first one at or after the excerpt's end (or the end of
+    the file, ``size`` bytes). The excerpt is decoded from those bytes alone.
+    Fewer frames come back when the file ends first.
+    """
+    from audiotree.io.ranges import RemoteFolder
+
+    points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
+    k = max(0, int(np.searchsorted(points[:, 0], start, side="right")) - 1)
+    j = int(np.searchsorted(points[:, 0], start + frames, side="left"))
+    lo = int(points[k, 1])
+    hi = int(points[j, 1]) if j < len(points) else int(size)
+    header = _header(url, int(points[0, 1]), version, storage_options)
+    folder, name = url.rsplit("/", 1)
+    body = RemoteFolder(folder, storage_options=storage_options).read(name, lo, hi, size=size)
+    skip = start - int(points[k, 0])
+    return _decode(header + body, skip + frames)[skip:]
+
+
+def _decode(stream: bytes, frames: int) -> np.ndarray:
+    """The first ``frames`` samples of a FLAC byte stream as float32 ``(frames, channels)``.
+
+    PyAV (FFmpeg's FLAC decoder): libsndfile refuses a stream whose frames do
+    not start at sample 0. Integers are scaled as libsndfile scales them
+    (``/ 2**15`` for 16-bit, ``/ 2**31`` for FFmpeg's left-aligned 24-bit), so
+    the samples equal a local ``soundfile`` read.
+    """
+    try:
+        import av
+    except ImportError as exc:
+        raise ImportError(f"Reading FLAC excerpts by seek points needs PyAV: pip install 'audiotree[av]' ({exc}).")
+    chunks, got = [], 0
+    with av.open(io.BytesIO(stream), format="flac") as container:
+        channels = container.streams.audio[0].channels
+        for frame in container.decode(audio=0):
+            data = frame.to_ndarray()
+            data = data.T if frame.format.is_planar else data.reshape(-1, channels)
+            if data.dtype == np.int16:
+                data = data.astype(np.float32) / np.float32(1 << 15)
+            elif data.dtype == np.int32:
+                data = (data.astype(np.float64) / float(1 << 31)).astype(np.float32)
+            chunks.append(np.asarray(data, dtype=np.float32))
+            got += len(data)
+            if got >= frames:
+                break
+    out = np.concatenate(chunks) if chunks else np.zeros((0, 1), np.float32)
+    return out[:frames]

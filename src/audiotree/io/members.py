@@ -1,0 +1,281 @@
+"""Audio inside containers: a tar shard's member or a Parquet row's audio cell, read in place.
+
+An item inside a container is named by a *member URL* (a locator):
+
+``tar://MEMBER::SHARD``
+    fsspec's spelling: member ``MEMBER`` of the tar at ``SHARD`` (a path or
+    any URL). The member's position is found by reading the shard's headers
+    (once per process and shard).
+``tar://MEMBER?offset=O&size=N::SHARD``
+    the same member with its byte range in the shard: what discovery and the
+    corpus index record, so a read needs no listing.
+``parquet://COLUMN?row_group=G&row=R::FILE``
+    row ``R`` of row group ``G`` of the Parquet file ``FILE``, audio in
+    ``COLUMN`` (a ``{bytes, path}`` struct, as Hugging Face ``datasets``
+    writes it, or plain binary).
+
+A tar member is contiguous bytes, so :func:`open_member` returns a file object
+over exactly ``[offset, offset + size)`` of the shard: a local file, or a remote
+shard read with the ranged, read-ahead requests of
+:mod:`audiotree.io.remote_file`. Decoders seek in it as in a file, so an
+excerpt costs what it costs from an unpacked file. A Parquet cell is read
+through its row group (one column of one row group, never the whole file) and
+decoded from memory; the last row group read is kept per process, so
+neighbouring rows cost no second read.
+
+Every fault is an :class:`~audiotree.errors.AudioReadError` naming the member
+URL (so the shard and member, or the file and row): a member that runs past
+the end of its shard, a missing member, a null or non-binary cell.
+
+>>> parse("tar://a/utt1.flac?offset=1536&size=20480::s3://bucket/train-000001.tar")
+MemberRef(kind='tar', container='s3://bucket/train-000001.tar', name='a/utt1.flac', offset=1536, size=20480)
+>>> tar_url("shard.tar", "utt1.flac", 512, 100)
+'tar://utt1.flac?offset=512&size=100::shard.tar'
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import os
+import re
+import threading
+import time
+from typing import Any, Mapping
+
+from audiotree.errors import AudioReadError
+from audiotree.io import storage
+from audiotree.io.byte_range import MemberInput, RemoteSpan
+
+__all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "member_stat",
+           "format_name", "order_key", "container_of", "absolute", "MemberInput", "RemoteSpan"]
+
+_LOCATOR = re.compile(r"^(?P<kind>tar|parquet)://(?P<inner>.*?)::(?P<container>.+)$", re.S)
+_TAR_RANGE = re.compile(r"^(?P<name>.*)\?offset=(?P<offset>\d+)&size=(?P<size>\d+)$", re.S)
+_PARQUET_ROW = re.compile(r"^(?P<column>[^?]*)\?row_group=(?P<group>\d+)&row=(?P<row>\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberRef:
+    """A parsed member URL (see the module docstring); ``offset``/``size`` are ``-1`` when not recorded.
+
+    For Parquet, ``name`` is the audio column, ``offset`` the row group and ``size`` the row in it.
+    """
+
+    kind: str
+    container: str
+    name: str
+    offset: int = -1
+    size: int = -1
+
+
+def is_member(path: Any) -> bool:
+    """Whether ``path`` is a member URL (``tar://...::...`` or ``parquet://...::...``).
+
+    >>> is_member("tar://a.flac::shard.tar"), is_member("s3://b/a.flac")
+    (True, False)
+    """
+    return isinstance(path, str) and path.startswith(("tar://", "parquet://")) and "::" in path
+
+
+def parse(path: str) -> MemberRef:
+    """The parts of a member URL; ``ValueError`` names a malformed one."""
+    m = _LOCATOR.match(path)
+    if m is None:
+        raise ValueError(f"Not a member URL: {path!r}; expected tar://MEMBER::SHARD or "
+                         "parquet://COLUMN?row_group=G&row=R::FILE.")
+    kind, inner, container = m.group("kind"), m.group("inner"), m.group("container")
+    if kind == "tar":
+        r = _TAR_RANGE.match(inner)
+        if r is None:
+            return MemberRef("tar", container, inner)
+        return MemberRef("tar", container, r.group("name"), int(r.group("offset")), int(r.group("size")))
+    r = _PARQUET_ROW.match(inner)
+    if r is None:
+        raise ValueError(f"Malformed Parquet row URL {path!r}; expected parquet://COLUMN?row_group=G&row=R::FILE.")
+    return MemberRef("parquet", container, r.group("column"), int(r.group("group")), int(r.group("row")))
+
+
+def tar_url(shard: str, name: str, offset: int, size: int) -> str:
+    """The member URL of ``name`` at bytes ``[offset, offset + size)`` of ``shard``."""
+    return f"tar://{name}?offset={int(offset)}&size={int(size)}::{shard}"
+
+
+def parquet_url(path: str, column: str, row_group: int, row: int) -> str:
+    """The member URL of row ``row`` of row group ``row_group`` of ``path``, audio in ``column``."""
+    return f"parquet://{column}?row_group={int(row_group)}&row={int(row)}::{path}"
+
+
+def absolute(path: str) -> str:
+    """``path`` with a local container (or a local file) made absolute; URLs unchanged."""
+    if not is_member(path):
+        return path if storage.is_url(path) else os.path.normpath(os.path.abspath(path))
+    m = _LOCATOR.match(path)
+    container = m.group("container")
+    if storage.is_url(container):
+        return path
+    return path[:m.start("container")] + os.path.normpath(os.path.abspath(storage.local_path(container)))
+
+
+def container_of(path: str) -> str | None:
+    """The shard or Parquet file holding ``path``, or ``None`` for a plain file."""
+    return parse(path).container if is_member(path) else None
+
+
+def format_name(path: str) -> str:
+    """The name whose extension tells the audio format: the member's name for a tar member.
+
+    A Parquet cell has no name here (its format is sniffed from its bytes, or
+    taken from the cell's ``path`` field when it is read).
+    """
+    if not is_member(path):
+        return path
+    ref = parse(path)
+    return ref.name if ref.kind == "tar" else ""
+
+
+def order_key(path: str) -> tuple:
+    """Sort key that keeps a container's items together and in their order in it.
+
+    Plain files sort by path; a container's members sort after its path, by
+    position (byte offset, or row group and row). So a contiguous slice of a
+    sorted list touches few shards.
+    """
+    if not is_member(path):
+        return (path, -1, -1, "")
+    ref = parse(path)
+    return (ref.container, ref.offset, ref.size if ref.kind == "parquet" else 0, ref.name)
+
+
+# ---------------------------------------------------------------------------
+# Tar members
+# ---------------------------------------------------------------------------
+
+#: Shard listings of ``tar://MEMBER::SHARD`` URLs (no recorded range), per process.
+_LISTINGS: "collections.OrderedDict[str, dict[str, tuple[int, int]]]" = collections.OrderedDict()
+_LISTINGS_MAX = 64
+#: Remote shards' (size, mtime) per process, for staleness checks; refreshed after this many seconds.
+_STAT_TTL = 30.0
+_STATS: "collections.OrderedDict[str, tuple[float, tuple[int, int]]]" = collections.OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _member_range(ref: MemberRef) -> tuple[int, int]:
+    if ref.offset >= 0:
+        return ref.offset, ref.size
+    with _LOCK:
+        table = _LISTINGS.get(ref.container)
+    if table is None:
+        from audiotree.io.tar_shards import list_shard
+
+        listing = list_shard(ref.container)
+        table = {m.name: (m.offset, m.size) for m in listing.members}
+        with _LOCK:
+            _LISTINGS[ref.container] = table
+            while len(_LISTINGS) > _LISTINGS_MAX:
+                _LISTINGS.popitem(last=False)
+    found = table.get(ref.name) or table.get(ref.name.lstrip("/"))
+    if found is None:
+        raise AudioReadError(
+            f"Failed to read audio file 'tar://{ref.name}::{storage.redact(ref.container)}': the shard has no member "
+            f"'{ref.name}'. Check the member name (`tar tf` lists them), or use on_read_error=\"skip\".",
+            storage.redact(f"tar://{ref.name}::{ref.container}"))
+    return found
+
+
+def _open_tar_member(path: str, ref: MemberRef) -> MemberInput:
+    offset, size = _member_range(ref)
+    if storage.is_url(ref.container):
+        return MemberInput(path, RemoteSpan(ref.container, offset, offset + size), offset, size)
+    shard = storage.local_path(ref.container)
+    try:
+        fd = os.open(shard, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise AudioReadError(f"Failed to read audio file '{path}': cannot open its shard ({exc}). Check the path "
+                             "(was the shard moved or deleted?), or use on_read_error=\"skip\".", path) from exc
+    shard_size = os.fstat(fd).st_size
+    if offset + size > shard_size:  # known before any decoding: the shard is cut off inside this member
+        os.close(fd)
+        raise AudioReadError(
+            f"Failed to read audio file '{path}': the member's {size} bytes run past the end of the shard (it ends "
+            f"at byte {offset + size}, the shard has {shard_size} bytes); the shard is truncated. Re-create or "
+            "re-download it, or use on_read_error=\"skip\".", path)
+    return MemberInput(path, fd, offset, size)
+
+
+# ---------------------------------------------------------------------------
+# Parquet cells
+# ---------------------------------------------------------------------------
+
+
+def _open_parquet_cell(path: str, ref: MemberRef) -> MemberInput:
+    from audiotree.io.parquet_audio import read_cell
+
+    data = read_cell(path, ref)
+    return MemberInput(path, io.BytesIO(data), 0, len(data))
+
+
+# ---------------------------------------------------------------------------
+# Public entry points
+# ---------------------------------------------------------------------------
+
+
+def open_member(path: str) -> MemberInput:
+    """An open file object over the audio bytes a member URL names (local or remote container).
+
+    Raises:
+      AudioReadError: the container or member cannot be read; names the member URL.
+    """
+    try:
+        ref = parse(path)
+    except ValueError as exc:
+        raise AudioReadError(str(exc), path) from exc
+    if ref.kind == "tar":
+        return _open_tar_member(path, ref)
+    return _open_parquet_cell(path, ref)
+
+
+def _container_stat(container: str) -> tuple[int, int]:
+    if not storage.is_url(container):
+        return storage.stat(container)
+    now = time.monotonic()
+    with _LOCK:
+        hit = _STATS.get(container)
+    if hit is not None and now - hit[0] < _STAT_TTL:
+        return hit[1]
+    value = storage.stat(container)
+    with _LOCK:
+        _STATS[container] = (now, value)
+        while len(_STATS) > 4096:
+            _STATS.popitem(last=False)
+    return value
+
+
+def member_stat(path: str, *, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+    """``(size, modification time in ns)`` that identify the item's version: what the corpus index records.
+
+    A tar member's size is its byte count and its time the shard's; a Parquet
+    row takes the file's size and time (a rewrite of the file marks its rows
+    stale). A remote container's stat is cached per process for a few seconds,
+    so a read of many members costs no metadata request each. A plain path or
+    URL is passed to :func:`audiotree.io.storage.stat`.
+
+    Raises ``OSError`` for a missing local container, :class:`AudioReadError` for a URL.
+    """
+    if not is_member(path):
+        return storage.stat(path, storage_options=storage_options)
+    ref = parse(path)
+    with storage.use_storage_options(storage_options):
+        size, mtime = _container_stat(ref.container)
+        if ref.kind == "tar":
+            return (_member_range(ref)[1], mtime)
+    return size, mtime
+
+
+def local_container(path: str) -> str | None:
+    """The local container file of a member URL, for callers that check it exists (``None`` for a URL)."""
+    container = container_of(path)
+    if container is None or storage.is_url(container):
+        return None
+    return os.fspath(storage.local_path(container))

@@ -1,0 +1,254 @@
+"""MPEG audio frames (MP3 and its layers I/II): headers, the Xing/Info/LAME tag, and frame counts.
+
+An MP3 has no container: its length is whatever its first frame's Xing or
+Info tag says, or mpg123's *estimate* from the file size and the first frames'
+bitrate. libsndfile reports that length and never decodes past it, so a lying
+or damaged tag makes the file read as shorter without an error (a VBR file
+whose Xing tag lost its frame count was estimated at 15,973 frames against
+33,075). This module checks the claim against the frames themselves:
+
+* :func:`tag_problem` checks the tag in the first frame: the LAME
+  extension's CRC-16 over the frame's first bytes (catches any damage to the
+  tag, its frame count included), that an Info (constant bitrate) tag's frame
+  count matches its audio bytes divided by the frame size, and that a Xing
+  tag's count is at least what its bytes hold at the highest bitrate.
+* :func:`concealed_span` finds a frame mpg123 could not decode and replaced
+  with silence (its concealment): a run of exact zeros that starts right
+  after audible samples, which no valid stream decodes to.
+* :func:`count_frames` walks the frame headers of a whole stream (no
+  decoding; about half a microsecond per frame). It is used only for MP3s
+  without a frame count in their tag, whose length would otherwise be
+  mpg123's guess.
+
+>>> frame_header(bytes([0xFF, 0xFB, 0x90, 0x64]))  # MPEG-1 layer III, 128 kbit/s, 44.1 kHz
+(417, 1152, 44100)
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+__all__ = ["frame_header", "count_frames", "tag_problem", "tag_frame_count", "concealed_span", "MAX_KBPS"]
+
+_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}  # by version id
+_KBPS = {  # (MPEG-1?, layer id) -> bitrate index table (kbit/s)
+    (True, 3): (0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
+    (True, 2): (0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384),
+    (True, 1): (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+    (False, 3): (0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256),
+    (False, 2): (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
+    (False, 1): (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
+}
+#: Highest bitrate (kbit/s) of each (MPEG-1?, layer id).
+MAX_KBPS = {key: max(table) for key, table in _KBPS.items()}
+
+
+def _build_table() -> dict[int, tuple[int, int, int]]:
+    """(header bytes 1-2 without the padding bit) -> (frame bytes without padding, samples per frame, rate)."""
+    table = {}
+    for b1 in range(0xE0, 0x100):
+        version, layer = (b1 >> 3) & 3, (b1 >> 1) & 3
+        if version == 1 or layer == 0:
+            continue
+        mpeg1 = version == 3
+        for b2 in range(256):
+            index, rate_index = b2 >> 4, (b2 >> 2) & 3
+            if index in (0, 15) or rate_index == 3 or b2 & 0x02:
+                continue
+            rate, kbps = _RATES[version][rate_index], _KBPS[(mpeg1, layer)][index]
+            if layer == 3:  # layer I: 4-byte slots
+                size, spf = 12 * kbps * 1000 // rate * 4, 384
+            elif layer == 2 or mpeg1:  # layer II, and layer III of MPEG-1
+                size, spf = 144 * kbps * 1000 // rate, 1152
+            else:  # layer III of MPEG-2 and 2.5: half-length frames
+                size, spf = 72 * kbps * 1000 // rate, 576
+            table[b1 << 8 | b2] = (size, spf, rate)
+    return table
+
+
+_TABLE = _build_table()
+
+
+def frame_header(header: bytes) -> tuple[int, int, int] | None:
+    """(frame bytes, samples per frame, sample rate) of the MPEG frame header ``header[:4]``, or None."""
+    if len(header) < 4 or header[0] != 0xFF:
+        return None
+    found = _TABLE.get(header[1] << 8 | (header[2] & 0xFD))
+    if found is None:
+        return None
+    size, spf, rate = found
+    padding = (header[2] >> 1) & 1
+    return size + padding * (4 if spf == 384 else 1), spf, rate
+
+
+def count_frames(data: bytes, start: int) -> tuple[int, int]:
+    """(MPEG frames, samples per frame) of the stream in ``data`` from its first frame at ``start``.
+
+    Follows frame lengths; after junk it resyncs on a header whose successor
+    is a header too (so stray sync bytes in a tag are not counted). Counts
+    only frames of the first frame's version, layer and rate.
+    """
+    first = frame_header(data[start : start + 4])
+    if first is None:
+        return 0, 0
+    spf, rate = first[1], first[2]
+    key_mask = data[start + 1] << 8 | (data[start + 2] & 0x0C)  # version, layer, protection; rate bits
+    table, n, i, end = _TABLE, 0, start, len(data)
+    while i + 4 <= end:
+        if data[i] == 0xFF:
+            found = table.get(data[i + 1] << 8 | (data[i + 2] & 0xFD))
+            if found is not None and (data[i + 1] << 8 | (data[i + 2] & 0x0C)) == key_mask:
+                size = found[0] + ((data[i + 2] >> 1) & 1) * (4 if spf == 384 else 1)
+                if i + size <= end:
+                    n += 1
+                    i += size
+                    continue
+                break  # a cut last frame is not a frame
+        # Resync: the next sync byte that starts a chain of two headers.
+        i = data.find(b"\xff", i + 1)
+        while i >= 0:
+            here = frame_header(data[i : i + 4])
+            if here is not None and here[2] == rate and frame_header(data[i + here[0] : i + here[0] + 4]) is not None:
+                break
+            i = data.find(b"\xff", i + 1)
+        if i < 0:
+            break
+    return n, spf
+
+
+def _crc16(data: bytes) -> int:
+    """CRC-16/ARC (reflected polynomial 0x8005, initial 0): the LAME tag's checksum."""
+    crc = 0
+    for byte in data:
+        crc = _CRC16_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc
+
+
+def _crc16_table() -> tuple[int, ...]:
+    out = []
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
+        out.append(crc)
+    return tuple(out)
+
+
+_CRC16_TABLE = _crc16_table()
+
+
+# What starts a length tag, and the encoder names that start its extension.
+_MAGICS = (b"Xing", b"Info", b"LAME", b"Lavc", b"Lavf")
+
+
+def _tag(frame: bytes) -> tuple[int, bytes, int] | None:
+    """(offset, b"Xing" or b"Info", flags) of the length tag in the first frame ``frame``, or None."""
+    window = frame[:200]
+    for name in (b"Xing", b"Info"):
+        i = window.find(name)
+        if i >= 0 and i + 8 <= len(window):
+            return i, name, struct.unpack_from(">I", window, i + 4)[0]
+    return None
+
+
+def _tag_offset(frame: bytes) -> int:
+    """Where the Xing/Info tag sits in a first frame with this header: after the header and side information."""
+    mpeg1, mono = (frame[1] >> 3) & 3 == 3, frame[3] >> 6 == 3
+    side = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
+    return 4 + side + (0 if frame[1] & 0x01 else 2)  # a 16-bit CRC follows the header when protected
+
+
+def tag_frame_count(frame: bytes) -> int | None:
+    """The frame count recorded by the Xing/Info tag of the first frame ``frame``, if it records one."""
+    tag = _tag(frame)
+    if tag is None or not tag[2] & 0x1 or tag[0] + 12 > len(frame):
+        return None
+    return struct.unpack_from(">I", frame, tag[0] + 8)[0]
+
+
+def tag_problem(frame: bytes, stream_bytes: int) -> str | None:
+    """What is wrong with the Xing/Info/LAME tag in ``frame`` (the first frame's bytes), or None.
+
+    ``stream_bytes`` is the size of the MPEG stream (the file without its
+    ID3v2 tag). Only claims the tag's own bytes contradict are refused.
+    """
+    first = frame.find(b"\xff")
+    while 0 <= first and frame_header(frame[first : first + 4]) is None:
+        first = frame.find(b"\xff", first + 1)
+    if first < 0:
+        return None
+    if any(magic in frame[:first] for magic in _MAGICS[:2]):  # the frame around the tag lost its header
+        return "the MPEG frame holding its Xing/Info tag has a damaged header (decoders would skip the tag)"
+    frame = frame[first:]
+    tag = _tag(frame)
+    header = frame_header(frame[:4])
+    if tag is None:
+        # A tag whose name is damaged: Xing flags and a LAME extension where a tag would sit. (LAME also
+        # writes its name into the padding of ordinary frames, so the name alone proves nothing.)
+        at = _tag_offset(frame)
+        if frame[at + 4 : at + 8] == b"\0\0\0\x0f" and frame[at + 120 : at + 124] in _MAGICS[2:]:
+            return "its first MPEG frame holds a LAME tag whose Xing/Info name is damaged (its length is lost)"
+        return None
+    at, name, flags = tag
+    if at != _tag_offset(frame):
+        return (f"its first MPEG frame header does not match the {name.decode()} tag inside it (the header is damaged, "
+                "so decoders would take the tag for audio)")
+    lame = at + 8 + 4 * bool(flags & 1) + 4 * bool(flags & 2) + 100 * bool(flags & 4) + 4 * bool(flags & 8)
+    extension = frame[lame : lame + 36]
+    # LAME (and FFmpeg's "Lavc") write a 36-byte extension whose last two bytes
+    # are a CRC-16 of the frame up to them; encoders without one leave zeros.
+    if len(extension) == 36 and any(extension):
+        stored = struct.unpack_from(">H", extension, 34)[0]
+        if _crc16(frame[: lame + 34]) != stored:
+            return "the LAME tag of its first MPEG frame fails its CRC check (its length fields are damaged)"
+    frames = tag_frame_count(frame)
+    if frames is None:
+        return None
+    declared = struct.unpack_from(">I", frame, at + 12)[0] if flags & 2 and at + 16 <= len(frame) else None
+    audio = min(stream_bytes, declared) if declared else stream_bytes
+    audio -= header[0]  # the tag's own frame holds no audio
+    mpeg1, layer = (frame[1] >> 3) & 3 == 3, (frame[1] >> 1) & 3
+    densest = (144 if header[1] == 1152 else 72 if header[1] == 576 else 48) * MAX_KBPS[(mpeg1, layer)] * 1000
+    fewest = audio * header[2] // densest  # frames at the highest bitrate the format allows
+    if name == b"Info" and declared:  # constant bitrate: every frame has the first audio frame's size
+        following = frame_header(frame[header[0] : header[0] + 4])
+        if following is not None:
+            unpadded = following[0] - ((frame[header[0] + 2] >> 1) & 1) * (4 if following[1] == 384 else 1)
+            fewest = max(fewest, audio // (unpadded + 1) - 2)
+    if frames < fewest - 1:
+        return (f"its {name.decode()} tag records {frames} MPEG frames, but its {audio} bytes of audio hold at least "
+                f"{fewest}; the tag is corrupt")
+    return None
+
+
+# Concealment: mpg123 outputs a frame it cannot decode (damaged side
+# information or Huffman data) as exact zeros, one granule (576 samples) or
+# more. A valid stream never drops to exact zero at once: the synthesis
+# filterbank and the MDCT overlap make audio decay first. Over 72 LAME encodes
+# with hard cuts to digital silence (8-44.1 kHz, mono/stereo, CBR/VBR) the
+# loudest sample in the 32 before an exact-zero run was 2e-6; concealed frames
+# start after samples at the music's level (0.01 and up).
+_CONCEAL_RUN = 576
+_CONCEAL_EDGE = 32
+_CONCEAL_LEVEL = 1e-3
+
+
+def concealed_span(x: np.ndarray) -> tuple[int, int] | None:
+    """(first, end) rows of a run of >= 576 exact-zero frames that starts right after audible samples, or None.
+
+    ``x`` is decoded audio ``(frames, channels)``. One pass over ``x`` when it
+    holds no exact zero (about as costly as the finiteness check).
+    """
+    if x.size == 0 or x.all():
+        return None
+    silent = x[:, 0] == 0
+    for channel in range(1, x.shape[1]):
+        silent &= x[:, channel] == 0
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], silent.view(np.int8), [0]))))
+    for first, end in zip(edges[::2], edges[1::2]):
+        if end - first >= _CONCEAL_RUN and first > 0:
+            if np.abs(x[max(0, first - _CONCEAL_EDGE) : first]).max() > _CONCEAL_LEVEL:
+                return int(first), int(end)
+    return None

@@ -1,0 +1,180 @@
+"""Parquet files with the encoded audio inside: one row per item, read through its row group.
+
+The Hugging Face layout: an ``audio`` column of ``{bytes: binary, path: string}``
+structs (``datasets.Audio(decode=False)``, what ``Dataset.to_parquet`` writes),
+beside text and number columns. A plain ``binary`` column works too.
+
+Reading one row reads one column of one row group (pyarrow's
+``ParquetFile.read_row_group``), never the whole file: the footer once per
+process and file, then the row group's audio column chunk. The last row
+group read is kept (one per process), so a pass over neighbouring rows reads
+each group once. Remote files go through the ranged reads of
+:mod:`audiotree.io.remote_file`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Any, Sequence
+
+from audiotree.errors import AudioReadError
+from audiotree.io import storage
+
+__all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read_labels", "forget", "has_metadata_key", "DEFAULT_AUDIO_COLUMN"]
+
+#: The audio column looked for when none is named.
+DEFAULT_AUDIO_COLUMN = "audio"
+
+_FILES_MAX = 16
+_FILES: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
+_GROUP: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class ParquetAudioFile:
+    """What discovery needs of one Parquet file: rows per row group, and its label columns."""
+
+    path: str
+    column: str
+    rows_per_group: tuple[int, ...]
+    label_columns: tuple[str, ...]
+
+
+def _fail(path: str, what: str) -> AudioReadError:
+    shown = storage.redact(path)
+    return AudioReadError(f"Failed to read audio file '{shown}': {what}", shown)
+
+
+def _open_file(path: str) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` for a path or URL (cached per process: the footer is read once)."""
+    import pyarrow.parquet as pq
+
+    # A rewritten local file gets a new key (its footer is read again).
+    version = None if storage.is_url(path) else storage.stat(path)
+    key = (path, version, tuple(sorted(storage.merged_options(None).items(), key=str)))
+    with _LOCK:
+        cached = _FILES.get(key)
+        if cached is not None:
+            _FILES.move_to_end(key)
+            return cached
+    if storage.is_url(path):
+        from audiotree.io.remote_file import open_input
+
+        source = open_input(path)
+    else:
+        source = storage.local_path(path)
+    try:
+        opened = pq.ParquetFile(source)
+    except Exception as exc:
+        if not isinstance(source, str):
+            source.close()
+        raise _fail(path, f"not a readable Parquet file ({type(exc).__name__}: {exc}). Check that it is complete, "
+                          "or use on_read_error=\"skip\".") from exc
+    with _LOCK:
+        _FILES[key] = opened
+        while len(_FILES) > _FILES_MAX:
+            _FILES.popitem(last=False)
+    return opened
+
+
+def _audio_type_ok(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return True
+    return pa.types.is_struct(arrow_type) and arrow_type.get_field_index("bytes") >= 0
+
+
+def describe_file(path: str, column: str | None = None) -> ParquetAudioFile | None:
+    """The rows and label columns of a Parquet file with audio in ``column``; ``None`` if it has no such column.
+
+    Raises:
+      AudioReadError: the file is not Parquet, or ``column`` has a type that cannot hold audio.
+    """
+    opened = _open_file(path)
+    schema = opened.schema_arrow
+    name = column or DEFAULT_AUDIO_COLUMN
+    if schema.get_field_index(name) < 0:
+        return None
+    arrow_type = schema.field(name).type
+    if not _audio_type_ok(arrow_type):
+        raise _fail(path, f"column '{name}' has type {arrow_type}, not audio bytes (binary, or a struct with a "
+                          "'bytes' field as Hugging Face datasets writes); name the audio column with audio_column= "
+                          "(--audio-column).")
+    meta = opened.metadata
+    rows = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+    labels = tuple(n for n in schema.names if n != name)
+    return ParquetAudioFile(path, name, rows, labels)
+
+
+def has_metadata_key(path: str, key: bytes) -> bool:
+    """Whether the Parquet file at ``path`` carries ``key`` in its footer's metadata.
+
+    A glob or brace pattern is never one file (``False``); a file that cannot be
+    opened as Parquet answers ``True``, so the caller's own open reports it.
+    """
+    if any(ch in path.split("://", 1)[-1] for ch in "*?[{"):
+        return False
+    try:
+        return key in (_open_file(path).schema_arrow.metadata or {})
+    except (AudioReadError, OSError):
+        return True
+
+
+def cell_bytes(value: Any) -> tuple[bytes | None, str | None]:
+    """``(bytes, name)`` of one audio cell (a ``{bytes, path}`` dict or raw bytes)."""
+    if isinstance(value, dict):
+        return value.get("bytes"), value.get("path")
+    return value, None
+
+
+def read_cell(url: str, ref: Any) -> bytes:
+    """The audio bytes of the row a ``parquet://`` member URL names (see :mod:`audiotree.io.members`).
+
+    Raises:
+      AudioReadError: the file, row group or row does not exist, or the cell is null or not bytes.
+    """
+    path, column, group, row = ref.container, ref.name, ref.offset, ref.size
+    key = f"{path}\x00{column}\x00{group}"
+    with _LOCK:
+        cached = _GROUP.get(key)
+    if cached is None:
+        opened = _open_file(path)
+        if group >= opened.metadata.num_row_groups:
+            raise _fail(url, f"the file has {opened.metadata.num_row_groups} row groups, no row group {group}. The "
+                             "file was rewritten since it was listed; rebuild the index, or use "
+                             "on_read_error=\"skip\".")
+        try:
+            cached = opened.read_row_group(group, columns=[column]).column(0).combine_chunks()
+        except Exception as exc:
+            raise _fail(url, f"reading row group {group} failed ({type(exc).__name__}: {exc}). The file may be "
+                             "corrupt; re-create it, or use on_read_error=\"skip\".") from exc
+        with _LOCK:
+            _GROUP.clear()
+            _GROUP[key] = cached
+    if row >= len(cached):
+        raise _fail(url, f"row group {group} has {len(cached)} rows, no row {row}; the file was rewritten since it "
+                         "was listed. Rebuild the index, or use on_read_error=\"skip\".")
+    data, _ = cell_bytes(cached[row].as_py())
+    if data is None:
+        raise _fail(url, "the audio cell is empty (null). Fill or drop the row, or use on_read_error=\"skip\".")
+    if not isinstance(data, (bytes, bytearray)):
+        raise _fail(url, f"the audio cell holds {type(data).__name__}, not bytes.")
+    return bytes(data)
+
+
+def read_labels(path: str, column: str, label_columns: Sequence[str]) -> Any:
+    """The label columns of a Parquet file as an Arrow table (one row per audio row), skipping the audio."""
+    opened = _open_file(path)
+    return opened.read(columns=list(label_columns)) if label_columns else None
+
+
+def forget() -> None:
+    """Drops the cached footers and row group (tests, and code that rewrites files it read)."""
+    with _LOCK:
+        _FILES.clear()
+        _GROUP.clear()
+

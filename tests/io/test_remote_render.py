@@ -1,0 +1,344 @@
+"""Renders and writer outputs read from S3 in place: ranged requests, a bounded cache, host shares.
+
+Against moto's S3 server on 127.0.0.1, behind a counting HTTP proxy (also on
+127.0.0.1) that records every request's method, path and Range and the body
+bytes the server sent, so requests and bytes are measured at the server side.
+"""
+
+from __future__ import annotations
+
+import os
+
+import grain
+import numpy as np
+import pytest
+
+from audiotree.sources import create_audio_dataset
+
+from test_storage import _FaultProxy, start_moto
+
+
+class CountingProxy(_FaultProxy):
+    """A proxy 127.0.0.1 -> moto that injects no fault and records every request (see ``_FaultProxy``)."""
+
+    def __init__(self, target_port: int) -> None:
+        super().__init__(target_port, every=0)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.log.clear()
+
+    def seen(self) -> list[tuple[str, str, str, int]]:
+        with self.lock:
+            return list(self.log)
+
+
+@pytest.fixture(scope="module")
+def s3proxy(tmp_path_factory):
+    """moto on 127.0.0.1 behind a CountingProxy; the AWS variables point at the proxy."""
+    import s3fs
+
+    server, port = start_moto()
+    proxy = CountingProxy(port)
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        s3fs.S3FileSystem.clear_instance_cache()
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("renders")
+        try:
+            yield {"fs": fs, "proxy": proxy, "tmp": tmp_path_factory.mktemp("remote-render")}
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
+            proxy.stop()
+            server.stop()
+
+
+def _corpus(root):
+    import soundfile
+
+    rng = np.random.default_rng(0)
+    root.mkdir(exist_ok=True)
+    for i in range(4):
+        soundfile.write(root / f"f{i}.wav", rng.standard_normal((16000, 2)).astype(np.float32) * 0.1, 8000)
+    return root
+
+
+def _render(out, corpus, n, *extra):
+    from click.testing import CliRunner
+
+    from audiotree.cli import cli
+
+    result = CliRunner().invoke(cli, ["render", str(corpus), "--out", str(out), "-n", str(n), "--part-size", "8",
+                                      "--duration", "1.0", "--sample-rate", "8000", *map(str, extra)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+
+
+@pytest.fixture(scope="module")
+def rendered(s3proxy):
+    """One render (tree, 20 items in parts of 8) on local disk and uploaded unchanged to s3://renders/tree."""
+    tmp = s3proxy["tmp"]
+    corpus = _corpus(tmp / "corpus")
+    _render(tmp / "local", corpus, 20)
+    s3proxy["fs"].put(str(tmp / "local"), "renders/tree", recursive=True)
+    return {"local": tmp / "local", "url": "s3://renders/tree", "corpus": corpus}
+
+
+def _same(a, b):
+    np.testing.assert_array_equal(np.asarray(a.waveform), np.asarray(b.waveform))
+    assert a.filepath == b.filepath and a.source == b.source
+    np.testing.assert_array_equal(np.asarray(a.offset), np.asarray(b.offset))
+
+
+def _gets(log):
+    return [entry for entry in log if entry[0] == "GET"]
+
+
+def test_remote_render_reads_items_in_place_with_few_requests(s3proxy, rendered):
+    from audiotree.sources import open_render
+
+    proxy = s3proxy["proxy"]
+    proxy.reset()
+    remote = open_render(rendered["url"])  # the record, then part 0's manifest and item 0 (sizing)
+    opened = proxy.seen()
+    local = open_render(rendered["local"])
+    assert len(remote) == len(local) == 20
+    names = [path.rsplit("/", 1)[-1] for _, path, _, _ in opened]
+    assert names[:2] == ["render.json", "manifest.json"] and all(m == "GET" for m, *_ in opened), opened
+    # Item 0: one ranged GET of its waveform row; the small leaves of the part once each.
+    waveform = [e for e in opened if e[1].endswith("waveform.bin")]
+    row = np.asarray(local[0].waveform).nbytes
+    assert row == 8000 * 4  # 1 s of mono float32
+    assert len(waveform) == 1 and waveform[0][2] == f"bytes=0-{row - 1}" and waveform[0][3] == row
+    assert not any(e[1].endswith("/renders/tree") or e[1].endswith("/renders/tree/") for e in opened), "no listing"
+    proxy.reset()
+    for i in (5, 13, 19, 0):
+        _same(remote[i], local[i])
+    log = proxy.seen()
+    # 5: part 0 row (1); 13 and 19: part 1 manifest + its small leaves once, then a row each; 0: one row again.
+    rows = [e for e in log if e[1].endswith("waveform.bin")]
+    assert len(rows) == 4 and all(e[3] == row for e in rows), log
+    assert sum(e[3] for e in log if not e[1].endswith("waveform.bin")) < 4096, log  # manifests, offsets, names
+
+
+def test_remote_render_cache_serves_repeats_and_stays_bounded(s3proxy, rendered, tmp_path):
+    from audiotree.sources import open_render
+
+    proxy = s3proxy["proxy"]
+    cache_dir = tmp_path / "cache"
+    ds = open_render(rendered["url"], cache_limit="1MB", cache_dir=cache_dir)
+    for i in range(8):
+        ds[i]
+    proxy.reset()
+    again = open_render(rendered["url"], cache_limit="1MB", cache_dir=cache_dir)  # as another process would
+    for i in range(2, 8):
+        _same(ds[i], again[i])
+    log = proxy.seen()
+    # The record and the manifest are always asked for (they say what is current); rows came from disk.
+    assert [e[1].rsplit("/", 1)[-1] for e in log] == ["render.json", "manifest.json"], log
+    small = tmp_path / "small"
+    bounded = open_render(rendered["url"], cache_limit="100kB", cache_dir=small)
+    for i in range(20):
+        bounded[i]
+    used = sum(p.stat().st_size for p in small.rglob("*") if p.is_file())
+    assert 32_000 <= used <= 100_000, used  # 20 rows of 32 kB would be 640 kB
+    proxy.reset()
+    bounded[19]  # the most recently used rows are the ones kept
+    assert not any(e[1].endswith("waveform.bin") for e in proxy.seen())
+
+
+def test_remote_render_host_shares_are_disjoint_complete_and_touch_only_their_parts(s3proxy, rendered):
+    from audiotree.sources import open_render
+
+    proxy = s3proxy["proxy"]
+    local = open_render(rendered["local"])
+    seen = []
+    for host in range(2):
+        proxy.reset()
+        share = open_render(rendered["url"], shard_options=grain.sharding.ShardOptions(host, 2))
+        items = [share[i] for i in range(len(share))]
+        parts = {e[1].split("/")[3] for e in proxy.seen() if e[1].count("/") > 3}
+        seen.append(len(items))
+        assert parts == ({"part-00000", "part-00001"} if host == 0 else {"part-00001", "part-00002"}), parts
+        for k, item in enumerate(items):
+            _same(item, local[host * 10 + k])
+    assert seen == [10, 10]
+
+
+def test_tree_and_audio_sources_read_urls(s3proxy, tmp_path):
+    from audiotree.core import AudioTree
+    from audiotree.sources import AudioDataSource, TreeDataSource
+    from audiotree.writers import AudioWriter, TreeWriter
+
+    ds = create_audio_dataset(str(_corpus(tmp_path / "c")), duration=0.25, sample_rate=8000, shuffle=False)
+    batch = AudioTree.batch([ds[i] for i in range(4)])
+    for kind, make, read in (("tree", lambda d: TreeWriter(d).open(), TreeDataSource),
+                             ("audio", AudioWriter, AudioDataSource)):
+        writer = make(tmp_path / kind)
+        writer.write(batch)
+        writer.close()
+        s3proxy["fs"].put(str(tmp_path / kind), f"renders/src-{kind}", recursive=True)
+        remote, local = read(f"s3://renders/src-{kind}"), read(tmp_path / kind)
+        assert len(remote) == len(local) == 4
+        for i in range(4):
+            np.testing.assert_array_equal(np.asarray(remote[i].waveform), np.asarray(local[i].waveform))
+        import pickle
+
+        np.testing.assert_array_equal(np.asarray(pickle.loads(pickle.dumps(remote))[3].waveform),
+                                      np.asarray(local[3].waveform))
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------
+
+
+def test_record_naming_a_missing_part_is_named_and_other_parts_stay_readable(s3proxy, rendered):
+    from audiotree.sources import open_render
+
+    fs = s3proxy["fs"]
+    fs.put(str(rendered["local"]), "renders/broken-missing", recursive=True)
+    fs.rm("renders/broken-missing/part-00001", recursive=True)
+    ds = open_render("s3://renders/broken-missing")
+    _same(ds[3], open_render(rendered["local"])[3])
+    with pytest.raises(FileNotFoundError, match=r"names the finished part part-00001.*s3://renders/broken-missing/"
+                                                r"part-00001/manifest\.json"):
+        ds[9]
+    assert fs.exists("renders/broken-missing/render.json") and fs.exists("renders/broken-missing/part-00002")
+
+
+def test_truncated_remote_part_is_an_error_naming_the_object(s3proxy, rendered):
+    from audiotree.sources import open_render
+
+    fs = s3proxy["fs"]
+    fs.put(str(rendered["local"]), "renders/broken-short", recursive=True)
+    key = "renders/broken-short/part-00002/waveform.bin"
+    fs.pipe(key, fs.cat_file(key)[:-100])
+    ds = open_render("s3://renders/broken-short")
+    _same(ds[0], open_render(rendered["local"])[0])
+    with pytest.raises(ValueError, match=r"s3://renders/broken-short/part-00002/waveform\.bin: it is \d+ bytes, but "
+                                         r"the manifest needs exactly \d+; the remote part is truncated"):
+        ds[16]
+    fs.pipe(key, fs.cat_file(key)[:10])  # shorter than the row's start
+    with pytest.raises(ValueError, match=r"part-00002/waveform\.bin: it is 10 bytes"):
+        open_render("s3://renders/broken-short")[19]
+
+
+def test_unwritable_cache_folder_is_named(s3proxy, rendered, tmp_path):
+    from audiotree.sources import open_render
+
+    blocked = tmp_path / "ro"
+    blocked.mkdir()
+    blocked.chmod(0o500)
+    try:
+        if os.access(blocked / "x", os.W_OK) or os.geteuid() == 0:
+            blocked = tmp_path / "file-in-the-way"  # root writes anywhere: a file where the folder should be
+            blocked.write_text("")
+        with pytest.raises(PermissionError, match=rf"read cache folder {blocked}.* not writable"):
+            open_render(rendered["url"], cache_limit="1GB", cache_dir=blocked / "cache")
+    finally:
+        (tmp_path / "ro").chmod(0o700)
+    with pytest.raises(ValueError, match="cache_dir= needs cache_limit="):
+        open_render(rendered["url"], cache_dir=tmp_path / "c")
+    with pytest.raises(ValueError, match="Cannot read '20 parsecs' as a size"):
+        open_render(rendered["url"], cache_limit="20 parsecs")
+
+
+def test_arrayrecord_render_on_s3_stages_one_shard_at_a_time(s3proxy, tmp_path):
+    from audiotree.sources import open_render
+
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "ar", corpus, 20, "--format", "arrayrecord")
+    s3proxy["fs"].put(str(tmp_path / "ar"), "renders/ar", recursive=True)
+    local = open_render(tmp_path / "ar")
+    proxy = s3proxy["proxy"]
+    for host in range(3):
+        proxy.reset()
+        share = open_render("s3://renders/ar", shard_options=grain.sharding.ShardOptions(host, 3))
+        assert len(share) == len(local[host * 8:(host + 1) * 8])
+        for k in range(len(share)):
+            _same(share[k], local[host * 8 + k])
+        shards = {e[1] for e in proxy.seen() if e[1].endswith(".array_record") and e[0] == "GET"}
+        assert shards == {f"/renders/ar/part-{host:05d}/items-00000.array_record"}, proxy.seen()
+    whole = open_render("s3://renders/ar", cache_limit="1MB", cache_dir=tmp_path / "cache")
+    for i in (19, 0, 9):
+        _same(whole[i], local[i])
+    staged = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert len(staged) == 3  # every shard read so far, within the limit
+
+
+def test_remote_index_build_resumes_from_the_parts_it_uploaded(s3proxy, tmp_path, monkeypatch):
+    from audiotree.index import _work, build_index, open_index
+
+    fs = s3proxy["fs"]
+    corpus = _corpus(tmp_path / "corpus")
+    for f in sorted(corpus.iterdir()):
+        fs.pipe(f"renders/ixsrc/{f.name}", f.read_bytes())
+    real = _work.index_chunk
+    calls = []
+
+    def dies_on_the_third_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the build is interrupted after committing two parts
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_work, "index_chunk", dies_on_the_third_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(["s3://renders/ixsrc"], "s3://renders/ix/corpus.parquet", executor="serial", chunk_size=1,
+                    show_progress=False)
+    uploaded = sorted(p.rsplit("/", 1)[-1] for p in fs.ls("renders/ix/.corpus.parquet.parts", refresh=True))
+    assert uploaded == ["part-00000000.parquet", "part-00000001.parquet", "settings.json"]
+    assert not fs.exists("renders/ix/corpus.parquet")  # nothing half-built is visible
+    monkeypatch.setattr(_work, "index_chunk", real)
+    report = build_index(["s3://renders/ixsrc"], "s3://renders/ix/corpus.parquet", executor="serial", chunk_size=1,
+                         show_progress=False)
+    assert (report.rows, report.resumed, report.read) == (4, 2, 2)
+    assert not fs.exists("renders/ix/.corpus.parquet.parts")
+    clean = build_index(["s3://renders/ixsrc"], "s3://renders/ix/clean.parquet", executor="serial",
+                        show_progress=False)
+    assert clean.read == 4
+    a, b = open_index("s3://renders/ix/corpus.parquet"), open_index("s3://renders/ix/clean.parquet")
+    assert a.paths() == b.paths()
+    for name in ("size", "duration", "readable"):
+        np.testing.assert_array_equal(np.asarray(a.column(name)), np.asarray(b.column(name)))
+
+
+def test_flac_excerpt_by_seek_points_is_two_requests_and_exact(s3proxy, tmp_path):
+    import io
+
+    import soundfile
+
+    from audiotree.io.flac_seek import read_flac_excerpt, seek_points
+
+    fs, proxy = s3proxy["fs"], s3proxy["proxy"]
+    rng = np.random.default_rng(5)
+    ratios = []
+    for k, (seconds, rate, channels, subtype) in enumerate([(10, 16000, 1, "PCM_16"), (75, 44100, 2, "PCM_16"),
+                                                              (40, 48000, 2, "PCM_24"), (130, 22050, 1, "PCM_16")]):
+        t = np.arange(seconds * rate) / rate
+        tone = 0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 0.3 * t))
+        audio = np.stack([tone + 0.01 * rng.standard_normal(t.size) for _ in range(channels)], axis=1)
+        buf = io.BytesIO()
+        soundfile.write(buf, audio.astype(np.float32), rate, format="FLAC", subtype=subtype)
+        data = buf.getvalue()
+        fs.pipe(f"renders/flac/{k}.flac", data)
+        points = seek_points(data)
+        assert points[0, 0] == 0 and np.all(np.diff(points[:, 0]) > 0)
+        assert np.all(np.diff(points[:, 0]) <= 1.2 * rate)  # about a second apart
+        local = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)[0]
+        frames = 3 * rate
+        for trial in range(4):
+            start = int(rng.integers(0, seconds * rate - frames))
+            proxy.reset()
+            got = read_flac_excerpt(f"s3://renders/flac/{k}.flac", points, start, frames, size=len(data))
+            log = proxy.seen()
+            np.testing.assert_array_equal(got, local[start:start + frames])
+            assert len(log) == (2 if trial == 0 else 1), log  # the header once per file and process
+            share = (len(data) - points[0, 1]) * frames / (seconds * rate)
+            body = sum(e[3] for e in log if not e[2].startswith("bytes=0-"))
+            ratios.append(body / share)
+            assert body <= 1.5 * share + 64 * 1024, (body, share)
+    assert np.mean(ratios) < 1.5, ratios

@@ -1,0 +1,173 @@
+"""Tar shards and Parquet with embedded audio on object storage: moto's S3 server and an HTTP server honouring Range.
+
+Items equal the local unpacked folder's; an excerpt costs a few ranged
+requests counted at the server, never a whole shard.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tarfile
+
+import grain
+import numpy as np
+import pytest
+
+from audiotree import ExcerptConfig
+from audiotree.errors import AudioReadError
+from audiotree.index import build_index, open_index
+from audiotree.io import AudioFile, remote_file
+from audiotree.io.members import parse
+from audiotree.io.tar_shards import list_shard
+from audiotree.sources import create_audio_dataset
+from container_factories import RATE, add_member, flac_bytes, make_corpus
+from test_storage import SECRET, http_server, start_moto  # noqa: F401 (the servers of the storage tests)
+
+SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+
+
+@pytest.fixture(scope="module")
+def s3_corpus(tmp_path_factory):
+    """The container corpus, local and in s3://shapes (moto on 127.0.0.1, standard AWS variables)."""
+    import s3fs
+
+    local = make_corpus(tmp_path_factory.mktemp("s3shapes"), files=8, per_shard=2)
+    server, port = start_moto()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        s3fs.S3FileSystem.clear_instance_cache()
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("shapes")
+        for folder in ("shards", "parquet"):
+            for path in sorted(local[folder].iterdir()):
+                fs.pipe(f"shapes/{folder}/{path.name}", path.read_bytes())
+        try:
+            yield local
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
+            server.stop()
+
+
+def _sources(local) -> dict:
+    last = local["num_shards"] - 1
+    return {"folder": str(local["unpacked"]), "shards": f"s3://shapes/shards/train-{{000000..{last:06d}}}.tar",
+            "parquet": "s3://shapes/parquet/train-*.parquet"}
+
+
+def _waves(ds) -> list:
+    return [np.asarray(ds[i].waveform) for i in range(len(ds))]
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("shape", ["shards", "parquet"])
+def test_s3_containers_equal_the_local_folder(s3_corpus, shape):
+    sources = _sources(s3_corpus)
+    for build in (dict(duration=0.5, num_epochs=2, shuffle_seed=4), dict(duration=None, shuffle=False)):
+        _same(_waves(create_audio_dataset(sources=sources[shape], sample_rate=RATE, **build)),
+              _waves(create_audio_dataset(sources=sources["folder"], sample_rate=RATE, **build)))
+
+
+def test_s3_index_over_shards_then_loudest_equals_the_local_folder(s3_corpus, tmp_path):
+    sources = _sources(s3_corpus)
+    waves = {}
+    for shape in ("folder", "shards", "parquet"):
+        out = tmp_path / f"{shape}.parquet"
+        build_index(sources[shape], out, executor="serial", show_progress=False)
+        waves[shape] = _waves(create_audio_dataset(index=out, sample_rate=RATE, duration=0.25, num_epochs=1,
+                                                   excerpt=ExcerptConfig(strategy="loudest")))
+    _same(waves["shards"], waves["folder"])
+    _same(waves["parquet"], waves["folder"])
+    ix = open_index(tmp_path / "shards.parquet", columns="all")
+    assert ix.table.column("speaker").to_pylist()[:3] == ["spk0", "spk1", "spk2"]  # sidecars read by ranged reads
+    assert all(parse(p).container.startswith("s3://shapes/shards/") for p in ix.paths())
+
+
+def test_s3_index_cli_with_a_brace_url(s3_corpus, tmp_path):
+    from click.testing import CliRunner
+
+    from audiotree.cli import cli
+
+    out = tmp_path / "cli.parquet"
+    result = CliRunner().invoke(cli, ["index", _sources(s3_corpus)["shards"], "--out", str(out), "--executor",
+                                      "serial", "--no-progress", "--no-loudness"])
+    assert result.exit_code == 0, result.output
+    assert "8 rows (8 read" in result.output and "skipped 8 .jpg" in result.output
+
+
+@pytest.mark.slow
+def test_s3_shards_with_two_workers_and_resume_equal_the_local_folder(s3_corpus):
+    sources = _sources(s3_corpus)
+    build = dict(sample_rate=RATE, duration=0.5, num_epochs=None, shuffle_seed=6)
+    reference = [np.asarray(x.waveform) for x in itertools.islice(
+        iter(create_audio_dataset(sources=sources["folder"], **build).to_iter_dataset(SYNC)), 16)]
+    ds = create_audio_dataset(sources=sources["shards"], **build)
+
+    def stream(n, state=None):
+        it = iter(ds.to_iter_dataset(SYNC).mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+        try:
+            if state is not None:
+                it.set_state(state)
+            return [np.asarray(next(it).waveform) for _ in range(n)], it.get_state()
+        finally:
+            it.close()
+
+    head, state = stream(5)  # five items: the middle of the third shard
+    tail, _ = stream(11, state)
+    _same(head + tail, reference)
+
+
+# ------------------------------------------------------------------ requests and bytes, counted at the server
+
+
+@pytest.fixture(scope="module")
+def http_shards(http_server):
+    """The storage tests' HTTP server (honours Range, counts requests and bytes) serving two shards."""
+    import io
+
+    members = {f"long{i}": flac_bytes(20.0, 30 + i) for i in range(3)}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for key, data in members.items():
+            add_member(tar, f"{key}.flac", data)
+            add_member(tar, f"{key}.json", json.dumps({"k": key}).encode())
+    http_server.objects["/shard.tar"] = buf.getvalue()
+    http_server.objects["/cut.tar"] = buf.getvalue()[: len(buf.getvalue()) * 2 // 3]
+    return http_server
+
+
+def test_http_shard_excerpt_costs_few_requests_and_bytes(http_shards):
+    listing = list_shard(http_shards.base + "/shard.tar")
+    member = next(m for m in listing.members if m.name == "long1.flac")
+    url = f"tar://{member.name}?offset={member.offset}&size={member.size}::{http_shards.base}/shard.tar"
+    http_shards.reset_counters()
+    with AudioFile(url) as f:
+        got = f.read(10 * RATE, 3 * RATE)
+    assert got.shape == (3 * RATE, 1) and np.abs(got).max() > 0
+    excerpt_bytes = member.size * 3 / 20
+    print(f"{http_shards.requests} requests, {http_shards.bytes_sent} bytes for a {excerpt_bytes:.0f}-byte excerpt")
+    assert http_shards.requests <= 3, http_shards.requests
+    assert http_shards.bytes_sent <= 2 * excerpt_bytes + remote_file.MIN_WINDOW, (http_shards.bytes_sent, excerpt_bytes)
+
+
+def test_http_shard_listing_reads_headers_not_the_shard(http_shards):
+    http_shards.reset_counters()
+    listing = list_shard(http_shards.base + "/shard.tar")
+    assert [m.name for m in listing.members] == [f"long{i}.{e}" for i in range(3) for e in ("flac", "json")]
+    assert http_shards.bytes_sent < len(http_shards.objects["/shard.tar"]) / 10
+
+
+def test_http_truncated_shard_member_is_named_on_read(http_shards):
+    listing = list_shard(http_shards.base + "/cut.tar")
+    member = listing.members[-1]
+    assert member.name == "long2.flac"  # cut inside it
+    url = f"tar://{member.name}?offset={member.offset}&size={member.size}::{http_shards.base}/cut.tar"
+    with pytest.raises(AudioReadError, match=r"long2\.flac.*run past the end of the shard"):
+        with AudioFile(url) as f:
+            f.read(0, f.info.frames)
