@@ -49,10 +49,19 @@ class BenchCorpusSpec:
     long: tuple[float, float] = (30.0, 120.0)
     quiet_every: int = 3  # every n-th medium/long file is mostly silent
     seed: int = 2024
+    exts: tuple[str, ...] = _EXTS  # rotated per duration class (repeat one to weight it)
+    rates: tuple[int, ...] = _RATES  # rotated likewise
+    mp3_rates: tuple[int, ...] | None = None  # MP3's own rates when ``rates`` exceed MPEG's 48 kHz
+    stereo_only: bool = False
 
 
 FULL_SPEC = BenchCorpusSpec()
 QUICK_SPEC = BenchCorpusSpec(files_per_group=4, medium=(3.0, 6.0), long=(30.5, 32.0))
+#: Corpus 3 (issue 27): high rates, stereo, MP3-heavy, files of 1 to 10 minutes. MPEG audio stops at
+#: 48 kHz, so the MP3s (half the files) are 44.1/48 kHz and the rest 88.2/96 kHz.
+HIRES_SPEC = BenchCorpusSpec(files_per_group=4, short=(60.0, 120.0), medium=(120.0, 300.0), long=(300.0, 600.0),
+                             seed=2027, exts=("mp3", "flac", "mp3", "ogg", "mp3", "wav"), rates=(88_200, 96_000),
+                             mp3_rates=(44_100, 48_000), stereo_only=True)
 
 
 def _plan(spec: BenchCorpusSpec) -> list[dict]:
@@ -69,15 +78,17 @@ def _plan(spec: BenchCorpusSpec) -> list[dict]:
             k = counters[cls]
             counters[cls] += 1
             lo, hi = getattr(spec, cls)
+            ext = spec.exts[(k + g_index) % len(spec.exts)]
+            rates = spec.mp3_rates if ext == "mp3" and spec.mp3_rates else spec.rates
             plan.append(
                 {
                     "group": group,
                     "class": cls,
                     "seconds": float(rng.uniform(lo, hi)),
                     # Rotate per class so every class sees every format, rate and layout.
-                    "ext": _EXTS[(k + g_index) % len(_EXTS)],
-                    "rate": _RATES[(k // 2 + g_index + (cls == "long")) % len(_RATES)],
-                    "channels": 1 + (k + g_index + (cls == "medium")) % 2,
+                    "ext": ext,
+                    "rate": rates[(k // 2 + g_index + (cls == "long")) % len(rates)],
+                    "channels": 2 if spec.stereo_only else 1 + (k + g_index + (cls == "medium")) % 2,
                     "quiet": cls != "short" and k % spec.quiet_every == spec.quiet_every - 1,
                     "index": i,
                 }
@@ -166,6 +177,8 @@ def describe(root: str | os.PathLike) -> dict:
         "hours": sum(seconds) / 3600,
         "under_2s": sum(s < 2 for s in seconds),
         "from_30_to_120s": sum(30 <= s <= 120 for s in seconds),
+        "minutes_min_max": [min(seconds) / 60, max(seconds) / 60],
+        "by_format": {x: sum(e["ext"] == x for e in plan) for x in sorted({e["ext"] for e in plan})},
         "mostly_silent": sum(e["quiet"] for e in plan),
         "formats": sorted({e["ext"] for e in plan}),
         "rates": sorted({e["rate"] for e in plan}),

@@ -22,6 +22,7 @@ _LAZY = {
     "render": ("audiotree.writers.render", "render"),
     "sources": ("audiotree.sources", None),
     "transforms": ("audiotree.transforms", None),
+    "jax": ("audiotree.jax", None),  # not in __all__: JAX-only helpers, imported on first use
 }
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.fft
 from jax import lax
-from scipy.signal import sosfilt
 
+from audiotree.dsp.biquads import sosfilt_blocks
 from audiotree.dsp.loudness import (
     CHANNEL_WEIGHTS,
     MAX_SHIFTED_SLICES,
@@ -59,7 +59,7 @@ def _k_ir_cached(sample_rate: int) -> np.ndarray:
     n = int(np.ceil(_MAX_IR_SEC * sample_rate))
     impulse = np.zeros(n)
     impulse[0] = 1.0
-    h = sosfilt(k_weighting_sos_cached(sample_rate), impulse)
+    h = sosfilt_blocks(k_weighting_sos_cached(sample_rate), impulse)
     # tail_energy[i] = sum(h[i:] ** 2), tail_sum[i] = sum(h[i:])
     tail_energy = np.cumsum((h * h)[::-1])[::-1]
     tail_sum = np.abs(np.cumsum(h[::-1])[::-1])

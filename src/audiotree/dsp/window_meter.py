@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from audiotree.dsp.loudness import CHANNEL_WEIGHTS, integrated_from_power, k_weighting_sos, scipy_sosfilt
+from audiotree.dsp.biquads import sosfilt_blocks
+from audiotree.dsp.loudness import CHANNEL_WEIGHTS, integrated_from_power, k_weighting_sos
 
 __all__ = ["WindowMeter"]
 
@@ -40,7 +41,7 @@ class WindowMeter:
         self.window = int(window)
         self._sos = np.array(k_weighting_sos(self.sample_rate))
         self._weights = np.asarray(CHANNEL_WEIGHTS[:channels], dtype=np.float64)
-        self._state = np.zeros((self._sos.shape[0], 2, channels))  # (sections, 2, channels), starts at rest
+        self._state = np.zeros((channels, 2 * self._sos.shape[0]))  # per channel, starts at rest
 
     def weighted_power(self, frames: np.ndarray) -> np.ndarray:
         """K-weighted, channel-weighted power of ``frames`` ``(k * window, channels)``, as ``(k, window)`` float64.
@@ -50,9 +51,8 @@ class WindowMeter:
         count, rest = divmod(frames.shape[0], self.window)
         if rest:
             raise ValueError(f"The meter takes whole windows of {self.window} frames, got {frames.shape[0]}.")
-        sosfilt, _ = scipy_sosfilt()  # imported on first use, see audiotree.dsp.loudness
-        filtered, self._state = sosfilt(self._sos, np.asarray(frames, dtype=np.float64), axis=0, zi=self._state)
-        return (np.square(filtered, out=filtered) @ self._weights).reshape(count, self.window)
+        filtered, self._state = sosfilt_blocks(self._sos, np.asarray(frames).T, zi=self._state)
+        return (self._weights @ np.square(filtered, out=filtered)).reshape(count, self.window)
 
     def push(self, frames: np.ndarray) -> np.ndarray:
         """The gated loudness (LUFS, float32) of each window in ``frames`` ``(k * window, channels)``."""

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import integrity, mpeg_frames, ogg_pages, storage
+from audiotree.io import integrity, mpeg_frames, ogg_pages, open_checks, storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 from audiotree.io.failures import (
     SKIP_HINT,
@@ -193,10 +193,13 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
 
 def _checked(path: str, size: int | None, reader: SoundfileReader | PyAVReader):
     """``reader`` once its header's length claim is backed by the file, else closes it and raises."""
-    try:
+    def check() -> None:
         if isinstance(reader, SoundfileReader):
             _refuse_truncated_wav(path, size, reader)
         _check_length_claim(path, size, reader)
+
+    try:
+        open_checks.checked_once(path, size, reader, check)  # once per unchanged local file and process
     except BaseException:
         reader.close()
         raise
