@@ -63,9 +63,20 @@ def _set_parent_death_signal() -> bool:
         return False
 
 
-def _parent_alive(parent_pid: int) -> bool:
+def _parent_alive(parent_pid: int, first_ppid: int) -> bool:
     if os.name != "nt":
-        return os.getppid() == parent_pid
+        if os.getppid() != first_ppid:  # re-parented: the process that started us is gone
+            return False
+        if parent_pid != first_ppid:
+            # Started through an intermediary (multiprocessing's forkserver): the parent is not our ppid,
+            # so ask whether it still exists.
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                pass
+        return True
     try:  # Windows keeps the original ppid: ask whether that process still exists
         import ctypes
 
@@ -80,9 +91,9 @@ def _parent_alive(parent_pid: int) -> bool:
         return True
 
 
-def _watch(parent_pid: int, interval: float) -> None:
+def _watch(parent_pid: int, first_ppid: int, interval: float) -> None:
     event = threading.Event()
-    while _parent_alive(parent_pid):
+    while _parent_alive(parent_pid, first_ppid):
         event.wait(interval)
     os._exit(ORPHAN_EXIT_CODE)  # pylint: disable=protected-access
 
@@ -105,8 +116,10 @@ def exit_with_parent(parent_pid: int | None = None, *, main_thread: bool = False
         if _watched is not None and _watched[0] == os.getpid():
             return
         _watched = (os.getpid(), parent)
-    if main_thread and os.getppid() == parent:
+    first_ppid = os.getppid()
+    if main_thread and first_ppid == parent:
         _set_parent_death_signal()
-    if not _parent_alive(parent):  # died before we could watch (the signal would never come)
+    if not _parent_alive(parent, first_ppid):  # died before we could watch (the signal would never come)
         os._exit(ORPHAN_EXIT_CODE)  # pylint: disable=protected-access
-    threading.Thread(target=_watch, args=(parent, interval), name="audiotree-parent-watch", daemon=True).start()
+    threading.Thread(target=_watch, args=(parent, first_ppid, interval), name="audiotree-parent-watch",
+                     daemon=True).start()
