@@ -32,7 +32,8 @@ from audiotree.dsp.edits import downmix
 from audiotree.dsp.loudness import CHANNEL_WEIGHTS, gated_from_block_power
 from audiotree.dsp.window_meter import WindowMeter
 
-__all__ = ["BLOCK_SEC", "GATING_BLOCKS", "profile_step", "file_profile", "window_loudness", "window_blocks"]
+__all__ = ["BLOCK_SEC", "GATING_BLOCKS", "profile_step", "file_profile", "window_loudness", "window_blocks",
+           "decode_profile"]
 
 #: Profile block length in seconds (the BS.1770 gating step).
 BLOCK_SEC = 0.1
@@ -62,6 +63,19 @@ def window_blocks(seconds: float) -> int:
     if not (isinstance(seconds, (int, float, np.floating, np.integer)) and math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"a window must be a positive number of seconds, got {seconds!r}.")
     return max(1, int(round(float(seconds) / BLOCK_SEC)))
+
+
+def decode_profile(values) -> np.ndarray:
+    """A stored profile as float32 K-weighted mean squares per 100 ms block.
+
+    ``values`` is a row's ``profile`` as the index stores it (a NumPy array or
+    a list); every reader of stored profiles goes through here, so a change of
+    the stored encoding is one function.
+
+    >>> decode_profile([0.5, 0.25]).tolist()
+    [0.5, 0.25]
+    """
+    return np.asarray(values, dtype=np.float32)
 
 
 def file_profile(audio, *, mono: bool = True, chunk_seconds: float = _CHUNK_SECONDS) -> np.ndarray:

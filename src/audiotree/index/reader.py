@@ -200,7 +200,9 @@ class CorpusIndex:
         value = self.table.column("profile")[int(row)]
         if not value.is_valid:
             return None
-        return _numpy(value.values).astype(np.float32, copy=False)
+        from audiotree.index.profile import decode_profile
+
+        return decode_profile(_numpy(value.values))
 
     # -------------------------------------------------------------- labels
     def label_values(self, name: str) -> Any:

@@ -236,11 +236,13 @@ def _attach_plan(rows: IndexRows, ix: Any, selected: np.ndarray, spec: LoudestSp
         return rows  # loudest then searches each file
     table = (ix.table if "profile" in ix.table.column_names
              else open_index(ix.path, columns=["path", "profile"], root=ix.root).table)
+    from audiotree.index.profile import decode_profile
+
     column = table.column("profile")
     profiles = []
     for r in selected:
         value = column[int(r)]
-        profiles.append(np.asarray(value.values, dtype=np.float32) if value.is_valid else None)
+        profiles.append(decode_profile(value.values.to_numpy()) if value.is_valid else None)
     # Items take lufs from the profile when it describes what they meter (the same mono/stereo mix).
     plan = build_plan(profiles, duration=spec.duration, cutoff=float(spec.excerpt.lufs_cutoff),
                       keep_profiles=ix.mono == spec.mono)
@@ -404,7 +406,7 @@ def window_lufs_view(index: Any, lufs_window_sec: float | None) -> dict:
     ``[k * lufs_window_sec, (k + 1) * lufs_window_sec)``, from
     :func:`audiotree.index.window_loudness` (a trailing partial window is dropped).
     """
-    from audiotree.index.profile import BLOCK_SEC, window_blocks, window_loudness
+    from audiotree.index.profile import BLOCK_SEC, decode_profile, window_blocks, window_loudness
     from audiotree.index.reader import open_index
 
     if lufs_window_sec is None:
@@ -424,7 +426,7 @@ def window_lufs_view(index: Any, lufs_window_sec: float | None) -> dict:
     for i, path in enumerate(paths):
         if not readable[i] or profiles[i] is None:
             continue
-        lufs[path] = window_loudness(np.asarray(profiles[i], dtype=np.float32), blocks,
+        lufs[path] = window_loudness(decode_profile(profiles[i]), blocks,
                                      hop_blocks=blocks).astype(np.float32)
         durations[path] = float(column_durations[i])
         sizes[path] = int(column_sizes[i])
