@@ -312,7 +312,9 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
     Args:
       path: an index written by :func:`audiotree.index.build_index`.
       columns: the columns to read (default: the base columns a dataset needs,
-        plus every label column); ``"all"`` reads everything, profile included.
+        plus every label column); ``"all"`` reads everything, profile included;
+        ``()`` reads the metadata alone (validated, no row read: what a
+        dataset over the column store needs, see :mod:`audiotree.index.columns`).
       labels: label columns to read as well; each must be one of the index's
         labels (else a ``ValueError`` naming the index and its labels).
       storage_options: fsspec options when ``path`` is a URL (``s3://``,
@@ -348,6 +350,13 @@ def open_index(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Corpus index not found: {path}. Build it with `audiotree index SOURCES --out {path}`.")
     return _open_index(path, path, columns, labels, explicit)
+
+
+def _empty_table(num_rows: int):
+    """A table of no columns and ``num_rows`` rows (``len()`` of a metadata-only index)."""
+    import pyarrow as pa
+
+    return pa.table({"_": pa.nulls(num_rows)}).drop_columns(["_"])
 
 
 def _check_segment_columns(path: str, schema: Any) -> None:
@@ -397,6 +406,10 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
             f"{path} has no label column(s) {missing}; its labels are {list(meta['labels'])}. Rebuild the index "
             "with --labels naming a file that has them."
         )
+    if columns is not None and not isinstance(columns, str) and len(columns) == 0:
+        # Metadata only: what a dataset over the column store needs (no row is read).
+        root = resolve_root(path, meta.get("root"), explicit_root)
+        return CorpusIndex(path=path, meta=meta, root=root, table=_empty_table(pf.metadata.num_rows))
     if columns == "all":
         wanted = list(schema.names) + sorted(OPTIONAL_COLUMNS - names)
     else:

@@ -42,56 +42,137 @@ def is_index_path(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class IndexRows:
-    """The selected rows of one index, as arrays (picklable, shared by every item).
+    """The selected rows of one index, over its memory-mapped column store.
 
-    ``paths[i]`` is row ``i``'s file; ``sizes``/``mtimes`` what the index
-    recorded; ``durations`` seconds; ``channels``; ``groups`` the group column
-    (``None`` when null); ``labels`` ``{name: (n,) array}`` (a
-    :class:`~audiotree.index.text.TextColumn` for a text label). Paths and groups
-    are object arrays, so selecting rows is one fancy index. ``plan`` is the
-    ``loudest`` plan of the rows (:class:`~audiotree.excerpt_search.LoudestPlan`)
-    when the dataset picks loud excerpts from the index's profiles, else ``None``.
-    ``windows`` is ``None`` for an index of whole files, else ``(n, 2)`` float64
-    ``(start, end)`` seconds of each row's segment within its file (NaN for a
-    whole-file row): the read window of :meth:`window`.
+    Nothing here holds a Python object per row: the columns live in the
+    index's :class:`~audiotree.index.columns.ColumnStore` (mapped read-only,
+    shared by every process), and the rows a dataset reads are one saved
+    selection of it (``selection``, ``None`` for every row). Pickled into a
+    worker, rows cost the same whatever their number.
+
+    Position ``i`` (``0 <= i < len(rows)``) is store row :meth:`row` ``(i)``.
+    Per-item readers (:meth:`path`, :meth:`window`, :meth:`check`,
+    :meth:`decorate`, :meth:`loudest_row`) look up one row; the vectorised
+    views (``sizes``, ``durations``, ``channels``, ...) gather every selected
+    row and are for the process that builds a dataset. ``labels`` names the
+    label columns an item carries. ``loudest`` is ``(duration, cutoff,
+    keep_profiles)`` when items pick loud excerpts from the profiles, else
+    ``None``: a row's plan is computed when an item reads it, from its profile
+    alone (a few hundred 100 ms blocks for a 20 s file).
     """
 
     index_path: str
     refresh: str
-    paths: np.ndarray
-    sizes: np.ndarray
-    mtimes: np.ndarray
-    durations: np.ndarray
-    channels: np.ndarray
-    groups: np.ndarray
-    labels: Mapping[str, np.ndarray]
-    plan: Any = None
-    windows: np.ndarray | None = None
+    store: Any
+    selection: str | None = None
+    labels: tuple = ()
+    loudest: tuple | None = None
+
+    # ------------------------------------------------------------ rows
+    def _selected(self) -> np.ndarray | None:
+        return None if self.selection is None else self.store.selection(self.selection)
 
     def __len__(self) -> int:
-        return len(self.paths)
+        selected = self._selected()
+        return len(self.store) if selected is None else int(selected.size)
 
-    def take(self, rows: np.ndarray) -> "IndexRows":
-        rows = np.asarray(rows, dtype=np.int64)
-        return dataclasses.replace(
-            self, paths=self.paths[rows], sizes=self.sizes[rows], mtimes=self.mtimes[rows],
-            durations=self.durations[rows], channels=self.channels[rows], groups=self.groups[rows],
-            labels={k: v[rows] for k, v in self.labels.items()},
-            plan=None if self.plan is None else self.plan.take(rows),
-            windows=None if self.windows is None else self.windows[rows],
-        )
+    def row(self, i: int) -> int:
+        """The store row at position ``i``."""
+        selected = self._selected()
+        return int(i) if selected is None else int(selected[int(i)])
+
+    def rows(self) -> np.ndarray:
+        """Every selected store row (int64), in order."""
+        selected = self._selected()
+        return np.arange(len(self.store), dtype=np.int64) if selected is None else np.asarray(selected)
+
+    def take(self, positions: np.ndarray) -> "IndexRows":
+        """The rows at ``positions`` (saved once in the store, so workers map them too)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        selected = self._selected()
+        rows = positions if selected is None else np.asarray(selected)[positions]
+        if rows.size == len(self.store) and np.array_equal(rows, np.arange(rows.size)):
+            return dataclasses.replace(self, selection=None)
+        return dataclasses.replace(self, selection=self.store.save_selection(rows))
+
+    def _gather(self, name: str) -> np.ndarray:
+        values = self.store.array(name)
+        selected = self._selected()
+        return np.array(values) if selected is None else np.asarray(values)[np.asarray(selected)]
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self._gather("size")
+
+    @property
+    def mtimes(self) -> np.ndarray:
+        return self._gather("mtime_ns")
+
+    @property
+    def durations(self) -> np.ndarray:
+        return self._gather("duration")
+
+    @property
+    def channels(self) -> np.ndarray:
+        return self._gather("channels")
+
+    @property
+    def windows(self) -> np.ndarray | None:
+        """``(n, 2)`` ``(start, end)`` seconds of each row's segment (NaN: whole file), or ``None``."""
+        return self._gather("window") if self.store.has("window") else None
+
+    @property
+    def paths(self) -> "PathColumn":
+        return PathColumn(self)
+
+    def path(self, i: int) -> str:
+        """Row ``i``'s file as a usable path (joined to the index's root)."""
+        stored = self.store.text("path").text(self.row(i))
+        root = self.store.root
+        return stored if root is None else os.path.join(root, stored)
+
+    def group(self, i: int) -> str | None:
+        code = int(self.store.array("group.codes")[self.row(i)])
+        return None if code < 0 else self.store.manifest["groups"][code]
 
     def window(self, i: int) -> tuple[float, float] | None:
         """Row ``i``'s read window: its segment's ``(start, end)`` seconds, or ``None`` (the whole file)."""
-        if self.windows is None:
+        if not self.store.has("window"):
             return None
-        start, end = self.windows[i]
+        start, end = self.store.array("window")[self.row(i)]
         return None if start != start else (float(start), float(end))  # NaN: a whole-file row
 
+    # ------------------------------------------------------------ loudest
+    def loudest_row(self, i: int):
+        """Row ``i``'s ``loudest`` plan (a :class:`~audiotree.excerpt_search.RowPlan`), or ``None``.
+
+        ``None`` without ``loudest`` or when the row has no profile (then
+        ``loudest`` searches the file). Computed from the row's profile alone:
+        the same plan a whole-corpus plan would hold for it.
+        """
+        if self.loudest is None:
+            return None
+        profile = self.store.profile(self.row(i))
+        if profile is None or profile.size == 0:
+            return None
+        from audiotree.excerpt_search import build_plan
+
+        duration, cutoff, keep = self.loudest
+        return build_plan([profile], duration=duration, cutoff=cutoff, keep_profiles=keep).row(0)
+
+    def qualifying(self) -> np.ndarray:
+        """Positions with a window above the cutoff by the profile, or with no profile (not known silent)."""
+        duration, cutoff, _ = self.loudest
+        flags = _qualifying_flags(self.store, duration, cutoff)
+        selected = self._selected()
+        return np.flatnonzero(flags if selected is None else flags[np.asarray(selected)])
+
+    # ---------------------------------------------------------- staleness
     def stale_reason(self, i: int) -> str | None:
         from audiotree.index.reader import stat_differs
 
-        return stat_differs(self.paths[i], int(self.sizes[i]), int(self.mtimes[i]))
+        r = self.row(i)
+        return stat_differs(self.path(i), int(self.store.array("size")[r]), int(self.store.array("mtime_ns")[r]))
 
     def check(self, i: int, on_stale: str) -> bool:
         """False when row ``i``'s file changed and ``on_stale='skip'``; raises for ``'error'``."""
@@ -102,28 +183,68 @@ class IndexRows:
             return False
         from audiotree.index.reader import StaleFileError, stale_message
 
-        raise StaleFileError(stale_message(self.paths[i], reason, self.index_path, self.refresh), self.paths[i])
+        path = self.path(i)
+        raise StaleFileError(stale_message(path, reason, self.index_path, self.refresh), path)
 
     def decorate(self, tree: Any, i: int, *, stamp_group: bool) -> Any:
         """``tree`` with row ``i``'s labels in ``extras`` (and its group as ``source``)."""
         if tree is None:
             return None
+        r = self.row(i)
         if self.labels:
-            tree = tree.replace_extras(**{name: _label_leaf(values, i) for name, values in self.labels.items()})
+            tree = tree.replace_extras(**{name: _label_leaf(self.store.label(name), r) for name in self.labels})
         if stamp_group:
             from audiotree.provenance import encode_strings
 
             metadata = dict(tree._metadata)
-            metadata["source"] = encode_strings([self.groups[i] or ""])
+            metadata["source"] = encode_strings([self.group(i) or ""])
             tree = tree.replace(_metadata=metadata)
         return tree
+
+
+class PathColumn:
+    """The selected rows' paths as a read-only sequence (a ``str`` made per access)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: IndexRows):
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> str:
+        if not isinstance(i, (int, np.integer)):
+            raise TypeError("paths are read one row at a time: rows.paths[i].")
+        i = int(i) + (len(self) if i < 0 else 0)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._rows.path(i)
+
+    def __iter__(self):
+        return (self._rows.path(i) for i in range(len(self)))
+
+
+def _qualifying_flags(store: Any, duration: float, cutoff: float) -> np.ndarray:
+    """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin), or no profile. Computed once, kept."""
+    from audiotree.excerpt_search import PROFILE_MARGIN_LU, build_plan
+
+    name = f"qualifying-{duration:.6g}s-{cutoff:.6g}LUFS-{PROFILE_MARGIN_LU:g}"
+    if store.has_extra(name):
+        return store.extra(name)
+    flags = np.ones(len(store), dtype=bool)
+    for r in range(len(store)):
+        profile = store.profile(r)
+        if profile is not None and profile.size:
+            flags[r] = bool(build_plan([profile], duration=duration, cutoff=cutoff).row(0).qualifies)
+    return store.save_extra(name, flags)
 
 
 def _label_leaf(values: Any, i: int) -> Any:
     """Row ``i``'s label as an item leaf: ``[text]`` for a text column, else a ``(1,)`` array."""
     if isinstance(values, np.ndarray):
         # A copy, not a view: an item must not pin (or ship to the main process) the whole column.
-        return values[i:i + 1].copy()
+        return np.array(values[i:i + 1])
     return [values.text(i)]
 
 
@@ -157,12 +278,12 @@ class IndexedLoader(grain.transforms.RandomMap):
             i = int(element)
             if not self.rows.check(i, self.on_stale):
                 return None
-            plan = None if self.rows.plan is None else self.rows.plan.row(i)
+            plan = self.rows.loudest_row(i)
             window = self.rows.window(i)
             if window is None:
-                tree = self.loader.read(self.rows.paths[i], rng, plan)
+                tree = self.loader.read(self.rows.path(i), rng, plan)
             else:
-                tree = self.loader.read(self.rows.paths[i], rng, plan, window=window)
+                tree = self.loader.read(self.rows.path(i), rng, plan, window=window)
         return self.rows.decorate(tree, i, stamp_group=self.stamp_group)
 
 
@@ -185,24 +306,20 @@ def _label_names(labels: Any) -> list[str]:
     return names
 
 
-def _load(index: Any, labels: Sequence[str], extra_columns: Sequence[str] = ()):
-    """The index opened once, with the columns a dataset needs and the ``labels`` asked for."""
+def _load(index: Any, labels: Sequence[str]):
+    """The index's validated metadata (no rows read) and its column store (built on first use)."""
+    from audiotree.index.columns import open_columns
     from audiotree.index.reader import CorpusIndex, open_index
 
-    if isinstance(index, CorpusIndex):
-        return index
-    if not isinstance(index, (str, os.PathLike)):
-        raise TypeError(f"index must be a path to a corpus index or a CorpusIndex, got {type(index).__name__}.")
-    columns = ["path", "group", "size", "mtime_ns", "channels", "duration", "readable", *extra_columns]
-    return open_index(index, columns=list(dict.fromkeys(columns)), labels=labels)
-
-
-def _release_arrow_memory() -> None:
-    # Parquet decoding leaves freed buffers in pyarrow's pool; give them back, the
-    # dataset keeps only NumPy arrays.
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
+    if not isinstance(index, CorpusIndex):
+        if not isinstance(index, (str, os.PathLike)):
+            raise TypeError(f"index must be a path to a corpus index or a CorpusIndex, got {type(index).__name__}.")
+        index = open_index(index, columns=(), labels=labels)
+    else:
+        missing = [name for name in labels if name not in index.label_names]
+        if missing:
+            raise ValueError(f"{index.path} has no label column(s) {missing}; its labels are {index.label_names}.")
+    return index, open_columns(index)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,36 +341,22 @@ def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool =
     return LoudestSpec(excerpt, float(duration), bool(mono))
 
 
-def _attach_plan(rows: IndexRows, ix: Any, selected: np.ndarray, spec: LoudestSpec) -> IndexRows:
-    """``rows`` (the ``selected`` rows of ``ix``) with their ``loudest`` plan from the profiles."""
-    from audiotree.excerpt_search import build_plan
-    from audiotree.index.reader import open_index
-
+def _with_loudest(rows: IndexRows, ix: Any, spec: LoudestSpec) -> IndexRows:
+    """``rows`` planning ``loudest`` excerpts from their profiles (per item), when the index has them."""
     if not ix.has_profile:
         if spec.excerpt.skip_silent:
             raise ValueError(f"{ix.path} was built without loudness profiles, so skip_silent=True cannot know which "
                              "files are silent; rebuild it without --no-loudness.")
         return rows  # loudest then searches each file
-    table = (ix.table if "profile" in ix.table.column_names
-             else open_index(ix.path, columns=["path", "profile"], root=ix.root).table)
-    from audiotree.index.profile import decode_profile
-
-    column = table.column("profile")
-    profiles = []
-    for r in selected:
-        value = column[int(r)]
-        profiles.append(decode_profile(value.values.to_numpy()) if value.is_valid else None)
     # Items take lufs from the profile when it describes what they meter (the same mono/stereo mix).
-    plan = build_plan(profiles, duration=spec.duration, cutoff=float(spec.excerpt.lufs_cutoff),
-                      keep_profiles=ix.mono == spec.mono)
-    return dataclasses.replace(rows, plan=plan)
+    return dataclasses.replace(rows, loudest=(spec.duration, float(spec.excerpt.lufs_cutoff), ix.mono == spec.mono))
 
 
 def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> IndexRows:
     """``rows`` less those known to have no window above the cutoff, under ``skip_silent``."""
-    if spec is None or not spec.excerpt.skip_silent or rows.plan is None:
+    if spec is None or not spec.excerpt.skip_silent or rows.loudest is None:
         return rows
-    keep = rows.plan.qualifying()
+    keep = rows.qualifying()
     if keep.size == 0:
         raise RuntimeError(
             f"No file of {rows.index_path} ({what}) has a {spec.duration:g} s window above lufs_cutoff="
@@ -263,95 +366,76 @@ def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> Inde
     return rows if keep.size == len(rows) else rows.take(keep)
 
 
+def _selected_rows(store: Any, min_duration: float | None, max_duration: float | None) -> np.ndarray:
+    keep = np.asarray(store.array("readable"), dtype=bool)
+    if min_duration is not None or max_duration is not None:
+        duration = store.array("duration")
+        if min_duration is not None:
+            keep = keep & (duration >= float(min_duration))
+        if max_duration is not None:
+            keep = keep & (duration <= float(max_duration))
+    return np.flatnonzero(keep)
+
+
 def rows_from_index(
     index: Any, *, labels: Any = None, min_duration: float | None = None, max_duration: float | None = None,
     what: str = "the index", loudest: LoudestSpec | None = None, filter_silent: bool = True,
 ) -> IndexRows:
     """The readable rows of ``index`` within the duration filters, with ``labels``.
 
-    With ``loudest``, the rows carry a ``loudest`` plan from the profiles (and,
+    With ``loudest``, the rows plan loud excerpts from the profiles (and,
     under ``skip_silent`` and ``filter_silent``, lose the silent files).
+    Start-up reads the index's metadata and maps its column store; its cost
+    does not grow with the rows beyond the filters' one vectorised pass.
     """
     _check_filters(min_duration, max_duration)
     names = _label_names(labels)
-    ix = _load(index, names, ["profile"] if loudest is not None else ())
-    selected = ix.select(readable=True, min_duration=min_duration, max_duration=max_duration)
+    ix, store = _load(index, names)
+    selected = _selected_rows(store, min_duration, max_duration)
     if selected.size == 0:
         raise RuntimeError(
-            f"No rows of {ix.path} to read ({what}): of {len(ix)} rows, none is readable"
+            f"No rows of {ix.path} to read ({what}): of {len(store)} rows, none is readable"
             + (f" within min_duration={min_duration}, max_duration={max_duration}" if min_duration is not None
                or max_duration is not None else "")
             + ". Check the filters, or rebuild the index."
         )
-    unreadable = len(ix) - int(ix.column("readable").astype(bool).sum())
+    unreadable = len(store) - int(np.count_nonzero(store.array("readable")))
     if unreadable:
         warnings.warn(f"{ix.path}: {unreadable} unreadable row(s) left out (see their 'error' column).",
                       UserWarning, stacklevel=3)
-    paths = ix.paths()
-    rows = IndexRows(
-        index_path=ix.path, refresh=ix.refresh_command(), paths=_objects(paths),
-        sizes=ix.column("size").astype(np.int64), mtimes=ix.column("mtime_ns").astype(np.int64),
-        durations=np.asarray(ix.column("duration"), dtype=np.float64),
-        channels=np.asarray(ix.column("channels"), dtype=np.float64),
-        groups=_objects(_interned(ix.table.column("group").to_pylist())),
-        labels={n: ix.label_values(n) for n in names}, windows=segment_windows(ix),
-    )
-    rows = rows if selected.size == len(ix) else rows.take(selected)
+    rows = IndexRows(index_path=ix.path, refresh=ix.refresh_command(), store=store, labels=tuple(names))
+    if selected.size != len(store):
+        rows = rows.take(selected)
     if loudest is not None:
-        rows = _attach_plan(rows, ix, selected, loudest)
+        rows = _with_loudest(rows, ix, loudest)
         if filter_silent:
             rows = without_silent(rows, loudest, what)
     return rows
 
 
 def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRows]:
-    """``{group: rows}`` from one index, grouping by column ``group_by`` (``"group"`` or a label)."""
+    """``{group: rows}`` from one index, grouping by column ``group_by`` (``"group"`` or a label, text included)."""
     if not isinstance(group_by, str) or not group_by:
         raise ValueError(f"group_by must be a column name, got {group_by!r}.")
-    names = _label_names(kwargs.get("labels"))
-    extra = [] if group_by == "group" or group_by in names else [group_by]
-    loudest = kwargs.get("loudest")
-    if loudest is not None:
-        extra.append("profile")
-    ix = _load(index, names, extra)
-    if group_by not in ix.table.column_names:
+    ix, store = _load(index, _label_names(kwargs.get("labels")))
+    if group_by != "group" and group_by not in ix.label_names:
         raise ValueError(f"{ix.path} has no column {group_by!r} to group by; use 'group' or one of its labels "
                          f"{ix.label_names}.")
     rows = rows_from_index(ix, filter_silent=False, **kwargs)
-    selected = ix.select(readable=True, min_duration=kwargs.get("min_duration"), max_duration=kwargs.get("max_duration"))
-    keys = rows.groups if group_by == "group" else _objects(_interned(ix.table.column(group_by).to_pylist()))[selected]
-    empty = np.flatnonzero(keys == None)  # noqa: E711 - elementwise on an object array
+    codes, names = store.codes(group_by)
+    keys = np.asarray(codes)[rows.rows()]
+    empty = np.flatnonzero(keys < 0)
     if empty.size:
         raise ValueError(f"{ix.path}: column {group_by!r} is empty for {empty.size} row(s) (e.g. "
-                         f"'{rows.paths[empty[0]]}'); every row needs a group. Fill it in, or build the index with "
-                         "GROUP=FOLDER sources.")
-    del ix
-    names, inverse = np.unique(keys.astype(str), return_inverse=True)
-    groups = {str(name): without_silent(rows.take(np.flatnonzero(inverse == j)), loudest, f"group {name!r}")
-              for j, name in enumerate(names)}
-    _release_arrow_memory()
-    return groups
-
-
-def segment_windows(ix: Any) -> np.ndarray | None:
-    """``(n, 2)`` ``(start, end)`` seconds of a segment index's rows (NaN: whole file), or ``None``."""
-    names = ix.table.column_names
-    if "start" not in names or "end" not in names:
-        return None
-    return np.stack([np.asarray(ix.column("start"), dtype=np.float64),
-                     np.asarray(ix.column("end"), dtype=np.float64)], axis=1)
-
-
-def _interned(values: list) -> list:
-    """``values`` with equal entries sharing one object (a group column repeats a few names)."""
-    seen: dict = {}
-    return [seen.setdefault(v, v) for v in values]
-
-
-def _objects(values: Sequence[Any]) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
+                         f"'{rows.path(int(empty[0]))}'); every row needs a group. Fill it in, or build the index "
+                         "with GROUP=FOLDER sources.")
+    order = np.argsort(keys, kind="stable")
+    present, starts = np.unique(keys[order], return_index=True)
+    bounds = np.r_[starts, keys.size]
+    loudest = kwargs.get("loudest")
+    by_name = sorted((names[int(code)], k) for k, code in enumerate(present))
+    return {name: without_silent(rows.take(np.sort(order[bounds[k]:bounds[k + 1]])), loudest, f"group {name!r}")
+            for name, k in by_name}
 
 
 def first_channels(rows: IndexRows) -> int | None:
