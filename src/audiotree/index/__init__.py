@@ -24,6 +24,8 @@ __all__ = [
     "LabelSource",
     "open_index",
     "CorpusIndex",
+    "ColumnStore",
+    "open_columns",
     "ON_STALE",
     "StaleFileError",
     "file_profile",
@@ -43,6 +45,8 @@ _LAZY = {
     "LabelSource": "audiotree.index.labels",
     "open_index": "audiotree.index.reader",
     "CorpusIndex": "audiotree.index.reader",
+    "ColumnStore": "audiotree.index.columns",
+    "open_columns": "audiotree.index.columns",
     "ON_STALE": "audiotree.index.reader",
     "StaleFileError": "audiotree.index.reader",
     "file_profile": "audiotree.index.profile",
@@ -56,6 +60,7 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from audiotree.index.build import IndexBuildReport, build_index
+    from audiotree.index.columns import ColumnStore, open_columns
     from audiotree.index.imports import export_lhotse, import_kaldi, import_lhotse
     from audiotree.index.segments import read_segments
     from audiotree.index.labels import LabelSource

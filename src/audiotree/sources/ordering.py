@@ -60,7 +60,10 @@ class EpochShuffledMapDataset(grain.MapDataset):
     def _permutation(self, epoch: int) -> np.ndarray:
         perm = self._cache.get(epoch)
         if perm is None:
-            perm = epoch_rng(self._seed, epoch).permutation(self._n)
+            # int32 where it fits: half the memory of permutation()'s int64 (ten million rows: 40 MB per
+            # worker instead of 80), and the same order (shuffle draws the same swaps whatever the dtype).
+            perm = np.arange(self._n, dtype=np.int32 if self._n < 2**31 else np.int64)
+            epoch_rng(self._seed, epoch).shuffle(perm)
             evict_oldest(self._cache, keep=2)
             self._cache[epoch] = perm
         return perm
