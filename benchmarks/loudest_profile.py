@@ -78,13 +78,13 @@ def plan_hot(index) -> None:
     from audiotree.excerpt import ExcerptConfig
     from audiotree.sources.indexed import LoudestSpec, rows_from_index
 
-    plan = rows_from_index(index, loudest=LoudestSpec(ExcerptConfig(strategy="loudest"), 3.0)).plan
+    rows = rows_from_index(index, loudest=LoudestSpec(ExcerptConfig(strategy="loudest"), 3.0))
     rng = np.random.default_rng(0)
-    for i in (0, len(plan.best) - 1):
-        row = plan.row(i)
-        t_row = min(timeit.repeat(lambda: plan.row(i), number=2000, repeat=5)) / 2000
+    for i in (0, len(rows) - 1):
+        row = rows.loudest_row(i)
+        t_row = min(timeit.repeat(lambda: rows.loudest_row(i), number=2000, repeat=5)) / 2000
         t_pick = min(timeit.repeat(lambda: row.pick(rng), number=2000, repeat=5)) / 2000
-        print(f"  row {i} ({int(row.ends[-1])} qualifying starts in {row.count.size} run(s)): row() "
+        print(f"  row {i} ({int(row.ends[-1])} qualifying starts in {row.count.size} run(s)): plan of the row "
               f"{1e6 * t_row:.1f} us, pick() {1e6 * t_pick:.1f} us (hot)")
 
 

@@ -139,7 +139,33 @@ def test_loudest_per_item_plans_equal_the_whole_index_plan(small_index):
         mine, theirs = rows.loudest_row(i), whole.row(i)
         assert mine.best == theirs.best and mine.first.tolist() == theirs.first.tolist()
         rng_a, rng_b = np.random.default_rng(i), np.random.default_rng(i)
-        assert mine.pick(rng_a)[0] == theirs.pick(rng_b)[0]
+        (block, (lufs, windows)), (their_block, (their_lufs, their_windows)) = mine.pick(rng_a), theirs.pick(rng_b)
+        assert block == their_block and lufs == pytest.approx(their_lufs, abs=1e-5)
+        np.testing.assert_allclose(windows, their_windows, atol=1e-5)
+        assert mine.best_lufs == pytest.approx(theirs.best_lufs, abs=1e-9)
+
+
+@pytest.mark.parametrize("cutoff", [-95.0, -60.0, -40.0, -25.0, -10.0])
+@pytest.mark.parametrize("seconds", [0.2, 0.35, 3.0, 7.0])
+def test_the_pruned_per_item_plan_equals_gating_every_window(cutoff, seconds):
+    from audiotree.excerpt_search import ProfileRowPlan
+
+    rng = np.random.default_rng(int(seconds * 10) + int(-cutoff))
+    # Speech-like bursts, digital silence, room tone and a loud passage: every bound case occurs.
+    profile = (10 ** rng.uniform(-9, -1, 900)).astype(np.float32)
+    profile[100:200] = 0
+    profile[300:420] = 1e-8
+    profile[600:700] *= 50
+    for p in (profile, profile[:3], np.zeros(50, np.float32), np.full(40, 1e-8, np.float32)):
+        mine = ProfileRowPlan(p, duration=seconds, cutoff=cutoff, keep_profiles=True)
+        theirs = build_plan([p], duration=seconds, cutoff=cutoff, keep_profiles=True).row(0)
+        assert mine.first.tolist() == theirs.first.tolist() and mine.count.tolist() == theirs.count.tolist()
+        assert mine.best == theirs.best and mine.qualifies == theirs.qualifies
+        assert mine.best_lufs == pytest.approx(theirs.best_lufs, abs=1e-9) or mine.best_lufs == theirs.best_lufs
+        if mine.qualifies:
+            for seed in range(5):
+                a, b = mine.pick(np.random.default_rng(seed)), theirs.pick(np.random.default_rng(seed))
+                assert a[0] == b[0] and a[1][0] == pytest.approx(b[1][0], abs=1e-5)
 
 
 def test_skip_silent_flags_are_computed_once_and_kept(small_index, tmp_path):

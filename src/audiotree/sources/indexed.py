@@ -155,10 +155,10 @@ class IndexRows:
         profile = self.store.profile(self.row(i))
         if profile is None or profile.size == 0:
             return None
-        from audiotree.excerpt_search import build_plan
+        from audiotree.excerpt_search import ProfileRowPlan
 
         duration, cutoff, keep = self.loudest
-        return build_plan([profile], duration=duration, cutoff=cutoff, keep_profiles=keep).row(0)
+        return ProfileRowPlan(profile, duration=duration, cutoff=cutoff, keep_profiles=keep)
 
     def qualifying(self) -> np.ndarray:
         """Positions with a window above the cutoff by the profile, or with no profile (not known silent)."""
@@ -227,7 +227,7 @@ class PathColumn:
 
 def _qualifying_flags(store: Any, duration: float, cutoff: float) -> np.ndarray:
     """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin), or no profile. Computed once, kept."""
-    from audiotree.excerpt_search import PROFILE_MARGIN_LU, build_plan
+    from audiotree.excerpt_search import PROFILE_MARGIN_LU, ProfileRowPlan
 
     name = f"qualifying-{duration:.6g}s-{cutoff:.6g}LUFS-{PROFILE_MARGIN_LU:g}"
     if store.has_extra(name):
@@ -236,7 +236,7 @@ def _qualifying_flags(store: Any, duration: float, cutoff: float) -> np.ndarray:
     for r in range(len(store)):
         profile = store.profile(r)
         if profile is not None and profile.size:
-            flags[r] = bool(build_plan([profile], duration=duration, cutoff=cutoff).row(0).qualifies)
+            flags[r] = ProfileRowPlan(profile, duration=duration, cutoff=cutoff).qualifies
     return store.save_extra(name, flags)
 
 
