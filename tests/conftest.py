@@ -20,6 +20,17 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # servers to this machine's network address, and tests target loopback only.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+# Column stores of remote or read-only indexes go to a cache folder (audiotree.index.columns); keep the
+# tests' out of the home folder, in one temporary folder removed when the session ends.
+if "AUDIOTREE_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _CACHE = tempfile.mkdtemp(prefix="audiotree-test-cache-")
+    os.environ["AUDIOTREE_CACHE_DIR"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, True)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The reference docs live beside the repository (../shared/seeds); a checkout elsewhere
 # (a git worktree, CI) can point at them with AUDIOTREE_SEEDS_DIR.
