@@ -336,6 +336,7 @@ def _build(ix: Any, directory: str, identity: dict) -> ColumnStore:
         manifest = _write(ix, staging, identity)
         with open(os.path.join(staging, _MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f)
+        os.chmod(staging, 0o755)  # readable by whoever can read the index (mkdtemp makes it private)
         old = None
         if os.path.exists(directory):
             old = tempfile.mkdtemp(dir=parent, prefix=".retired-")
