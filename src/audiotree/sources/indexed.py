@@ -89,13 +89,13 @@ class IndexRows:
         return None if start != start else (float(start), float(end))  # NaN: a whole-file row
 
     def stale_reason(self, i: int) -> str | None:
-        from audiotree.index.reader import stat_differs
+        from audiotree.index.freshness import stale_reason
 
-        return stat_differs(self.paths[i], int(self.sizes[i]), int(self.mtimes[i]))
+        return stale_reason(self.paths[i], int(self.sizes[i]), int(self.mtimes[i]))
 
     def check(self, i: int, on_stale: str) -> bool:
         """False when row ``i``'s file changed and ``on_stale='skip'``; raises for ``'error'``."""
-        reason = self.stale_reason(i)
+        reason = None if on_stale == "trust" else self.stale_reason(i)
         if reason is None or on_stale == "reprobe":
             return True
         if on_stale == "skip":
