@@ -27,8 +27,12 @@ from audiotree.io.remote_file import open_input
 __all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_stale", "refresh_command"]
 
 #: What a reader does with a file that changed since its row was made:
-#: raise (default), re-read the file's header as it is now, or skip the item.
-ON_STALE = ("error", "reprobe", "skip")
+#: raise (default), re-read the file's header as it is now, or skip the item;
+#: ``"trust"`` makes no check at all (no lookup, no request: the caller vouches
+#: that the files are the ones indexed). The check is one ``stat`` per item for
+#: local files and one lookup per file per process on object storage
+#: (:mod:`audiotree.index.freshness`).
+ON_STALE = ("error", "reprobe", "skip", "trust")
 _DEFAULT_COLUMNS = ("path", "group", "size", "mtime_ns", "sample_rate", "channels", "frames", "duration", "readable")
 
 
@@ -283,18 +287,14 @@ class CorpusIndex:
 
 
 def stat_differs(path: str, size: int, mtime_ns: int) -> str | None:
-    """Why ``path`` no longer matches its row, or ``None`` when it does."""
-    from audiotree.io.members import member_stat
+    """Why ``path`` no longer matches its row, or ``None`` when it does (one lookup, never remembered).
 
-    try:
-        now_size, now_mtime = member_stat(path)
-    except (OSError, AudioReadError):
-        return "it no longer exists"
-    if now_size != size:
-        return f"its size changed from {size} to {now_size} bytes"
-    if now_mtime != mtime_ns:
-        return "its modification time changed"
-    return None
+    Datasets check through :func:`audiotree.index.freshness.stale_reason`, which
+    remembers a remote file's outcome per process.
+    """
+    from audiotree.index.freshness import change_reason, stat_of
+
+    return change_reason(stat_of(path), size, mtime_ns)
 
 
 def stale_message(path: str, reason: str, index_path: str, command: str) -> str:

@@ -104,7 +104,12 @@ def create_audio_dataset(
       min_duration, max_duration: keep index rows within these seconds.
       on_stale: a file whose size or mtime differs from its index row:
         ``"error"`` (naming the file and the refresh command), ``"reprobe"``
-        (read it as it is now) or ``"skip"`` the item.
+        (read it as it is now) or ``"skip"`` the item. The check is one
+        ``stat`` per item for a local file, and one metadata request per
+        remote file per process (a remote file replaced after its first check
+        in a process is not seen by it). ``"trust"`` checks nothing: no
+        request at all, but a changed file is read as if it matched its row
+        (its duration, labels and loudness plan may then be wrong).
       measure_lufs: give every item ``lufs`` ``(1,)`` and ``lufs_windows``
         (0.4 s windows), measured on the item as returned, whatever the
         strategy (one K-weighting pass per item). By default only

@@ -1,9 +1,11 @@
 """Datasets from a corpus index: the rows a builder reads, and the loaders that read them.
 
 A builder given ``index=`` (or a group given as ``"speech.parquet"``) reads the
-index and nothing else at start-up: no folder walk, no header read. Its items
+index's metadata and maps its column store (:mod:`audiotree.index.columns`) at
+start-up: no folder walk, no header read, no Python object per row. Its items
 are *row numbers*; the loader maps a row to its file, checks the file is
-unchanged (one ``stat``, under the ``on_stale`` policy), reads the excerpt with
+unchanged under the ``on_stale`` policy (one ``stat`` per item for a local file,
+one lookup per remote file per process, none under ``"trust"``), reads the excerpt with
 the usual loader, and attaches the requested label columns as ``extras``
 (``(1,)`` arrays: category ids as int32, numbers as stored, so they batch,
 cross Grain and PyTorch workers and enter ``jit`` like any array; a text label
@@ -169,14 +171,14 @@ class IndexRows:
 
     # ---------------------------------------------------------- staleness
     def stale_reason(self, i: int) -> str | None:
-        from audiotree.index.reader import stat_differs
+        from audiotree.index.freshness import stale_reason
 
         r = self.row(i)
-        return stat_differs(self.path(i), int(self.store.array("size")[r]), int(self.store.array("mtime_ns")[r]))
+        return stale_reason(self.path(i), int(self.store.array("size")[r]), int(self.store.array("mtime_ns")[r]))
 
     def check(self, i: int, on_stale: str) -> bool:
         """False when row ``i``'s file changed and ``on_stale='skip'``; raises for ``'error'``."""
-        reason = self.stale_reason(i)
+        reason = None if on_stale == "trust" else self.stale_reason(i)
         if reason is None or on_stale == "reprobe":
             return True
         if on_stale == "skip":

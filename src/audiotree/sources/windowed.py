@@ -491,7 +491,9 @@ def create_windowed_audio_dataset(
       index, labels, min_duration, max_duration, on_stale: read the files from a
         corpus index, as in :func:`create_audio_dataset`. Durations come from
         the index; with ``lufs_window_sec`` (a multiple of 0.1 s) quiet slots
-        are dropped using the index's loudness profiles.
+        are dropped using the index's loudness profiles. Under
+        ``on_stale="trust"`` (no check) a window past the end of a file that
+        shrank since it was indexed raises an ``AudioReadError`` naming it.
       measure_lufs: as in :func:`create_audio_dataset` (items carry
         ``lufs=None`` unless ``measure_lufs=True``).
       storage_options, audio_column: as in :func:`create_audio_dataset` (tar
