@@ -198,3 +198,18 @@ def test_plot_of_an_index(corpus, capsys, tmp_path, which):
     assert f"Plot: {plot}" in out and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # With profiles the plot's loudness comes from them (as --loudness); without, durations only.
     assert ("Loudness (first 30 s per file; from the profiles)" in out) == (which == "index")
+
+
+def test_a_segment_index_names_each_segment(corpus, tmp_path, capsys):
+    from audiotree.index import build_index
+
+    segments = tmp_path / "segments.csv"
+    loud = corpus["speech"] / "loud.wav"
+    segments.write_text(f"path,start,end\n{loud},0,0.5\n{loud},0.5,3.5\n")
+    out = tmp_path / "segments.parquet"
+    with pytest.warns(UserWarning, match="no segment"):  # the two other files are left out
+        build_index(str(corpus["speech"]), out, segments=str(segments), executor="serial", show_progress=False)
+    report = _json(capsys, out, "--duration", "1")
+    assert report["files"] == 2 and any("segment index" in note for note in report["notes"])
+    assert [f["path"] for f in report["short"]["files"]] == [f"{loud} [0.000, 0.500) s"]
+    assert [(f["windows"], f["share_above"]) for f in report["windows"]["files"]] == [(0, None), (21, 1.0)]

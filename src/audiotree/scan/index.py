@@ -19,6 +19,15 @@ def index_has_profiles(path: str | os.PathLike) -> bool:
 
     Reads the footer only; a file that is not an index raises the errors of
     :func:`audiotree.index.open_index`.
+
+    >>> import os, tempfile, soundfile, numpy as np
+    >>> from audiotree.index import build_index
+    >>> folder = tempfile.mkdtemp()
+    >>> soundfile.write(os.path.join(folder, "a.wav"), np.zeros(800, np.float32), 8000)
+    >>> _ = build_index(folder, os.path.join(folder, "h.parquet"), loudness=False, executor="serial",
+    ...                 show_progress=False)
+    >>> index_has_profiles(os.path.join(folder, "h.parquet"))
+    False
     """
     import pyarrow.parquet as pq
 

@@ -149,7 +149,14 @@ def summarise(facts: Sequence[Mapping[str, Any]], *, sources: Mapping[str, list]
 
 
 def drop_unreadable(report: dict, path: str, group: str | None, seconds: float, reason: str) -> None:
-    """Moves a readable file to ``unreadable`` (its header read, its audio did not), fixing every total."""
+    """Moves a readable file to ``unreadable`` (its header read, its audio did not), fixing every total.
+
+    >>> r = summarise([{"group": None, "path": "a.wav", "format": "WAV", "sample_rate": 8000, "channels": 1,
+    ...                 "duration": 2.0}], sources={}, duration=1.0)
+    >>> drop_unreadable(r, "a.wav", None, 2.0, "cut short")
+    >>> r["readable"], r["total_seconds"], r["groups"]["(all)"], r["unreadable"]
+    (0, 0.0, {'files': 1, 'readable': 0, 'seconds': 0.0}, [{'path': 'a.wav', 'reason': 'cut short'}])
+    """
     report["unreadable"].append({"path": path, "reason": reason})
     stats = report["groups"][group or "(all)"]
     stats["readable"] -= 1
