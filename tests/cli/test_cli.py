@@ -48,7 +48,7 @@ _SHARED_OPTIONS = ("--sample-rate", "--duration", "--strategy", "--lufs-cutoff",
                    "--mono / --stereo", "--seed", "--shuffle / --no-shuffle", "--on-read-error")
 _HELP_OPTIONS = {
     "demo": ("--out", "--workers", "--batches", "--batch-size", "-n, --num-excerpts"),
-    "scan": ("--duration", "--loudness", "--loudness-seconds", "--lufs-cutoff", "--json", "--jobs", "--plot"),
+    "scan": ("--duration", "--loudness", "--loudness-seconds", "--lufs-cutoff", "--json", "--all", "--jobs", "--plot"),
     "preview": ("--out", "-n, --num-excerpts", "--image-format", "--group-by", *_SHARED_OPTIONS),
     "index": ("--out", "--labels", "--labels-key", "--labels-match", "--root", "--segments", "--executor", "--jobs",
               "--chunk-size"),

@@ -652,8 +652,8 @@ def test_cli_index_and_scan_an_index(tmp_path):
     scan = _cli("scan", str(out), "--duration", "1", "--lufs-cutoff", "-40", "--json")
     assert scan.returncode == 0, scan.stderr
     report = json.loads(scan.stdout)
-    assert report["files"] == 2 and report["loudness"]["no_window_above"] == [str(tmp_path / "c" / "speech" / "b.wav")]
-    shares = {os.path.basename(f["path"]): f["share_above"] for f in report["loudness"]["files"]}
+    assert report["files"] == 2 and report["windows"]["no_window_above"] == [str(tmp_path / "c" / "speech" / "b.wav")]
+    shares = {os.path.basename(f["path"]): f["share_above"] for f in report["windows"]["files"]}
     assert shares["b.wav"] == 0.0 and shares["a.wav"] > 0.5
     text = _cli("scan", str(out), "--duration", "1")
     assert "1 file(s) with no window above the cutoff" in text.stdout

@@ -1,10 +1,11 @@
-"""``audiotree index``: build or refresh a corpus index (the twin of ``audiotree.index.build_index``);
-and the index half of ``audiotree scan`` (a report from the loudness profiles)."""
+"""``audiotree index``: build or refresh a corpus index (the twin of ``audiotree.index.build_index``).
+
+The scan of an index (``audiotree scan INDEX``) is :func:`audiotree.scan.index_scan_report`; the names
+below are kept for callers of this module.
+"""
 
 from __future__ import annotations
 
-import math
-import os
 import sys
 from typing import Any
 
@@ -93,81 +94,25 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
 
 
 # --------------------------------------------------------------------- scan
-def index_scan_report(path: str, *, duration: float, lufs_cutoff: float | None) -> dict:
-    """``audiotree scan INDEX``: counts from the rows, loudness from the profiles (nothing else is read)."""
-    import numpy as np
+def index_scan_report(path: str, *, duration: float, lufs_cutoff: float | None, **options: Any) -> dict:
+    """``audiotree scan INDEX``'s report: :func:`audiotree.scan.index_scan_report` (kept here for older callers)."""
+    from audiotree.scan import index_scan_report as library_report
 
-    from audiotree.index import open_index, window_blocks, window_loudness
-
-    ix = open_index(path, columns="all")
-    readable = ix.column("readable").astype(bool)
-    durations = np.asarray(ix.column("duration"), dtype=np.float64)
-    groups = ix.table.column("group").to_pylist()
-    paths = ix.paths()
-    errors = ix.table.column("error").to_pylist()
-    per_group: dict[str, dict] = {}
-    for g, ok, d in zip(groups, readable, durations):
-        stats = per_group.setdefault(g or "(all)", {"files": 0, "readable": 0, "seconds": 0.0})
-        stats["files"] += 1
-        if ok:
-            stats["readable"] += 1
-            stats["seconds"] += float(d)
-    report: dict[str, Any] = {
-        "index": ix.path,
-        "files": len(ix),
-        "readable": int(readable.sum()),
-        "total_seconds": round(float(np.nansum(np.where(readable, durations, 0.0))), 3),
-        "groups": {k: {**v, "seconds": round(v["seconds"], 3)} for k, v in per_group.items()},
-        "unreadable": [{"path": p, "reason": e} for p, ok, e in zip(paths, readable, errors) if not ok],
-        "loudness": None,
-    }
-    if ix.has_profile:
-        cutoff = -40.0 if lufs_cutoff is None else float(lufs_cutoff)
-        blocks = window_blocks(duration)
-        files, silent = [], []
-        for i in np.flatnonzero(readable):
-            profile = ix.profile(int(i))
-            if profile is None:
-                continue
-            lufs = window_loudness(profile, blocks)
-            if lufs.size == 0:  # shorter than one window: the whole file is the one window
-                lufs = window_loudness(profile, max(1, profile.size)) if profile.size else lufs
-            above = float(np.mean(lufs > cutoff)) if lufs.size else 0.0
-            best = float(lufs.max()) if lufs.size else -math.inf
-            files.append({"path": paths[i], "share_above": round(above, 4),
-                          "max_window_lufs": round(best, 2) if math.isfinite(best) else None})
-            if above == 0.0:
-                silent.append(paths[i])
-        report["loudness"] = {"window_seconds": blocks / 10, "lufs_cutoff": cutoff, "files": files,
-                              "no_window_above": silent}
-    return report
+    return library_report(path, duration=duration, lufs_cutoff=lufs_cutoff, **options)
 
 
-def print_index_scan(report: dict) -> None:
-    console = stdout_console()
-    hours = report["total_seconds"] / 3600
-    console.print(f"{report['index']}: {report['files']} files in {len(report['groups'])} group(s): "
-                  f"{report['readable']} readable, {hours:.2f} h; {len(report['unreadable'])} unreadable")
-    for name, stats in report["groups"].items():
-        console.print(f"  {name}: {stats['files']} files, {stats['seconds'] / 3600:.3f} h", soft_wrap=True)
-    for entry in report["unreadable"]:
-        console.print(f"  unreadable: {entry['path']}: {entry['reason']}", soft_wrap=True)
-    loud = report["loudness"]
-    if loud is None:
-        console.print("No loudness profiles (the index was built with --no-loudness).")
-        return
-    console.print(f"Share of {loud['window_seconds']:g} s windows above {loud['lufs_cutoff']:g} LUFS, per file:")
-    for entry in loud["files"]:
-        best = "-" if entry["max_window_lufs"] is None else f"{entry['max_window_lufs']:.1f}"
-        console.print(f"  {entry['share_above'] * 100:6.1f} %  (loudest {best} LUFS)  {entry['path']}", soft_wrap=True)
-    console.print(f"{len(loud['no_window_above'])} file(s) with no window above the cutoff:")
-    for path in loud["no_window_above"]:
-        console.print(f"  {path}", soft_wrap=True)
+def print_index_scan(report: dict, *, limit: int | None = 20) -> None:
+    """The report of an index as ``audiotree scan`` prints it (at most ``limit`` lines per list of files)."""
+    from audiotree.cli.scan import print_report
+
+    print_report(report, stdout_console(), limit=limit)
 
 
 def is_index_argument(values) -> bool:
     """``scan`` reads an index when its one SOURCE is a ``.parquet`` file."""
-    return len(values) == 1 and str(values[0]).lower().endswith(".parquet") and os.path.isfile(values[0])
+    from audiotree.cli.scan import is_index_argument as is_index
+
+    return is_index(values)
 
 
 def run_index_scan(path: str, *, duration: float, lufs_cutoff: float | None, as_json: bool) -> None:

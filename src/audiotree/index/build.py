@@ -37,6 +37,7 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from audiotree.errors import AudioReadError
+from audiotree.index._reuse import reusable, row_settings
 from audiotree.index.labels import append_label_columns, label_columns, label_source_from, match_labels
 from audiotree.io import storage
 from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
@@ -315,24 +316,6 @@ def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_r
             future.cancel()
 
 
-def _reusable(table, stored_to_abs: dict, current: dict, taken: set):
-    """Mask of rows of ``table`` whose file is still listed, unchanged, not yet taken, and not a transient failure."""
-    import pyarrow as pa
-
-    paths = table.column("path").to_pylist()
-    sizes = table.column("size").to_pylist()
-    mtimes = table.column("mtime_ns").to_pylist()
-    transient = [k == "transient" for k in table.column("error_kind").to_pylist()]
-    keep = []
-    for p, s, m, again in zip(paths, sizes, mtimes, transient):
-        ap = stored_to_abs.get(p)
-        ok = not again and ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
-        if ok:
-            taken.add(ap)
-        keep.append(ok)
-    return pa.array(keep, type=pa.bool_())
-
-
 def _previous_labels(out: str, previous: Any) -> dict:
     """The string labels of the index being updated: ``{label: vocabulary}`` (categories), ``{label: None}`` (text)."""
     if previous is None:
@@ -552,8 +535,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     stored_paths = [stored(p) for p, _, _ in found]
     stored_to_abs = dict(zip(stored_paths, (p for p, _, _ in found)))
     current = {p: _stat(p, storage_options) for p, _, _ in found}
-    settings = {"loudness": bool(loudness), "mono": bool(mono), "root": stored_root,
-                "block_sec": BLOCK_SEC if loudness else None}
+    settings = row_settings(loudness, mono, stored_root, BLOCK_SEC)
 
     previous = previous_table = None
     if os.path.exists(out):
@@ -561,8 +543,8 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
             previous = open_index(out, columns=_BASE_NAMES)
         except ValueError as exc:
             raise ValueError(f"{exc} To start over, delete {out} (or choose another --out).") from None
-        prev_settings = {"loudness": previous.has_profile, "mono": previous.mono, "root": previous.meta.get("root"),
-                         "block_sec": previous.meta["loudness"].get("block_sec")}
+        prev_settings = row_settings(previous.has_profile, previous.mono, previous.meta.get("root"),
+                                      previous.meta["loudness"].get("block_sec"))
         if prev_settings != settings or windows is not None:
             previous_table = None  # other settings, or segments: every row is re-read
         else:
@@ -572,7 +554,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     kept = []
     resumed = 0
     for table in parts.load() if windows is None else ():  # a segment build reads every recording afresh
-        mask = _reusable(table, stored_to_abs, current, taken)
+        mask = reusable(table, stored_to_abs, current, taken)
         table = table.filter(mask)
         resumed += table.num_rows
         kept.append(table)
@@ -580,7 +562,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     if previous is not None:
         dropped = sum(1 for p in previous.table.column("path").to_pylist() if p not in stored_to_abs)
         if previous_table is not None:
-            table = previous_table.filter(_reusable(previous_table, stored_to_abs, current, taken))
+            table = previous_table.filter(reusable(previous_table, stored_to_abs, current, taken))
             reused = table.num_rows
             kept.append(table.select(_BASE_NAMES).cast(arrow_schema()))
 

@@ -1,0 +1,52 @@
+"""Which rows of an earlier build (the index being updated, or an interrupted build's parts) are kept.
+
+A row is reused, not read again, when it was built with the same row
+settings and its file is still listed with the same size and modification
+time. Rows of transient failures are always read again.
+"""
+
+from __future__ import annotations
+
+__all__ = ["row_settings", "reusable"]
+
+
+def row_settings(loudness: bool, mono: bool, root: str | None, block_sec: float | None) -> dict:
+    """The build settings a row's content depends on (JSON-serialisable, compared with ``==``).
+
+    ``mono`` and the profile's block length shape profiles only: a header-only
+    build (``loudness=False``) records neither, so its rows are reused whatever
+    ``mono`` says, and a build with profiles never reuses header-only rows (nor
+    the reverse: decoding finds errors that a header read does not).
+
+    >>> row_settings(False, True, None, 0.1) == row_settings(False, False, None, None)
+    True
+    >>> row_settings(True, True, None, 0.1) == row_settings(True, False, None, 0.1)
+    False
+    """
+    loudness = bool(loudness)
+    return {"loudness": loudness, "mono": bool(mono) if loudness else None, "root": root,
+            "block_sec": block_sec if loudness else None}
+
+
+def reusable(table, stored_to_abs: dict, current: dict, taken: set):
+    """Mask (an Arrow bool array) of the rows of ``table`` to keep.
+
+    A row is kept when its stored path is listed now (``stored_to_abs``), its
+    file's ``(size, mtime_ns)`` in ``current`` equals the row's, no earlier
+    table already gave that file a row (``taken``, updated here), and it is not
+    a transient failure.
+    """
+    import pyarrow as pa
+
+    paths = table.column("path").to_pylist()
+    sizes = table.column("size").to_pylist()
+    mtimes = table.column("mtime_ns").to_pylist()
+    transient = [k == "transient" for k in table.column("error_kind").to_pylist()]
+    keep = []
+    for p, s, m, again in zip(paths, sizes, mtimes, transient):
+        ap = stored_to_abs.get(p)
+        ok = not again and ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
+        if ok:
+            taken.add(ap)
+        keep.append(ok)
+    return pa.array(keep, type=pa.bool_())
