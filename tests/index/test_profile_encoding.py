@@ -146,6 +146,22 @@ def test_every_reader_sees_the_stored_profile_within_the_bound(corpus):
 
 
 # ------------------------------------------------------------------ format 1.0 indexes
+def test_a_1_0_reader_is_told_to_upgrade_and_a_1_1_reader_reads_both(corpus, tmp_path):
+    from audiotree.formats import header
+
+    _, out = corpus
+    meta = json.loads(pq.read_metadata(out).metadata[b"audiotree"])
+    # A reader of 1.0 (expecting float32 profiles) refuses the index by its header, before any column.
+    with pytest.raises(ValueError, match=r"needs a reader of version >= 1\.1, but this reader is 1\.0; upgrade"):
+        header.check(meta, header.INDEX, out, reader_version=(1, 0))
+    info = header.check(meta, header.INDEX, out, reader_version=(1, 1))
+    assert info.version == (1, 1) and info.strict  # unknown metadata keys are still refused
+    old = json.loads(pq.read_metadata(index_as_format_1_0(out, tmp_path / "old.parquet")).metadata[b"audiotree"])
+    assert header.check(old, header.INDEX, "old", reader_version=(1, 1)).strict
+    # The other formats did not move.
+    assert header.header(header.TREE)["format_version"] == [1, 0]
+
+
 def test_a_format_1_0_index_opens_and_reads_exactly_as_before(corpus, tmp_path):
     _, out = corpus
     old = index_as_format_1_0(out, tmp_path / "old.parquet")
