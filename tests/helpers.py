@@ -55,3 +55,34 @@ def run_cli_subprocess(args, *, timeout: float = 300, env: dict | None = None):
 
     return subprocess.run([sys.executable, "-m", "audiotree.cli", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def index_as_format_1_0(src: Path, dst: Path, *, profiles: list | None = None) -> Path:
+    """Writes the index ``src`` to ``dst`` as audiotree's format 1.0 did: ``profile`` as ``list<float32>``
+    K-weighted mean squares (each readable row's ``file_profile``, measured again from its file, or ``profiles``
+    when given) and a 1.0 header. For plain (not segment) indexes."""
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from audiotree.index import open_index
+    from audiotree.index.profile import profile_of_path
+
+    ix = open_index(src, columns="all")
+    assert not ix.has_segments, "index_as_format_1_0 writes plain indexes only"
+    table = pq.read_table(src)
+    meta = json.loads(table.schema.metadata[b"audiotree"])
+    if profiles is None:
+        stored = table.column("profile").to_pylist()
+        profiles = [None if p is None else profile_of_path(path, mono=ix.mono).tolist()
+                    for p, path in zip(stored, ix.paths())]
+    column = pa.array([None if p is None else np.asarray(p, dtype=np.float32) for p in profiles],
+                      type=pa.list_(pa.float32()))
+    table = table.set_column(table.column_names.index("profile"), pa.field("profile", column.type), column)
+    meta.update(format_version=[1, 0], min_reader_version=[1, 0])
+    metadata = dict(table.schema.metadata)
+    metadata[b"audiotree"] = json.dumps(meta, sort_keys=True).encode()
+    pq.write_table(table.replace_schema_metadata(metadata), dst, compression="zstd")
+    return dst

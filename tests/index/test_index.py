@@ -122,10 +122,11 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     schema = pq.read_schema(out)
     assert schema.names == ["path", "group", "size", "mtime_ns", "container", "codec", "sample_rate", "channels",
                             "frames", "duration", "readable", "error", "error_kind", "profile_step", "profile"]
-    assert schema.field("profile").type == pa.list_(pa.float32())
+    assert schema.field("profile").type == pa.list_(pa.int16())
     assert schema.field("duration").type == pa.float64() and schema.field("size").type == pa.int64()
     meta = json.loads(pq.read_metadata(out).metadata[b"audiotree"])
-    assert meta["format"] == "audiotree-index" and meta["format_version"] == [1, 0]
+    assert meta["format"] == "audiotree-index" and meta["format_version"] == [1, 1]
+    assert meta["min_reader_version"] == [1, 1]  # a 1.0 reader cannot read int16 profiles
     assert meta["loudness"] == {"enabled": True, "mono": True, "block_sec": 0.1}
     df = pd.read_parquet(out)
     assert len(df) == 6
@@ -139,7 +140,14 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     assert len(row.profile) == 40 and row.duration == pytest.approx(4.0)
     ix = open_index(out, columns="all")
     i = ix.paths().index(row.path)
-    np.testing.assert_array_equal(ix.profile(i), np.asarray(row.profile, dtype=np.float32))
+    # The documented decoding, without audiotree: centi-dB of the mean square, -32768 for zero.
+    stored = np.asarray(row.profile)
+    assert stored.dtype == np.int16
+    documented = np.where(stored == -32768, 0.0, 10.0 ** (stored / 1000.0)).astype(np.float32)
+    np.testing.assert_array_equal(ix.profile(i), documented)
+    with AudioFile(ix.paths()[i]) as f:
+        measured = file_profile(f)
+    np.testing.assert_allclose(10 * np.log10(ix.profile(i)), 10 * np.log10(measured), rtol=0, atol=0.005 + 1e-5)
     assert ix.profile(ix.paths().index(bad.path.iloc[0])) is None
 
 
@@ -176,13 +184,18 @@ def _meter_windows(path, window_blocks, *, mono=True):
     return np.array([integrated_loudness(x[s * step:(s + window_blocks) * step].T, rate) for s in starts])
 
 
+@pytest.mark.parametrize("stored", [False, True], ids=["float32", "stored-int16"])
 @pytest.mark.parametrize("group, rate, channels, mono", [
     ("speech", 48_000, 1, True), ("music", 44_100, 2, True), ("music", 44_100, 2, False), ("effects", 22_050, 1, True),
 ])
-def test_profile_matches_the_meter_within_a_tenth_of_a_lu(tmp_path, group, rate, channels, mono):
+def test_profile_matches_the_meter_within_a_tenth_of_a_lu(tmp_path, group, rate, channels, mono, stored):
+    from audiotree.index.profile import decode_profile, encode_profile
+
     path = _write(tmp_path / "p.wav", 12.0, rate=rate, channels=channels, group=group, seed=11, subtype="FLOAT")
     with AudioFile(path) as f:
         profile = file_profile(f, mono=mono, chunk_seconds=1.3)  # chunk edges must not matter
+    if stored:  # as the index stores it (int16 centi-dB) and every reader decodes it
+        profile = decode_profile(encode_profile(profile))
     for blocks in (4, 30):
         got = window_loudness(profile, blocks)
         want = _meter_windows(path, blocks, mono=mono)

@@ -16,7 +16,12 @@ Compatibility rules enforced by :func:`check`:
 * a newer **minor** version is accepted: minors only *add* optional fields, so
   readers ignore fields they do not know. For an artifact at this reader's
   minor version or older, an unknown field is an error (:attr:`FormatInfo.strict`),
-  because nothing this version writes can contain one.
+  because nothing this version writes can contain one. A minor that changes how
+  a field is stored (the index's 1.1 profiles) raises ``min_reader_version``.
+
+A format whose layout moved on alone passes its own version to :func:`header`
+and :func:`check` (the corpus index: :data:`audiotree.index.schema.FORMAT_VERSION`);
+the others use :data:`CURRENT_VERSION`.
 """
 
 from __future__ import annotations
@@ -64,25 +69,28 @@ class FormatInfo:
     version: tuple[int, int]
     min_reader_version: tuple[int, int]
     producer: str | None
+    #: The version of this format that this code reads and writes.
+    reader_version: tuple[int, int] = CURRENT_VERSION
 
     @property
     def strict(self) -> bool:
         """True when unknown fields are errors (the artifact is not from a newer minor)."""
-        return self.version <= CURRENT_VERSION
+        return self.version <= self.reader_version
 
 
 def _producer() -> str:
     return f"audiotree {__version__}"
 
 
-def header(fmt: str) -> dict[str, Any]:
-    """The header fields for a new artifact of format ``fmt`` (JSON-ready)."""
+def header(fmt: str, *, version: tuple[int, int] = CURRENT_VERSION,
+           min_reader: tuple[int, int] = MIN_READER_VERSION) -> dict[str, Any]:
+    """The header fields for a new artifact of format ``fmt`` (JSON-ready), at ``version``."""
     if fmt not in _FORMATS:
         raise ValueError(f"Unknown artifact format {fmt!r}; expected one of {_FORMATS}.")
     return {
         "format": fmt,
-        "format_version": list(CURRENT_VERSION),
-        "min_reader_version": list(MIN_READER_VERSION),
+        "format_version": list(version),
+        "min_reader_version": list(min_reader),
         "producer": _producer(),
     }
 
@@ -97,13 +105,16 @@ def _version_pair(value: Any, key: str, where: str) -> tuple[int, int]:
     return int(value[0]), int(value[1])
 
 
-def check(hdr: Mapping[str, Any], fmt: str, source: str | os.PathLike) -> FormatInfo:
+def check(hdr: Mapping[str, Any], fmt: str, source: str | os.PathLike, *,
+          reader_version: tuple[int, int] = CURRENT_VERSION) -> FormatInfo:
     """Validates the header ``hdr`` of an artifact that should be ``fmt``.
 
-    Raises ``ValueError`` prefixed with ``source`` (the artifact's path) for a
+    ``reader_version`` is the version of ``fmt`` this code reads. Raises
+    ``ValueError`` prefixed with ``source`` (the artifact's path) for a
     missing header, another format, a different major version, a
     ``min_reader_version`` newer than this reader, or malformed fields.
     """
+    current = tuple(reader_version)
     where = os.fspath(source)
     if not isinstance(hdr, Mapping):
         raise ValueError(f"{where}: not an audiotree {fmt} artifact (its top level is not a mapping).")
@@ -120,21 +131,22 @@ def check(hdr: Mapping[str, Any], fmt: str, source: str | os.PathLike) -> Format
             raise ValueError(f"{where}: the header lacks {key!r}; the artifact is damaged. Re-render it.")
     version = _version_pair(hdr["format_version"], "format_version", where)
     min_reader = _version_pair(hdr["min_reader_version"], "min_reader_version", where)
-    if version[0] != CURRENT_VERSION[0]:
+    if version[0] != current[0]:
         raise ValueError(
             f"{where}: format version {version[0]}.{version[1]} has a different major version than this "
-            f"reader ({CURRENT_VERSION[0]}.{CURRENT_VERSION[1]}); "
-            + ("upgrade audiotree to read it." if version[0] > CURRENT_VERSION[0] else "re-render it with this version.")
+            f"reader ({current[0]}.{current[1]}); "
+            + ("upgrade audiotree to read it." if version[0] > current[0] else "re-render it with this version.")
         )
-    if min_reader > CURRENT_VERSION:
+    if min_reader > current:
         raise ValueError(
             f"{where}: needs a reader of version >= {min_reader[0]}.{min_reader[1]}, but this reader is "
-            f"{CURRENT_VERSION[0]}.{CURRENT_VERSION[1]}; upgrade audiotree to read it."
+            f"{current[0]}.{current[1]}; upgrade audiotree to read it."
         )
     producer = hdr.get("producer")
     if producer is not None and not isinstance(producer, str):
         raise ValueError(f"{where}: producer must be a string, got {type(producer).__name__}.")
-    return FormatInfo(format=fmt, version=version, min_reader_version=min_reader, producer=producer)
+    return FormatInfo(format=fmt, version=version, min_reader_version=min_reader, producer=producer,
+                      reader_version=current)
 
 
 def check_known_keys(
@@ -146,6 +158,6 @@ def check_known_keys(
     unknown = sorted(str(k) for k in set(mapping) - set(known))
     if unknown:
         raise ValueError(
-            f"{where}: unknown field(s) {unknown} in {what}. A version {CURRENT_VERSION[0]}.{CURRENT_VERSION[1]} "
+            f"{where}: unknown field(s) {unknown} in {what}. A version {info.version[0]}.{info.version[1]} "
             "artifact cannot contain them, so it was edited or damaged; re-render it."
         )

@@ -24,11 +24,30 @@ def _empty_row(path: str, group: str | None) -> dict[str, Any]:
     }
 
 
+def _stored_profile(audio, mono: bool):
+    """The profile of ``audio`` as the index stores it (int16, :func:`~audiotree.index.profile.encode_profile`).
+
+    Encoded here, in the worker: the rows sent back are half the size. A
+    mean square that is not a finite float32 (samples too large, e.g. 1e25 in a
+    float file) is no loudness, so it is an error naming the file.
+    """
+    import numpy as np
+
+    from audiotree.index.profile import encode_profile, file_profile
+
+    profile = file_profile(audio, mono=mono)
+    if not np.all(np.isfinite(profile)):
+        raise ValueError(f"'{audio.path}': the loudness of its samples is not finite (they are NaN, infinite, or so "
+                         "large their mean square overflows float32), so it cannot be measured; fix or remove the file.")
+    return encode_profile(profile)
+
+
 def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
                storage_options: dict | None = None) -> dict[str, Any]:
-    """One index row (base columns, ``path`` absolute or a URL); never raises for a bad file."""
+    """One index row (base columns, ``path`` absolute or a URL, ``profile`` int16 or None); never raises for a bad
+    file."""
     from audiotree.errors import AudioReadError
-    from audiotree.index.profile import file_profile, profile_step
+    from audiotree.index.profile import profile_step
     from audiotree.io import AudioFile, storage
     from audiotree.io.members import member_stat
 
@@ -43,7 +62,7 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
                 channels=int(info.channels), frames=int(info.frames), duration=float(info.duration),
             )
             if loudness and (mono or info.channels <= 5):
-                row["profile"] = file_profile(f, mono=mono)
+                row["profile"] = _stored_profile(f, mono)
                 row["profile_step"] = profile_step(info.sample_rate)
         row["readable"] = True
     except (AudioReadError, OSError, ValueError, MemoryError) as exc:
@@ -65,7 +84,7 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
     duration); the build turns that into an error naming its line.
     """
     from audiotree.errors import AudioReadError
-    from audiotree.index.profile import file_profile, profile_step
+    from audiotree.index.profile import profile_step
     from audiotree.io import AudioFile, storage
     from audiotree.io.members import member_stat
     from audiotree.io.segment import SegmentFile, segment_frames
@@ -100,7 +119,7 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
             if loudness and (mono or info.channels <= 5):
                 try:
                     # A view of the open file (not closed here: the next segment reads it too).
-                    row["profile"] = file_profile(SegmentFile(audio, (start, end)), mono=mono)
+                    row["profile"] = _stored_profile(SegmentFile(audio, (start, end)), mono)
                     row["profile_step"] = profile_step(rate)
                 except failed as exc:
                     row.update(readable=False, profile=None, profile_step=None, error=_error_text(exc),

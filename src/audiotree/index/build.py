@@ -40,15 +40,14 @@ from audiotree.errors import AudioReadError
 from audiotree.index._reuse import reusable, row_settings
 from audiotree.index.labels import append_label_columns, label_columns, label_source_from, match_labels
 from audiotree.io import storage
-from audiotree.index.schema import BASE_COLUMNS, BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
+from audiotree.index._rows import BASE_NAMES as _BASE_NAMES, current_table, rows_table, write_parquet
+from audiotree.index.schema import BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
 from audiotree.validation import is_int
 
 __all__ = ["build_index", "IndexBuildReport"]
 
 _GLOB_MAGIC = ("*", "?", "[")
 _PARTS_SETTINGS = "settings.json"
-_ROW_GROUP = 65_536
-_BASE_NAMES = [name for name, _, _ in BASE_COLUMNS]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,34 +165,6 @@ def _stat(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[
         return (-1, -1)
 
 
-def _rows_table(rows: Sequence[dict]):
-    """Rows (dicts of base columns, ``profile`` a float32 array or None) as an Arrow table."""
-    pa = require_pyarrow()
-    import numpy as np
-
-    schema = arrow_schema()
-    arrays = {name: pa.array([r[name] for r in rows], type=schema.field(name).type)
-              for name in _BASE_NAMES if name != "profile"}
-    profiles = [r["profile"] for r in rows]
-    lengths = np.array([0 if p is None else len(p) for p in profiles], dtype=np.int32)
-    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    values = [np.asarray(p, dtype=np.float32) for p in profiles if p is not None]
-    flat = np.concatenate(values) if values else np.zeros(0, dtype=np.float32)
-    mask = pa.array([p is None for p in profiles], type=pa.bool_())
-    arrays["profile"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=pa.float32()), mask=mask)
-    return pa.table([arrays[name] for name in _BASE_NAMES], schema=schema)
-
-
-def _write_parquet(table, target: str) -> None:
-    import pyarrow.parquet as pq
-
-    from audiotree._fs import atomic_file
-
-    with atomic_file(target, suffix=".parquet") as tmp:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=_ROW_GROUP)
-
-
 class _Parts:
     """The committed part files of an unfinished build, beside the output."""
 
@@ -221,9 +192,7 @@ class _Parts:
         tables = []
         for name in reversed(names):
             try:
-                # Cast: Parquet names a list's child "element", Arrow "item"; a resumed build must write
-                # the same bytes as an uninterrupted one.
-                tables.append(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES).cast(arrow_schema()))
+                tables.append(current_table(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES)))
             except Exception:  # a part is committed by rename, so this is outside damage: re-read its files
                 continue
         if names:
@@ -239,7 +208,7 @@ class _Parts:
             if self._sink is not None:
                 self._sink.commit(os.path.join(self.dir, _PARTS_SETTINGS))
         path = os.path.join(self.dir, f"part-{self._next:08d}.parquet")
-        _write_parquet(_rows_table(rows), path)
+        write_parquet(rows_table(rows), path)
         if self._sink is not None:
             self._sink.commit(path)
         self._next += 1
@@ -564,7 +533,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         if previous_table is not None:
             table = previous_table.filter(reusable(previous_table, stored_to_abs, current, taken))
             reused = table.num_rows
-            kept.append(table.select(_BASE_NAMES).cast(arrow_schema()))
+            kept.append(current_table(table))  # (a format 1.0 index's float32 profiles are encoded)
 
     todo = [(p, g) if windows is None else (p, g, windows[p]) for p, g, _ in found if p not in taken]
     stack = contextlib.ExitStack()
@@ -596,7 +565,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         row["path"] = stored(row["path"])
         new_rows.append(row)
 
-    tables = kept + ([_rows_table(new_rows)] if new_rows else [])
+    tables = kept + ([rows_table(new_rows)] if new_rows else [])
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
     previous_labels = _previous_labels(out, previous)
     table, label_specs = segment_build.with_segment_columns(table, new_rows, segment_table, previous_labels)
@@ -624,7 +593,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         labels=label_specs,
     ))
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    _write_parquet(table, out)
+    write_parquet(table, out)
     parts.remove()
     unreadable = int(table.num_rows - pc.sum(table.column("readable").cast(pa.int64())).as_py()) \
         if table.num_rows else 0

@@ -12,13 +12,19 @@ the window's start (the profile's filter has heard the audio before it; a
 meter run on the excerpt starts from silence). The K-filter settles within tens
 of milliseconds, so on program material (windows above -50 LUFS) the two agree
 within 0.1 LU, measured at most 0.065 LU on 0.4 to 3 s windows of speech, music
-and noise bursts (tested against :func:`audiotree.dsp.loudness.integrated_loudness`).
+and noise bursts (0.066 LU from the profile as the index stores it; tested
+against :func:`audiotree.dsp.loudness.integrated_loudness`).
 A near-silent window right after a loud passage also holds the filter's ringing
 from that passage, so the profile reads it louder than the fresh meter does (by
 up to ~1 LU at -60 LUFS); it never reads a window quieter.
 The block grid is exact when ``0.1 * rate`` is a whole number of samples (every
 common rate); otherwise a gating block is ``4 * round(0.1 * rate)`` samples
 instead of ``round(0.4 * rate)``.
+
+The index stores a profile as :func:`encode_profile` makes it (int16
+hundredths of a dB per block, 0.005 dB at most from the float32 profile) and
+every reader gets it back through :func:`decode_profile`: these two functions
+are the only code that knows the stored encoding.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from audiotree.dsp.loudness import CHANNEL_WEIGHTS, gated_from_block_power
 from audiotree.dsp.window_meter import WindowMeter
 
 __all__ = ["BLOCK_SEC", "GATING_BLOCKS", "profile_step", "file_profile", "window_loudness", "window_blocks",
-           "decode_profile"]
+           "encode_profile", "decode_profile", "ZERO_BLOCK"]
 
 #: Profile block length in seconds (the BS.1770 gating step).
 BLOCK_SEC = 0.1
@@ -43,6 +49,11 @@ GATING_BLOCKS = 4
 _CHUNK_SECONDS = 20.0
 # Window starts gated per vectorised pass (bounds the (starts, blocks) working array).
 _MAX_CELLS = 1 << 22
+#: The stored value of a block whose mean square is zero (or below -327.67 dB, far under any gate).
+ZERO_BLOCK = -32768
+_CENTI_DB_MAX = 32767
+# Decoded mean square of every int16 value, built on first use (256 kB; indexing it is ~10x faster than 10 ** x).
+_DECODED: np.ndarray | None = None
 
 
 def profile_step(sample_rate: int) -> int:
@@ -65,17 +76,74 @@ def window_blocks(seconds: float) -> int:
     return max(1, int(round(float(seconds) / BLOCK_SEC)))
 
 
+def encode_profile(mean_squares) -> np.ndarray:
+    """Mean squares per block as the index stores them: int16 centi-decibels.
+
+    Value ``v = round(1000 * log10(ms))`` (hundredths of a dB of the mean
+    square), clamped to ``[-32767, 32767]``; a zero mean square, or one below
+    ``10 ** -32.767`` (-327.67 dB, hundreds of dB under BS.1770's -70 LUFS gate),
+    is :data:`ZERO_BLOCK`. The error is at most 0.005 dB per block, so a
+    window's loudness moves by at most 0.005 LU (unless a block sits within
+    0.005 dB of a gate). Pure and deterministic.
+
+    Args:
+      mean_squares: ``(N,)`` finite, non-negative K-weighted mean squares
+        (:func:`file_profile`).
+
+    Returns:
+      int16 ``(N,)``; :func:`decode_profile` inverts it.
+
+    Raises:
+      ValueError: a value that is NaN, infinite or negative.
+
+    >>> encode_profile([1.0, 0.01, 0.0]).tolist()
+    [0, -2000, -32768]
+    """
+    p = np.asarray(mean_squares, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise ValueError("a loudness profile holds non-negative, finite mean squares (no NaN, infinite or negative "
+                         "values).")
+    with np.errstate(divide="ignore"):
+        centi = np.rint(1000.0 * np.log10(p))  # log10(0) = -inf: below the range, so ZERO_BLOCK
+    out = np.minimum(centi, _CENTI_DB_MAX)
+    out[~(centi >= -_CENTI_DB_MAX)] = ZERO_BLOCK
+    return out.astype(np.int16)
+
+
 def decode_profile(values) -> np.ndarray:
     """A stored profile as float32 K-weighted mean squares per 100 ms block.
 
     ``values`` is a row's ``profile`` as the index stores it (a NumPy array or
-    a list); every reader of stored profiles goes through here, so a change of
-    the stored encoding is one function.
+    a list). Integers are the int16 centi-decibels of :func:`encode_profile`
+    (format 1.1 on); floats are mean squares, as indexes of format 1.0 store
+    them, and pass through. Every reader of stored profiles goes through here,
+    so this and :func:`encode_profile` are the only code that knows the
+    encoding. Deterministic: a value always decodes to the same float32.
 
+    Raises:
+      ValueError: an integer outside int16's range.
+
+    >>> decode_profile(encode_profile([1.0, 0.01, 0.0])).tolist()
+    [1.0, 0.009999999776482582, 0.0]
     >>> decode_profile([0.5, 0.25]).tolist()
     [0.5, 0.25]
     """
-    return np.asarray(values, dtype=np.float32)
+    stored = np.asarray(values)
+    if stored.dtype.kind not in "iu":
+        return np.asarray(stored, dtype=np.float32)
+    if stored.dtype != np.int16 and stored.size and (stored.min() < ZERO_BLOCK or stored.max() > _CENTI_DB_MAX):
+        raise ValueError(f"a stored loudness profile holds int16 centi-decibels, but a value is outside "
+                         f"[{ZERO_BLOCK}, {_CENTI_DB_MAX}]; the index was edited or damaged. Rebuild it.")
+    return _decoded()[stored.astype(np.int64) - ZERO_BLOCK]
+
+
+def _decoded() -> np.ndarray:
+    global _DECODED
+    if _DECODED is None:
+        table = (10.0 ** (np.arange(ZERO_BLOCK, _CENTI_DB_MAX + 1, dtype=np.float64) / 1000.0)).astype(np.float32)
+        table[0] = 0.0
+        _DECODED = table
+    return _DECODED
 
 
 def file_profile(audio, *, mono: bool = True, chunk_seconds: float = _CHUNK_SECONDS) -> np.ndarray:

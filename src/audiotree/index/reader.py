@@ -18,8 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.index.schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLUMNS, arrow_schema, decode_metadata,
-                                    require_pyarrow)
+from audiotree.index.schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLUMNS, accepted_types, arrow_schema,
+                                    decode_metadata, require_pyarrow)
 from audiotree.index.trust import check_profiles, resolve_root
 from audiotree.io import storage
 from audiotree.io.remote_file import open_input
@@ -391,9 +391,10 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
             continue
         if name not in names:
             raise ValueError(f"{path}: the index has no {name!r} column; it was edited or damaged. Rebuild it.")
-        expected, actual = expected_schema.field(name).type, schema.field(name).type
-        if not actual.equals(expected):
-            raise ValueError(f"{path}: column {name!r} has type {actual}, expected {expected}; rebuild the index.")
+        actual = schema.field(name).type
+        if not any(actual.equals(kind) for kind in accepted_types(name)):  # (1.0's float32 profiles are read too)
+            raise ValueError(f"{path}: column {name!r} has type {actual}, expected {expected_schema.field(name).type}; "
+                             "rebuild the index.")
     _check_segment_columns(path, schema)
     for name, spec in meta["labels"].items():
         for column in (name, spec.get("ids", name)):

@@ -25,7 +25,7 @@ column          type             meaning
                                  ``"permanent"`` (the file is bad); null when
                                  readable
 ``profile_step``int32 (null)     samples per profile block, ``round(0.1 * rate)``
-``profile``     list<float32>    the loudness profile (below); null without one
+``profile``     list<int16>      the loudness profile (below); null without one
 *labels*        string / number  the joined label columns, under their own names
 *label*``#id``  int32 (null)     a category label's ids (below)
 =============== ================ =================================================
@@ -60,17 +60,29 @@ which BS.1770's 400 ms gating blocks start. The filter runs once over the whole
 file, so its state carries across blocks. A trailing partial block is dropped.
 With ``mono=True`` (the default, matching the datasets' ``mono=True``) the
 channels are averaged before filtering; otherwise the BS.1770 channel weights
-apply (at most 5 channels; a file with more gets no profile). That is 40 bytes
-per second of audio before Parquet's compression (144 kB for an hour). From the profile,
+apply (at most 5 channels; a file with more gets no profile). From the profile,
 :func:`audiotree.index.window_loudness` computes the gated loudness of any
 window that starts on a block boundary, as BS.1770 does.
+
+Each block is stored as int16 centi-decibels of its mean square ``ms``:
+``v = round(1000 * log10(ms))``, clamped to ``[-32767, 32767]``; ``-32768``
+stands for a zero mean square (or one below -327.67 dB, far under any gate).
+So ``ms = 10 ** (v / 1000)``, and ``0`` where ``v == -32768``
+(:func:`audiotree.index.profile.decode_profile`). The rounding moves a block by
+at most 0.005 dB, twenty times inside the profile's 0.1 LU bound against the
+meter. That is 2 bytes per 100 ms (20 bytes per second of audio, 72 kB for an
+hour) before Parquet's dictionary encoding (ids of at most 16 bits: the
+dictionary never outgrows int16's 65,536 values) and compression, which bring
+it to 1.5 to 1.8 bytes per block on speech and music. Indexes of format 1.0 store
+``list<float32>`` mean squares instead; they are read as before (and an
+update rewrites them as int16).
 
 File metadata
 -------------
 The Parquet key-value metadata holds, under the key ``audiotree``, a JSON
 object: the :mod:`audiotree.formats.header` header (``format`` =
-``"audiotree-index"``, ``format_version``, ``min_reader_version``,
-``producer``), then ``root`` (``null``, an absolute folder, or a folder
+``"audiotree-index"``, ``format_version`` :data:`FORMAT_VERSION`,
+``min_reader_version`` :data:`MIN_READER_VERSION`, ``producer``), then ``root`` (``null``, an absolute folder, or a folder
 relative to the index file's own folder), ``sources`` (how the build was
 called, for the refresh command), ``loudness`` (``{"enabled", "mono",
 "block_sec"}``), and ``labels``: for each label column ``{"kind":
@@ -81,6 +93,12 @@ values have int32 ids ``0 <= id < N`` stored in the data column ``<name>#id``
 vocabulary is the data: ``vocabulary[id]`` is the string of any row with that
 id. (Indexes written before ids were stored keep ``"vocabulary": [...]`` in
 the metadata instead, where an id is a value's position; both are read.)
+
+Versions
+--------
+* 1.1: ``profile`` is ``list<int16>`` centi-decibels. A 1.0 reader cannot read
+  it, so ``min_reader_version`` is 1.1.
+* 1.0: ``profile`` is ``list<float32>`` mean squares. Still read.
 """
 
 from __future__ import annotations
@@ -92,6 +110,8 @@ from typing import Any, Mapping
 from audiotree.formats import header as _format
 
 __all__ = [
+    "FORMAT_VERSION",
+    "MIN_READER_VERSION",
     "METADATA_KEY",
     "BASE_COLUMNS",
     "RESERVED_COLUMNS",
@@ -100,12 +120,17 @@ __all__ = [
     "OPTIONAL_COLUMNS",
     "META_KEYS",
     "arrow_schema",
+    "accepted_types",
     "encode_metadata",
     "decode_metadata",
     "ids_column",
     "require_pyarrow",
 ]
 
+#: The index layout this code writes (see "Versions").
+FORMAT_VERSION: tuple[int, int] = (1, 1)
+#: Readers older than this cannot read what this code writes: 1.0 readers expect float32 profiles.
+MIN_READER_VERSION: tuple[int, int] = (1, 1)
 METADATA_KEY = b"audiotree"
 BLOCK_SEC = 0.1
 
@@ -125,7 +150,7 @@ BASE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("error", "string", True),
     ("error_kind", "string", True),
     ("profile_step", "int32", True),
-    ("profile", "list<float32>", True),
+    ("profile", "list<int16>", True),
 )
 RESERVED_COLUMNS = frozenset(name for name, _, _ in BASE_COLUMNS)
 #: The columns of a segment index (after the base columns; see "Segment indexes").
@@ -138,6 +163,8 @@ SEGMENT_COLUMNS: tuple[tuple[str, str, bool], ...] = (
 SEGMENT_NAMES = tuple(name for name, _, _ in SEGMENT_COLUMNS)
 #: Base columns an index written by an older minor version may lack (read as all null).
 OPTIONAL_COLUMNS = frozenset({"error_kind"})
+# Base column types an index of an older minor version holds instead (still read): 1.0's float32 profiles.
+_LEGACY_TYPES = {"profile": ("list<float32>",)}
 META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels")
 
 
@@ -163,6 +190,8 @@ def _arrow_type(name: str):
     pa = require_pyarrow()
     if name == "list<float32>":
         return pa.list_(pa.float32())
+    if name == "list<int16>":
+        return pa.list_(pa.int16())
     return {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64(),
             "bool": pa.bool_()}[name]
 
@@ -177,11 +206,19 @@ def arrow_schema(label_types: Mapping[str, Any] = {}, *, segments: bool = False)
     return pa.schema(fields)
 
 
+def accepted_types(name: str) -> list:
+    """The Arrow types a reader accepts for base column ``name``: this version's first, then older minors'."""
+    kinds = [kind for column, kind, _ in BASE_COLUMNS if column == name]
+    if not kinds:
+        raise KeyError(f"{name!r} is not a base column of the index.")
+    return [_arrow_type(kind) for kind in (kinds[0], *_LEGACY_TYPES.get(name, ()))]
+
+
 def encode_metadata(*, root: str | None, sources: Any, loudness: Mapping[str, Any],
                     labels: Mapping[str, Any]) -> dict[bytes, bytes]:
     """The Parquet key-value metadata of a new index (deterministic JSON)."""
     meta = {
-        **_format.header(_format.INDEX),
+        **_format.header(_format.INDEX, version=FORMAT_VERSION, min_reader=MIN_READER_VERSION),
         "root": root,
         "sources": sources,
         "loudness": dict(loudness),
@@ -205,7 +242,7 @@ def decode_metadata(raw: Mapping[bytes, bytes] | None, where: str | os.PathLike)
     except RecursionError:
         raise ValueError(f"{where}: the index metadata is JSON nested too deeply to be an audiotree index; the "
                          "file was edited or damaged. Rebuild the index.") from None
-    info = _format.check(meta, _format.INDEX, where)
+    info = _format.check(meta, _format.INDEX, where, reader_version=FORMAT_VERSION)
     _format.check_known_keys(meta, META_KEYS, info, f"Invalid corpus index {where}", "its metadata")
     root = meta.get("root")
     if root is not None and not isinstance(root, str):

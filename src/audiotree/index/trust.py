@@ -9,9 +9,11 @@ vectorised over the columns (no Python work per row):
   paths would otherwise read any file on the machine. A caller who keeps the
   corpus elsewhere says so explicitly (``open_index(path, root=...)``).
 * :func:`check_profiles`: a readable row's loudness profile has exactly
-  ``frames // profile_step`` blocks at the step of its sample rate, with
-  finite, non-negative values; otherwise ``loudest`` would report a loudness
-  its audio does not have.
+  ``frames // profile_step`` blocks at the step of its sample rate, and (in a
+  format 1.0 index, whose profiles are float32 mean squares) finite,
+  non-negative values; otherwise ``loudest`` would report a loudness its audio
+  does not have. Every int16 value is a valid centi-decibel level
+  (:func:`audiotree.index.profile.encode_profile`).
 """
 
 from __future__ import annotations
@@ -86,9 +88,10 @@ def check_profiles(path: str, profiles, frames, sample_rate, profile_step, reada
     """Refuses profiles that do not describe their row's file (vectorised over the columns).
 
     A readable row's profile holds ``frames // profile_step`` blocks with
-    ``profile_step == round(0.1 * sample_rate)``, and finite non-negative
-    mean squares. A ``ValueError`` names the index, the first bad row and how
-    many rows are bad. Rows without a profile (not measured) pass.
+    ``profile_step == round(0.1 * sample_rate)``; float32 profiles (format
+    1.0) hold finite non-negative mean squares. A ``ValueError`` names the
+    index, the first bad row and how many rows are bad. Rows without a profile
+    (not measured) pass.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -111,9 +114,12 @@ def check_profiles(path: str, profiles, frames, sample_rate, profile_step, reada
     expected = np.where(step > 0, frames_ // np.maximum(step, 1), -1)
     bad_length = ok_rows & ~bad_step & (lengths != expected)
     offsets = _numpy(profiles.offsets).astype(np.int64)
-    data = _numpy(profiles.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))).astype(np.float64)
-    bad_value = ~(np.isfinite(data) & (data >= 0))
     bad_rows = np.zeros(n, dtype=bool)
+    if pa.types.is_integer(profiles.type.value_type):  # int16 centi-dB: every value is a level
+        bad_value = np.zeros(0, dtype=bool)
+    else:
+        data = _numpy(profiles.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))).astype(np.float64)
+        bad_value = ~(np.isfinite(data) & (data >= 0))
     if bad_value.any():
         hits = np.flatnonzero(bad_value) + int(offsets[0])
         bad_rows[np.searchsorted(offsets, hits, side="right") - 1] = True

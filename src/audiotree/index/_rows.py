@@ -1,0 +1,83 @@
+"""Index rows as Arrow tables in this version's schema, and the Parquet write of an index or a part.
+
+The build's rows come from three places: files read now (dicts from
+:mod:`audiotree.index._work`, their profile already encoded), the index being
+updated and the part files of an interrupted build. The last two may have been
+written by format 1.0, whose profiles are float32 mean squares;
+:func:`current_table` re-encodes those, so a reused row is stored exactly as a
+freshly read one would be (:func:`~audiotree.index.profile.encode_profile` of
+the same float32 profile) and the output never depends on where a row came from.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from audiotree.index.schema import BASE_COLUMNS, arrow_schema, require_pyarrow
+
+__all__ = ["rows_table", "current_table", "write_parquet"]
+
+ROW_GROUP = 65_536
+BASE_NAMES = [name for name, _, _ in BASE_COLUMNS]
+
+
+def rows_table(rows: Sequence[dict]):
+    """Rows (dicts of base columns, ``profile`` an int16 array from ``encode_profile`` or None) as an Arrow table."""
+    pa = require_pyarrow()
+    schema = arrow_schema()
+    arrays = {name: pa.array([r[name] for r in rows], type=schema.field(name).type)
+              for name in BASE_NAMES if name != "profile"}
+    profiles = [r["profile"] for r in rows]
+    for p in profiles:
+        if p is not None and np.asarray(p).dtype != np.int16:  # a float profile here would be stored truncated
+            raise TypeError(f"an index row's profile must be encode_profile's int16 array, got {np.asarray(p).dtype}.")
+    arrays["profile"] = _list_array(profiles, [p is None for p in profiles])
+    return pa.table([arrays[name] for name in BASE_NAMES], schema=schema)
+
+
+def _list_array(values: Sequence, missing: Sequence[bool]):
+    """``list<int16>`` of ``values`` (int16 arrays; ``None`` where ``missing``)."""
+    pa = require_pyarrow()
+    lengths = np.array([0 if m else len(v) for v, m in zip(values, missing)], dtype=np.int32)
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    present = [np.asarray(v, dtype=np.int16) for v, m in zip(values, missing) if not m]
+    flat = np.concatenate(present) if present else np.zeros(0, dtype=np.int16)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=pa.int16()),
+                                    mask=pa.array(list(missing), type=pa.bool_()))
+
+
+def current_table(table):
+    """The base columns of ``table`` (an index's or a part file's) in this version's schema.
+
+    A format 1.0 ``list<float32>`` profile column is encoded to int16 (vectorised
+    over the column); everything else is cast (Parquet names a list's child
+    "element", Arrow "item": a resumed build must write the same bytes as an
+    uninterrupted one).
+    """
+    pa = require_pyarrow()
+    from audiotree.index.profile import encode_profile
+
+    table = table.select(BASE_NAMES)
+    column = table.column("profile")
+    if pa.types.is_floating(column.type.value_type):
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        offsets = np.asarray(column.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+        flat = column.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        encoded = encode_profile(np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32))
+        column = pa.ListArray.from_arrays(pa.array((offsets - offsets[0]).astype(np.int32)),
+                                          pa.array(encoded, type=pa.int16()), mask=column.is_null())
+        table = table.set_column(BASE_NAMES.index("profile"), "profile", column)
+    return table.cast(arrow_schema())
+
+
+def write_parquet(table, target: str) -> None:
+    """Writes ``table`` to ``target`` atomically (zstd, row groups of :data:`ROW_GROUP` rows)."""
+    import pyarrow.parquet as pq
+
+    from audiotree._fs import atomic_file
+
+    with atomic_file(target, suffix=".parquet") as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP)
