@@ -356,8 +356,8 @@ class ProfileRowPlan:
 
     >>> p = np.r_[np.full(100, 1e-9), np.full(30, 1e-2), np.full(100, 1e-9)]
     >>> row = ProfileRowPlan(p, duration=3.0, cutoff=-40.0)
-    >>> row.qualifies, row.first.tolist(), row.best
-    (True, [100], 100)
+    >>> row.qualifies, row.first.tolist(), row.best  # windows from block 71 on reach the loud passage
+    (True, [71], 100)
     """
 
     def __init__(self, profile, *, duration: float, cutoff: float, margin: float = PROFILE_MARGIN_LU,
