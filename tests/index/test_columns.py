@@ -92,7 +92,7 @@ def test_a_damaged_store_is_refused_naming_it(small_index, tmp_path, damage):
     rows_ds = create_audio_dataset(index=copy, duration=0.5, sample_rate=RATE, min_duration=2.0)
     folder = store_folder(str(copy))
     if damage == "truncate":
-        path = os.path.join(folder, "duration.npy")
+        path = os.path.join(folder, "duration.bin")
         with open(path, "r+b") as f:
             f.truncate(os.path.getsize(path) - 8)
     elif damage == "manifest":

@@ -10,7 +10,8 @@ pages of the rows it reads. A :class:`ColumnStore` pickles as its folder's
 name, so a Grain or PyTorch worker (fork or spawn) starts in constant time
 and memory whatever the row count.
 
-Layout (``format`` 1), one ``.npy`` file per array:
+Layout (``format`` 1), one raw little-endian ``NAME.bin`` file per array, its
+dtype and shape in the manifest (written as it streams, mapped with ``np.memmap``):
 
 - ``path.offsets``/``path.data``: the stored paths, UTF-8 (Arrow's string
   layout, read per row by :class:`~audiotree.index.text.TextColumn`);
@@ -23,8 +24,9 @@ Layout (``format`` 1), one ``.npy`` file per array:
   offsets and bytes with its dictionary codes (for grouping by it);
 - ``profile.offsets``/``profile.data``: the loudness profiles as the index
   stores them (decoded per row by :func:`audiotree.index.profile.decode_profile`);
-- ``sel-DIGEST``: row selections (filters, groups, host shares), named by a
-  hash of their content.
+- ``sel-DIGEST.npy``: row selections (filters, groups, host shares), named by a
+  hash of their content, and derived per-row arrays (``qualifying-*.npy``), as
+  ``.npy`` files that describe themselves.
 
 ``manifest.json`` records the index it was built from (its size and
 modification time), the row count and every array's dtype and shape. A store
@@ -130,20 +132,16 @@ class ColumnStore:
         return out
 
     def _load(self, name: str, spec: dict | None) -> np.ndarray:
-        path = os.path.join(self.directory, name + ".npy")
         if spec is None:
             raise KeyError(f"{self.directory}: the column store has no array {name!r}.")
+        path = os.path.join(self.directory, name + ".bin")
+        dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
         try:
-            if int(np.prod(spec["shape"])) == 0:  # an empty file cannot be mapped
-                out = np.load(path, allow_pickle=False)
-            else:
-                out = np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
+            if int(np.prod(shape)) == 0:  # an empty file cannot be mapped
+                return np.zeros(shape, dtype)
+            return np.memmap(path, dtype=dtype, mode="r", shape=shape).view(np.ndarray)
         except (OSError, ValueError) as exc:
-            raise _damaged(self.directory, f"{name}.npy cannot be read ({exc})") from None
-        if str(out.dtype) != spec["dtype"] or list(out.shape) != list(spec["shape"]):
-            raise _damaged(self.directory, f"{name}.npy is {out.dtype}{list(out.shape)}, its manifest says "
-                                           f"{spec['dtype']}{spec['shape']}")
-        return out
+            raise _damaged(self.directory, f"{name}.bin cannot be mapped ({exc})") from None
 
     def text(self, name: str):
         """A string column ``name`` (``name.offsets`` + ``name.data``) as a mapped TextColumn."""
@@ -277,30 +275,16 @@ def _read_manifest(directory: str) -> dict | None:
 
 
 def _check_files(directory: str, manifest: dict) -> None:
-    """Each array file has the header and the size its manifest says (a truncated or edited file is refused).
-
-    Reads each file's few-hundred-byte header only: the cost does not grow with the rows.
-    """
+    """Each array file has the size its manifest says (a truncated or extended file is refused): one ``stat`` each."""
     for name, spec in manifest["arrays"].items():
-        path = os.path.join(directory, name + ".npy")
+        path = os.path.join(directory, name + ".bin")
         try:
-            with open(path, "rb") as f:
-                version = np.lib.format.read_magic(f)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                shape, _, dtype = read_header(f)
-                start = f.tell()
             size = os.path.getsize(path)
-        except FileNotFoundError:
-            raise _damaged(directory, f"{name}.npy is missing") from None
-        except (OSError, ValueError) as exc:
-            raise _damaged(directory, f"{name}.npy has no valid header ({exc})") from None
-        if str(dtype) != spec["dtype"] or list(shape) != list(spec["shape"]):
-            raise _damaged(directory, f"{name}.npy is {dtype}{list(shape)}, its manifest says "
-                                      f"{spec['dtype']}{spec['shape']}")
+        except OSError:
+            raise _damaged(directory, f"{name}.bin is missing") from None
         payload = int(np.prod(spec["shape"])) * np.dtype(spec["dtype"]).itemsize
-        if size != start + payload:
-            raise _damaged(directory, f"{name}.npy holds {size - start} bytes of data, expected {payload}")
+        if size != payload:
+            raise _damaged(directory, f"{name}.bin holds {size} bytes, its manifest says {payload}")
 
 
 def open_columns(index: Any) -> ColumnStore:
@@ -364,19 +348,20 @@ def _write(ix: Any, folder: str, identity: dict) -> dict:
 
     def put(name: str, array: np.ndarray) -> None:
         array = np.ascontiguousarray(array)
-        np.save(os.path.join(folder, name + ".npy"), array, allow_pickle=False)
-        arrays[name] = {"dtype": str(array.dtype), "shape": list(array.shape)}
+        array.tofile(os.path.join(folder, name + ".bin"))
+        arrays[name] = {"dtype": array.dtype.str, "shape": list(array.shape)}
 
-    def put_text(name: str, column: TextColumn) -> None:
-        put(name + ".offsets", np.asarray(column.offsets, np.int64))
-        put(name + ".data", np.asarray(column.data, np.uint8))
+    def put_text(name: str, column: Any) -> None:
+        offsets, data = column if isinstance(column, tuple) else (column.offsets, column.data)
+        put(name + ".offsets", np.asarray(offsets, np.int64))
+        put(name + ".data", np.asarray(data, np.uint8))
 
     names = list(ix.meta["labels"])
     full = open_index(ix.path, columns=["path", "group", "size", "mtime_ns", "channels", "duration", "readable"],
                       labels=names, root=ix.root)
     table = full.table
     n = len(full)
-    put_text("path", TextColumn.from_arrow(table.column("path")))
+    put_text("path", _string_buffers(table.column("path")))
     put("size", np.nan_to_num(np.asarray(full.column("size"), dtype=np.float64), nan=-1).astype(np.int64)
         if table.column("size").null_count else full.column("size").astype(np.int64))
     put("mtime_ns", np.asarray([-1 if v is None else v for v in table.column("mtime_ns").to_pylist()], np.int64)
@@ -392,7 +377,7 @@ def _write(ix: Any, folder: str, identity: dict) -> dict:
         key = f"label-{position}"
         labels[name] = {"position": position, "kind": kind}
         if kind == "text":
-            put_text(key, TextColumn.from_arrow(table.column(name)))
+            put_text(key, _string_buffers(table.column(name)))
             codes, values = _dictionary(table.column(name))
             put(key + ".codes", codes)
             put_text(key + ".names", TextColumn.from_strings(values))
@@ -411,6 +396,30 @@ def _write(ix: Any, folder: str, identity: dict) -> dict:
         _write_profiles(ix, folder, put, arrays)
     return {"format": STORE_FORMAT, "index": identity, "rows": n, "root": ix.root, "groups": groups[1],
             "labels": labels, "arrays": arrays}
+
+
+def _string_buffers(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, utf8)`` of a string column, as Arrow holds them (nulls read as ``""``).
+
+    Without nulls (every path column) the buffers are taken as they are: no
+    per-byte gather, whose index arrays would take 16 bytes per byte of text.
+    """
+    import pyarrow as pa
+
+    from audiotree.index.text import TextColumn
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if column.null_count:
+        text = TextColumn.from_arrow(column)
+        return text.offsets, text.data
+    width = np.int64 if pa.types.is_large_string(column.type) else np.int32
+    _, offsets_buf, data_buf = column.buffers()
+    n = len(column)
+    raw = np.frombuffer(offsets_buf, dtype=width)[column.offset:column.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8)[int(raw[0]):int(raw[-1])] if data_buf is not None and n \
+        else np.zeros(0, np.uint8)
+    return raw - raw[0], data
 
 
 def _dictionary(column: Any) -> tuple[np.ndarray, list[str]]:
@@ -440,12 +449,11 @@ def _write_profiles(ix: Any, folder: str, put, arrays: dict) -> None:
 
     source = open_input(ix.path) if storage.is_url(ix.path) else ix.path
     offsets, valid = [np.zeros(1, np.int64)], []
-    data_path = os.path.join(folder, ".profile.data.raw")
     dtype = None
     total = 0
     try:
         pf = pq.ParquetFile(source)
-        with open(data_path, "wb") as raw:
+        with open(os.path.join(folder, "profile.data.bin"), "wb") as raw:
             for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=[
                     "profile", "readable", "frames", "sample_rate", "profile_step"]):
                 column = batch.column("profile")
@@ -454,7 +462,7 @@ def _write_profiles(ix: Any, folder: str, put, arrays: dict) -> None:
                 starts = column.offsets.to_numpy().astype(np.int64)
                 values = column.values.slice(int(starts[0]), int(starts[-1] - starts[0])).to_numpy(zero_copy_only=False)
                 dtype = values.dtype if dtype is None else dtype
-                raw.write(np.ascontiguousarray(values, dtype=dtype).tobytes())
+                np.ascontiguousarray(values, dtype=dtype).tofile(raw)
                 offsets.append(starts[1:] - starts[0] + total)
                 total += int(starts[-1] - starts[0])
                 valid.append(column.is_valid().to_numpy(zero_copy_only=False).astype(bool))
@@ -463,16 +471,4 @@ def _write_profiles(ix: Any, folder: str, put, arrays: dict) -> None:
             source.close()
     put("profile.offsets", np.concatenate(offsets))
     put("profile.valid", np.concatenate(valid) if valid else np.zeros(0, bool))
-    dtype = np.dtype(dtype or np.float32)
-    # Copied into the .npy in steps: the profiles of a large corpus do not fit in memory at once.
-    out = np.lib.format.open_memmap(os.path.join(folder, "profile.data.npy"), mode="w+", dtype=dtype, shape=(total,))
-    if total:
-        raw = np.memmap(data_path, dtype=dtype, mode="r", shape=(total,))
-        step = 1 << 24
-        for at in range(0, total, step):
-            out[at:at + step] = raw[at:at + step]
-        del raw
-    out.flush()
-    del out
-    os.remove(data_path)
-    arrays["profile.data"] = {"dtype": str(dtype), "shape": [total]}
+    arrays["profile.data"] = {"dtype": np.dtype(dtype or np.float32).str, "shape": [total]}
