@@ -194,20 +194,25 @@ def measure(args) -> dict:
             "loadavg_start": os.getloadavg(), "cores": os.cpu_count(), "batches": args.batches,
             "base_files": len(base_paths), "base_hours": hours, "base_bytes": base.stat().st_size,
             "max_rss": args.max_rss, "quick": args.quick, "sizes": {}, "records": []}
+    indexes = {}
     for rows in args.sizes:
         links, why = index_synth.link_budget(base_paths, rows, work, max_links=args.max_links)
-        index = work / f"index-{rows}.parquet"
+        indexes[rows] = work / f"index-{rows}.parquet"
         t = time.perf_counter()
-        made = index_synth.repeat_index(base, rows, index, links=links, log=log)
+        made = index_synth.repeat_index(base, rows, indexes[rows], links=links, log=log)
         made.update(why_not_links=why or None, synth_s=time.perf_counter() - t, commit=data["commit"],
                     timeout=args.timeout)
         data["sizes"][str(rows)] = made
         log(f"{rows:,} rows: {made['paths']}{' (' + why + ')' if why else ''}, {made['bytes'] / 2**20:.1f} MB")
-        if not args.quick:
-            warm = _run("random", 0, index, 0, timeout=args.timeout, max_rss=args.max_rss, logs=logs,
-                        name=f"{rows}-warm")
-            made["warm_run"] = {k: warm.get(k) for k in ("ok", "error", "first_batch_s", "cpu_to_first_s")}
-        for run in range(args.runs):  # runs interleaved: every configuration once, then again
+    # Runs outermost: every size and configuration once, then again, so a drift in the machine's load
+    # spreads over all sizes instead of biasing one size against another.
+    for run in range(args.runs):
+        for rows, index in indexes.items():
+            if run == 0 and not args.quick:
+                warm = _run("random", 0, index, 0, timeout=args.timeout, max_rss=args.max_rss, logs=logs,
+                            name=f"{rows}-warm")
+                data["sizes"][str(rows)]["warm_run"] = {k: warm.get(k) for k in ("ok", "error", "first_batch_s",
+                                                                                  "cpu_to_first_s")}
             for strategy in STRATEGIES:
                 for workers in WORKERS:
                     rec = _run(strategy, workers, index, args.batches, timeout=args.timeout, max_rss=args.max_rss,
@@ -215,11 +220,12 @@ def measure(args) -> dict:
                     rec.update(rows=rows, run=run)
                     data["records"].append(rec)
                     if rec["ok"]:
-                        log(f"{rows:,} {strategy} {workers}w: first batch {rec['first_batch_s']:.1f} s, "
+                        log(f"run {run + 1}: {rows:,} {strategy} {workers}w: first batch {rec['first_batch_s']:.1f} s, "
                             f"{rec['cpu_to_first_s']:.1f} CPU-s, peak {rec['peak_rss'] / 2**20:.0f} MB, "
                             f"{rec['items_per_cpu_s']:.1f} items/CPU-s")
                     else:
-                        log(f"{rows:,} {strategy} {workers}w: FAILED: {rec['error']} (peak {rec['peak_rss'] / 2**20:.0f} MB)")
+                        log(f"run {run + 1}: {rows:,} {strategy} {workers}w: FAILED: {rec['error']} "
+                            f"(peak {rec['peak_rss'] / 2**20:.0f} MB)")
     data["loadavg_end"] = os.getloadavg()
     data["finished"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     return data
@@ -363,7 +369,7 @@ def render(data: dict) -> str:
         "them. `create_balanced_audio_dataset(index=..., group_by=\"group\", weights=..., duration=3.0, "
         "sample_rate=16000, excerpt=ExcerptConfig(strategy=...))`, sync reads, batches of 32, `mp_prefetch` for 2 "
         "workers; one fresh interpreter per row"
-        + (f", medians of {runs} runs" if runs > 1 else "")
+        + (f", medians of {runs} runs (every size and configuration once, then again)" if runs > 1 else "")
         + f". Items per CPU-second over {data['batches']} batches after the first (the first 4 with 2 workers).",
         "",
         "| rows | rows point at | index file (MB) |",
