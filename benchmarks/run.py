@@ -124,8 +124,11 @@ def _end_group(pid: int) -> None:
 
 
 def run_process(cmd: list[str], *, env: dict, timeout: float, log_path: Path, cwd: Path = REPO,
-                sample_rss: bool = True, stop_at_first_batch: bool = False) -> dict:
-    """Runs ``cmd``; returns first-batch time, parsed result, peak tree RSS, errors."""
+                sample_rss: bool = True, stop_at_first_batch: bool = False, max_rss: int | None = None) -> dict:
+    """Runs ``cmd``; returns first-batch time, parsed result, peak tree RSS, errors.
+
+    With ``max_rss`` (bytes), a run whose process tree passes it is stopped (the machine is shared).
+    """
     import psutil
 
     out: dict = {"first_batch_s": None, "result": None, "peak_rss": 0, "returncode": None}
@@ -156,11 +159,14 @@ def run_process(cmd: list[str], *, env: dict, timeout: float, log_path: Path, cw
                 break
             if sample_rss:
                 out["peak_rss"] = max(out["peak_rss"], _tree_rss(ps))
+                if max_rss is not None and out["peak_rss"] > max_rss:
+                    break
             time.sleep(0.05)
-        timed_out = proc.poll() is None and not (stop_at_first_batch and first.is_set())
+        too_big = max_rss is not None and out["peak_rss"] > max_rss and proc.poll() is None
+        timed_out = proc.poll() is None and not (stop_at_first_batch and first.is_set()) and not too_big
         if proc.poll() is None:
             try:
-                proc.wait(timeout=0 if stop_at_first_batch else 5)
+                proc.wait(timeout=0 if stop_at_first_batch or too_big else 5)
             except subprocess.TimeoutExpired:
                 pass
         _end_group(proc.pid)
@@ -168,7 +174,9 @@ def run_process(cmd: list[str], *, env: dict, timeout: float, log_path: Path, cw
         done.wait(timeout=10)
         out["returncode"] = proc.returncode
         out["seconds"] = time.monotonic() - t0
-    if timed_out:
+    if too_big:
+        out["error"] = f"stopped when the process tree passed {max_rss / 2**30:.1f} GB, after {out['seconds']:.0f} s"
+    elif timed_out:
         out["error"] = f"timed out after {timeout:.0f} s"
     elif out["result"] is None and not (stop_at_first_batch and out["first_batch_s"] is not None):
         out["error"] = _error_summary(log_path)
