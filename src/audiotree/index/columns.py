@@ -1,4 +1,4 @@
-"""An index's rows as memory-mapped columns: built once per index, shared by every worker.
+"""An index's rows as flat column files: built once per index, read in place by every worker.
 
 A dataset over ten million rows must not hold ten million Python objects in
 every worker, nor unpickle hundreds of megabytes into each one. The first
@@ -11,7 +11,7 @@ name, so a Grain or PyTorch worker (fork or spawn) starts in constant time
 and memory whatever the row count.
 
 Layout (``format`` 1), one raw little-endian ``NAME.bin`` file per array, its
-dtype and shape in the manifest (written as it streams, mapped with ``np.memmap``):
+dtype and shape in the manifest (written as it streams):
 
 - ``path.offsets``/``path.data``: the stored paths, UTF-8 (Arrow's string
   layout, read per row by :class:`~audiotree.index.text.TextColumn`);
@@ -97,19 +97,32 @@ def _identity(index_path: str) -> dict:
 
 
 class ColumnStore:
-    """The memory-mapped columns of one index (see the module docstring).
+    """The columns of one index, on disk (see the module docstring).
 
-    Arrays open lazily, once per process, read-only. Pickling keeps only the
-    folder (and the manifest), so a worker re-maps the files itself.
+    Per-row look-ups (:meth:`value`, :meth:`string`, :meth:`profile`,
+    :meth:`selection_row`) are positioned reads (``os.pread``) of just that
+    row's bytes: they leave nothing resident in the process, whatever the
+    number of rows or of items read (a memory map would keep every page it
+    touched, whole large folios at a time). The page cache is shared by
+    every process on the host. Whole-column reads (:meth:`column`) are for
+    the process that builds a dataset. Files open lazily, once per process;
+    pickling keeps only the folder and the manifest.
     """
 
     def __init__(self, directory: str, manifest: dict):
         self.directory = directory
         self.manifest = manifest
-        self._arrays: dict[str, np.ndarray] = {}
+        self._files: dict[str, tuple[int, int]] = {}  # name -> (fd, data offset): this process's open files
 
     def __reduce__(self):
         return (ColumnStore, (self.directory, self.manifest))
+
+    def __del__(self):
+        for fd, _ in getattr(self, "_files", {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def __len__(self) -> int:
         return int(self.manifest["rows"])
@@ -124,42 +137,80 @@ class ColumnStore:
     def has(self, name: str) -> bool:
         return name in self.manifest["arrays"]
 
-    def array(self, name: str) -> np.ndarray:
-        """Array ``name``, memory-mapped read-only (a refusal names the store when it is damaged)."""
-        out = self._arrays.get(name)
-        if out is None:
-            out = self._arrays[name] = self._load(name, self.manifest["arrays"].get(name))
-        return out
-
-    def _load(self, name: str, spec: dict | None) -> np.ndarray:
+    def _spec(self, name: str) -> tuple[np.dtype, tuple]:
+        spec = self.manifest["arrays"].get(name)
         if spec is None:
             raise KeyError(f"{self.directory}: the column store has no array {name!r}.")
-        path = os.path.join(self.directory, name + ".bin")
-        dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
-        try:
-            if int(np.prod(shape)) == 0:  # an empty file cannot be mapped
-                return np.zeros(shape, dtype)
-            return np.memmap(path, dtype=dtype, mode="r", shape=shape).view(np.ndarray)
-        except (OSError, ValueError) as exc:
-            raise _damaged(self.directory, f"{name}.bin cannot be mapped ({exc})") from None
+        return np.dtype(spec["dtype"]), tuple(spec["shape"])
 
-    def text(self, name: str):
-        """A string column ``name`` (``name.offsets`` + ``name.data``) as a mapped TextColumn."""
+    def _open(self, file: str, header: bool = False) -> tuple[int, int]:
+        handle = self._files.get(file)
+        if handle is None:
+            path = os.path.join(self.directory, file)
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError as exc:
+                raise _damaged(self.directory, f"{file} cannot be opened ({exc})") from None
+            start = 0
+            if header:  # a .npy file: its data starts after the header
+                with open(path, "rb") as f:
+                    try:
+                        version = np.lib.format.read_magic(f)
+                        (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                         else np.lib.format.read_array_header_2_0)(f)
+                    except ValueError as exc:
+                        os.close(fd)
+                        raise _damaged(self.directory, f"{file} has no valid header ({exc})") from None
+                    start = f.tell()
+            handle = self._files[file] = (fd, start)
+        return handle
+
+    def _pread(self, file: str, dtype: np.dtype, first: int, count: int, *, header: bool = False) -> np.ndarray:
+        fd, start = self._open(file, header)
+        want = count * dtype.itemsize
+        data = os.pread(fd, want, start + first * dtype.itemsize) if want else b""
+        if len(data) != want:
+            raise _damaged(self.directory, f"{file} ends before element {first + count}")
+        return np.frombuffer(data, dtype=dtype)
+
+    def read(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Rows ``[lo, hi)`` of array ``name`` (a positioned read of those bytes alone)."""
+        dtype, shape = self._spec(name)
+        if not 0 <= lo <= hi <= shape[0]:
+            raise IndexError(f"{self.directory}: rows [{lo}, {hi}) of {name} (of {shape[0]}).")
+        width = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+        return self._pread(name + ".bin", dtype, lo * width, (hi - lo) * width).reshape((hi - lo, *shape[1:]))
+
+    def value(self, name: str, row: int):
+        """Row ``row`` of array ``name`` (a NumPy scalar, or a row of a 2-d array)."""
+        return self.read(name, int(row), int(row) + 1)[0]
+
+    def column(self, name: str) -> np.ndarray:
+        """The whole array ``name``, read into memory (for the process that builds a dataset)."""
+        dtype, shape = self._spec(name)
+        return self.read(name, 0, shape[0]) if shape[0] else np.zeros(shape, dtype)
+
+    def string(self, name: str, row: int) -> str:
+        """Row ``row`` of the string column ``name`` (``name.offsets`` + ``name.data``)."""
+        start, end = (int(v) for v in self.read(name + ".offsets", int(row), int(row) + 2))
+        if not 0 <= start <= end:
+            raise _damaged(self.directory, f"{name}.offsets are not ascending at row {row}")
+        return bytes(self.read(name + ".data", start, end)).decode("utf-8")
+
+    def strings(self, name: str) -> list[str]:
+        """Every row of a (small) string column, e.g. a vocabulary."""
         from audiotree.index.text import TextColumn
 
-        return TextColumn(self.array(name + ".offsets"), self.array(name + ".data"))
+        return TextColumn(self.column(name + ".offsets"), self.column(name + ".data")).to_list()
 
     def profile(self, row: int) -> np.ndarray | None:
         """Row ``row``'s loudness profile (float32 block mean squares), or ``None`` without one."""
         from audiotree.index.profile import decode_profile
 
-        if not self.has("profile.offsets"):
+        if not self.has("profile.offsets") or not self.value("profile.valid", row):
             return None
-        offsets = self.array("profile.offsets")
-        lo, hi = int(offsets[row]), int(offsets[row + 1])
-        if not self.array("profile.valid")[row]:
-            return None
-        return decode_profile(np.asarray(self.array("profile.data")[lo:hi]))
+        lo, hi = (int(v) for v in self.read("profile.offsets", int(row), int(row) + 2))
+        return decode_profile(self.read("profile.data", lo, hi))
 
     # ------------------------------------------------------------ labels
     def label_key(self, name: str) -> str:
@@ -172,21 +223,23 @@ class ColumnStore:
         self.label_key(name)
         return self.manifest["labels"][name]["kind"]
 
-    def label(self, name: str) -> Any:
-        """Label ``name`` per row: an array (ids or numbers), or a TextColumn for a text label."""
+    def label_leaf(self, name: str, row: int) -> Any:
+        """Row ``row``'s label as an item leaf: ``[text]`` for a text label, else a ``(1,)`` array."""
         key = self.label_key(name)
-        return self.text(key) if self.label_kind(name) == "text" else self.array(key)
+        if self.label_kind(name) == "text":
+            return [self.string(key, row)]
+        return self.read(key, int(row), int(row) + 1).copy()
 
     def codes(self, column: str) -> tuple[np.ndarray, list[str]]:
         """``(codes, names)`` to group rows by ``column`` (``"group"`` or a label): int32 per row, ``-1`` for none."""
         if column == "group":
-            return self.array("group.codes"), list(self.manifest["groups"])
+            return self.column("group.codes"), list(self.manifest["groups"])
         key, kind = self.label_key(column), self.label_kind(column)
         if kind == "text":
-            return self.array(key + ".codes"), self.text(key + ".names").to_list()
+            return self.column(key + ".codes"), self.strings(key + ".names")
         if kind == "category":
-            return self.array(key), self.text(key + ".names").to_list()
-        values = np.asarray(self.array(key))
+            return self.column(key), self.strings(key + ".names")
+        values = self.column(key)
         finite = np.isfinite(values) if values.dtype.kind == "f" else np.ones(values.shape, bool)
         names, inverse = np.unique(values[finite], return_inverse=True)
         codes = np.full(values.shape, -1, np.int32)
@@ -201,23 +254,36 @@ class ColumnStore:
         path = os.path.join(self.directory, name + ".npy")
         if not os.path.exists(path):
             _save_atomic(path, rows)
-        self._arrays.pop(name, None)
         return name
 
-    def selection(self, name: str) -> np.ndarray:
-        """A saved selection, mapped (its content is checked against its name on first use in a process)."""
-        out = self._arrays.get(name)
-        if out is None:
-            path = os.path.join(self.directory, name + ".npy")
-            try:
-                out = _load_npy(path)
-            except (OSError, ValueError) as exc:
-                raise _damaged(self.directory, f"selection {name}.npy cannot be read ({exc})") from None
-            if out.dtype != np.int64 or out.ndim != 1 or (out.size and (out.min() < 0 or out.max() >= len(self))):
-                raise _damaged(self.directory, f"selection {name}.npy holds rows outside the index")
-            self._arrays[name] = out
-        return out
+    def _selection_file(self, name: str) -> str:
+        if not name.startswith("sel-") or os.sep in name:
+            raise ValueError(f"{name!r} is not a selection of {self.directory}.")
+        return name + ".npy"
 
+    def selection_length(self, name: str) -> int:
+        file = self._selection_file(name)
+        fd, start = self._open(file, header=True)
+        size = os.fstat(fd).st_size - start
+        if size % 8:
+            raise _damaged(self.directory, f"selection {file} holds {size} bytes, not a whole number of rows")
+        return size // 8
+
+    def selection_row(self, name: str, i: int) -> int:
+        """Position ``i`` of selection ``name``: a store row (bounds-checked: a damaged file is refused)."""
+        file = self._selection_file(name)
+        row = int(self._pread(file, np.dtype("<i8"), int(i), 1, header=True)[0])
+        if not 0 <= row < len(self):
+            raise _damaged(self.directory, f"selection {file} names row {row} of {len(self)}")
+        return row
+
+    def selection_rows(self, name: str) -> np.ndarray:
+        """Every row of selection ``name`` (read into memory, checked)."""
+        file = self._selection_file(name)
+        rows = self._pread(file, np.dtype("<i8"), 0, self.selection_length(name), header=True)
+        if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
+            raise _damaged(self.directory, f"selection {file} names rows outside the index")
+        return rows
 
     # ------------------------------------------------- derived, kept arrays
     def has_extra(self, name: str) -> bool:
@@ -225,28 +291,19 @@ class ColumnStore:
         return os.path.exists(os.path.join(self.directory, name + ".npy"))
 
     def extra(self, name: str) -> np.ndarray:
-        out = self._arrays.get(name)
-        if out is None:
-            try:
-                out = self._arrays[name] = _load_npy(os.path.join(self.directory, name + ".npy"))
-            except (OSError, ValueError) as exc:
-                raise _damaged(self.directory, f"{name}.npy cannot be read ({exc})") from None
-            if out.shape[:1] != (len(self),):
-                raise _damaged(self.directory, f"{name}.npy has {out.shape[:1]} rows, the index {len(self)}")
+        """A kept derived array (one value per row), read into memory."""
+        try:
+            out = np.load(os.path.join(self.directory, name + ".npy"), allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise _damaged(self.directory, f"{name}.npy cannot be read ({exc})") from None
+        if out.shape[:1] != (len(self),):
+            raise _damaged(self.directory, f"{name}.npy has {out.shape[:1]} rows, the index {len(self)}")
         return out
 
     def save_extra(self, name: str, array: np.ndarray) -> np.ndarray:
-        """Keeps ``array`` (one value per row, derived from the columns) for later processes; returns it mapped."""
+        """Keeps ``array`` (one value per row, derived from the columns) for later processes; returns it."""
         _save_atomic(os.path.join(self.directory, name + ".npy"), np.ascontiguousarray(array))
-        self._arrays.pop(name, None)
         return self.extra(name)
-
-
-def _load_npy(path: str) -> np.ndarray:
-    """A ``.npy`` file mapped read-only as a plain ndarray (read into memory when too small to map)."""
-    if os.path.getsize(path) <= 256:
-        return np.load(path, allow_pickle=False)
-    return np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
 
 
 def _damaged(directory: str, what: str) -> ValueError:

@@ -84,7 +84,10 @@ class TextColumn:
 
     def text(self, i: int) -> str:
         i = int(i)
-        return bytes(self.data[self.offsets[i]:self.offsets[i + 1]]).decode("utf-8")
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        if not 0 <= start <= end <= self.data.size:
+            raise ValueError(f"text row {i} spans bytes [{start}, {end}) of {self.data.size}: its offsets are damaged.")
+        return bytes(self.data[start:end]).decode("utf-8")
 
     def __getitem__(self, rows: Any) -> "TextColumn":
         """The texts of ``rows`` (an int array, a list or a slice), as a new column."""

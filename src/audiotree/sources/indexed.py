@@ -1,7 +1,7 @@
 """Datasets from a corpus index: the rows a builder reads, and the loaders that read them.
 
 A builder given ``index=`` (or a group given as ``"speech.parquet"``) reads the
-index's metadata and maps its column store (:mod:`audiotree.index.columns`) at
+index's metadata and opens its column store (:mod:`audiotree.index.columns`) at
 start-up: no folder walk, no header read, no Python object per row. Its items
 are *row numbers*; the loader maps a row to its file, checks the file is
 unchanged under the ``on_stale`` policy (one ``stat`` per item for a local file,
@@ -44,11 +44,11 @@ def is_index_path(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class IndexRows:
-    """The selected rows of one index, over its memory-mapped column store.
+    """The selected rows of one index, over its column store.
 
     Nothing here holds a Python object per row: the columns live in the
-    index's :class:`~audiotree.index.columns.ColumnStore` (mapped read-only,
-    shared by every process), and the rows a dataset reads are one saved
+    index's :class:`~audiotree.index.columns.ColumnStore` (files on disk, read
+    one row at a time, shared through the page cache), and the rows a dataset reads are one saved
     selection of it (``selection``, ``None`` for every row). Pickled into a
     worker, rows cost the same whatever their number.
 
@@ -71,36 +71,30 @@ class IndexRows:
     loudest: tuple | None = None
 
     # ------------------------------------------------------------ rows
-    def _selected(self) -> np.ndarray | None:
-        return None if self.selection is None else self.store.selection(self.selection)
-
     def __len__(self) -> int:
-        selected = self._selected()
-        return len(self.store) if selected is None else int(selected.size)
+        return len(self.store) if self.selection is None else self.store.selection_length(self.selection)
 
     def row(self, i: int) -> int:
-        """The store row at position ``i``."""
-        selected = self._selected()
-        return int(i) if selected is None else int(selected[int(i)])
+        """The store row at position ``i`` (a selection naming a row outside the store is refused)."""
+        return int(i) if self.selection is None else self.store.selection_row(self.selection, i)
 
     def rows(self) -> np.ndarray:
-        """Every selected store row (int64), in order."""
-        selected = self._selected()
-        return np.arange(len(self.store), dtype=np.int64) if selected is None else np.asarray(selected)
+        """Every selected store row (int64), in order (read into memory: for the building process)."""
+        if self.selection is None:
+            return np.arange(len(self.store), dtype=np.int64)
+        return self.store.selection_rows(self.selection)
 
     def take(self, positions: np.ndarray) -> "IndexRows":
-        """The rows at ``positions`` (saved once in the store, so workers map them too)."""
+        """The rows at ``positions`` (saved once in the store, so workers read them there too)."""
         positions = np.asarray(positions, dtype=np.int64)
-        selected = self._selected()
-        rows = positions if selected is None else np.asarray(selected)[positions]
+        rows = positions if self.selection is None else self.rows()[positions]
         if rows.size == len(self.store) and np.array_equal(rows, np.arange(rows.size)):
             return dataclasses.replace(self, selection=None)
         return dataclasses.replace(self, selection=self.store.save_selection(rows))
 
     def _gather(self, name: str) -> np.ndarray:
-        values = self.store.array(name)
-        selected = self._selected()
-        return np.array(values) if selected is None else np.asarray(values)[np.asarray(selected)]
+        values = self.store.column(name)
+        return values if self.selection is None else values[self.rows()]
 
     @property
     def sizes(self) -> np.ndarray:
@@ -129,19 +123,19 @@ class IndexRows:
 
     def path(self, i: int) -> str:
         """Row ``i``'s file as a usable path (joined to the index's root)."""
-        stored = self.store.text("path").text(self.row(i))
+        stored = self.store.string("path", self.row(i))
         root = self.store.root
         return stored if root is None else os.path.join(root, stored)
 
     def group(self, i: int) -> str | None:
-        code = int(self.store.array("group.codes")[self.row(i)])
+        code = int(self.store.value("group.codes", self.row(i)))
         return None if code < 0 else self.store.manifest["groups"][code]
 
     def window(self, i: int) -> tuple[float, float] | None:
         """Row ``i``'s read window: its segment's ``(start, end)`` seconds, or ``None`` (the whole file)."""
         if not self.store.has("window"):
             return None
-        start, end = self.store.array("window")[self.row(i)]
+        start, end = self.store.value("window", self.row(i))
         return None if start != start else (float(start), float(end))  # NaN: a whole-file row
 
     # ------------------------------------------------------------ loudest
@@ -166,15 +160,14 @@ class IndexRows:
         """Positions with a window above the cutoff by the profile, or with no profile (not known silent)."""
         duration, cutoff, _ = self.loudest
         flags = _qualifying_flags(self.store, duration, cutoff)
-        selected = self._selected()
-        return np.flatnonzero(flags if selected is None else flags[np.asarray(selected)])
+        return np.flatnonzero(flags if self.selection is None else flags[self.rows()])
 
     # ---------------------------------------------------------- staleness
     def stale_reason(self, i: int) -> str | None:
         from audiotree.index.freshness import stale_reason
 
         r = self.row(i)
-        return stale_reason(self.path(i), int(self.store.array("size")[r]), int(self.store.array("mtime_ns")[r]))
+        return stale_reason(self.path(i), int(self.store.value("size", r)), int(self.store.value("mtime_ns", r)))
 
     def check(self, i: int, on_stale: str) -> bool:
         """False when row ``i``'s file changed and ``on_stale='skip'``; raises for ``'error'``."""
@@ -194,7 +187,7 @@ class IndexRows:
             return None
         r = self.row(i)
         if self.labels:
-            tree = tree.replace_extras(**{name: _label_leaf(self.store.label(name), r) for name in self.labels})
+            tree = tree.replace_extras(**{name: self.store.label_leaf(name, r) for name in self.labels})
         if stamp_group:
             from audiotree.provenance import encode_strings
 
@@ -240,14 +233,6 @@ def _qualifying_flags(store: Any, duration: float, cutoff: float) -> np.ndarray:
         if profile is not None and profile.size:
             flags[r] = ProfileRowPlan(profile, duration=duration, cutoff=cutoff).qualifies
     return store.save_extra(name, flags)
-
-
-def _label_leaf(values: Any, i: int) -> Any:
-    """Row ``i``'s label as an item leaf: ``[text]`` for a text column, else a ``(1,)`` array."""
-    if isinstance(values, np.ndarray):
-        # A copy, not a view: an item must not pin (or ship to the main process) the whole column.
-        return np.array(values[i:i + 1])
-    return [values.text(i)]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -369,9 +354,9 @@ def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> Inde
 
 
 def _selected_rows(store: Any, min_duration: float | None, max_duration: float | None) -> np.ndarray:
-    keep = np.asarray(store.array("readable"), dtype=bool)
+    keep = store.column("readable").astype(bool)
     if min_duration is not None or max_duration is not None:
-        duration = store.array("duration")
+        duration = store.column("duration")
         if min_duration is not None:
             keep = keep & (duration >= float(min_duration))
         if max_duration is not None:
@@ -387,7 +372,7 @@ def rows_from_index(
 
     With ``loudest``, the rows plan loud excerpts from the profiles (and,
     under ``skip_silent`` and ``filter_silent``, lose the silent files).
-    Start-up reads the index's metadata and maps its column store; its cost
+    Start-up reads the index's metadata and opens its column store; its cost
     does not grow with the rows beyond the filters' one vectorised pass.
     """
     _check_filters(min_duration, max_duration)
@@ -401,7 +386,7 @@ def rows_from_index(
                or max_duration is not None else "")
             + ". Check the filters, or rebuild the index."
         )
-    unreadable = len(store) - int(np.count_nonzero(store.array("readable")))
+    unreadable = len(store) - int(np.count_nonzero(store.column("readable")))
     if unreadable:
         warnings.warn(f"{ix.path}: {unreadable} unreadable row(s) left out (see their 'error' column).",
                       UserWarning, stacklevel=3)
@@ -425,7 +410,7 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
                          f"{ix.label_names}.")
     rows = rows_from_index(ix, filter_silent=False, **kwargs)
     codes, names = store.codes(group_by)
-    keys = np.asarray(codes)[rows.rows()]
+    keys = codes[rows.rows()]
     empty = np.flatnonzero(keys < 0)
     if empty.size:
         raise ValueError(f"{ix.path}: column {group_by!r} is empty for {empty.size} row(s) (e.g. "
