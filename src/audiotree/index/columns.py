@@ -305,6 +305,67 @@ class ColumnStore:
         _save_atomic(os.path.join(self.directory, name + ".npy"), np.ascontiguousarray(array))
         return self.extra(name)
 
+    def has_ragged(self, name: str) -> bool:
+        """True when ragged per-row values ``name`` (see :meth:`save_ragged`) were kept in the store."""
+        return all(os.path.exists(os.path.join(self.directory, f"{name}.{part}.npy")) for part in ("offsets", "values"))
+
+    def ragged(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, values)`` kept by :meth:`save_ragged`, mapped.
+
+        Row ``r`` owns ``values[offsets[r]:offsets[r + 1]]``.
+        """
+        offsets = self._derived(name + ".offsets", np.int64)
+        values = self._derived(name + ".values")
+        if offsets.shape != (len(self) + 1,) or (offsets.size and int(offsets[-1]) != values.shape[0]):
+            raise _damaged(self.directory, f"{name}.offsets.npy does not bound {name}.values.npy for {len(self)} rows")
+        return offsets, values
+
+    def save_ragged(self, name: str, offsets: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Keeps a variable number of values per row (int64 ``offsets``, ``len + 1``) for later processes."""
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if offsets.shape != (len(self) + 1,) or int(offsets[-1]) != len(values):
+            raise ValueError(f"ragged values need {len(self) + 1} offsets ending at {len(values)}.")
+        # The values first: a reader that finds the offsets finds the values they bound.
+        _save_atomic(os.path.join(self.directory, name + ".values.npy"), np.ascontiguousarray(values))
+        _save_atomic(os.path.join(self.directory, name + ".offsets.npy"), offsets)
+        for part in (".offsets", ".values"):
+            self._arrays.pop(name + part, None)
+        return self.ragged(name)
+
+    def save_derived(self, prefix: str, arrays: dict[str, np.ndarray]) -> str:
+        """Keeps ``arrays`` (any lengths: a slot plan) once, named by ``prefix`` and their content; returns the name.
+
+        Read them back with :meth:`derived` (``name``, ``part``): a worker maps
+        them, so a dataset that holds the name pickles in constant size.
+        """
+        digest = hashlib.blake2b(digest_size=12)
+        for part in sorted(arrays):
+            array = np.ascontiguousarray(arrays[part])
+            digest.update(f"{part}:{array.dtype.str}:{array.shape};".encode())
+            digest.update(array.tobytes())
+        name = f"{prefix}-{digest.hexdigest()}"
+        for part, array in arrays.items():
+            path = os.path.join(self.directory, f"{name}.{part}.npy")
+            if not os.path.exists(path):
+                _save_atomic(path, np.ascontiguousarray(array))
+        return name
+
+    def derived(self, name: str, part: str) -> np.ndarray:
+        """Part ``part`` of the arrays :meth:`save_derived` kept as ``name``, mapped read-only."""
+        return self._derived(f"{name}.{part}")
+
+    def _derived(self, name: str, dtype: Any = None) -> np.ndarray:
+        out = self._arrays.get(name)
+        if out is None:
+            try:
+                out = _load_npy(os.path.join(self.directory, name + ".npy"))
+            except (OSError, ValueError) as exc:
+                raise _damaged(self.directory, f"{name}.npy cannot be read ({exc})") from None
+            if dtype is not None and out.dtype != dtype:
+                raise _damaged(self.directory, f"{name}.npy holds {out.dtype}, not {np.dtype(dtype)}")
+            self._arrays[name] = out
+        return out
+
 
 def _damaged(directory: str, what: str) -> ValueError:
     return ValueError(f"{directory}: the index's column store is damaged ({what}). Delete that folder; the next "

@@ -362,7 +362,7 @@ def create_balanced_audio_dataset(
         rows = group_rows.get(name)
         if window is not None:
             parts.append(windowed_group_dataset(
-                files if rows is None else list(rows.paths), window, name=name, shuffle=shuffle,
+                files if rows is None else rows.paths, window, name=name, shuffle=shuffle,
                 num_epochs=num_epochs, shuffle_seed=group_shuffle, excerpt_seed=group_excerpt,
                 sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, rows=rows, on_stale=on_stale,
                 storage_options=storage_options,

@@ -69,6 +69,8 @@ class IndexRows:
     selection: str | None = None
     labels: tuple = ()
     loudest: tuple | None = None
+    #: The ``mono`` setting the index's loudness profiles were measured with; ``None`` without profiles.
+    profile_mono: bool | None = None
 
     # ------------------------------------------------------------ rows
     def __len__(self) -> int:
@@ -256,7 +258,7 @@ class IndexedLoader(grain.transforms.RandomMap):
     def _read(self, element: Any, rng: np.random.Generator):
         if self.by_slot:
             slot = int(element)
-            i = int(self.loader.slots.file_idx[slot])
+            i = self.loader.slots.at(slot)[0]
             if not self.rows.check(i, self.on_stale):
                 return None
             reprobe = self.on_stale == "reprobe" and self.rows.stale_reason(i) is not None
@@ -390,7 +392,8 @@ def rows_from_index(
     if unreadable:
         warnings.warn(f"{ix.path}: {unreadable} unreadable row(s) left out (see their 'error' column).",
                       UserWarning, stacklevel=3)
-    rows = IndexRows(index_path=ix.path, refresh=ix.refresh_command(), store=store, labels=tuple(names))
+    rows = IndexRows(index_path=ix.path, refresh=ix.refresh_command(), store=store, labels=tuple(names),
+                     profile_mono=ix.mono if ix.has_profile else None)
     if selected.size != len(store):
         rows = rows.take(selected)
     if loudest is not None:
@@ -475,32 +478,28 @@ def window_lufs_view(index: Any, lufs_window_sec: float | None) -> dict:
 
     Cell ``k`` of a file is the gated loudness of its window
     ``[k * lufs_window_sec, (k + 1) * lufs_window_sec)``, from
-    :func:`audiotree.index.window_loudness` (a trailing partial window is dropped).
+    :func:`audiotree.index.window_loudness` (a trailing partial window is
+    dropped). The cells come from the index's column store
+    (:func:`audiotree.sources.window_index.index_cells`, computed once per cell
+    length); the view itself is one dict entry per readable file, for
+    ``load_window_lufs`` and folder datasets. A windowed dataset over the
+    index reads the arrays instead.
     """
-    from audiotree.index.profile import BLOCK_SEC, decode_profile, window_blocks, window_loudness
-    from audiotree.index.reader import open_index
+    from audiotree.sources.window_index import check_cell_length, index_cells
 
-    if lufs_window_sec is None:
-        raise ValueError(f"Reading the corpus index {os.fspath(index)} as a window-LUFS cache needs lufs_window_sec= "
-                         "(the cell length in seconds, a multiple of 0.1).")
-    blocks = window_blocks(lufs_window_sec)
-    if abs(blocks * BLOCK_SEC - float(lufs_window_sec)) > 1e-9:
-        raise ValueError(f"lufs_window_sec={lufs_window_sec} is not a multiple of the index's 0.1 s blocks.")
-    ix = open_index(index, columns=["path", "size", "mtime_ns", "duration", "readable", "profile"])
+    blocks = check_cell_length(os.fspath(index), lufs_window_sec)
+    ix, store = _load(index, [])
     if not ix.has_profile:
         raise ValueError(f"{ix.path} was built without loudness profiles; rebuild it without --no-loudness.")
-    paths = ix.paths()
-    readable = ix.column("readable").astype(bool)
-    profiles = ix.table.column("profile").to_pylist()
-    column_durations, column_sizes, column_mtimes = ix.column("duration"), ix.column("size"), ix.column("mtime_ns")
+    offsets, values, known = index_cells(store, blocks)
+    rows = IndexRows(index_path=ix.path, refresh=ix.refresh_command(), store=store)
+    column_durations, column_sizes, column_mtimes = (store.array(n) for n in ("duration", "size", "mtime_ns"))
     lufs, durations, sizes, mtimes = {}, {}, {}, {}
-    for i, path in enumerate(paths):
-        if not readable[i] or profiles[i] is None:
-            continue
-        lufs[path] = window_loudness(decode_profile(profiles[i]), blocks,
-                                     hop_blocks=blocks).astype(np.float32)
-        durations[path] = float(column_durations[i])
-        sizes[path] = int(column_sizes[i])
-        mtimes[path] = int(column_mtimes[i])
+    for r in np.flatnonzero(known).tolist():
+        path = rows.path(r)
+        lufs[path] = np.array(values[offsets[r]:offsets[r + 1]], dtype=np.float32)
+        durations[path] = float(column_durations[r])
+        sizes[path] = int(column_sizes[r])
+        mtimes[path] = int(column_mtimes[r])
     return dict(lufs=lufs, durations=durations, lufs_window_sec=float(lufs_window_sec), sample_rate=None,
                 mono=ix.mono, file_sizes=sizes, file_mtimes=mtimes, path=ix.path)

@@ -29,6 +29,10 @@ Loudness filtering: With per-file window loudness (``lufs_per_file`` or a cache 
 non-overlapping windows (a trailing partial window is dropped; a file shorter
 than one window has no cells and keeps all its slots).
 
+The planner is vectorised over files and slots (:func:`plan_slots`, on a
+float64 array of durations; :func:`build_slot_index` looks paths up first) and
+gives the per-file arithmetic above float for float.
+
 >>> slot_count(40.0, duration=1.0, hop=1.0, alpha=0.5)
 6
 """
@@ -42,7 +46,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["SlotIndex", "PathLookup", "slot_count", "build_slot_index"]
+__all__ = ["SlotIndex", "SlotPlan", "PathLookup", "slot_count", "plan_slots", "build_slot_index", "lookup_files"]
 
 
 class PathLookup:
@@ -70,6 +74,11 @@ class SlotIndex:
 
     def __len__(self) -> int:
         return int(self.file_idx.shape[0])
+
+    def at(self, slot: int) -> tuple[int, float, float, float]:
+        """Slot ``slot``'s ``(file, offset, stride, max_offset)``."""
+        return (int(self.file_idx[slot]), float(self.offset[slot]), float(self.stride[slot]),
+                float(self.max_offset[slot]))
 
 
 #: The most slots one file may have (a 24-hour file at a 10 ms hop has 8.6 million): more means a bad duration.
@@ -99,6 +108,86 @@ def slot_count(file_duration: float, duration: float, hop: float, alpha: float) 
     return max(1, int(round(natural**alpha)))
 
 
+@dataclasses.dataclass(frozen=True)
+class SlotPlan:
+    """Slots as compact arrays: ``file`` (int32) and ``j`` (int32, the slot's number in its file) per slot, and
+    ``stride``/``usable`` (float64 seconds) per file.
+
+    Slot ``k`` starts at ``j[k] * stride[file[k]]`` (the same float64 product
+    :class:`SlotIndex` holds) and may start up to ``usable[file[k]]``: 8 bytes
+    per slot and 16 per file.
+    """
+
+    file: np.ndarray
+    j: np.ndarray
+    stride: np.ndarray
+    usable: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.file.shape[0])
+
+    def to_index(self) -> SlotIndex:
+        file = self.file.astype(np.int64)
+        return SlotIndex(file_idx=file, offset=self.j.astype(np.float64) * self.stride[file],
+                         stride=self.stride[file], max_offset=self.usable[file])
+
+
+def _slot_counts(usable: np.ndarray, hop: float, alpha: float) -> np.ndarray:
+    """:func:`slot_count` of every file (int64), vectorised; ``natural ** alpha`` rounds in Python, once per value."""
+    natural = np.maximum(1, np.floor(usable / hop + 1e-9).astype(np.int64) + 1)
+    values, inverse = np.unique(natural, return_inverse=True)
+    counts = np.array([max(1, int(round(int(v) ** alpha))) for v in values], dtype=np.int64)
+    return counts[inverse.reshape(-1)]
+
+
+def plan_slots(
+    durations: np.ndarray,
+    *,
+    duration: float,
+    hop: float,
+    alpha: float,
+    cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    lufs_window_sec: float | None = None,
+    lufs_cutoff: float = -40.0,
+) -> SlotPlan:
+    """The slots of files of ``durations`` (float64 seconds, checked), vectorised over files and slots.
+
+    ``cells`` is ``(starts, ends, values)``: file ``i``'s loudness cells are
+    ``values[starts[i]:ends[i]]`` (float32 LUFS, ``lufs_window_sec`` long). The
+    arithmetic is the module docstring's, float for float: the same slots as
+    :func:`build_slot_index`. Raises RuntimeError when no slot is left.
+
+    >>> plan = plan_slots(np.array([0.3, 5.0]), duration=1.0, hop=1.0, alpha=1.0)
+    >>> plan.file.tolist(), plan.j.tolist(), plan.stride.tolist(), plan.usable.tolist()
+    ([0, 1, 1, 1, 1, 1], [0, 0, 1, 2, 3, 4], [0.0, 0.8], [0.0, 4.0])
+    """
+    durations = np.asarray(durations, dtype=np.float64).reshape(-1)
+    usable = np.maximum(0.0, durations - duration)
+    counts = _slot_counts(usable, hop, alpha)
+    stride = usable / counts
+    file = np.repeat(np.arange(durations.size, dtype=np.int64), counts)
+    first = np.cumsum(counts) - counts
+    j = np.arange(file.size, dtype=np.int64) - np.repeat(first, counts)
+    if cells is not None and file.size:
+        starts, ends, values = (np.asarray(a) for a in cells)
+        size = (ends - starts)[file]
+        nominal = j.astype(np.float64) * stride[file]
+        centre = ((nominal + duration / 2) / lufs_window_sec).astype(np.int64)
+        centre = np.clip(centre, 0, np.maximum(size - 1, 0))
+        has = size > 0
+        loud = np.ones(file.size, dtype=bool)
+        loud[has] = np.asarray(values[(starts[file] + centre)[has]], dtype=np.float32) >= lufs_cutoff
+        file, j = file[loud], j[loud]
+    if file.size == 0:
+        raise RuntimeError(
+            f"No windows left to sample from {durations.size} file(s)"
+            + (f" after dropping those quieter than lufs_cutoff={lufs_cutoff} LUFS; lower the cutoff."
+               if cells is not None else ".")
+        )
+    index_type = np.int32 if durations.size < 2**31 else np.int64
+    return SlotPlan(file=file.astype(index_type), j=j.astype(np.int32), stride=stride, usable=usable)
+
+
 def build_slot_index(
     files: Sequence[str],
     durations: Mapping[str, float],
@@ -112,39 +201,48 @@ def build_slot_index(
     durations_hint: str = "add it to durations= or pass durations=None to read the file headers.",
     durations_source: str = "durations=",
 ) -> SlotIndex:
-    """The slots of every file; see the module docstring."""
-    durations_lookup = PathLookup(durations)
+    """The slots of every file, looked up by path in ``durations`` (and ``lufs_per_file``); see the module docstring."""
+    seconds, cells = lookup_files(files, durations, hop=hop, lufs_per_file=lufs_per_file,
+                                  durations_hint=durations_hint, durations_source=durations_source)
+    return plan_slots(seconds, duration=duration, hop=hop, alpha=alpha, cells=cells, lufs_window_sec=lufs_window_sec,
+                      lufs_cutoff=lufs_cutoff).to_index()
+
+
+def lookup_files(
+    files: Any,
+    durations: Mapping[str, float] | np.ndarray,
+    *,
+    hop: float,
+    lufs_per_file: Mapping[str, Any] | None = None,
+    durations_hint: str = "add it to durations= or pass durations=None to read the file headers.",
+    durations_source: str = "durations=",
+) -> tuple[np.ndarray, tuple | None]:
+    """``(durations, cells)`` of ``files`` from path-keyed mappings, as :func:`plan_slots` takes them.
+
+    ``cells`` is ``(starts, ends, values)``, or ``None`` without
+    ``lufs_per_file``. Each file's duration is checked (a ValueError names it
+    and ``durations_source``); a file missing from a mapping is a ValueError.
+
+    ``durations`` may be an array already (checked by the caller), then only the loudness is looked up.
+    """
+    lookup = None if isinstance(durations, np.ndarray) else PathLookup(durations)
     lufs_lookup = PathLookup(lufs_per_file) if lufs_per_file is not None else None
-    file_idx, offsets, strides, max_offsets = [], [], [], []
+    out = np.asarray(durations, dtype=np.float64) if lookup is None else np.empty(len(files), dtype=np.float64)
+    sizes, chunks = [], []
     for i, path in enumerate(files):
-        dur = durations_lookup.get(path)
-        if dur is None:
-            raise ValueError(f"No duration for '{path}'; {durations_hint}")
-        dur = check_file_duration(path, dur, hop, durations_source)
-        usable = max(0.0, float(dur) - duration)
-        m = slot_count(float(dur), duration, hop, alpha)
-        stride = usable / m
-        nominal = np.arange(m, dtype=np.float64) * stride
+        if lookup is not None:
+            dur = lookup.get(path)
+            if dur is None:
+                raise ValueError(f"No duration for '{path}'; {durations_hint}")
+            out[i] = check_file_duration(path, dur, hop, durations_source)
         if lufs_lookup is not None:
             cells = lufs_lookup.get(path)
             if cells is None:
                 raise ValueError(f"No window loudness for '{path}'; rebuild the LUFS cache including this file.")
-            cells = np.asarray(cells, dtype=np.float32).reshape(-1)
-            if cells.size:
-                centre = np.clip(((nominal + duration / 2) / lufs_window_sec).astype(np.int64), 0, cells.size - 1)
-                nominal = nominal[cells[centre] >= lufs_cutoff]
-        if nominal.size == 0:
-            continue
-        file_idx.append(np.full(nominal.size, i, dtype=np.int64))
-        offsets.append(nominal)
-        strides.append(np.full(nominal.size, stride))
-        max_offsets.append(np.full(nominal.size, usable))
-    if not file_idx:
-        raise RuntimeError(
-            f"No windows left to sample from {len(files)} file(s)"
-            + (f" after dropping those quieter than lufs_cutoff={lufs_cutoff} LUFS; lower the cutoff." if lufs_lookup else ".")
-        )
-    return SlotIndex(
-        file_idx=np.concatenate(file_idx), offset=np.concatenate(offsets), stride=np.concatenate(strides),
-        max_offset=np.concatenate(max_offsets),
-    )
+            chunks.append(np.asarray(cells, dtype=np.float32).reshape(-1))
+            sizes.append(chunks[-1].size)
+    if lufs_lookup is None:
+        return out, None
+    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    values = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    return out, (ends - np.asarray(sizes, dtype=np.int64), ends, values)

@@ -12,6 +12,11 @@ streaming meter :mod:`audiotree.dsp.window_meter`) lets the builders drop
 quiet slots. :class:`WindowConfig` holds the knobs, for
 :func:`create_windowed_audio_dataset` and for the groups of
 ``create_balanced_audio_dataset(window=...)``.
+
+Over a corpus index (``index=``), the plan is made from the index's columns as
+arrays and kept in its column store, so a worker's dataset holds no per-file
+Python object (:mod:`audiotree.sources.window_index`); the items are the ones
+the same durations and loudness give by path.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from audiotree.sources.indexed import (
     rows_for_builder,
     window_lufs_view,
 )
-from audiotree.sources.slots import SlotIndex, build_slot_index, check_file_duration
+from audiotree.sources.slots import build_slot_index, check_file_duration, lookup_files, plan_slots
+from audiotree.sources.window_index import StoreSlots, check_cell_length, row_cells
 from audiotree.validation import check_pad_mode, check_positive, is_real
 
 __all__ = [
@@ -261,10 +267,15 @@ def build_window_lufs_cache(
 # ------------------------------------------------------------------ loading
 @dataclasses.dataclass(frozen=True, eq=False)
 class WindowLoader(grain.transforms.RandomMap):
-    """Reads the excerpt of one slot (by seeking) with the item's own ``rng``."""
+    """Reads the excerpt of one slot (by seeking) with the item's own ``rng``.
 
-    files: tuple
-    slots: SlotIndex
+    ``files`` maps a slot's file index to its path: a tuple, or an index's
+    mapped path column; ``slots`` is a :class:`~audiotree.sources.slots.SlotIndex` or, over an index,
+    a :class:`~audiotree.sources.window_index.StoreSlots`.
+    """
+
+    files: Any
+    slots: Any
     duration: float
     jitter: bool
     sample_rate: int
@@ -284,12 +295,11 @@ class WindowLoader(grain.transforms.RandomMap):
         return call_with_storage_options(self.storage_options, self._read_slot, slot, rng, reprobe)
 
     def _read_slot(self, slot: int, rng: np.random.Generator, reprobe: bool):
-        offset = float(self.slots.offset[slot])
-        stride = float(self.slots.stride[slot])
+        file, offset, stride, max_offset = self.slots.at(slot)
         if self.jitter and stride > 0:
             offset += float(rng.uniform(0.0, stride))
-        offset = min(offset, float(self.slots.max_offset[slot]))
-        path = self.files[int(self.slots.file_idx[slot])]
+        offset = min(offset, max_offset)
+        path = self.files[file]
         if reprobe:
             offset = min(offset, max(0.0, probe(path).duration - self.duration))
         try:
@@ -299,7 +309,7 @@ class WindowLoader(grain.transforms.RandomMap):
             )
         except OffsetPastEndError as exc:
             # The planned length was wrong: a read problem of this file (on_read_error), not a bad argument.
-            planned = float(self.slots.max_offset[slot]) + self.duration
+            planned = max_offset + self.duration
             raise AudioReadError(
                 f"Failed to read audio file '{path}': {exc} The windows were planned from {self.durations_source}, "
                 f"which says it lasts {planned:.3f} s; refresh it (rebuild the index or cache, or fix durations=) "
@@ -339,6 +349,115 @@ def _resolve_cache(lufs_cache: Any, lufs_window_sec: float | None = None) -> Win
     raise TypeError(f"lufs_cache must be a path, a WindowLufsCache or None, got {type(lufs_cache).__name__}.")
 
 
+def _checked_cache(where: str, cache_rate: int | None, cache_mono: bool, *, sample_rate: int, mono: bool) -> None:
+    """Refuses a window-LUFS cache (at ``where``) measured for another rate or mono setting."""
+    if cache_rate is not None and cache_rate != sample_rate:
+        raise ValueError(
+            f"The window-LUFS cache {where} was built for {cache_rate} Hz, but this dataset reads "
+            f"at {sample_rate} Hz; rebuild it with sample_rate={sample_rate}."
+        )
+    if cache_mono != mono:
+        raise ValueError(
+            f"The window-LUFS cache {where} was built with mono={cache_mono}, but this dataset uses "
+            f"mono={mono}; rebuild it with mono={mono}."
+        )
+
+
+def _checked_cell_length(lufs_per_file: Any, lufs_window_sec: float | None) -> float | None:
+    if lufs_per_file is None:
+        return lufs_window_sec
+    if lufs_window_sec is None:
+        raise ValueError("lufs_per_file needs lufs_window_sec= (the length of each loudness cell in seconds).")
+    return check_positive(lufs_window_sec, "lufs_window_sec")
+
+
+def _file_slots(files: list[str], window: WindowConfig, *, hop: float, sample_rate: int, mono: bool,
+                durations: Mapping[str, float] | None, lufs_per_file: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """``(SlotIndex, durations_source)`` of explicit files: durations and loudness looked up by path."""
+    lufs_window_sec = window.lufs_window_sec
+    durations_hint = "add it to durations= or pass durations=None to read the file headers."
+    durations_source = "durations="
+    cache = _resolve_cache(window.lufs_cache, lufs_window_sec)
+    if cache is not None:
+        _checked_cache(cache.path or "", cache.sample_rate, cache.mono, sample_rate=sample_rate, mono=mono)
+        cache.check_fresh(files)
+        if lufs_per_file is None:
+            lufs_per_file = cache.lufs
+        if lufs_window_sec is None:
+            lufs_window_sec = cache.lufs_window_sec
+        if durations is None and cache.durations is not None:
+            durations = cache.durations
+            durations_source = f"the window-LUFS cache {cache.path or ''}"
+            durations_hint = (
+                f"the window-LUFS cache {cache.path or ''} does not list it; rebuild the cache with this file list "
+                "(build_window_lufs_cache) or pass durations=."
+            )
+    lufs_window_sec = _checked_cell_length(lufs_per_file, lufs_window_sec)
+    if durations is None:
+        durations = scan_durations(files)
+    slots = build_slot_index(
+        files, durations, duration=float(window.duration), hop=hop, alpha=window.alpha, lufs_per_file=lufs_per_file,
+        lufs_window_sec=lufs_window_sec, lufs_cutoff=float(window.lufs_cutoff), durations_hint=durations_hint,
+        durations_source=durations_source,
+    )
+    return slots, durations_source
+
+
+def _is_own_cache(rows: Any, lufs_cache: Any) -> bool:
+    """True when ``lufs_cache`` names no cache but the index ``rows`` come from (its profiles are the cells)."""
+    if lufs_cache is None:
+        return True
+    return isinstance(lufs_cache, (str, os.PathLike)) and os.fspath(lufs_cache) == rows.index_path
+
+
+def _index_slots(rows: Any, window: WindowConfig, *, hop: float, sample_rate: int, mono: bool,
+                 durations: Mapping[str, float] | None, lufs_per_file: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """``(StoreSlots, durations_source)`` of an index's rows, planned from its columns as arrays.
+
+    Durations come from the index (unless ``durations=`` overrides them by
+    path); with ``lufs_window_sec`` and no other loudness, the cells come from
+    the index's profiles (:func:`~audiotree.sources.window_index.index_cells`).
+    The slots are kept in the index's column store, so workers map them.
+    """
+    if rows.store.has("window"):
+        raise ValueError(f"{rows.index_path} is a segment index; window= samples windows of whole files. Read its "
+                         "segments with create_audio_dataset(index=..., duration=...) instead.")
+    lufs_cache, lufs_window_sec = window.lufs_cache, window.lufs_window_sec
+    durations_source = "durations="
+    seconds: Any = durations
+    if durations is None:  # from the index: no header read
+        _check_index_durations(rows, hop)
+        seconds = np.asarray(rows.durations, dtype=np.float64)
+        durations_source = f"the corpus index {rows.index_path}"
+    cells = None
+    if lufs_per_file is None and lufs_window_sec is not None and _is_own_cache(rows, lufs_cache):
+        # The index is its own window-LUFS cache: cells from its profiles, as arrays kept in its store.
+        blocks = check_cell_length(rows.index_path, lufs_window_sec)
+        if rows.profile_mono is None:
+            raise ValueError(f"{rows.index_path} was built without loudness profiles; rebuild it without "
+                             "--no-loudness.")
+        _checked_cache(rows.index_path, None, rows.profile_mono, sample_rate=sample_rate, mono=mono)
+        cells = row_cells(rows, blocks)
+        lufs_window_sec = float(lufs_window_sec)
+    else:
+        cache = _resolve_cache(lufs_cache, lufs_window_sec)
+        if cache is not None:  # indexed files are checked one by one when read (on_stale), not here
+            _checked_cache(cache.path or "", cache.sample_rate, cache.mono, sample_rate=sample_rate, mono=mono)
+            if lufs_per_file is None:
+                lufs_per_file = cache.lufs
+            if lufs_window_sec is None:
+                lufs_window_sec = cache.lufs_window_sec
+        lufs_window_sec = _checked_cell_length(lufs_per_file, lufs_window_sec)
+    if lufs_per_file is not None or not isinstance(seconds, np.ndarray):
+        # Explicit mappings by path (durations=, lufs_per_file=, another cache): looked up row by row, here only.
+        seconds, looked = lookup_files(rows.paths, seconds, hop=hop, lufs_per_file=lufs_per_file,
+                                       durations_source=durations_source)
+        cells = looked if cells is None else cells
+    plan = plan_slots(seconds, duration=float(window.duration), hop=hop, alpha=window.alpha, cells=cells,
+                      lufs_window_sec=lufs_window_sec, lufs_cutoff=float(window.lufs_cutoff))
+    return StoreSlots.save(rows.store, plan), durations_source
+
+
 def windowed_group_dataset(
     files: Sequence[str],
     window: WindowConfig,
@@ -360,71 +479,31 @@ def windowed_group_dataset(
     """The windowed dataset of ``files`` (raw, its items labelled ``name``): one group of
     ``create_balanced_audio_dataset(window=...)``, or all of :func:`create_windowed_audio_dataset`.
 
-    ``rows`` (:class:`~audiotree.sources.indexed.IndexRows`) gives the files from a corpus index.
+    ``rows`` (:class:`~audiotree.sources.indexed.IndexRows`) gives the files from a corpus index
+    (``files`` is then ignored): the dataset holds the index's column store and
+    names in it, no per-file Python object (see :mod:`audiotree.sources.window_index`).
     """
     if not isinstance(window, WindowConfig):
         raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
     check_pad_mode(pad_mode)
-    files = [os.fspath(f) for f in files]
-    duration, jitter, lufs_cutoff = float(window.duration), window.jitter, window.lufs_cutoff
+    duration = float(window.duration)
     hop = duration if window.hop is None else float(window.hop)
-    alpha, lufs_cache, lufs_window_sec = window.alpha, window.lufs_cache, window.lufs_window_sec
-    durations_hint = "add it to durations= or pass durations=None to read the file headers."
-    durations_source = "durations="
-    if rows is not None:  # from a corpus index: durations (and loudness) without reading a header
-        if rows.windows is not None:
-            raise ValueError(f"{rows.index_path} is a segment index; window= samples windows of whole files. Read its "
-                             "segments with create_audio_dataset(index=..., duration=...) instead.")
-        files = list(rows.paths)
-        if durations is None:
-            _check_index_durations(rows, hop)
-            durations = dict(zip(files, rows.durations.tolist()))
-            durations_source = f"the corpus index {rows.index_path}"
-        if lufs_cache is None and lufs_per_file is None and lufs_window_sec is not None:
-            lufs_cache = rows.index_path
-    cache = _resolve_cache(lufs_cache, lufs_window_sec)
-    if cache is not None:
-        if cache.sample_rate is not None and cache.sample_rate != sample_rate:
-            raise ValueError(
-                f"The window-LUFS cache {cache.path or ''} was built for {cache.sample_rate} Hz, but this dataset reads "
-                f"at {sample_rate} Hz; rebuild it with sample_rate={sample_rate}."
-            )
-        if cache.mono != mono:
-            raise ValueError(
-                f"The window-LUFS cache {cache.path or ''} was built with mono={cache.mono}, but this dataset uses "
-                f"mono={mono}; rebuild it with mono={mono}."
-            )
-        if rows is None:  # indexed files are checked one by one when read (on_stale)
-            cache.check_fresh(files)
-        if lufs_per_file is None:
-            lufs_per_file = cache.lufs
-        if lufs_window_sec is None:
-            lufs_window_sec = cache.lufs_window_sec
-        if durations is None and cache.durations is not None:
-            durations = cache.durations
-            durations_source = f"the window-LUFS cache {cache.path or ''}"
-            durations_hint = (
-                f"the window-LUFS cache {cache.path or ''} does not list it; rebuild the cache with this file list "
-                "(build_window_lufs_cache) or pass durations=."
-            )
-    if lufs_per_file is not None:
-        if lufs_window_sec is None:
-            raise ValueError("lufs_per_file needs lufs_window_sec= (the length of each loudness cell in seconds).")
-        lufs_window_sec = check_positive(lufs_window_sec, "lufs_window_sec")
-    if durations is None:
-        durations = scan_durations(files)
-    slots = build_slot_index(
-        files, durations, duration=duration, hop=hop, alpha=alpha, lufs_per_file=lufs_per_file,
-        lufs_window_sec=lufs_window_sec, lufs_cutoff=float(lufs_cutoff), durations_hint=durations_hint,
-        durations_source=durations_source,
-    )
+    if rows is not None:
+        slots, durations_source = _index_slots(rows, window, hop=hop, sample_rate=sample_rate, mono=mono,
+                                               durations=durations, lufs_per_file=lufs_per_file)
+        paths: Any = rows.paths  # read per slot from the mapped path column
+    else:
+        paths = [os.fspath(f) for f in files]
+        slots, durations_source = _file_slots(paths, window, hop=hop, sample_rate=sample_rate, mono=mono,
+                                              durations=durations, lufs_per_file=lufs_per_file)
+        paths = tuple(paths)
     shuffle_stream, excerpt_stream = derive_streams(shuffle_seed, excerpt_seed)
     ds = grain.MapDataset.range(len(slots))
     if shuffle:
         ds = ds.shuffle(seed=shuffle_stream)
     ds = ds.repeat(num_epochs)
     loader = WindowLoader(
-        files=tuple(files), slots=slots, duration=duration, jitter=bool(jitter), sample_rate=int(sample_rate),
+        files=paths, slots=slots, duration=duration, jitter=bool(window.jitter), sample_rate=int(sample_rate),
         mono=bool(mono), pad_mode=pad_mode, source=name, storage_options=storage_options,
         durations_source=durations_source,
     )
@@ -526,7 +605,7 @@ def create_windowed_audio_dataset(
     if index is not None:
         rows = rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
                                 max_duration=max_duration, on_stale=on_stale)
-        files = list(rows.paths)
+        files = rows.paths
     else:
         refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
         files = resolve_files(sources, filepaths, extensions, audio_column=audio_column)
