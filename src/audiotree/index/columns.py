@@ -143,7 +143,8 @@ class ColumnStore:
             raise KeyError(f"{self.directory}: the column store has no array {name!r}.")
         return np.dtype(spec["dtype"]), tuple(spec["shape"])
 
-    def _open(self, file: str, header: bool = False) -> tuple[int, int]:
+    def _open(self, file: str, header: bool = False) -> tuple:
+        """``(fd, data offset, dtype, shape)`` of ``file``, opened once per process (dtype/shape: ``.npy`` only)."""
         handle = self._files.get(file)
         if handle is None:
             path = os.path.join(self.directory, file)
@@ -151,27 +152,42 @@ class ColumnStore:
                 fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError as exc:
                 raise _damaged(self.directory, f"{file} cannot be opened ({exc})") from None
-            start = 0
+            start, dtype, shape = 0, None, None
             if header:  # a .npy file: its data starts after the header
                 with open(path, "rb") as f:
                     try:
                         version = np.lib.format.read_magic(f)
-                        (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                         else np.lib.format.read_array_header_2_0)(f)
+                        shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                                 else np.lib.format.read_array_header_2_0)(f)
                     except ValueError as exc:
                         os.close(fd)
                         raise _damaged(self.directory, f"{file} has no valid header ({exc})") from None
                     start = f.tell()
-            handle = self._files[file] = (fd, start)
+                payload = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if fortran or dtype.hasobject or os.fstat(fd).st_size != start + payload:
+                    os.close(fd)
+                    raise _damaged(self.directory, f"{file} does not hold the {dtype}{list(shape)} its header says")
+            handle = self._files[file] = (fd, start, dtype, shape)
         return handle
 
     def _pread(self, file: str, dtype: np.dtype, first: int, count: int, *, header: bool = False) -> np.ndarray:
-        fd, start = self._open(file, header)
+        fd, start = self._open(file, header)[:2]
         want = count * dtype.itemsize
         data = os.pread(fd, want, start + first * dtype.itemsize) if want else b""
         if len(data) != want:
             raise _damaged(self.directory, f"{file} ends before element {first + count}")
         return np.frombuffer(data, dtype=dtype)
+
+    def npy_shape(self, file: str) -> tuple:
+        """The shape of a kept ``.npy`` file of the store (``sel-*``, derived arrays), from its header."""
+        return self._open(file, header=True)[3]
+
+    def npy_value(self, file: str, i: int):
+        """Element ``i`` of a kept 1-d ``.npy`` file, by one positioned read."""
+        _, _, dtype, shape = self._open(file, header=True)
+        if len(shape) != 1 or not 0 <= int(i) < shape[0]:
+            raise _damaged(self.directory, f"{file} has no element {i} (shape {list(shape)})")
+        return self._pread(file, dtype, int(i), 1, header=True)[0]
 
     def read(self, name: str, lo: int, hi: int) -> np.ndarray:
         """Rows ``[lo, hi)`` of array ``name`` (a positioned read of those bytes alone)."""
@@ -262,17 +278,15 @@ class ColumnStore:
         return name + ".npy"
 
     def selection_length(self, name: str) -> int:
-        file = self._selection_file(name)
-        fd, start = self._open(file, header=True)
-        size = os.fstat(fd).st_size - start
-        if size % 8:
-            raise _damaged(self.directory, f"selection {file} holds {size} bytes, not a whole number of rows")
-        return size // 8
+        shape = self.npy_shape(self._selection_file(name))
+        if len(shape) != 1:
+            raise _damaged(self.directory, f"selection {name}.npy is not 1-d")
+        return int(shape[0])
 
     def selection_row(self, name: str, i: int) -> int:
         """Position ``i`` of selection ``name``: a store row (bounds-checked: a damaged file is refused)."""
         file = self._selection_file(name)
-        row = int(self._pread(file, np.dtype("<i8"), int(i), 1, header=True)[0])
+        row = int(self.npy_value(file, i))
         if not 0 <= row < len(self):
             raise _damaged(self.directory, f"selection {file} names row {row} of {len(self)}")
         return row
@@ -310,7 +324,7 @@ class ColumnStore:
         return all(os.path.exists(os.path.join(self.directory, f"{name}.{part}.npy")) for part in ("offsets", "values"))
 
     def ragged(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(offsets, values)`` kept by :meth:`save_ragged`, mapped.
+        """``(offsets, values)`` kept by :meth:`save_ragged`, read whole.
 
         Row ``r`` owns ``values[offsets[r]:offsets[r + 1]]``.
         """
@@ -328,15 +342,14 @@ class ColumnStore:
         # The values first: a reader that finds the offsets finds the values they bound.
         _save_atomic(os.path.join(self.directory, name + ".values.npy"), np.ascontiguousarray(values))
         _save_atomic(os.path.join(self.directory, name + ".offsets.npy"), offsets)
-        for part in (".offsets", ".values"):
-            self._arrays.pop(name + part, None)
         return self.ragged(name)
 
     def save_derived(self, prefix: str, arrays: dict[str, np.ndarray]) -> str:
         """Keeps ``arrays`` (any lengths: a slot plan) once, named by ``prefix`` and their content; returns the name.
 
-        Read them back with :meth:`derived` (``name``, ``part``): a worker maps
-        them, so a dataset that holds the name pickles in constant size.
+        Read them back with :meth:`derived` (``name``, ``part``), or one element
+        with :meth:`derived_value` (what a worker does per item), so a dataset
+        that holds the name pickles in constant size.
         """
         digest = hashlib.blake2b(digest_size=12)
         for part in sorted(arrays):
@@ -351,19 +364,23 @@ class ColumnStore:
         return name
 
     def derived(self, name: str, part: str) -> np.ndarray:
-        """Part ``part`` of the arrays :meth:`save_derived` kept as ``name``, mapped read-only."""
+        """Part ``part`` of the arrays :meth:`save_derived` kept as ``name``, read whole (the building process)."""
         return self._derived(f"{name}.{part}")
 
+    def derived_value(self, name: str, part: str, i: int):
+        """Element ``i`` of a kept derived array, by one positioned read (what a worker does per item)."""
+        return self.npy_value(f"{name}.{part}.npy", i)
+
+    def derived_length(self, name: str, part: str) -> int:
+        return int(self.npy_shape(f"{name}.{part}.npy")[0])
+
     def _derived(self, name: str, dtype: Any = None) -> np.ndarray:
-        out = self._arrays.get(name)
-        if out is None:
-            try:
-                out = _load_npy(os.path.join(self.directory, name + ".npy"))
-            except (OSError, ValueError) as exc:
-                raise _damaged(self.directory, f"{name}.npy cannot be read ({exc})") from None
-            if dtype is not None and out.dtype != dtype:
-                raise _damaged(self.directory, f"{name}.npy holds {out.dtype}, not {np.dtype(dtype)}")
-            self._arrays[name] = out
+        try:
+            out = np.load(os.path.join(self.directory, name + ".npy"), allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise _damaged(self.directory, f"{name}.npy cannot be read ({exc})") from None
+        if dtype is not None and out.dtype != dtype:
+            raise _damaged(self.directory, f"{name}.npy holds {out.dtype}, not {np.dtype(dtype)}")
         return out
 
 

@@ -493,7 +493,7 @@ def window_lufs_view(index: Any, lufs_window_sec: float | None) -> dict:
         raise ValueError(f"{ix.path} was built without loudness profiles; rebuild it without --no-loudness.")
     offsets, values, known = index_cells(store, blocks)
     rows = IndexRows(index_path=ix.path, refresh=ix.refresh_command(), store=store)
-    column_durations, column_sizes, column_mtimes = (store.array(n) for n in ("duration", "size", "mtime_ns"))
+    column_durations, column_sizes, column_mtimes = (store.column(n) for n in ("duration", "size", "mtime_ns"))
     lufs, durations, sizes, mtimes = {}, {}, {}, {}
     for r in np.flatnonzero(known).tolist():
         path = rows.path(r)

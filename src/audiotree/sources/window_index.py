@@ -45,12 +45,12 @@ def index_cells(store: Any, blocks: int) -> tuple[np.ndarray, np.ndarray, np.nda
     :func:`audiotree.index.window_loudness`); ``known[r]`` is False for a row
     without a profile (unreadable). Computed once per cell length, from each
     row's profile, and kept in the store (``window-lufs-{blocks}b``); later
-    calls, in any process, map it.
+    calls, in any process, read it.
     """
     from audiotree.index.profile import window_loudness
 
     name = f"window-lufs-{int(blocks)}b"
-    known = np.asarray(store.array("profile.valid"), dtype=bool) & np.asarray(store.array("readable"), dtype=bool)
+    known = store.column("profile.valid").astype(bool) & store.column("readable").astype(bool)
     if store.has_ragged(name):
         offsets, values = store.ragged(name)
         return offsets, values, known
@@ -84,10 +84,10 @@ def row_cells(rows: Any, blocks: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 @dataclasses.dataclass(frozen=True)
 class StoreSlots:
-    """The slots of one windowed dataset, mapped from the index's column store.
+    """The slots of one windowed dataset, kept in the index's column store.
 
-    Holds the store and the plan's name; the arrays (a :class:`SlotPlan`) are
-    mapped on first use in each process. ``file_idx[k]`` is slot ``k``'s file
+    Holds the store and the plan's name; the arrays (a :class:`SlotPlan`) stay
+    on disk, and :meth:`at` reads a slot's few bytes. ``file_idx[k]`` is slot ``k``'s file
     (its position in the dataset's rows); :meth:`at` gives a slot's
     ``(file, offset, stride, max_offset)`` in seconds, the values a
     :class:`~audiotree.sources.slots.SlotIndex` holds.
@@ -107,20 +107,19 @@ class StoreSlots:
     def __len__(self) -> int:
         return self.count
 
-    def _part(self, part: str) -> np.ndarray:
-        return self.store.derived(self.name, part)
-
     @property
     def file_idx(self) -> np.ndarray:
-        return self._part("file")
+        """Every slot's file (read whole: for the building process)."""
+        return self.store.derived(self.name, "file")
 
     def at(self, slot: int) -> tuple[int, float, float, float]:
-        file, j = int(self._part("file")[slot]), int(self._part("j")[slot])
-        stride = self._part("stride")
-        if not 0 <= file < stride.shape[0]:
+        value = self.store.derived_value
+        file, j = int(value(self.name, "file", slot)), int(value(self.name, "j", slot))
+        files = self.store.derived_length(self.name, "stride")
+        if not 0 <= file < files:
             raise ValueError(f"{self.store.directory}: the index's column store is damaged (slot {slot} of "
-                             f"{self.name} names file {file} of {stride.shape[0]}). Delete that folder; the next "
+                             f"{self.name} names file {file} of {files}). Delete that folder; the next "
                              "dataset built over the index writes it again.")
-        step = float(stride[file])
+        step = float(value(self.name, "stride", file))
         # float(j) * step is the float64 product SlotIndex.offset holds (j * stride).
-        return file, float(j) * step, step, float(self._part("usable")[file])
+        return file, float(j) * step, step, float(value(self.name, "usable", file))
