@@ -115,6 +115,13 @@ class RenderParts:
             self._sources[k] = source
             return source
 
+    def waveform_nbytes(self) -> int | None:
+        """Bytes of the first item's waveform from its part's manifest (opened, no item read); ``None`` if unknown."""
+        if not len(self):
+            return 0
+        k = bisect.bisect_right(self._ends, self.start)
+        return getattr(self._source(k), "waveform_nbytes", None)
+
     def __getitem__(self, index: int):
         i = int(index)
         if not 0 <= i < len(self):
@@ -180,7 +187,8 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
         total = sum(count for _, count in parts)
         start, stop = host_range(total, shard_options) if shard_options is not None else (0, total)
         source = RenderParts(root, parts, functools.partial(_open_part, fmt, options), start=start, stop=stop)
-        return wrap_stored(grain.MapDataset.source(source))
+        # Sized from the first part's manifest, not by reading an item: on a bucket that is a request.
+        return wrap_stored(grain.MapDataset.source(source), item_bytes=source.waveform_nbytes())
     # On a local disk every part is opened (and its files checked) now: it costs nothing.
     sources = [grain.MapDataset.source(_open_part(fmt, options, os.path.join(root, name))) for name, _ in parts]
     return wrap_stored(sources[0] if len(sources) == 1 else grain.MapDataset.concatenate(sources))
