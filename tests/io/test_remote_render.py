@@ -66,13 +66,13 @@ def _corpus(root):
     return root
 
 
-def _render(out, corpus, n, *extra):
+def _render(out, corpus, n, *extra, duration="1.0", rate="8000"):
     from click.testing import CliRunner
 
     from audiotree.cli import cli
 
     result = CliRunner().invoke(cli, ["render", str(corpus), "--out", str(out), "-n", str(n), "--part-size", "8",
-                                      "--duration", "1.0", "--sample-rate", "8000", *map(str, extra)])
+                                      "--duration", duration, "--sample-rate", rate, *map(str, extra)])
     assert result.exit_code == 0, result.output + repr(result.exception)
 
 
@@ -412,3 +412,25 @@ def test_tree_manifest_without_inline_leaves_still_reads_and_bad_inline_is_named
         _rewrite_manifest(fs, key, edit)
         with pytest.raises(ValueError, match=message):
             open_render("s3://renders/tree-bad-inline")[0]
+
+
+def test_first_item_of_a_remote_audio_render_costs_three_requests(s3proxy, tmp_path):
+    """The record, the part's manifest.npz and the item's whole file in one GET (it is over 64 KiB)."""
+    from audiotree.sources import open_render
+
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "audio", corpus, 12, "--format", "audio", duration="2.0", rate="16000")
+    s3proxy["fs"].put(str(tmp_path / "audio"), "renders/audio3", recursive=True)
+    local = open_render(tmp_path / "audio")
+    proxy = s3proxy["proxy"]
+    size = (tmp_path / "audio" / "part-00001" / "audio_000002.wav").stat().st_size
+    assert size > 64 * 1024  # the opening window alone would not hold it
+    for shard, item in ((None, 0), (grain.sharding.ShardOptions(1, 2), 6)):
+        proxy.reset()
+        remote = open_render("s3://renders/audio3", shard_options=shard)
+        first = remote[0]
+        log = proxy.seen()
+        assert [e[1].rsplit("/", 1)[-1] for e in log] == ["render.json", "manifest.npz",
+                                                          f"audio_{item % 8:06d}.wav"], log
+        assert all(e[0] == "GET" for e in log) and log[-1][3] == size, log
+        _same(first, local[item])
