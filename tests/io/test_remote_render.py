@@ -434,3 +434,30 @@ def test_first_item_of_a_remote_audio_render_costs_three_requests(s3proxy, tmp_p
                                                           f"audio_{item % 8:06d}.wav"], log
         assert all(e[0] == "GET" for e in log) and log[-1][3] == size, log
         _same(first, local[item])
+
+
+def test_arrayrecord_render_opens_from_its_record_and_checks_each_part_index_on_first_use(s3proxy, tmp_path):
+    """The record, the part's index, and the shard (its version, then the staging GET): no per-part index at open."""
+    from audiotree.sources import open_render
+
+    fs, proxy = s3proxy["fs"], s3proxy["proxy"]
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "ar", corpus, 20, "--format", "arrayrecord")
+    fs.put(str(tmp_path / "ar"), "renders/ar-open", recursive=True)
+    local = open_render(tmp_path / "ar")
+    proxy.reset()
+    remote = open_render("s3://renders/ar-open")
+    _same(remote[0], local[0])
+    log = proxy.seen()
+    assert [(e[0], e[1].split("/renders/ar-open/")[1]) for e in log] == [
+        ("GET", "render.json"), ("GET", "part-00000/arrayrecord.json"),
+        ("HEAD", "part-00000/items-00000.array_record"), ("GET", "part-00000/items-00000.array_record")], log
+    _rewrite_manifest(fs, "renders/ar-open/part-00002/arrayrecord.json",
+                      lambda index: index["shards"][0].update(num_records=3))
+    fs.rm("renders/ar-open/part-00001/arrayrecord.json")
+    damaged = open_render("s3://renders/ar-open")
+    _same(damaged[7], local[7])
+    with pytest.raises(FileNotFoundError, match=r"part-00001, but it holds no arrayrecord\.json"):
+        damaged[8]
+    with pytest.raises(ValueError, match=r"part-00002/arrayrecord\.json.*(lists the shards|num_records)"):
+        damaged[16]

@@ -19,7 +19,7 @@ import grain
 
 from audiotree.formats.render import MAX_RECORD_BYTES, RECORD, parse_record, read_record
 from audiotree.io import storage
-from audiotree.sources.arrayrecord import open_arrayrecord
+from audiotree.sources.arrayrecord import ArrayRecordAudioSource, open_arrayrecord
 from audiotree.sources.audio import AudioDataSource
 from audiotree.sources.memory import wrap_stored
 from audiotree.sources.tree import TreeDataSource
@@ -179,8 +179,13 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
         raise RuntimeError(f"The render in {root} has no finished part yet.")
     fmt = record["config"]["format"]
     if fmt == "arrayrecord":
-        return open_arrayrecord(root, shard_options=shard_options, storage_options=storage_options,
-                                cache_limit=cache_limit, cache_dir=cache_dir)
+        if not storage.is_url(root):
+            return open_arrayrecord(root, shard_options=shard_options, storage_options=storage_options,
+                                    cache_limit=cache_limit, cache_dir=cache_dir)
+        # The record is read already: the shards follow from it (each part's index is checked on first use).
+        return wrap_stored(grain.MapDataset.source(ArrayRecordAudioSource.of_remote_render(
+            root, record, shard_options=shard_options, storage_options=storage_options, cache_limit=cache_limit,
+            cache_dir=cache_dir)))
     parts = [(part["dir"], part["count"]) for part in record["parts"] if part["count"]]
     options = {"storage_options": storage_options, "cache_limit": cache_limit, "cache_dir": cache_dir}
     if storage.is_url(root) or shard_options is not None:
