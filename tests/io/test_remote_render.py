@@ -461,3 +461,17 @@ def test_arrayrecord_render_opens_from_its_record_and_checks_each_part_index_on_
         damaged[8]
     with pytest.raises(ValueError, match=r"part-00002/arrayrecord\.json.*(lists the shards|num_records)"):
         damaged[16]
+
+
+def test_webdataset_render_is_refused_by_open_render_with_the_way_to_read_it(s3proxy, tmp_path):
+    from audiotree.sources import create_audio_dataset, open_render
+
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "wds", corpus, 4, "--format", "webdataset")
+    s3proxy["fs"].put(str(tmp_path / "wds"), "renders/wds", recursive=True)
+    for where in (tmp_path / "wds", "s3://renders/wds"):
+        with pytest.raises(ValueError, match=r"is a --format webdataset render.*create_audio_dataset"):
+            open_render(where)
+    ds = create_audio_dataset(sources=["s3://renders/wds/part-00000/shard-000000.tar"], sample_rate=8000,
+                              duration=None, shuffle=False)
+    assert len(ds) == 4

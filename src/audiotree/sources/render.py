@@ -178,6 +178,13 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
     if not any(part["count"] for part in record["parts"]):
         raise RuntimeError(f"The render in {root} has no finished part yet.")
     fmt = record["config"]["format"]
+    if fmt == "webdataset":
+        raise ValueError(f"{root} is a --format webdataset render: its parts are tar shards, not datasets "
+                         "open_render reads. Read them as a source (create_audio_dataset(sources=[...]) with the "
+                         f"shards {root}/part-00000/shard-000000.tar, ...) or with webdataset.WebDataset.")
+    if fmt not in ("tree", "audio", "arrayrecord"):
+        raise ValueError(f"{root}/{RECORD} names the format {fmt!r}, which this version of audiotree does not read; "
+                         "upgrade audiotree, or re-render.")
     if fmt == "arrayrecord":
         if not storage.is_url(root):
             return open_arrayrecord(root, shard_options=shard_options, storage_options=storage_options,
