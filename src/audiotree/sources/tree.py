@@ -13,8 +13,10 @@ thread-safe.
 
 A URL folder (``s3://bucket/render/part-00000``) is read in place: the
 manifest in one request, then each item's rows by ranged requests
-(:class:`audiotree.io.ranges.RemoteArray`), the small leaves (offsets,
-provenance) of the folder once each; sizes are checked against the manifest
+(:class:`audiotree.io.ranges.RemoteArray`); the small leaves (offsets,
+provenance) come inline with a closed writer's manifest
+(:mod:`audiotree.formats.tree_inline`), or else are fetched whole once each.
+Sizes are checked against the manifest
 as the answers arrive (``Content-Range``), so a truncated object is an error
 naming it. ``cache_limit="20GB"`` keeps what was read in a local
 least-recently-used cache (``cache_dir``, default ``$AUDIOTREE_CACHE/ranges``).
