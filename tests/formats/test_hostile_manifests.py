@@ -132,7 +132,7 @@ def test_tree_string_leaves_are_checked(tree_dir):
         (lambda m: m["leaves"]["x"].update(mode="exec"), r"unknown field\(s\) \['mode'\] in leaf 'x'"),
         (lambda m: m.update(format_version=[2, 0]), "different major version.*upgrade audiotree"),
         (lambda m: m.update(format_version=[0, 9]), "different major version.*re-render"),
-        (lambda m: m.update(min_reader_version=[1, 1]), "needs a reader of version >= 1.1"),
+        (lambda m: m.update(min_reader_version=[1, 2]), "needs a reader of version >= 1.2"),
         (lambda m: m.update(format="audiotree-manifest"), "format is 'audiotree-manifest'"),
         (lambda m: m.pop("format"), "no 'format' field"),
         (lambda m: m.update(format_version=["1", 0]), "pair of non-negative ints"),

@@ -66,13 +66,13 @@ def _corpus(root):
     return root
 
 
-def _render(out, corpus, n, *extra):
+def _render(out, corpus, n, *extra, duration="1.0", rate="8000"):
     from click.testing import CliRunner
 
     from audiotree.cli import cli
 
     result = CliRunner().invoke(cli, ["render", str(corpus), "--out", str(out), "-n", str(n), "--part-size", "8",
-                                      "--duration", "1.0", "--sample-rate", "8000", *map(str, extra)])
+                                      "--duration", duration, "--sample-rate", rate, *map(str, extra)])
     assert result.exit_code == 0, result.output + repr(result.exception)
 
 
@@ -101,13 +101,15 @@ def test_remote_render_reads_items_in_place_with_few_requests(s3proxy, rendered)
 
     proxy = s3proxy["proxy"]
     proxy.reset()
-    remote = open_render(rendered["url"])  # the record, then part 0's manifest and item 0 (sizing)
+    remote = open_render(rendered["url"])  # the record, then part 0's manifest (sized from it: no item read)
     opened = proxy.seen()
     local = open_render(rendered["local"])
     assert len(remote) == len(local) == 20
     names = [path.rsplit("/", 1)[-1] for _, path, _, _ in opened]
-    assert names[:2] == ["render.json", "manifest.json"] and all(m == "GET" for m, *_ in opened), opened
-    # Item 0: one ranged GET of its waveform row; the small leaves of the part once each.
+    assert names == ["render.json", "manifest.json"] and all(m == "GET" for m, *_ in opened), opened
+    # Item 0: one ranged GET of its waveform row; the small leaves came inline with the manifest.
+    remote[0]
+    opened = proxy.seen()
     waveform = [e for e in opened if e[1].endswith("waveform.bin")]
     row = np.asarray(local[0].waveform).nbytes
     assert row == 8000 * 4  # 1 s of mono float32
@@ -342,3 +344,134 @@ def test_flac_excerpt_by_seek_points_is_two_requests_and_exact(s3proxy, tmp_path
             ratios.append(body / share)
             assert body <= 1.5 * share + 64 * 1024, (body, share)
     assert np.mean(ratios) < 1.5, ratios
+
+
+def test_first_item_of_a_remote_tree_render_costs_three_requests(s3proxy, rendered):
+    """The record, the part's manifest (carrying the small leaves inline) and the item's waveform row."""
+    from audiotree.sources import TreeDataSource, open_render
+
+    proxy = s3proxy["proxy"]
+    local = open_render(rendered["local"])
+    for shard in (None, grain.sharding.ShardOptions(1, 2)):
+        proxy.reset()
+        remote = open_render(rendered["url"], shard_options=shard)
+        first = remote[0]
+        log = proxy.seen()
+        names = [e[1].rsplit("/", 1)[-1] for e in log]
+        assert names == ["render.json", "manifest.json", "waveform.bin"], log
+        assert all(e[0] == "GET" for e in log), log
+        _same(first, local[0 if shard is None else 10])
+    proxy.reset()
+    part = TreeDataSource(f"{rendered['url']}/part-00001")
+    np.testing.assert_array_equal(np.asarray(part[2].waveform), np.asarray(local[10].waveform))
+    assert [e[1].rsplit("/", 1)[-1] for e in proxy.seen()] == ["manifest.json", "waveform.bin"], proxy.seen()
+
+
+def _rewrite_manifest(fs, key, edit):
+    import json
+
+    manifest = json.loads(fs.cat_file(key))
+    edit(manifest)
+    fs.pipe(key, json.dumps(manifest).encode())
+
+
+def test_tree_manifest_without_inline_leaves_still_reads_and_bad_inline_is_named(s3proxy, rendered):
+    from audiotree.sources import open_render
+
+    fs, proxy = s3proxy["fs"], s3proxy["proxy"]
+    local = open_render(rendered["local"])
+    fs.put(str(rendered["local"]), "renders/tree-1.0", recursive=True)
+
+    def as_version_1_0(manifest):  # what audiotree wrote before format 1.1
+        manifest.pop("inline")
+        manifest["format_version"] = [1, 0]
+
+    for k in range(3):
+        _rewrite_manifest(fs, f"renders/tree-1.0/part-{k:05d}/manifest.json", as_version_1_0)
+    proxy.reset()
+    old = open_render("s3://renders/tree-1.0")
+    _same(old[0], local[0])
+    names = [e[1].rsplit("/", 1)[-1] for e in proxy.seen()]
+    assert names[:2] == ["render.json", "manifest.json"] and "metadata.filepath.utf8" in names, names
+    for i in (7, 12, 19):
+        _same(old[i], local[i])
+
+    fs.put(str(rendered["local"]), "renders/tree-bad-inline", recursive=True)
+    key = "renders/tree-bad-inline/part-00000/manifest.json"
+    original = fs.cat_file(key)
+    for edit, message in (
+        (lambda m: m["inline"].update({"metadata.offset.bin": "AAAA"}),
+         r"part-00000/manifest\.json: inline\['metadata\.offset\.bin'\] holds 3 bytes, but the manifest needs "
+         r"exactly 64"),
+        (lambda m: m["inline"].update({"metadata.offset.bin": "not base64!"}),
+         r"inline\['metadata\.offset\.bin'\] is not valid base64"),
+        (lambda m: m["inline"].update({"../elsewhere": ""}), r"inline names '\.\./elsewhere', which is no leaf file"),
+        (lambda m: m.update(complete=False), r"inlines leaf files but is not complete"),
+    ):
+        fs.pipe(key, original)
+        _rewrite_manifest(fs, key, edit)
+        with pytest.raises(ValueError, match=message):
+            open_render("s3://renders/tree-bad-inline")[0]
+
+
+def test_first_item_of_a_remote_audio_render_costs_three_requests(s3proxy, tmp_path):
+    """The record, the part's manifest.npz and the item's whole file in one GET (it is over 64 KiB)."""
+    from audiotree.sources import open_render
+
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "audio", corpus, 12, "--format", "audio", duration="2.0", rate="16000")
+    s3proxy["fs"].put(str(tmp_path / "audio"), "renders/audio3", recursive=True)
+    local = open_render(tmp_path / "audio")
+    proxy = s3proxy["proxy"]
+    size = (tmp_path / "audio" / "part-00001" / "audio_000002.wav").stat().st_size
+    assert size > 64 * 1024  # the opening window alone would not hold it
+    for shard, item in ((None, 0), (grain.sharding.ShardOptions(1, 2), 6)):
+        proxy.reset()
+        remote = open_render("s3://renders/audio3", shard_options=shard)
+        first = remote[0]
+        log = proxy.seen()
+        assert [e[1].rsplit("/", 1)[-1] for e in log] == ["render.json", "manifest.npz",
+                                                          f"audio_{item % 8:06d}.wav"], log
+        assert all(e[0] == "GET" for e in log) and log[-1][3] == size, log
+        _same(first, local[item])
+
+
+def test_arrayrecord_render_opens_from_its_record_and_checks_each_part_index_on_first_use(s3proxy, tmp_path):
+    """The record, the part's index, and the shard (its version, then the staging GET): no per-part index at open."""
+    from audiotree.sources import open_render
+
+    fs, proxy = s3proxy["fs"], s3proxy["proxy"]
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "ar", corpus, 20, "--format", "arrayrecord")
+    fs.put(str(tmp_path / "ar"), "renders/ar-open", recursive=True)
+    local = open_render(tmp_path / "ar")
+    proxy.reset()
+    remote = open_render("s3://renders/ar-open")
+    _same(remote[0], local[0])
+    log = proxy.seen()
+    assert [(e[0], e[1].split("/renders/ar-open/")[1]) for e in log] == [
+        ("GET", "render.json"), ("GET", "part-00000/arrayrecord.json"),
+        ("HEAD", "part-00000/items-00000.array_record"), ("GET", "part-00000/items-00000.array_record")], log
+    _rewrite_manifest(fs, "renders/ar-open/part-00002/arrayrecord.json",
+                      lambda index: index["shards"][0].update(num_records=3))
+    fs.rm("renders/ar-open/part-00001/arrayrecord.json")
+    damaged = open_render("s3://renders/ar-open")
+    _same(damaged[7], local[7])
+    with pytest.raises(FileNotFoundError, match=r"part-00001, but it holds no arrayrecord\.json"):
+        damaged[8]
+    with pytest.raises(ValueError, match=r"part-00002/arrayrecord\.json.*(lists the shards|num_records)"):
+        damaged[16]
+
+
+def test_webdataset_render_is_refused_by_open_render_with_the_way_to_read_it(s3proxy, tmp_path):
+    from audiotree.sources import create_audio_dataset, open_render
+
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "wds", corpus, 4, "--format", "webdataset")
+    s3proxy["fs"].put(str(tmp_path / "wds"), "renders/wds", recursive=True)
+    for where in (tmp_path / "wds", "s3://renders/wds"):
+        with pytest.raises(ValueError, match=r"is a --format webdataset render.*create_audio_dataset"):
+            open_render(where)
+    ds = create_audio_dataset(sources=["s3://renders/wds/part-00000/shard-000000.tar"], sample_rate=8000,
+                              duration=None, shuffle=False)
+    assert len(ds) == 4

@@ -88,7 +88,7 @@ def test_audio_tree_with_every_field_round_trips(tmp_path):
     assert "waveform.bin" in names and "extras.nested.deep.x.bin" in names
     assert "metadata.filepath.utf8" in names and "metadata.filepath.bin" not in names
     manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
-    assert manifest["format"] == "audiotree-tree" and manifest["format_version"] == [1, 0]
+    assert manifest["format"] == "audiotree-tree" and manifest["format_version"] == [1, 1]
     assert manifest["min_reader_version"] == [1, 0] and manifest["complete"] is True
     # Read-back items batch with AudioTree.batch.
     batched = AudioTree.batch([src[0], src[1], src[2]])

@@ -25,7 +25,10 @@ String leaf ``<name>.offsets`` + ``<name>.utf8``
     committed count), ``complete`` (the writer closed cleanly, so files are
     truncated to exactly their content), ``expected_samples`` (the writer's
     hint, verbatim), ``created_at``, ``structure``, ``leaves``,
-    ``string_leaves`` and the user's ``metadata``.
+    ``string_leaves`` and the user's ``metadata``; from version 1.1, a closed
+    writer's ``inline`` copy of its small leaf files
+    (:mod:`audiotree.formats.tree_inline`), so that a remote reader needs no
+    request for them.
 
 ``structure`` is a tree of nodes, each a JSON object with a ``type``:
 
@@ -57,6 +60,7 @@ from audiotree.validation import is_int
 
 __all__ = [
     "MANIFEST_NAME",
+    "TREE_VERSION",
     "ROOT_LEAF",
     "INDEX_DTYPE",
     "Leaf",
@@ -74,6 +78,8 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
+#: The layout version of ``audiotree-tree`` this code writes and reads (1.1 added ``inline``).
+TREE_VERSION = (1, 1)
 ROOT_LEAF = "root"
 ARRAY_SUFFIX = ".bin"
 INDEX_SUFFIX = ".offsets"
@@ -98,7 +104,7 @@ _METADATA_STRINGS = ("filepath", "source")
 TOP_LEVEL_KEYS = (
     "format", "format_version", "min_reader_version", "producer",
     "num_samples", "complete", "expected_samples", "created_at",
-    "structure", "leaves", "string_leaves", "metadata",
+    "structure", "leaves", "string_leaves", "metadata", "inline",
 )
 
 

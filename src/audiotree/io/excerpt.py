@@ -61,7 +61,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -174,15 +174,25 @@ def read_excerpt(
     sample_rate: int | None = None,
     mono: bool = False,
     pad_mode: str | None = "constant",
+    check_info: Callable[[Any], None] | None = None,
 ) -> tuple[np.ndarray, int]:
     """Seeks to ``offset`` s and decodes ``duration`` s; returns ``((C, T) float32, rate)``.
 
     Only the requested frames are decoded. ``T == round(duration * rate)`` unless
-    ``pad_mode`` is None and the file ends first.
+    ``pad_mode`` is None and the file ends first. ``check_info`` is called with
+    the file's :class:`~audiotree.io.decode.AudioInfo` before anything is
+    decoded (raise to refuse the file): the same single open, where a separate
+    ``probe`` would open a remote file twice.
     """
     check_duration(duration)
     check_pad_mode(pad_mode)
-    data, rate, _ = _read_at(os.fspath(path), None, offset, duration, sample_rate, mono, pad_mode)
+
+    def checked(info):
+        check_info(info)
+        return offset
+
+    data, rate, _ = _read_at(os.fspath(path), checked if check_info is not None else None, offset, duration,
+                             sample_rate, mono, pad_mode)
     return data, rate
 
 

@@ -31,8 +31,8 @@ from audiotree._fs import check_relative, safe_join
 from audiotree.provenance import encode_strings
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
-from audiotree.io.decode import probe
 from audiotree.io.excerpt import read_excerpt
+from audiotree.io.remote_file import first_read
 from audiotree.schema import DERIVED_FIELDS, LABEL_FIELDS
 from audiotree.validation import check_duration, check_sample_rate, is_int
 
@@ -124,6 +124,16 @@ def _remote_columns(url: str, storage_options: dict | None) -> _manifest.Manifes
             raise ValueError(str(exc).replace(str(tmp / _manifest.MANIFEST_FILE), url)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: Bytes per sample of the PCM subtypes AudioWriter writes; other subtypes are compressed (smaller).
+_SAMPLE_BYTES = {"PCM_S8": 1, "PCM_U8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4, "DOUBLE": 8}
+
+
+def _encoded_bytes(entry: dict) -> int:
+    """About the size of an entry's audio file: its PCM samples plus room for the header (at most 8 bytes a sample)."""
+    width = _SAMPLE_BYTES.get(str(entry.get("subtype") or "").upper(), 8)
+    return int(entry["samples"]) * int(entry["channels"]) * width + 4096
 
 
 def _item(value: Any) -> Any:
@@ -281,24 +291,44 @@ class ManifestReader:
     def _read_audio(self, entry: dict) -> tuple[np.ndarray, str]:
         path = self._audio_path(entry["filename"])
         with storage.use_storage_options(self.storage_options):
-            return self._decode(path, entry)
+            if not isinstance(self.audio_dir, str):
+                return self._decode(path, entry)
+            # A URL: the whole item (its size follows from the entry) in the one opening request.
+            with first_read(_encoded_bytes(entry)):
+                return self._decode(path, entry)
 
     def _decode(self, path, entry: dict) -> tuple[np.ndarray, str]:
-        info = probe(path)
-        expected = (entry["sample_rate"], entry["channels"], entry["samples"])
-        actual = (info.sample_rate, info.channels, info.frames)
-        if actual != expected:
-            raise AudioReadError(
-                f"'{path}' does not match its manifest entry: it has {info.sample_rate} Hz, {info.channels} channels, "
-                f"{info.frames} frames, but {self.manifest_path} recorded {expected[0]} Hz, {expected[1]} channels, "
-                f"{expected[2]} frames. The file was replaced or truncated; re-render the dataset.",
-                path,
-            )
+        def matches_entry(info) -> None:
+            expected = (entry["sample_rate"], entry["channels"], entry["samples"])
+            if (info.sample_rate, info.channels, info.frames) != expected:
+                raise AudioReadError(
+                    f"'{path}' does not match its manifest entry: it has {info.sample_rate} Hz, {info.channels} "
+                    f"channels, {info.frames} frames, but {self.manifest_path} recorded {expected[0]} Hz, "
+                    f"{expected[1]} channels, {expected[2]} frames. The file was replaced or truncated; re-render "
+                    "the dataset.",
+                    path,
+                )
+
+        # One open (checked, then decoded): on object storage a separate probe is a second request.
         data, _ = read_excerpt(
             path, sample_rate=self.sample_rate or entry["sample_rate"], duration=self.duration, mono=self.mono,
-            pad_mode=self.pad_mode if self.duration else None,
+            pad_mode=self.pad_mode if self.duration else None, check_info=matches_entry,
         )
         return data[None], str(path)
+
+    @property
+    def waveform_nbytes(self) -> int:
+        """Bytes of the first item's float32 waveform as read (0 when there is none): from the manifest, no read."""
+        if not self._entries:
+            return 0
+        entry = self._entries[0]
+        rate = self.sample_rate or entry["sample_rate"]
+        channels = 1 if self.mono else entry["channels"]
+        if self.duration is not None:
+            samples = int(round(self.duration * rate))
+        else:
+            samples = int(math.ceil(entry["samples"] * rate / entry["sample_rate"]))
+        return 4 * channels * samples
 
     def _unchanged(self, entry: dict) -> bool:
         rate = self.sample_rate or entry["sample_rate"]

@@ -378,7 +378,8 @@ class RemoteArray:
     ``whole_below`` bytes, or rows of at most :data:`SMALL_ROW` bytes and at
     most :data:`SMALL_LEAF` in all: a part's offsets, provenance and
     loudness) is fetched whole on first use and kept in memory, so later rows
-    cost nothing; rows of audio are always fetched one range each. The object must
+    cost nothing; rows of audio are always fetched one range each. ``data``
+    (the object's whole bytes, known already) makes every read free. The object must
     hold exactly the array's bytes (``exact``), or at least them (a dataset
     still being written); anything else is a ``ValueError`` naming it.
 
@@ -391,7 +392,7 @@ class RemoteArray:
     """
 
     def __init__(self, folder: RemoteFolder, name: str, dtype: Any, shape: tuple[int, ...], *, exact: bool = True,
-                 tag: str = "", whole_below: int = 64 * 1024) -> None:
+                 tag: str = "", whole_below: int = 64 * 1024, data: bytes | None = None, where: str = "") -> None:
         import math
 
         import numpy as np
@@ -407,6 +408,13 @@ class RemoteArray:
         self.small = self.nbytes <= whole_below or (self._row <= SMALL_ROW and self.nbytes <= SMALL_LEAF)
         self._whole = None
         self._lock = threading.Lock()
+        if data is not None:  # the whole object, already at hand (a manifest's inline copy): no request
+            if len(data) != self.nbytes:
+                raise ValueError(storage.redact(
+                    f"{where or folder.object_url(name)}: the copy of {name} it carries is {len(data)} bytes, but "
+                    f"the array needs exactly {self.nbytes}; the dataset is damaged. Re-render it.",
+                    folder.storage_options))
+            self._whole = self._rows(data, self.shape[0])
 
     def __len__(self) -> int:
         return self.shape[0]

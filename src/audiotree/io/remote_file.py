@@ -21,6 +21,7 @@ The paths, options, errors and object operations are in
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import warnings
 from typing import Any, Callable, Mapping
@@ -37,13 +38,37 @@ from audiotree.io.storage import (
     retry,
 )
 
-__all__ = ["RemoteInput", "open_input", "ReadaheadCache", "MIN_WINDOW", "MAX_WINDOW"]
+__all__ = ["RemoteInput", "open_input", "first_read", "ReadaheadCache", "MIN_WINDOW", "MAX_WINDOW"]
 
 #: Read-ahead window bounds (bytes) of :class:`ReadaheadCache`.
 MIN_WINDOW = 64 * 1024
 MAX_WINDOW = 8 * 1024 * 1024
 
 _RANGE_WARNED: set[str] = set()
+#: Bytes the opening GET of :func:`open_input` asks for (see :func:`first_read`).
+_HEAD_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("audiotree_head_bytes", default=MIN_WINDOW)
+
+
+@contextlib.contextmanager
+def first_read(nbytes: int):
+    """Within this block, :func:`open_input` fetches ``nbytes`` (at least :data:`MIN_WINDOW`, at most
+    :data:`MAX_WINDOW`) with its opening request instead of :data:`MIN_WINDOW`.
+
+    Why: a reader that knows it will decode a whole small object (an
+    ``AudioWriter`` item, whose size its manifest implies) gets it in the one
+    request that also carries the size, instead of a header window and then the
+    rest. Asking for more than the object holds costs nothing: the answer stops
+    at its end.
+
+    >>> with first_read(1 << 20):
+    ...     _HEAD_BYTES.get()
+    1048576
+    """
+    token = _HEAD_BYTES.set(max(MIN_WINDOW, min(int(nbytes), MAX_WINDOW)))
+    try:
+        yield
+    finally:
+        _HEAD_BYTES.reset(token)
 
 
 def _fsspec_base_cache():
@@ -268,7 +293,8 @@ class RemoteInput:
 
 
 def _s3_head(fs: Any, url: str) -> tuple[dict, bytes] | None:
-    """The object's metadata and first :data:`MIN_WINDOW` bytes in one ranged GET, for s3fs; else ``None``.
+    """The object's metadata and first :data:`MIN_WINDOW` bytes (or :func:`first_read`'s) in one ranged GET, for
+    s3fs; else ``None``.
 
     Why: a HEAD for the size followed by a GET for the header costs two round
     trips per opened file; the GET's ``Content-Range`` carries the size, so
@@ -283,10 +309,11 @@ def _s3_head(fs: Any, url: str) -> tuple[dict, bytes] | None:
     bucket, key, version = fs.split_path(url)
     if not key or version:
         return None
+    window = _HEAD_BYTES.get()
 
     async def get():
         try:
-            resp = await call("get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{MIN_WINDOW - 1}")
+            resp = await call("get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{window - 1}")
         except OSError as exc:
             if "range" in str(exc).lower() and "not satisfiable" in str(exc).lower() or http_status(exc) == 416:
                 return None  # an empty object
@@ -308,7 +335,7 @@ def _s3_head(fs: Any, url: str) -> tuple[dict, bytes] | None:
         return None
     else:  # no Content-Range: the whole object came back
         size = len(data)
-    if len(data) > size or (len(data) < min(size, MIN_WINDOW)):
+    if len(data) > size or (len(data) < min(size, window)):
         return None  # a short or odd answer: let the HEAD path decide
     info = {"name": f"{bucket}/{key}", "size": size, "type": "file", "ETag": resp.get("ETag"),
             "LastModified": resp.get("LastModified"), "ContentType": resp.get("ContentType")}

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 from audiotree._fs import read_limited
 from audiotree.io import storage
 from audiotree.sources.lifecycle import hold_grain_flag_while_alive
-from audiotree.formats.arrayrecord import INDEX_NAME, MAX_INDEX_BYTES, check_index, decode_item
+from audiotree.formats.arrayrecord import INDEX_NAME, MAX_INDEX_BYTES, SHARD_PATTERN, check_index, decode_item
 
 __all__ = ["ArrayRecordAudioSource", "open_arrayrecord"]
 
@@ -92,36 +92,46 @@ def _remote_json(folder, name: str, what: str) -> Any | None:
         raise ValueError(f"{folder.object_url(name)}: {what} is not UTF-8 JSON ({exc}); re-render the dataset.") from None
 
 
-def _remote_shards(folder) -> list[tuple[str, int]]:
-    """The shards (URLs, counts) of an ArrayRecord dataset or render at the URL of ``folder``."""
+def _remote_shards(folder) -> list[tuple[str, int, str | None]]:
+    """The shards (URLs, counts, the index to check them against) of an ArrayRecord dataset or render at ``folder``."""
     index = _remote_json(folder, INDEX_NAME, "the ArrayRecord index")
     if index is not None:
         shards, _ = check_index(index, folder.object_url(INDEX_NAME))
-        return [(folder.object_url(name), count) for name, count in shards]
+        return [(folder.object_url(name), count, None) for name, count in shards]
     record = _remote_json(folder, _RENDER_RECORD, "the render record")
     if record is None:
         raise FileNotFoundError(f"{folder.url} holds no {INDEX_NAME} (nor {_RENDER_RECORD}): it is not a finished "
                                 "ArrayRecord dataset (was the writer closed, and is this the right URL?).")
-    out = []
-    for part in _parts_of(record, folder.object_url(_RENDER_RECORD)):
-        out.extend(_remote_shards(folder.child(part)))
-    return out
+    return _render_shards(folder, record)
 
 
-def _resolve(paths: Any, folder_of=None) -> list[tuple[str, int]]:
+def _render_shards(folder, record: Any) -> list[tuple[str, int, str | None]]:
+    """A remote render's shards from its record alone: render writes each part as one shard of ``count`` records.
+
+    Why: reading every part's index at open would cost one request per part;
+    each part's index is read (and must list exactly that shard) when the
+    shard is first staged instead.
+    """
+    counts = {part["dir"]: part["count"] for part in record["parts"] if isinstance(part, dict)}
+    return [(folder.child(name).object_url(SHARD_PATTERN.format(0)), int(counts[name]),
+             folder.child(name).object_url(INDEX_NAME))
+            for name in _parts_of(record, folder.object_url(_RENDER_RECORD))]
+
+
+def _resolve(paths: Any, folder_of=None) -> list[tuple[str, int, str | None]]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    shards: list[tuple[str, int]] = []
+    shards: list[tuple[str, int, str | None]] = []
     for path in paths:
         if folder_of is not None and storage.is_url(os.fspath(path)):
             shards.extend(_remote_shards(folder_of(os.fspath(path))))
             continue
         folder = Path(path)
         if (folder / INDEX_NAME).is_file() or not (folder / _RENDER_RECORD).is_file():
-            shards.extend(_dataset_shards(folder))
+            shards.extend((path, count, None) for path, count in _dataset_shards(folder))
         else:
             for part in _render_parts(folder):
-                shards.extend(_dataset_shards(part))
+                shards.extend((path, count, None) for path, count in _dataset_shards(part))
     return shards
 
 
@@ -158,11 +168,28 @@ class ArrayRecordAudioSource:
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, shard_options: Any = None,
                  storage_options: dict | None = None, cache_limit: int | str | None = None,
                  cache_dir: str | os.PathLike | None = None):
-        import grain
-
         from audiotree.io.ranges import remote_folder
 
         shards = _resolve(paths, lambda url: remote_folder(url, storage_options=storage_options))
+        self._setup(shards, shard_options=shard_options, storage_options=storage_options, cache_limit=cache_limit,
+                    cache_dir=cache_dir)
+
+    @classmethod
+    def of_remote_render(cls, url: str, record: dict, *, shard_options: Any = None,
+                         storage_options: dict | None = None, cache_limit: int | str | None = None,
+                         cache_dir: str | os.PathLike | None = None) -> "ArrayRecordAudioSource":
+        """The remote ArrayRecord render at ``url`` whose ``render.json`` is ``record`` (already read): no request."""
+        from audiotree.io.ranges import remote_folder
+
+        self = cls.__new__(cls)
+        self._setup(_render_shards(remote_folder(url, storage_options=storage_options), record),
+                    shard_options=shard_options, storage_options=storage_options, cache_limit=cache_limit,
+                    cache_dir=cache_dir)
+        return self
+
+    def _setup(self, shards: list, *, shard_options, storage_options, cache_limit, cache_dir) -> None:
+        import grain
+
         if shard_options is not None:
             index, count = int(shard_options.shard_index), int(shard_options.shard_count)
             if not 0 <= index < count:
@@ -171,16 +198,17 @@ class ArrayRecordAudioSource:
                 raise ValueError(f"{len(shards)} ArrayRecord shard file(s) cannot be split over {count} hosts; "
                                  "write more shards (a smaller records_per_shard or --part-size).")
             shards = shards[index::count]
-        self.shard_files = [path for path, _ in shards]
+        self.shard_files = [path for path, _, _ in shards]
         self._ends = []
         total = 0
-        for _, n in shards:
+        for _, n, _ in shards:
             total += n
             self._ends.append(total)
         self._staging = None
         if any(storage.is_url(path) for path in self.shard_files):
-            self._staging = _StagedShards(self.shard_files, [n for _, n in shards], storage_options=storage_options,
-                                          cache_limit=cache_limit, cache_dir=cache_dir)
+            self._staging = _StagedShards(self.shard_files, [n for _, n, _ in shards], storage_options=storage_options,
+                                          cache_limit=cache_limit, cache_dir=cache_dir,
+                                          indexes=[index for _, _, index in shards])
             self._source = self._staging
             return
         self._source = grain.sources.ArrayRecordDataSource(self.shard_files) if self.shard_files else None
@@ -243,8 +271,11 @@ class _StagedShards:
 
     OPEN_SHARDS = 2
 
-    def __init__(self, urls: list[str], counts: list[int], *, storage_options, cache_limit, cache_dir) -> None:
+    def __init__(self, urls: list[str], counts: list[int], *, storage_options, cache_limit, cache_dir,
+                 indexes: list[str | None] | None = None) -> None:
         self.urls, self.counts = list(urls), list(counts)
+        #: Per shard, the index (URL) still to check it against before it is staged (a render's part), or None.
+        self.indexes = list(indexes) if indexes is not None else [None] * len(self.urls)
         self.storage_options = storage_options
         self.cache_limit, self.cache_dir = cache_limit, cache_dir
         self._ends = []
@@ -289,6 +320,8 @@ class _StagedShards:
         import grain
 
         url = self.urls[k]
+        if self.indexes[k] is not None:
+            self._check_part_index(k)
         size, mtime, tag = storage.version(url, storage_options=self.storage_options)
         path = self._cache_folder().staged(f"{url}\x00{size}\x00{mtime}\x00{tag}", lambda tmp: storage.download(
             url, tmp, storage_options=self.storage_options))
@@ -300,6 +333,23 @@ class _StagedShards:
             self._open.pop(next(iter(self._open)))
         self._open[k] = source
         return source
+
+    def _check_part_index(self, k: int) -> None:
+        from audiotree.io.ranges import remote_folder
+
+        where = self.indexes[k]
+        folder, name = where.rsplit("/", 1)
+        index = _remote_json(remote_folder(folder, storage_options=self.storage_options), name,
+                             "the ArrayRecord index")
+        if index is None:
+            raise FileNotFoundError(f"The render record names the finished part {folder}, but it holds no {name}; "
+                                    "the part was deleted. Re-render it (audiotree render --overwrite).")
+        shards, _ = check_index(index, where)
+        expected = [(self.urls[k].rsplit("/", 1)[1], self.counts[k])]
+        if [(str(n), int(c)) for n, c in shards] != expected:
+            raise ValueError(f"{where} lists the shards {shards}, but the render record implies {expected}; the "
+                             "part was replaced or damaged. Re-render it (audiotree render --overwrite).")
+        self.indexes[k] = None
 
     def __getitem__(self, i: int):
         k = bisect.bisect_right(self._ends, i)

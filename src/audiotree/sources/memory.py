@@ -245,12 +245,16 @@ class AudioIterDataset(_Chained, grain.IterDataset):
         return ClosingIterDataset(prefetched, prepare_workers=not plain)
 
 
-def wrap_stored(ds: grain.MapDataset) -> "AudioMapDataset":
+def wrap_stored(ds: grain.MapDataset, *, item_bytes: int | None = None) -> "AudioMapDataset":
     """``ds`` (items read back from disk) as an :class:`AudioMapDataset`, sized by its first item.
 
     So that pipelines over rendered datasets get audiotree's ``mp_prefetch``
-    (plain-script workers, memory checks) like the builders' datasets.
+    (plain-script workers, memory checks) like the builders' datasets. A
+    known ``item_bytes`` (a waveform's bytes, from a manifest) spares reading
+    the first item, which on object storage is a request.
     """
+    if item_bytes is not None:
+        return AudioMapDataset(ds, item_bytes=int(item_bytes))
     item_bytes = 0
     if len(ds):
         first = ds[0]

@@ -19,7 +19,7 @@ import grain
 
 from audiotree.formats.render import MAX_RECORD_BYTES, RECORD, parse_record, read_record
 from audiotree.io import storage
-from audiotree.sources.arrayrecord import open_arrayrecord
+from audiotree.sources.arrayrecord import ArrayRecordAudioSource, open_arrayrecord
 from audiotree.sources.audio import AudioDataSource
 from audiotree.sources.memory import wrap_stored
 from audiotree.sources.tree import TreeDataSource
@@ -115,6 +115,13 @@ class RenderParts:
             self._sources[k] = source
             return source
 
+    def waveform_nbytes(self) -> int | None:
+        """Bytes of the first item's waveform from its part's manifest (opened, no item read); ``None`` if unknown."""
+        if not len(self):
+            return 0
+        k = bisect.bisect_right(self._ends, self.start)
+        return getattr(self._source(k), "waveform_nbytes", None)
+
     def __getitem__(self, index: int):
         i = int(index)
         if not 0 <= i < len(self):
@@ -171,16 +178,29 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
     if not any(part["count"] for part in record["parts"]):
         raise RuntimeError(f"The render in {root} has no finished part yet.")
     fmt = record["config"]["format"]
+    if fmt == "webdataset":
+        raise ValueError(f"{root} is a --format webdataset render: its parts are tar shards, not datasets "
+                         "open_render reads. Read them as a source (create_audio_dataset(sources=[...]) with the "
+                         f"shards {root}/part-00000/shard-000000.tar, ...) or with webdataset.WebDataset.")
+    if fmt not in ("tree", "audio", "arrayrecord"):
+        raise ValueError(f"{root}/{RECORD} names the format {fmt!r}, which this version of audiotree does not read; "
+                         "upgrade audiotree, or re-render.")
     if fmt == "arrayrecord":
-        return open_arrayrecord(root, shard_options=shard_options, storage_options=storage_options,
-                                cache_limit=cache_limit, cache_dir=cache_dir)
+        if not storage.is_url(root):
+            return open_arrayrecord(root, shard_options=shard_options, storage_options=storage_options,
+                                    cache_limit=cache_limit, cache_dir=cache_dir)
+        # The record is read already: the shards follow from it (each part's index is checked on first use).
+        return wrap_stored(grain.MapDataset.source(ArrayRecordAudioSource.of_remote_render(
+            root, record, shard_options=shard_options, storage_options=storage_options, cache_limit=cache_limit,
+            cache_dir=cache_dir)))
     parts = [(part["dir"], part["count"]) for part in record["parts"] if part["count"]]
     options = {"storage_options": storage_options, "cache_limit": cache_limit, "cache_dir": cache_dir}
     if storage.is_url(root) or shard_options is not None:
         total = sum(count for _, count in parts)
         start, stop = host_range(total, shard_options) if shard_options is not None else (0, total)
         source = RenderParts(root, parts, functools.partial(_open_part, fmt, options), start=start, stop=stop)
-        return wrap_stored(grain.MapDataset.source(source))
+        # Sized from the first part's manifest, not by reading an item: on a bucket that is a request.
+        return wrap_stored(grain.MapDataset.source(source), item_bytes=source.waveform_nbytes())
     # On a local disk every part is opened (and its files checked) now: it costs nothing.
     sources = [grain.MapDataset.source(_open_part(fmt, options, os.path.join(root, name))) for name, _ in parts]
     return wrap_stored(sources[0] if len(sources) == 1 else grain.MapDataset.concatenate(sources))

@@ -13,8 +13,10 @@ thread-safe.
 
 A URL folder (``s3://bucket/render/part-00000``) is read in place: the
 manifest in one request, then each item's rows by ranged requests
-(:class:`audiotree.io.ranges.RemoteArray`), the small leaves (offsets,
-provenance) of the folder once each; sizes are checked against the manifest
+(:class:`audiotree.io.ranges.RemoteArray`); the small leaves (offsets,
+provenance) come inline with a closed writer's manifest
+(:mod:`audiotree.formats.tree_inline`), or else are fetched whole once each.
+Sizes are checked against the manifest
 as the answers arrive (``Content-Range``), so a truncated object is an error
 naming it. ``cache_limit="20GB"`` keeps what was read in a local
 least-recently-used cache (``cache_dir``, default ``$AUDIOTREE_CACHE/ranges``).
@@ -35,10 +37,12 @@ from audiotree.formats import header as _format
 from audiotree._fs import read_limited
 from audiotree.io import storage
 from audiotree.sources.lifecycle import hold_grain_flag_while_alive
+from audiotree.formats.tree_inline import inline_bytes
 from audiotree.formats.tree import (
     INDEX_DTYPE,
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
+    TREE_VERSION,
     TreeManifest,
     build,
     check_file_sizes,
@@ -67,6 +71,16 @@ def _all_paths(node: dict, path: str = "") -> set[str]:
     else:
         out.add(node["leaf"])
     return out
+
+
+def _leaf_sizes(manifest: TreeManifest) -> dict[str, int | None]:
+    """Every leaf file's exact length when the manifest implies one (a string leaf's text: ``None``)."""
+    n = manifest.num_samples
+    sizes: dict[str, int | None] = {spec.file.name: n * spec.row_bytes for spec in manifest.arrays.values()}
+    for spec in manifest.strings.values():
+        sizes[spec.index_file.name] = n * INDEX_DTYPE.itemsize
+        sizes[spec.data_file.name] = None
+    return sizes
 
 
 class TreeDataSource:
@@ -134,15 +148,17 @@ class TreeDataSource:
             obj = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"Invalid manifest {where}: it is not valid UTF-8 JSON ({exc}). Re-render the dataset.") from None
-        info = _format.check(obj, _format.TREE, manifest_path)
+        info = _format.check(obj, _format.TREE, manifest_path, reader_version=TREE_VERSION)
         manifest = parse_manifest(obj, manifest_path.parent, where, info)
-        if self._remote is None:
+        self._inline: dict[str, bytes] = {}
+        if self._remote is None:  # the files are read in place (inline copies are for remote readers)
             self._text_lengths = check_file_sizes(manifest, where)
         else:  # checked against each object's size as it is read
             import hashlib
 
             self._text_lengths = {}
             self._tag = hashlib.sha256(raw).hexdigest()[:16]
+            self._inline = inline_bytes(obj, _leaf_sizes(manifest), complete=manifest.complete, where=where)
         self._manifest: TreeManifest = manifest
         self._where = where
 
@@ -194,6 +210,13 @@ class TreeDataSource:
         """The stored structure description (a copy)."""
         return json.loads(json.dumps(self._manifest.structure))
 
+    @property
+    def waveform_nbytes(self) -> int:
+        """Bytes of one item's ``waveform`` as read (0 when the item has none): from the manifest, no read."""
+        plan = self._plan
+        node = plan.get("children", {}).get("waveform") if plan["type"] == "AudioTree" else None
+        return self._manifest.arrays[node["leaf"]].row_bytes if node else 0
+
     # --------------------------------------------------------------- handles
     def _open(self) -> dict:
         handles = self._handles
@@ -231,7 +254,8 @@ class TreeDataSource:
         opened: dict[str, Any] = {}
 
         def leaf(file: Path, dtype: Any, shape: tuple) -> RemoteArray:
-            return RemoteArray(self._remote, file.name, dtype, shape, exact=exact, tag=self._tag)
+            return RemoteArray(self._remote, file.name, dtype, shape, exact=exact, tag=self._tag,
+                               data=self._inline.get(file.name), where=self._where)
 
         for name in self._array_names:
             spec = self._manifest.arrays[name]

@@ -55,11 +55,13 @@ from audiotree.formats.tree import (
     INDEX_DTYPE,
     MANIFEST_NAME,
     MAX_FILENAME_BYTES,
+    TREE_VERSION,
     Leaf,
     array_file,
     flatten,
     string_files,
 )
+from audiotree.formats.tree_inline import INLINE_KEY, SMALL_ROW, encode_inline
 from audiotree.validation import is_int, is_real
 
 __all__ = ["TreeWriter"]
@@ -446,8 +448,14 @@ class TreeWriter:
             name: {"index_file": spec.index_path.name, "data_file": spec.data_path.name, "encoding": "utf-8"}
             for name, spec in self._strings.items()
         }
+        inline = {}
+        if complete:  # the files now hold exactly their content (see tree_inline: one request less each)
+            groups = [[(spec.path.name, spec.path)] for spec in self._arrays.values() if spec.row_bytes <= SMALL_ROW]
+            groups += [[(spec.index_path.name, spec.index_path), (spec.data_path.name, spec.data_path)]
+                       for spec in self._strings.values()]
+            inline = encode_inline(groups)
         return {
-            **_format.header(_format.TREE),
+            **_format.header(_format.TREE, version=TREE_VERSION),
             "num_samples": self._written,
             "complete": complete,
             "expected_samples": self.expected_samples,
@@ -456,6 +464,7 @@ class TreeWriter:
             "leaves": leaves,
             "string_leaves": string_leaves,
             "metadata": self._metadata,
+            **({INLINE_KEY: inline} if inline else {}),
         }
 
     def _commit(self, *, complete: bool) -> None:
