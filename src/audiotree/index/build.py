@@ -95,18 +95,9 @@ def _source_root(entry: str) -> str:
 
 def _normalize_sources(sources: Any) -> tuple[list[tuple[str | None, str]], dict]:
     """(group, entry) pairs, and the JSON description kept for the refresh command."""
-    if isinstance(sources, Mapping):
-        pairs = []
-        for group, entries in sources.items():
-            if not isinstance(group, str) or not group:
-                raise ValueError(f"Group names must be non-empty strings, got {group!r}.")
-            items = [entries] if isinstance(entries, (str, os.PathLike)) else list(entries)
-            pairs += [(group, os.fspath(e)) for e in items]
-    else:
-        items = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
-        pairs = [(None, os.fspath(e)) for e in items]
-    if not pairs:
-        raise ValueError("sources is empty; give at least one folder, file or glob.")
+    from audiotree.sources.files import source_pairs
+
+    pairs = source_pairs(sources)
 
     def absolute(entry: str) -> str:
         if storage.is_url(entry):

@@ -118,9 +118,9 @@ class ColumnStore:
         return (ColumnStore, (self.directory, self.manifest))
 
     def __del__(self):
-        for fd, _ in getattr(self, "_files", {}).values():
+        for handle in getattr(self, "_files", {}).values():
             try:
-                os.close(fd)
+                os.close(handle[0])
             except OSError:
                 pass
 

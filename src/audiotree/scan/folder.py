@@ -7,7 +7,7 @@ import functools
 import math
 import os
 import warnings
-from typing import Any, Callable, ContextManager, Mapping
+from typing import Any, Callable, ContextManager
 
 from audiotree.scan.summary import drop_unreadable, loudness_section, reason_text, summarise
 
@@ -22,18 +22,9 @@ _TAIL_FRAMES = 1024
 
 def _labelled(sources: Any) -> tuple[list[tuple[str | None, str]], dict[str, list[str]]]:
     """(group or None, entry) pairs of ``sources``, and the report's ``sources`` entry."""
-    if isinstance(sources, Mapping):
-        pairs = []
-        for group, entries in sources.items():
-            if not isinstance(group, str) or not group:
-                raise ValueError(f"Group names must be non-empty strings, got {group!r}.")
-            items = [entries] if isinstance(entries, (str, os.PathLike)) else list(entries)
-            pairs += [(group, os.fspath(e)) for e in items]
-    else:
-        items = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
-        pairs = [(None, os.fspath(e)) for e in items]
-    if not pairs:
-        raise ValueError("sources is empty; give at least one folder, file or glob.")
+    from audiotree.sources.files import source_pairs
+
+    pairs = source_pairs(sources)
     described: dict[str, list[str]] = {}
     for group, entry in pairs:
         described.setdefault(group or "(all)", []).append(entry)

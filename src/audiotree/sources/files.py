@@ -6,14 +6,14 @@ import collections
 import glob
 import os
 import warnings
-from typing import TYPE_CHECKING, Iterable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 
 from audiotree.io import storage
 
 if TYPE_CHECKING:
     from audiotree.sources.containers import ContainerItems
 
-__all__ = ["find_audio_files", "SourceSpec"]
+__all__ = ["find_audio_files", "SourceSpec", "source_pairs"]
 
 SourceSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -194,3 +194,28 @@ def find_audio_files(sources: SourceSpec, extensions: Iterable[str] | None = Non
     files, _ = discover(sources, extensions, strict=False)
     return files
 
+
+def source_pairs(sources: Any) -> list[tuple[str | None, str]]:
+    """``(group, entry)`` pairs of ``sources``: ``{group: entries}``, or entries with no group (``None``).
+
+    Entries are folders, files, globs or URLs (one or a list per group); the
+    order is kept. What ``audiotree index`` and ``audiotree scan`` both take.
+
+    >>> source_pairs({"speech": ["a", "b"], "music": "m"})
+    [('speech', 'a'), ('speech', 'b'), ('music', 'm')]
+    >>> source_pairs("corpus/")
+    [(None, 'corpus/')]
+    """
+    if isinstance(sources, Mapping):
+        pairs: list[tuple[str | None, str]] = []
+        for group, entries in sources.items():
+            if not isinstance(group, str) or not group:
+                raise ValueError(f"Group names must be non-empty strings, got {group!r}.")
+            items = [entries] if isinstance(entries, (str, os.PathLike)) else list(entries)
+            pairs += [(group, os.fspath(e)) for e in items]
+    else:
+        items = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+        pairs = [(None, os.fspath(e)) for e in items]
+    if not pairs:
+        raise ValueError("sources is empty; give at least one folder, file or glob.")
+    return pairs
