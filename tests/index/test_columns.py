@@ -192,3 +192,21 @@ def test_the_manifest_records_the_index_it_came_from(small_index):
         manifest = json.load(f)
     assert manifest["index"]["size"] == os.path.getsize(index) and manifest["rows"] == 6
     assert set(manifest["labels"]) == {"speaker", "text", "snr"}
+
+
+def test_a_store_closes_the_files_it_opened(small_index, tmp_path):
+    index, _ = small_index
+    copy = _repeat(index, tmp_path / "f.parquet", 2)
+    rows = create_audio_dataset(index=copy, duration=0.5, sample_rate=RATE, min_duration=2.0)
+    store = open_columns(open_index(copy))
+    name = store.save_selection(np.array([1, 3], dtype=np.int64))
+    assert store.selection_row(name, 1) == 3 and store.string("path", 0) and store.value("size", 2) > 0
+    fds = [handle[0] for handle in store._files.values()]
+    assert len(fds) >= 4
+    store.close()
+    assert store._files == {} and store.value("size", 2) > 0  # reads open the files again
+    store.close()
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert len(rows) > 0

@@ -117,12 +117,17 @@ class ColumnStore:
     def __reduce__(self):
         return (ColumnStore, (self.directory, self.manifest))
 
-    def __del__(self):
-        for handle in getattr(self, "_files", {}).values():
+    def close(self) -> None:
+        """Closes the files this process opened (later reads open them again)."""
+        files, self._files = getattr(self, "_files", {}), {}
+        for handle in files.values():
             try:
                 os.close(handle[0])
             except OSError:
                 pass
+
+    def __del__(self):
+        self.close()
 
     def __len__(self) -> int:
         return int(self.manifest["rows"])
