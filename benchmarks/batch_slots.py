@@ -14,6 +14,7 @@ tree and the 2-worker/0-worker ratios. Sync reads, batches of 32.
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
 import statistics
@@ -22,6 +23,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _sections  # noqa: E402
+
 SRC = HERE.parent / "src"
 RESULT = "AUDIOTREE_BENCH_RESULT"  # bench_worker.RESULT
 VARIANTS = (("0 workers", 0, "1"), ("2 workers, slots", 2, "1"), ("2 workers, Grain segments", 2, "0"))
@@ -46,7 +50,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--configs", default="random,loudest")
     ap.add_argument("--batches", type=int, default=12)
+    ap.add_argument("--write", action="store_true", help="write the table as section batch-slots of BENCHMARKS.md")
     args = ap.parse_args(argv)
+    rows = []
     for config in args.configs.split(","):
         rates: dict[str, list[float]] = {name: [] for name, _, _ in VARIANTS}
         for r in range(args.rounds):
@@ -61,7 +67,32 @@ def main(argv=None) -> int:
             v = rates[name]
             print(f"  {name:26s} {med[name]:7.1f}  ({min(v, default=0):.1f}-{max(v, default=0):.1f})"
                   f"  vs 0 workers {med[name] / med['0 workers']:.2f}x")
+            rows.append(f"| {config} | {name} | {med[name]:.0f} ({min(v, default=0):.0f}–{max(v, default=0):.0f}) "
+                        f"| {med[name] / med['0 workers']:.2f}× |")
+    if args.write:
+        _write(rows, args)
     return 0
+
+
+def _write(rows: list[str], args) -> None:
+    commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = "\n".join([
+        "## Two workers: reused batch slots against Grain's segment per batch (issue 27)",
+        "",
+        f"`python benchmarks/batch_slots.py --rounds {args.rounds} --batches {args.batches}` on the synthetic corpus, "
+        f"{when}, commit `{commit}`, load average {load:.1f} on 2 cores. Ours, sync reads, batches of 32; "
+        "items per CPU-second of the process tree (median of interleaved rounds, min–max), each run in a fresh "
+        "interpreter by `benchmarks/bench_worker.py`. *slots* is the default (`audiotree.sources.batch_slots`); "
+        "*Grain segments* is `AUDIOTREE_BATCH_SLOTS=0`.",
+        "",
+        "| config | variant | items per CPU-s | vs 0 workers |",
+        "|---|---|---|---|",
+        *rows,
+    ])
+    _sections.replace_section(HERE.parent / "BENCHMARKS.md", "batch-slots", _sections.wrap("batch-slots", text))
 
 
 if __name__ == "__main__":
