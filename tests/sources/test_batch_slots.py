@@ -191,3 +191,50 @@ def test_a_worker_killed_mid_run_gives_a_clear_error_and_no_leaked_slot(corpus):
     del first
     gc.collect()
     assert _ours(token) == []
+
+
+_SEND = """
+import numpy as np, grain
+from audiotree.sources.batch_slots import SlotWriterIterDataset
+def make(i):
+    return {{"wave": np.full((3, 5 + i), i, np.float32), "ids": np.arange(i, dtype=np.int64), "name": f"item{{i}}"}}
+ds = grain.MapDataset.range(4).map(make).to_iter_dataset()
+for element in SlotWriterIterDataset(ds, token={token!r}, slots=8):
+    queue.put(element)
+queue.put(None)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_slots_from_a_forked_or_spawned_worker(method):
+    import multiprocessing
+
+    import grain
+
+    from audiotree.sources.batch_slots import InSlot, SlotReader, new_token, prepare_tracker
+
+    token = new_token()
+    prepare_tracker()  # what the trainer's iterator does before Grain starts workers
+    ctx = multiprocessing.get_context(method)
+    queue = ctx.Queue()
+    worker = ctx.Process(target=exec, args=(_SEND.format(token=token), {"queue": queue}))
+    worker.start()
+    try:
+        reader = SlotReader(token)
+        got = []
+        while (element := queue.get(timeout=120)) is not None:
+            assert isinstance(element, InSlot)
+            got.append(reader.open(element))
+        worker.join(60)
+        assert worker.exitcode == 0
+        expected = list(grain.MapDataset.range(4).map(
+            lambda i: {"wave": np.full((3, 5 + i), i, np.float32), "ids": np.arange(i, dtype=np.int64),
+                       "name": f"item{i}"}).to_iter_dataset())
+        for a, b in zip(got, expected, strict=True):
+            _assert_same(a, b)
+        assert _ours(token) == []  # received ones by the trainer, unsent ones by the worker's exit
+    finally:
+        if worker.is_alive():
+            worker.kill()
+        worker.join(10)
