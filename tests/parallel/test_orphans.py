@@ -82,7 +82,8 @@ if __name__ == "__main__":
 """
 
 def _mapped_blocks(pids) -> set[str]:
-    """Names of the shared-memory blocks (``/dev/shm/psm_*``) these processes have mapped.
+    """Names of the shared-memory blocks (Grain's ``/dev/shm/psm_*``, audiotree's batch slots
+    ``/dev/shm/audiotree_*``) these processes have mapped.
 
     Other processes on a shared machine make blocks of their own, so the test
     follows only the blocks its script's processes hold.
@@ -93,7 +94,7 @@ def _mapped_blocks(pids) -> set[str]:
             maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             continue
-        names.update(m.group(1) for m in re.finditer(r"/dev/shm/(psm_\w+)", maps))
+        names.update(m.group(1) for m in re.finditer(r"/dev/shm/((?:psm|audiotree)_\w+)", maps))
     return names
 
 

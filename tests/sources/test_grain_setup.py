@@ -117,10 +117,14 @@ print("HELD", type(batch.waveform).__name__, isinstance(batch.waveform, SharedMe
 
 
 @pytest.mark.slow
-def test_exit_hook_touches_no_grain_class(corpus, tmp_path):
-    result = run_script(EXIT_CHECK.format(folder=str(corpus["music"])), tmp_path, timeout=180)
+@pytest.mark.parametrize("slots, held", [("0", "HELD _OwnedSharedMemoryArray True (1, 1600)"),
+                                         ("1", "HELD ndarray False (1, 1600)")])
+def test_exit_hook_touches_no_grain_class(corpus, tmp_path, slots, held):
+    # AUDIOTREE_BATCH_SLOTS=0: Grain's own segment per batch; 1: audiotree's reused batch slots.
+    result = run_script(EXIT_CHECK.format(folder=str(corpus["music"])), tmp_path, timeout=180,
+                        env={"AUDIOTREE_BATCH_SLOTS": slots})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "HELD _OwnedSharedMemoryArray True (1, 1600)" in result.stdout
+    assert held in result.stdout
     assert "CLASSES UNTOUCHED True" in result.stdout
     for noise in ("Exception ignored", "leaked shared_memory", "Traceback"):
         assert noise not in result.stderr, result.stderr[-3000:]

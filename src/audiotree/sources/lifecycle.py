@@ -215,9 +215,11 @@ class _TrackingIterator(grain.DatasetIterator):
     ``close()`` or garbage collection.
     """
 
-    def __init__(self, parent: grain.DatasetIterator, hold: _Hold | None):
+    def __init__(self, parent: grain.DatasetIterator, hold: _Hold | None, reader: Any = None):
         super().__init__(parent)
         self._hold = hold
+        # A batch_slots.SlotReader when the workers send batches through reused slots.
+        self._reader = reader
         if hold is not None:
             weakref.finalize(self, hold.drop)
 
@@ -230,11 +232,22 @@ class _TrackingIterator(grain.DatasetIterator):
             if self._hold is not None:
                 self._hold.drop()
             raise
-        except BaseException:
+        except BaseException as error:
             disarm_this_thread()
+            self._sweep(error)
             raise
+        if self._reader is not None:
+            element = self._reader.open(element)
         _track_shared_memory(element)
         return element
+
+    def _sweep(self, error: BaseException | None = None) -> None:
+        """Unlinks the batch slots of workers that are gone (a failed or closed iterator)."""
+        if self._reader is None:
+            return
+        removed = self._reader.sweep()
+        if removed and error is not None and hasattr(error, "add_note"):
+            error.add_note(f"audiotree removed {len(removed)} shared-memory batch slot(s) of stopped workers.")
 
     def get_state(self):
         return self._parent.get_state()
@@ -254,6 +267,7 @@ class _TrackingIterator(grain.DatasetIterator):
         finally:
             if self._hold is not None:
                 self._hold.drop()
+            self._sweep()
 
     def __str__(self) -> str:
         return "TrackingIterator"
@@ -266,9 +280,11 @@ class ClosingIterDataset(grain.IterDataset):
     holds :func:`audiotree.sources.workers.hold_grain_flag` until it closes.
     """
 
-    def __init__(self, parent: grain.IterDataset, *, prepare_workers: bool = True):
+    def __init__(self, parent: grain.IterDataset, *, prepare_workers: bool = True, slot_token: str | None = None):
         super().__init__(parent)
         self._prepare_workers = prepare_workers
+        # Set when the workers' pipeline ends in batch_slots.SlotWriterIterDataset with this token.
+        self._slot_token = slot_token
 
     def __str__(self) -> str:
         return "ClosingIterDataset"
@@ -279,7 +295,13 @@ class ClosingIterDataset(grain.IterDataset):
             hold = _Hold(hold_grain_flag)
             hold.take()  # Grain may create workers' iterators as soon as it has ours
         try:
-            iterator = _TrackingIterator(self._parent.__iter__(), hold)
+            reader = None
+            if self._slot_token is not None:
+                from audiotree.sources.batch_slots import SlotReader, prepare_tracker
+
+                prepare_tracker()
+                reader = SlotReader(self._slot_token)
+            iterator = _TrackingIterator(self._parent.__iter__(), hold, reader)
         except BaseException:
             if hold is not None:
                 hold.drop()

@@ -216,13 +216,20 @@ class AudioIterDataset(_Chained, grain.IterDataset):
             ds = getattr(ds, name)(*args, **kwargs)
         return ds
 
-    def mp_prefetch(self, options: grain.MultiprocessingOptions | None = None, worker_init_fn=None, sequential_slice: bool = False):
+    def mp_prefetch(self, options: grain.MultiprocessingOptions | None = None, worker_init_fn=None,
+                    sequential_slice: bool = False, *, batch_slots: bool = True):
         """Grain's ``mp_prefetch``, with workers that run from plain scripts.
 
         See :mod:`audiotree.sources.workers` for what is prepared, for which
         processes, and the ``AUDIOTREE_PLAIN_WORKERS=1`` opt-out; iterators
         still open at interpreter exit are closed (:mod:`audiotree.sources.lifecycle`).
+        With ``batch_slots`` (the default, on Linux), workers send their
+        elements' arrays through a few shared-memory slots that are reused
+        across batches (:mod:`audiotree.sources.batch_slots`); ``False`` or
+        ``AUDIOTREE_BATCH_SLOTS=0`` keeps Grain's fresh segment per batch.
+        The elements are the same either way.
         """
+        from audiotree.sources.batch_slots import SlotWriterIterDataset, new_token, slots_available
         from audiotree.sources.lifecycle import ClosingIterDataset
         from audiotree.sources.workers import WorkerInit, plain_workers_requested
 
@@ -241,8 +248,13 @@ class AudioIterDataset(_Chained, grain.IterDataset):
         )
         plain = plain_workers_requested()
         init = WorkerInit(worker_init_fn, prepare_spawn=not plain)
+        token = None
+        if resolved.num_workers > 0 and batch_slots and slots_available():
+            # Reused shared-memory slots instead of a fresh segment per batch (audiotree.sources.batch_slots).
+            token = new_token()
+            base = SlotWriterIterDataset(base, token=token, slots=resolved.per_worker_buffer_size + 3)
         prefetched = base.mp_prefetch(options, worker_init_fn=init, sequential_slice=sequential_slice)
-        return ClosingIterDataset(prefetched, prepare_workers=not plain)
+        return ClosingIterDataset(prefetched, prepare_workers=not plain, slot_token=token)
 
 
 def wrap_stored(ds: grain.MapDataset, *, item_bytes: int | None = None) -> "AudioMapDataset":
