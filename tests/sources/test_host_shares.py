@@ -10,6 +10,7 @@ the balanced builder must split every group, so each host mixes every group.
 from __future__ import annotations
 
 import shutil
+import sys
 import types
 
 import grain
@@ -21,6 +22,7 @@ from audiotree.sources import (
     create_audio_dataset,
     create_balanced_audio_dataset,
     create_windowed_audio_dataset,
+    WindowConfig,
     find_audio_files,
 )
 from container_factories import RATE, make_corpus
@@ -116,6 +118,25 @@ def test_balanced_datasets_groups_are_split_by_item(groups):
         assert len(paths) == len(set(paths)) == 4
         seen += paths
     assert sorted(seen) == find_audio_files(folder)
+
+
+def test_balanced_endless_datasets_group_stays_endless_and_window_groups_split(groups):
+    """An endless ``datasets=`` group keeps ``len == sys.maxsize`` on each host (so the mix stays endless);
+    ``window=`` groups plan their windows over the host's own shards."""
+    ready = create_audio_dataset(sources=str(groups["a"]["unpacked"]), sample_rate=RATE, duration=0.2,
+                                 num_epochs=None)
+    firsts, windowed = [], []
+    for host in range(HOSTS):
+        mix = create_balanced_audio_dataset(sources={"a": groups["sources"]["a"]}, datasets={"ready": ready},
+                                            sample_rate=RATE, duration=0.2, shard_options=_host(host))
+        assert len(mix) == sys.maxsize
+        firsts.append({(g, p) for g, p in (_items(mix[:40]))})
+        win = create_balanced_audio_dataset(sources={"a": groups["sources"]["a"]}, window=WindowConfig(duration=0.3),
+                                            sample_rate=RATE, num_epochs=1, shard_options=_host(host))
+        windowed.append([p for _, p in _items(win)])
+    shards = [{parse(p).container for g, p in items if g == "a"} for items in firsts]
+    assert not shards[0] & shards[1] and all(len(s) == 2 for s in shards)
+    _check_partition(windowed, find_audio_files(groups["sources"]["a"]))
 
 
 def test_balanced_refuses_more_hosts_than_a_group_has_containers(groups):

@@ -406,6 +406,28 @@ def create_balanced_audio_dataset(
     return AudioMapDataset(mixed, item_bytes=item_bytes)
 
 
+class _EndlessShare(grain.MapDataset):
+    """Items ``index, index + count, ...`` of an endless ``parent``, endless itself (``len == sys.maxsize``),
+    so a mix still sees it as endless (a plain slice would claim ``sys.maxsize // count`` items)."""
+
+    def __init__(self, parent: grain.MapDataset, index: int, count: int):
+        super().__init__(parent)
+        self._index, self._count = int(index), int(count)
+
+    def __len__(self) -> int:
+        return sys.maxsize
+
+    def __str__(self) -> str:
+        return f"EndlessShare({self._index} of {self._count})"
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        if index < 0:
+            index += sys.maxsize
+        return self._parent[self._index + int(index) * self._count]
+
+
 def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapDataset:
     """Host ``i`` of ``n``'s share of a dataset: items ``i, i + n, i + 2n, ...``.
 
@@ -413,8 +435,17 @@ def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapD
     ``ShardByJaxProcess()``, the default, which reads ``jax.process_index()``
     and ``jax.process_count()``). Shares are disjoint and together complete; with
     ``drop_remainder=True`` every host gets the same number of items of a finite
-    dataset. Apply it before ``to_iter_dataset``; the per-index RNG keeps each
-    item identical to the unsharded dataset's.
+    dataset. An endless dataset (``len == sys.maxsize``) gives an endless share.
+    Apply it before ``to_iter_dataset``; the per-index RNG keeps each item
+    identical to the unsharded dataset's.
+
+    >>> import sys, grain
+    >>> share = shard_dataset(grain.MapDataset.range(7), grain.sharding.ShardOptions(1, 3))
+    >>> list(share)
+    [1, 4]
+    >>> endless = shard_dataset(grain.MapDataset.range(7).repeat(), grain.sharding.ShardOptions(1, 3))
+    >>> len(endless) == sys.maxsize, [endless[k] for k in range(4)]
+    (True, [1, 4, 0, 3])
     """
     if shard_options is None:
         shard_options = grain.sharding.ShardByJaxProcess()
@@ -422,9 +453,12 @@ def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapD
     if not 0 <= index < count:
         raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
     length = len(ds)
-    if getattr(shard_options, "drop_remainder", False) and length < sys.maxsize:
-        ds = ds[: (length // count) * count]
-    sharded = ds[index::count]
+    if length >= sys.maxsize:
+        sharded = _EndlessShare(ds, index, count)
+    else:
+        if getattr(shard_options, "drop_remainder", False):
+            ds = ds[: (length // count) * count]
+        sharded = ds[index::count]
     if isinstance(ds, AudioMapDataset) and not isinstance(sharded, AudioMapDataset):
         sharded = AudioMapDataset(sharded, item_bytes=ds.item_bytes)
     return sharded
