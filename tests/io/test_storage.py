@@ -223,23 +223,50 @@ def s3(tmp_path_factory):
             server.stop()
 
 
+#: gcsfs options for the emulator: no credentials, any project.
+GCS_OPTIONS = {"token": "anon", "project": "test"}
+
+
+def start_gcs_emulator(bucket: str):
+    """A started gcp-storage-emulator on 127.0.0.1 (in memory, holding ``bucket``) and its port; the caller
+    stops it. Skips without the emulator or gcsfs."""
+    import importlib.util
+
+    emulator = pytest.importorskip("gcp_storage_emulator.server")
+    if importlib.util.find_spec("gcsfs") is None:  # looked up, not imported: gcs_environment sets its import-time variable
+        pytest.skip("gcsfs is not installed")
+    port = _free_port()
+    server = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket=bucket)
+    server.start()
+    return server, port
+
+
+def gcs_environment(mp: pytest.MonkeyPatch, endpoint: str) -> None:
+    """Points gcsfs at ``endpoint`` (the emulator, or a proxy in front of it) through STORAGE_EMULATOR_HOST."""
+    mp.setenv("STORAGE_EMULATOR_HOST", endpoint)
+    # gcsfs >= 2026 probes the bucket layout over gRPC/TLS on first use (read when
+    # gcsfs is imported); the emulator speaks JSON over plain HTTP only.
+    mp.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    import gcsfs
+    import gcsfs.core
+
+    if gcsfs.GCSFileSystem is not gcsfs.core.GCSFileSystem:  # else every request waits out 60 s gRPC probes
+        pytest.fail("gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false was set; import it only "
+                    "after gcs_environment().")
+    gcsfs.GCSFileSystem.clear_instance_cache()
+
+
 @pytest.fixture(scope="module")
 def gcs():
     """gcp-storage-emulator on 127.0.0.1, reached by gcsfs through STORAGE_EMULATOR_HOST."""
-    emulator = pytest.importorskip("gcp_storage_emulator.server")
-    port = _free_port()
-    server = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket="audio")
-    server.start()
+    server, port = start_gcs_emulator("audio")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-        # gcsfs >= 2026 probes the bucket layout over gRPC/TLS on first use (read when
-        # gcsfs is imported); the emulator speaks JSON over plain HTTP only.
-        mp.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-        gcsfs = pytest.importorskip("gcsfs")
-        gcsfs.GCSFileSystem.clear_instance_cache()
         try:
-            yield {"options": {"token": "anon", "project": "test"}}
+            gcs_environment(mp, f"http://127.0.0.1:{port}")
+            yield {"options": dict(GCS_OPTIONS)}
         finally:
+            import gcsfs
+
             gcsfs.GCSFileSystem.clear_instance_cache()
             server.stop()
 
@@ -755,7 +782,12 @@ class _FaultProxy:
                                  else str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
-                    self.wfile.write(data)
+                    try:
+                        self.wfile.write(data)
+                    except (BrokenPipeError, ConnectionResetError):
+                        # The client stopped waiting (gcsfs races an object lookup against a prefix
+                        # listing and drops the loser); the request still reached the server.
+                        self.close_connection = True
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 

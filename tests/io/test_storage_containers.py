@@ -1,4 +1,5 @@
-"""Tar shards and Parquet with embedded audio on object storage: moto's S3 server and an HTTP server honouring Range.
+"""Tar shards and Parquet with embedded audio on object storage: moto's S3 server, gcp-storage-emulator's GCS
+and an HTTP server honouring Range, all on 127.0.0.1.
 
 Items equal the local unpacked folder's; an excerpt costs a few ranged
 requests counted at the server, never a whole shard.
@@ -17,12 +18,20 @@ import pytest
 from audiotree import ExcerptConfig
 from audiotree.errors import AudioReadError
 from audiotree.index import build_index, open_index
-from audiotree.io import AudioFile, remote_file
-from audiotree.io.members import parse
+from audiotree.io import AudioFile, remote_file, storage
+from audiotree.io.members import parse, tar_url
 from audiotree.io.tar_shards import list_shard
 from audiotree.sources import create_audio_dataset
 from container_factories import RATE, add_member, flac_bytes, make_corpus
-from test_storage import SECRET, http_server, start_moto  # noqa: F401 (the servers of the storage tests)
+from test_storage import (  # noqa: F401 (the servers of the storage tests)
+    GCS_OPTIONS,
+    SECRET,
+    _FaultProxy,
+    gcs_environment,
+    http_server,
+    start_gcs_emulator,
+    start_moto,
+)
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
@@ -171,3 +180,108 @@ def test_http_truncated_shard_member_is_named_on_read(http_shards):
     with pytest.raises(AudioReadError, match=r"long2\.flac.*run past the end of the shard"):
         with AudioFile(url) as f:
             f.read(0, f.info.frames)
+
+
+# ------------------------------------------------------------------ GCS: the emulator behind a counting proxy
+
+
+@pytest.fixture(scope="module")
+def gcs_corpus(tmp_path_factory):
+    """The container corpus, local and in gs://shapes/shards (gcp-storage-emulator on 127.0.0.1), plus a
+    shard of three 20 s members; gcsfs reaches the emulator through a proxy that logs every request."""
+    local = make_corpus(tmp_path_factory.mktemp("gcsshapes"), files=8, per_shard=2)
+    server, port = start_gcs_emulator("shapes")
+    proxy = _FaultProxy(port, every=0)
+    with pytest.MonkeyPatch.context() as mp:
+        try:
+            gcs_environment(mp, f"http://127.0.0.1:{proxy.port}")
+            import gcsfs  # after gcs_environment, which sets a variable gcsfs reads on import
+
+            fs = gcsfs.GCSFileSystem(**GCS_OPTIONS)
+            for path in sorted(local["shards"].iterdir()):
+                fs.pipe(f"shapes/shards/{path.name}", path.read_bytes())
+            fs.pipe("shapes/long/shard.tar", _long_shard())
+            yield {"local": local, "proxy": proxy, "options": dict(GCS_OPTIONS)}
+        finally:
+            import gcsfs
+
+            gcsfs.GCSFileSystem.clear_instance_cache()
+            proxy.stop()
+            server.stop()
+
+
+def _long_shard() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(3):
+            add_member(tar, f"long{i}.flac", flac_bytes(20.0, 40 + i))
+            add_member(tar, f"long{i}.json", json.dumps({"k": i}).encode())
+    return buf.getvalue()
+
+
+def _gcs_shards(local) -> str:
+    return f"gs://shapes/shards/train-{{000000..{local['num_shards'] - 1:06d}}}.tar"
+
+
+def _local_shards(local) -> str:
+    return str(local["shards"] / f"train-{{000000..{local['num_shards'] - 1:06d}}}.tar")
+
+
+def _requests(proxy) -> list:
+    with proxy.lock:
+        return list(proxy.log)
+
+
+def _forget_requests(proxy) -> None:
+    with proxy.lock:
+        proxy.log.clear()
+
+
+def test_gcs_shards_equal_the_same_shards_locally(gcs_corpus):
+    local, options = gcs_corpus["local"], gcs_corpus["options"]
+    build = dict(sample_rate=RATE, duration=0.5, num_epochs=2, shuffle_seed=4)
+    remote = create_audio_dataset(sources=_gcs_shards(local), storage_options=options, **build)
+    assert all(parse(x.filepath[0]).container.startswith("gs://shapes/shards/train-")
+               for x in itertools.islice(iter(remote.to_iter_dataset(SYNC)), 3))
+    waves = [np.asarray(x.waveform) for x in remote.to_iter_dataset(SYNC)]  # 0 workers
+    _same(waves, _waves(create_audio_dataset(sources=_local_shards(local), **build)))
+    _same(waves, _waves(create_audio_dataset(sources=str(local["unpacked"]), **build)))
+    assert all(np.abs(w).max() > 0 for w in waves)
+
+
+def test_gcs_index_over_brace_shards_equals_the_local_index(gcs_corpus, tmp_path):
+    local, options = gcs_corpus["local"], gcs_corpus["options"]
+    waves = {}
+    for where, source in (("gcs", _gcs_shards(local)), ("local", _local_shards(local))):
+        out = tmp_path / f"{where}.parquet"
+        build_index(source, out, executor="serial", show_progress=False, storage_options=options)
+        ds = create_audio_dataset(index=out, sample_rate=RATE, duration=0.25, num_epochs=1, shuffle_seed=2,
+                                  excerpt=ExcerptConfig(strategy="loudest"), storage_options=options)
+        waves[where] = [np.asarray(x.waveform) for x in ds.to_iter_dataset(SYNC)]
+    _same(waves["gcs"], waves["local"])
+    ix = open_index(tmp_path / "gcs.parquet", columns="all")
+    assert len(ix) == 8 and all(parse(p).container.startswith("gs://shapes/shards/train-") for p in ix.paths())
+    assert ix.table.column("speaker").to_pylist()[:3] == ["spk0", "spk1", "spk2"]  # sidecars, by ranged reads
+
+
+def test_gcs_shard_excerpt_costs_few_requests_and_bytes(gcs_corpus):
+    proxy, options = gcs_corpus["proxy"], gcs_corpus["options"]
+    shard = "gs://shapes/long/shard.tar"
+    with storage.use_storage_options(options):
+        _forget_requests(proxy)
+        listing = list_shard(shard)
+        listed = _requests(proxy)
+        member = next(m for m in listing.members if m.name == "long1.flac")
+        _forget_requests(proxy)
+        with AudioFile(tar_url(shard, member.name, member.offset, member.size)) as f:
+            got = f.read(10 * RATE, 3 * RATE)
+        read = _requests(proxy)
+    assert got.shape == (3 * RATE, 1) and np.abs(got).max() > 0
+    shard_bytes = len(_long_shard())
+    assert sum(n for *_, n in listed) < shard_bytes / 10, listed  # the listing reads headers, not the shard
+    excerpt_bytes = member.size * 3 / 20
+    print(f"{len(read)} requests, {sum(n for *_, n in read)} bytes for a {excerpt_bytes:.0f}-byte excerpt: {read}")
+    assert len(read) <= 3, read
+    assert sum(n for *_, n in read) <= 2 * excerpt_bytes + remote_file.MIN_WINDOW, read

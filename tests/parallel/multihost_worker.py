@@ -32,7 +32,12 @@ def main() -> None:
                                initialization_timeout=120)
     assert (jax.process_index(), jax.process_count()) == (process_id, 2)
 
-    from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset, shard_dataset
+    from audiotree.sources import (
+        create_audio_dataset,
+        create_balanced_audio_dataset,
+        create_windowed_audio_dataset,
+        shard_dataset,
+    )
 
     common = dict(duration=0.25, sample_rate=8000, shuffle_seed=5)
     report: dict = {"process_index": jax.process_index()}
@@ -44,6 +49,13 @@ def main() -> None:
         epoch = create_audio_dataset([speech, music], num_epochs=1, **common)
         mine = shard_dataset(epoch, grain.sharding.ShardByJaxProcess())
         report["epoch"] = [digest(t) for t in mine.to_iter_dataset()]
+        # By container: each process reads only its own files of every group, and mixes both groups.
+        by_files = create_balanced_audio_dataset({"speech": [speech], "music": [music]}, num_epochs=1,
+                                                 shard_options=grain.sharding.ShardByJaxProcess(), **common)
+        report["by_container"] = [digest(by_files[k]) for k in range(len(by_files))]
+        windows = create_windowed_audio_dataset([speech, music], duration=0.25, sample_rate=8000,
+                                                shard_options=grain.sharding.ShardByJaxProcess())
+        report["windows"] = sorted({windows[k].filepath[0] for k in range(len(windows))})
         report["stream"] = [digest(share[k]) for k in range(160)]
         it = share.to_iter_dataset().__iter__()
         report["before"] = [digest(next(it)) for _ in range(7)]

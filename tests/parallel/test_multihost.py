@@ -1,7 +1,7 @@
 """Many hosts, for real: two processes joined by ``jax.distributed.initialize`` on 127.0.0.1 (CPU).
 
-Each reads its share through ``ShardByJaxProcess``: the shares are disjoint and
-together complete, each host's stream keeps the group weights, and a per-host
+Each reads its share through ``ShardByJaxProcess`` (by item with ``shard_dataset``, and by
+file with the builders' ``shard_options=``): the shares are disjoint and together complete, each host's stream keeps the group weights, and a per-host
 checkpoint restored in fresh processes continues exactly where it was taken.
 """
 
@@ -56,6 +56,14 @@ def test_two_jax_processes_read_disjoint_complete_balanced_resumable_shares(corp
     read = [sorted(item[0] for item in r["epoch"]) for r in first]
     assert not set(read[0]) & set(read[1]) and sorted(read[0] + read[1]) == files
     assert abs(len(read[0]) - len(read[1])) <= 1
+
+    # shard_options=ShardByJaxProcess(): each process gets its own files of every group, both groups mixed.
+    for group in ("speech", "music"):
+        mine = [{item[0] for item in r["by_container"] if item[1] == group} for r in first]
+        assert mine[0] and mine[1] and not mine[0] & mine[1]
+        assert sorted(mine[0] | mine[1]) == sorted(str(p) for p in find_audio_files(corpus[group]))
+    windows = [set(r["windows"]) for r in first]
+    assert not windows[0] & windows[1] and sorted(windows[0] | windows[1]) == files
 
     # The endless balanced stream: host h's k-th item is item h + 2k of the unsharded dataset ...
     common = dict(duration=0.25, sample_rate=8000, shuffle_seed=5)

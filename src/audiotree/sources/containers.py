@@ -35,7 +35,8 @@ from audiotree.io import storage
 from audiotree.io.members import parquet_url, tar_url
 
 __all__ = ["expand_braces", "is_container", "expand_container", "ContainerItems", "SIDECAR_EXTENSIONS",
-           "label_rows", "host_share"]
+           "label_rows", "host_share", "host_items",
+           "check_shard_options"]
 
 #: Member extensions read as labels of the audio member with the same key.
 SIDECAR_EXTENSIONS = ("json", "txt", "cls")
@@ -253,31 +254,58 @@ def _unit(path: str) -> tuple:
     return (ref.container,) if ref.kind == "tar" else (ref.container, ref.offset)
 
 
-def host_share(paths: Any, shard_options: Any) -> list[int]:
+def check_shard_options(shard_options: Any) -> tuple[int, int]:
+    """``(shard_index, shard_count)`` of a ``grain.sharding.ShardOptions``; a clear error for anything else."""
+    try:
+        index, count = int(shard_options.shard_index), int(shard_options.shard_count)
+    except (AttributeError, TypeError, ValueError):
+        raise TypeError("shard_options must be a grain.sharding.ShardOptions (e.g. ShardOptions(host, hosts) or "
+                        f"ShardByJaxProcess()), got {shard_options!r}.") from None
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard_index must be in [0, shard_count), got {index} of {count}.")
+    return index, count
+
+
+def host_share(paths: Any, shard_options: Any, *, what: str = "the sources") -> list[int]:
     """Positions of ``paths`` that host ``shard_index`` of ``shard_count`` reads: whole shards / row groups.
 
     Units (a tar shard, a Parquet row group, a plain file) are dealt round
     robin in the order they first appear, so each host opens only its own
     1/``shard_count`` of the containers. With ``drop_remainder=True`` every
-    host keeps the same number of items (the smallest share's).
+    host keeps the same number of items (the smallest share's). ``what``
+    names the items in the error raised when a host would get none.
 
     >>> import types
     >>> urls = [f"tar://{k}.flac?offset={512 * k}&size=1::s-{k // 2}.tar" for k in range(6)]
     >>> host_share(urls, types.SimpleNamespace(shard_index=1, shard_count=2))
     [2, 3]
     """
-    index, count = int(shard_options.shard_index), int(shard_options.shard_count)
-    if count < 1 or not 0 <= index < count:
-        raise ValueError(f"shard_index must be in [0, shard_count), got {index} of {count}.")
+    index, count = check_shard_options(shard_options)
     order: dict[tuple, int] = {}
     shares: list[list[int]] = [[] for _ in range(count)]
     for i, path in enumerate(paths):
         unit = order.setdefault(_unit(path), len(order))
         shares[unit % count].append(i)
     if not shares[index]:
-        raise ValueError(f"Host {index} of {count} gets no items: the sources hold only {len(order)} shard(s), "
-                         "row group(s) or file(s). Use fewer hosts, or shard by item (shard_dataset).")
+        raise ValueError(f"Host {index} of {count} gets no items: there are only {len(order)} shard(s), row "
+                         f"group(s) or file(s) in {what}. Use at most {len(order)} hosts, or shard by item "
+                         "(shard_dataset).")
     mine = shares[index]
     if getattr(shard_options, "drop_remainder", False):
         mine = mine[: min(len(s) for s in shares)]
     return mine
+
+
+def host_items(items: Any, shard_options: Any, *, what: str = "the sources") -> Any:
+    """This host's share (:func:`host_share`) of a list of paths, or of index rows (anything with ``take`` and
+    ``paths``, such as :class:`~audiotree.sources.indexed.IndexRows`); ``shard_options=None`` keeps them all.
+
+    >>> import types
+    >>> host_items(["a.flac", "b.flac", "c.flac"], types.SimpleNamespace(shard_index=0, shard_count=2))
+    ['a.flac', 'c.flac']
+    """
+    if shard_options is None:
+        return items
+    if hasattr(items, "take") and hasattr(items, "paths"):
+        return items.take(host_share(items.paths, shard_options, what=what))
+    return [items[i] for i in host_share(items, shard_options, what=what)]

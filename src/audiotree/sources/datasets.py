@@ -21,6 +21,7 @@ import grain
 from audiotree.excerpt import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.common import building_with_storage_options, check_common, probe_channels, resolve_files
+from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
@@ -130,7 +131,7 @@ def create_audio_dataset(
         tar shards, Parquet row groups (and plain files) are dealt round robin,
         so a host opens only its 1/n of them; the share is then shuffled and
         read as usual. For item sharding (every host samples the whole corpus)
-        apply :func:`shard_dataset` to the dataset instead; docs/storage.md
+        apply :func:`shard_dataset` to the dataset instead; docs/containers.md
         compares the two.
 
     Raises:
@@ -154,20 +155,14 @@ def create_audio_dataset(
     if index is not None:
         rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
                                         max_duration=max_duration, on_stale=on_stale, loudest=loudest)
-        if shard_options is not None:
-            from audiotree.sources.containers import host_share
-
-            rows = rows.take(host_share(rows.paths, shard_options))
+        rows = host_items(rows, shard_options)
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
         if not mono:
             channels = indexed.checked_channels(rows, channels)
     else:
         indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
         files = resolve_files(sources, filepaths, extensions, on_read_error=on_read_error, audio_column=audio_column)
-        if shard_options is not None:
-            from audiotree.sources.containers import host_share
-
-            files = [files[i] for i in host_share(files, shard_options)]
+        files = host_items(files, shard_options)
         if not mono and channels is None:
             channels = probe_channels(files[0])
     loader = ExcerptLoader(
@@ -246,6 +241,7 @@ def create_balanced_audio_dataset(
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
+    shard_options: Any = None,
 ) -> grain.MapDataset:
     """A weighted mix of named groups, balanced in every batch.
 
@@ -267,6 +263,14 @@ def create_balanced_audio_dataset(
       measure_lufs: meter every item of every group, ``datasets=`` groups
         included (see :func:`create_audio_dataset`).
       storage_options, audio_column: for remote groups and Parquet sources, as in :func:`create_audio_dataset`.
+      shard_options: a ``grain.sharding.ShardOptions`` (e.g. ``ShardByJaxProcess()``):
+        this host's share of *every* group's containers, dealt as in
+        :func:`create_audio_dataset` (whole tar shards, Parquet row groups,
+        plain files). Each group is split across all hosts, so every host
+        mixes every group by ``weights`` and the balance holds per host.
+        ``datasets=`` groups hold ready items and are split by item
+        (:func:`shard_dataset`); do not shard them yourself as well. A group
+        with fewer containers than hosts is an error naming the group.
       Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s
       (``excerpt=ExcerptConfig(strategy="full")`` reads whole files instead).
 
@@ -313,6 +317,8 @@ def create_balanced_audio_dataset(
     else:
         indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
     check_measure_lufs(measure_lufs)
+    if shard_options is not None:
+        check_shard_options(shard_options)
     if sources is None and datasets is None:
         raise ValueError("Pass sources= ({group: folders}) and/or datasets= ({group: MapDataset}).")
     sources = dict(sources or {})
@@ -342,11 +348,16 @@ def create_balanced_audio_dataset(
     group_weights = check_weights(weights, names)
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
-    group_files = {
-        name: range(len(group_rows[name])) if name in group_rows else resolve_files(
-            folders, None, extensions, on_read_error=on_read_error, audio_column=audio_column)
-        for name, folders in sources.items()
-    }
+    group_files: dict = {}
+    for name, folders in sources.items():
+        what = f"group {name!r}"
+        if name in group_rows:
+            group_rows[name] = host_items(group_rows[name], shard_options, what=what)
+            group_files[name] = range(len(group_rows[name]))
+        else:
+            group_files[name] = host_items(resolve_files(
+                folders, None, extensions, on_read_error=on_read_error, audio_column=audio_column),
+                shard_options, what=what)
     if window is None and not mono and channels is None and group_files:
         first = next(iter(group_files))
         channels = indexed.first_channels(group_rows[first]) if first in group_rows else \
@@ -382,6 +393,8 @@ def create_balanced_audio_dataset(
     for name, ds in datasets.items():
         if not isinstance(ds, grain.MapDataset):
             raise TypeError(f"datasets[{name!r}] must be a grain.MapDataset, got {type(ds).__name__}.")
+        if shard_options is not None:
+            ds = shard_dataset(ds, shard_options)
         parts.append(ds.map(StampSource(name)))
 
     mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"))
@@ -393,6 +406,28 @@ def create_balanced_audio_dataset(
     return AudioMapDataset(mixed, item_bytes=item_bytes)
 
 
+class _EndlessShare(grain.MapDataset):
+    """Items ``index, index + count, ...`` of an endless ``parent``, endless itself (``len == sys.maxsize``),
+    so a mix still sees it as endless (a plain slice would claim ``sys.maxsize // count`` items)."""
+
+    def __init__(self, parent: grain.MapDataset, index: int, count: int):
+        super().__init__(parent)
+        self._index, self._count = int(index), int(count)
+
+    def __len__(self) -> int:
+        return sys.maxsize
+
+    def __str__(self) -> str:
+        return f"EndlessShare({self._index} of {self._count})"
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        if index < 0:
+            index += sys.maxsize
+        return self._parent[self._index + int(index) * self._count]
+
+
 def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapDataset:
     """Host ``i`` of ``n``'s share of a dataset: items ``i, i + n, i + 2n, ...``.
 
@@ -400,8 +435,17 @@ def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapD
     ``ShardByJaxProcess()``, the default, which reads ``jax.process_index()``
     and ``jax.process_count()``). Shares are disjoint and together complete; with
     ``drop_remainder=True`` every host gets the same number of items of a finite
-    dataset. Apply it before ``to_iter_dataset``; the per-index RNG keeps each
-    item identical to the unsharded dataset's.
+    dataset. An endless dataset (``len == sys.maxsize``) gives an endless share.
+    Apply it before ``to_iter_dataset``; the per-index RNG keeps each item
+    identical to the unsharded dataset's.
+
+    >>> import sys, grain
+    >>> share = shard_dataset(grain.MapDataset.range(7), grain.sharding.ShardOptions(1, 3))
+    >>> list(share)
+    [1, 4]
+    >>> endless = shard_dataset(grain.MapDataset.range(7).repeat(), grain.sharding.ShardOptions(1, 3))
+    >>> len(endless) == sys.maxsize, [endless[k] for k in range(4)]
+    (True, [1, 4, 0, 3])
     """
     if shard_options is None:
         shard_options = grain.sharding.ShardByJaxProcess()
@@ -409,9 +453,12 @@ def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapD
     if not 0 <= index < count:
         raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
     length = len(ds)
-    if getattr(shard_options, "drop_remainder", False) and length < sys.maxsize:
-        ds = ds[: (length // count) * count]
-    sharded = ds[index::count]
+    if length >= sys.maxsize:
+        sharded = _EndlessShare(ds, index, count)
+    else:
+        if getattr(shard_options, "drop_remainder", False):
+            ds = ds[: (length // count) * count]
+        sharded = ds[index::count]
     if isinstance(ds, AudioMapDataset) and not isinstance(sharded, AudioMapDataset):
         sharded = AudioMapDataset(sharded, item_bytes=ds.item_bytes)
     return sharded

@@ -41,6 +41,7 @@ from audiotree.io.excerpt import OffsetPastEndError
 from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
 from audiotree.sources.common import building_with_storage_options, check_common, resolve_files
+from audiotree.sources.containers import host_items
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.indexed import (
@@ -548,6 +549,7 @@ def create_windowed_audio_dataset(
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
+    shard_options: Any = None,
 ) -> grain.MapDataset:
     """Excerpts sampled by window of the files, weighted by length (see the module docstring).
 
@@ -577,6 +579,13 @@ def create_windowed_audio_dataset(
         ``lufs=None`` unless ``measure_lufs=True``).
       storage_options, audio_column: as in :func:`create_audio_dataset` (tar
         shards and Parquet files with audio are sources too).
+      shard_options: a ``grain.sharding.ShardOptions`` (e.g.
+        ``ShardByJaxProcess()``): this host's share of the files, dealt as in
+        :func:`create_audio_dataset` (whole tar shards, Parquet row groups,
+        plain files) *before* the windows are planned, so a host probes,
+        checks against the loudness cache and reads only its own files, and
+        its slots weight only them by length. For one global slot order split
+        by item apply :func:`~audiotree.sources.shard_dataset` instead.
 
     Raises:
       ValueError: a bad argument, a cache built for another rate/mono setting, a
@@ -605,10 +614,11 @@ def create_windowed_audio_dataset(
     if index is not None:
         rows = rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
                                 max_duration=max_duration, on_stale=on_stale)
+        rows = host_items(rows, shard_options)
         files = rows.paths
     else:
         refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
-        files = resolve_files(sources, filepaths, extensions, audio_column=audio_column)
+        files = host_items(resolve_files(sources, filepaths, extensions, audio_column=audio_column), shard_options)
     ds = windowed_group_dataset(
         files, window, name=source, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed,
         excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, durations=durations,
