@@ -167,6 +167,10 @@ class RowPlan:
         """A qualifying start block (the block of :meth:`pick`)."""
         return self.pick(rng)[0]
 
+    def whole(self) -> None:
+        """Always ``None``: a whole-corpus plan keeps no reading of a whole short file (it is metered)."""
+        return None
+
     def _windows(self, block: int) -> np.ndarray:
         w, g = self.plan.window_blocks, _GATING_BLOCKS
         if w < g:
@@ -448,6 +452,17 @@ class ProfileRowPlan:
 
     def draw(self, rng: np.random.Generator) -> int:
         return self.pick(rng)[0]
+
+    def whole(self) -> tuple[float, np.ndarray] | None:
+        """:meth:`loudness` of the whole file when its one window is the whole profile (a file no longer than
+        the excerpt) and the profile describes the item's mix; else ``None``.
+
+        BS.1770 gates complete 400 ms blocks on a 100 ms grid, so the meter of
+        such a file drops the same trailing partial block as its profile.
+        """
+        if not self.keep_profiles or self.window_blocks != self.profile.size:
+            return None
+        return self.loudness(0)
 
     def loudness(self, block: int) -> tuple[float, np.ndarray]:
         """Profile loudness of the window at ``block``: (gated LUFS as float32, its 400 ms windows' LUFS)."""

@@ -210,3 +210,22 @@ def test_a_store_closes_the_files_it_opened(small_index, tmp_path):
         with pytest.raises(OSError):
             os.fstat(fd)
     assert len(rows) > 0
+
+
+def test_a_file_shorter_than_the_excerpt_takes_its_lufs_from_the_profile(tmp_path):
+    from audiotree.dsp.loudness import integrated_loudness
+    from audiotree.excerpt_search import ProfileRowPlan
+
+    short = _write(tmp_path / "s" / "short.wav", 1.3, seed=7, group="music")
+    out = tmp_path / "short.parquet"
+    build_index(os.path.dirname(short), out, executor="serial", show_progress=False)
+    ds = create_audio_dataset(index=out, duration=3.0, sample_rate=RATE, excerpt=ExcerptConfig(strategy="loudest"))
+    item = ds[0]
+    profile = open_index(out, columns="all").profile(0)
+    reading = ProfileRowPlan(profile, duration=3.0, cutoff=-70.0, keep_profiles=True).whole()
+    # The profile's reading, not a meter pass; and the meter agrees with it (BS.1770 drops the same partial block).
+    assert float(item.lufs[0]) == reading[0]
+    np.testing.assert_allclose(item.lufs_windows[0, :reading[1].size], reading[1], atol=1e-6)
+    data, _ = soundfile.read(short, dtype="float32")
+    assert abs(integrated_loudness(data[None], RATE) - reading[0]) < 0.01
+    assert item.waveform.shape == (1, 1, 3 * RATE)
