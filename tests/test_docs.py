@@ -37,7 +37,7 @@ _NOT_YET = re.compile(r"landing separately|will land|lands later|coming soon|not
 
 
 def test_no_page_announces_a_feature_as_still_to_come():
-    pages = [*sorted(DOCS_DIR.glob("*.md")), REPO_ROOT / "README.md"]
+    pages = [*sorted(DOCS_DIR.glob("*.md")), REPO_ROOT / "README.md", REPO_ROOT / "CONTRIBUTING.md"]
     found = [
         f"{page.name}:{n}: {line.strip()}"
         for page in pages
@@ -45,6 +45,13 @@ def test_no_page_announces_a_feature_as_still_to_come():
         if _NOT_YET.search(line)
     ]
     assert not found, "docs mention features as still to come:\n" + "\n".join(found)
+
+
+def test_the_contributing_map_names_every_package():
+    packages = sorted(p.parent.name for p in (REPO_ROOT / "src" / "audiotree").glob("*/__init__.py"))
+    text = (REPO_ROOT / "CONTRIBUTING.md").read_text()
+    missing = [name for name in packages if f"`audiotree.{name}`" not in text]
+    assert packages and not missing, f"CONTRIBUTING.md's package map lacks {missing}"
 
 
 def test_every_page_has_examples():
