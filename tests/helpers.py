@@ -20,6 +20,17 @@ def run_script(code: str, tmp_path: Path, *, timeout: float = 300, env: dict | N
     )
 
 
+def run_benchmark(script: str, *args: str, timeout: float = 600):
+    """Runs ``benchmarks/<script> args...`` with this checkout's ``src`` first on the path; returns the
+    CompletedProcess (output captured as text)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(repo / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, str(repo / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
 def run_code(code: str, *, timeout: float = 120) -> str:
     """Runs ``python -c code`` in a fresh interpreter; asserts it succeeds and returns its stdout."""
     import subprocess

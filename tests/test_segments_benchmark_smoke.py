@@ -7,13 +7,11 @@ rows, sane efficiencies, and our shapes within the configured bucket count.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_benchmark
 
 REPO = Path(__file__).resolve().parent.parent
 LHOTSE = REPO / "benchmarks" / ".venv-lhotse" / "bin" / "python"
@@ -24,12 +22,8 @@ LHOTSE = REPO / "benchmarks" / ".venv-lhotse" / "bin" / "python"
 def test_segments_benchmark_quick(tmp_path):
     out = tmp_path / "report.md"
     out.write_text("# Benchmarks\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "bucketing_segments.py"), "--quick", "--format", "wav",
-         "--items", "100", "--lhotse-python", str(LHOTSE), "--out", str(out)],
-        capture_output=True, text=True, timeout=900, env=env,
-    )
+    proc = run_benchmark("bucketing_segments.py", "--quick", "--format", "wav", "--items", "100",
+                         "--lhotse-python", str(LHOTSE), "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split("|") for line in out.read_text().splitlines() if re.match(r"\| WAV \| 8 ", line)]
     assert [r[4].strip() for r in rows] == ["ours", "lhotse"]

@@ -7,13 +7,11 @@ asserted; the report must hold both samplers' rows with sane efficiencies.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 LHOTSE = REPO / "benchmarks" / ".venv-lhotse" / "bin" / "python"
@@ -24,12 +22,8 @@ LHOTSE = REPO / "benchmarks" / ".venv-lhotse" / "bin" / "python"
 def test_bucketing_benchmark_quick(tmp_path):
     out = tmp_path / "report.md"
     out.write_text("# Benchmarks\n\nkept\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "bucketing.py"), "--quick", "--items", "600", "--buckets", "8",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env=env,
-    )
+    proc = run_benchmark("bucketing.py", "--quick", "--items", "600", "--buckets", "8", "--out", str(out),
+                         timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = out.read_text()
     assert report.startswith("# Benchmarks\n\nkept\n")  # the rest of the file is left alone

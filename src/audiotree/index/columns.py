@@ -265,7 +265,7 @@ class ColumnStore:
         names, inverse = np.unique(values[finite], return_inverse=True)
         codes = np.full(values.shape, -1, np.int32)
         codes[finite] = inverse
-        return codes, [str(v.item()) if hasattr(v, "item") else str(v) for v in names]
+        return codes, [str(v) for v in names.tolist()]
 
     # --------------------------------------------------------- selections
     def save_selection(self, rows: np.ndarray) -> str:
@@ -311,18 +311,16 @@ class ColumnStore:
 
     def extra(self, name: str) -> np.ndarray:
         """A kept derived array (one value per row), read into memory."""
-        try:
-            out = np.load(os.path.join(self.directory, name + ".npy"), allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise _damaged(self.directory, f"{name}.npy cannot be read ({exc})") from None
+        out = self._derived(name)
         if out.shape[:1] != (len(self),):
             raise _damaged(self.directory, f"{name}.npy has {out.shape[:1]} rows, the index {len(self)}")
         return out
 
     def save_extra(self, name: str, array: np.ndarray) -> np.ndarray:
         """Keeps ``array`` (one value per row, derived from the columns) for later processes; returns it."""
-        _save_atomic(os.path.join(self.directory, name + ".npy"), np.ascontiguousarray(array))
-        return self.extra(name)
+        array = np.ascontiguousarray(array)
+        _save_atomic(os.path.join(self.directory, name + ".npy"), array)
+        return array
 
     def has_ragged(self, name: str) -> bool:
         """True when ragged per-row values ``name`` (see :meth:`save_ragged`) were kept in the store."""
@@ -345,9 +343,10 @@ class ColumnStore:
         if offsets.shape != (len(self) + 1,) or int(offsets[-1]) != len(values):
             raise ValueError(f"ragged values need {len(self) + 1} offsets ending at {len(values)}.")
         # The values first: a reader that finds the offsets finds the values they bound.
-        _save_atomic(os.path.join(self.directory, name + ".values.npy"), np.ascontiguousarray(values))
+        values = np.ascontiguousarray(values)
+        _save_atomic(os.path.join(self.directory, name + ".values.npy"), values)
         _save_atomic(os.path.join(self.directory, name + ".offsets.npy"), offsets)
-        return self.ragged(name)
+        return offsets, values
 
     def save_derived(self, prefix: str, arrays: dict[str, np.ndarray]) -> str:
         """Keeps ``arrays`` (any lengths: a slot plan) once, named by ``prefix`` and their content; returns the name.

@@ -125,32 +125,45 @@ class IndexRows:
 
     def path(self, i: int) -> str:
         """Row ``i``'s file as a usable path (joined to the index's root)."""
-        stored = self.store.string("path", self.row(i))
-        root = self.store.root
-        return stored if root is None else os.path.join(root, stored)
+        return self._path_of(self.row(i))
 
     def group(self, i: int) -> str | None:
-        code = int(self.store.value("group.codes", self.row(i)))
-        return None if code < 0 else self.store.manifest["groups"][code]
+        return self._group_of(self.row(i))
 
     def window(self, i: int) -> tuple[float, float] | None:
         """Row ``i``'s read window: its segment's ``(start, end)`` seconds, or ``None`` (the whole file)."""
+        return self._window_of(self.row(i))
+
+    # Per store row ``r``: what an item looks up once it has resolved its position (IndexedLoader).
+    def _path_of(self, r: int) -> str:
+        stored = self.store.string("path", r)
+        root = self.store.root
+        return stored if root is None else os.path.join(root, stored)
+
+    def _group_of(self, r: int) -> str | None:
+        code = int(self.store.value("group.codes", r))
+        return None if code < 0 else self.store.manifest["groups"][code]
+
+    def _window_of(self, r: int) -> tuple[float, float] | None:
         if not self.store.has("window"):
             return None
-        start, end = self.store.value("window", self.row(i))
+        start, end = self.store.value("window", r)
         return None if start != start else (float(start), float(end))  # NaN: a whole-file row
 
     # ------------------------------------------------------------ loudest
     def loudest_row(self, i: int):
-        """Row ``i``'s ``loudest`` plan (a :class:`~audiotree.excerpt_search.RowPlan`), or ``None``.
+        """Row ``i``'s ``loudest`` plan (a :class:`~audiotree.excerpt_search.ProfileRowPlan`), or ``None``.
 
         ``None`` without ``loudest`` or when the row has no profile (then
         ``loudest`` searches the file). Computed from the row's profile alone:
         the same plan a whole-corpus plan would hold for it.
         """
+        return self._plan_of(self.row(i))
+
+    def _plan_of(self, r: int):
         if self.loudest is None:
             return None
-        profile = self.store.profile(self.row(i))
+        profile = self.store.profile(r)
         if profile is None or profile.size == 0:
             return None
         from audiotree.excerpt_search import ProfileRowPlan
@@ -166,35 +179,44 @@ class IndexRows:
 
     # ---------------------------------------------------------- staleness
     def stale_reason(self, i: int) -> str | None:
-        from audiotree.index.freshness import stale_reason
-
         r = self.row(i)
-        return stale_reason(self.path(i), int(self.store.value("size", r)), int(self.store.value("mtime_ns", r)))
+        return self._stale_of(r, self._path_of(r))
 
     def check(self, i: int, on_stale: str) -> bool:
         """False when row ``i``'s file changed and ``on_stale='skip'``; raises for ``'error'``."""
-        reason = None if on_stale == "trust" else self.stale_reason(i)
+        r = self.row(i)
+        return self._verdict(r, self._path_of(r), on_stale)[0]
+
+    def _stale_of(self, r: int, path: str) -> str | None:
+        from audiotree.index.freshness import stale_reason
+
+        return stale_reason(path, int(self.store.value("size", r)), int(self.store.value("mtime_ns", r)))
+
+    def _verdict(self, r: int, path: str, on_stale: str) -> tuple[bool, str | None]:
+        """(read the item?, why its file changed or ``None``) under ``on_stale``; raises for ``'error'``."""
+        reason = None if on_stale == "trust" else self._stale_of(r, path)
         if reason is None or on_stale == "reprobe":
-            return True
+            return True, reason
         if on_stale == "skip":
-            return False
+            return False, reason
         from audiotree.index.reader import StaleFileError, stale_message
 
-        path = self.path(i)
         raise StaleFileError(stale_message(path, reason, self.index_path, self.refresh), path)
 
     def decorate(self, tree: Any, i: int, *, stamp_group: bool) -> Any:
         """``tree`` with row ``i``'s labels in ``extras`` (and its group as ``source``)."""
+        return self._decorate_row(tree, self.row(i), stamp_group=stamp_group)
+
+    def _decorate_row(self, tree: Any, r: int, *, stamp_group: bool) -> Any:
         if tree is None:
             return None
-        r = self.row(i)
         if self.labels:
             tree = tree.replace_extras(**{name: self.store.label_leaf(name, r) for name in self.labels})
         if stamp_group:
             from audiotree.provenance import encode_strings
 
             metadata = dict(tree._metadata)
-            metadata["source"] = encode_strings([self.group(i) or ""])
+            metadata["source"] = encode_strings([self._group_of(r) or ""])
             tree = tree.replace(_metadata=metadata)
         return tree
 
@@ -256,24 +278,24 @@ class IndexedLoader(grain.transforms.RandomMap):
         return call_with_storage_options(getattr(self.loader, "storage_options", None), self._read, element, rng)
 
     def _read(self, element: Any, rng: np.random.Generator):
+        rows = self.rows
+        slot = int(element)
+        i = self.loader.slots.at(slot)[0] if self.by_slot else slot
+        # One item, one row: resolved, and its path read, once.
+        r = rows.row(i)
+        path = rows._path_of(r)
+        keep, reason = rows._verdict(r, path, self.on_stale)
+        if not keep:
+            return None
         if self.by_slot:
-            slot = int(element)
-            i = self.loader.slots.at(slot)[0]
-            if not self.rows.check(i, self.on_stale):
-                return None
-            reprobe = self.on_stale == "reprobe" and self.rows.stale_reason(i) is not None
-            tree = self.loader.read_slot(slot, rng, reprobe=reprobe)
+            tree = self.loader.read_slot(slot, rng, reprobe=reason is not None)
         else:
-            i = int(element)
-            if not self.rows.check(i, self.on_stale):
-                return None
-            plan = self.rows.loudest_row(i)
-            window = self.rows.window(i)
+            plan, window = rows._plan_of(r), rows._window_of(r)
             if window is None:
-                tree = self.loader.read(self.rows.path(i), rng, plan)
+                tree = self.loader.read(path, rng, plan)
             else:
-                tree = self.loader.read(self.rows.path(i), rng, plan, window=window)
-        return self.rows.decorate(tree, i, stamp_group=self.stamp_group)
+                tree = self.loader.read(path, rng, plan, window=window)
+        return rows._decorate_row(tree, r, stamp_group=self.stamp_group)
 
 
 def _check_filters(min_duration: Any, max_duration: Any) -> None:
