@@ -1,10 +1,13 @@
 """The Ray backend of ``executor="ray"`` (the ``audiotree[ray]`` extra).
 
 Ray is imported only here, and only when a job asks for it. Each chunk is one
-Ray task needing one CPU. The function is put in the object store once and
-shared by every task. Tasks are submitted in a window of ``4 x cluster CPUs``,
-so the driver holds a bounded number of results; ``ray.wait`` hands each
-finished one back as it completes, so progress reaches the driver per chunk.
+Ray task needing one CPU, placed with Ray's ``SPREAD`` strategy: chunks are
+independent, so every node takes its share from the start instead of the
+driver's node taking them all while the other nodes start their workers. The
+function is put in the object store once and shared by every task. Tasks are
+submitted in a window of ``4 x cluster CPUs``, so the driver holds a bounded
+number of results; ``ray.wait`` hands each finished one back as it completes,
+so progress reaches the driver per chunk.
 
 Faults: a task whose worker process dies (killed, out of memory, node lost)
 is re-run by Ray up to ``max_retries`` times. Tasks must therefore be
@@ -52,7 +55,7 @@ class RayRunner(Runner):
         self.max_retries = int(max_retries)
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._task = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(_call).options(
-            name=TASK_NAME)
+            name=TASK_NAME, scheduling_strategy="SPREAD")
 
     @classmethod
     @contextlib.contextmanager
