@@ -53,19 +53,22 @@ def _list_array(values: Sequence, missing: Sequence[bool], dtype=np.int16):
                                     mask=pa.array(list(missing), type=pa.bool_()))
 
 
-def current_table(table):
+def current_table(table, *, before_seek_points: bool = False):
     """The base columns of ``table`` (an index's or a part file's) in this version's schema.
 
     A format 1.0 ``list<float32>`` profile column is encoded to int16 (vectorised
     over the column); everything else is cast (Parquet names a list's child
     "element", Arrow "item": a resumed build must write the same bytes as an
-    uninterrupted one).
+    uninterrupted one). Rows from before format 1.2 (``before_seek_points``, or
+    a table without the column) get :func:`_unknown_seek_points`.
     """
     pa = require_pyarrow()
     from audiotree.index.profile import encode_profile
 
+    if before_seek_points and "seek_points" in table.column_names:  # (the reader's nulls for an older index)
+        table = table.drop_columns(["seek_points"])
     if "seek_points" not in table.column_names:  # an index or part written before format 1.2
-        table = table.append_column("seek_points", pa.nulls(table.num_rows, pa.list_(pa.int64())))
+        table = table.append_column("seek_points", _unknown_seek_points(table))
     table = table.select(BASE_NAMES)
     column = table.column("profile")
     if pa.types.is_floating(column.type.value_type):
@@ -77,6 +80,23 @@ def current_table(table):
                                           pa.array(encoded, type=pa.int16()), mask=column.is_null())
         table = table.set_column(BASE_NAMES.index("profile"), "profile", column)
     return table.cast(arrow_schema())
+
+
+def _unknown_seek_points(table):
+    """The ``seek_points`` of rows written before format 1.2: ``[]`` (not known) for readable FLAC rows, else null.
+
+    No build writes an empty table (a FLAC file has a table of at least one
+    point, or null), so :func:`audiotree.index._reuse.reusable` reads ``[]`` as
+    "read this file again": an update gives those rows their tables, and the
+    index is what a fresh build writes.
+    """
+    pa = require_pyarrow()
+    import pyarrow.compute as pc
+
+    flac = pc.and_(pc.equal(table.column("container"), "FLAC"), table.column("readable"))
+    missing = pc.invert(pc.fill_null(flac, False)).combine_chunks() if table.num_rows else pa.array([], pa.bool_())
+    offsets = pa.array(np.zeros(table.num_rows + 1, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array([], type=pa.int64()), mask=missing)
 
 
 def write_parquet(table, target: str) -> None:
