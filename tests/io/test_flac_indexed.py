@@ -107,6 +107,27 @@ def test_a_seektable_gives_points_from_the_header_alone():
     assert len(seek_points(sparse)) == len(scanned)  # the frames are scanned instead
 
 
+def test_a_headers_only_build_keeps_a_seektable_and_scans_nothing(tmp_path):
+    from audiotree.index import build_index, open_index
+
+    data = _flac(12, 16000, 1)
+    scanned = seek_points(data)
+    (tmp_path / "audio").mkdir()
+    (tmp_path / "audio" / "table.flac").write_bytes(_with_seektable(data, scanned))
+    (tmp_path / "audio" / "plain.flac").write_bytes(data)
+    for loudness in (False, True):
+        out = tmp_path / f"idx-{loudness}.parquet"
+        build_index(str(tmp_path / "audio"), out, loudness=loudness, executor="serial", show_progress=False)
+        rows = {r["path"].rsplit("/", 1)[-1]: r["seek_points"]
+                for r in open_index(out, columns=["path", "seek_points"]).table.to_pylist()}
+        moved = scanned + [0, len(_with_seektable(data, scanned)) - len(data)]
+        assert np.array_equal(np.asarray(rows["table.flac"]).reshape(-1, 2), moved)
+        if loudness:  # every byte is read: the frames are scanned
+            assert np.array_equal(np.asarray(rows["plain.flac"]).reshape(-1, 2), scanned)
+        else:
+            assert rows["plain.flac"] is None
+
+
 def test_every_point_found_is_a_frame_start(tmp_path):
     """Noise at full scale (sync codes abound in its frames): a read from every point matches the decode."""
     rng = np.random.default_rng(3)
