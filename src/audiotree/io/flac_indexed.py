@@ -239,10 +239,10 @@ class FlacSeekFile:
         start = operator.index(start_frame)
         if start < 0:
             raise ValueError(f"start_frame must be >= 0, got {start}.")
+        if num_frames is not None and operator.index(num_frames) < 0:
+            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
         frames = self.info.frames
         end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
-        if num_frames is not None and num_frames < 0:
-            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
         if start >= end:
             return np.empty((0, self.info.channels), dtype=np.float32)
         points = self._points
