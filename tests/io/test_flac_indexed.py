@@ -22,6 +22,8 @@ from audiotree.excerpt import ExcerptConfig
 from audiotree.io.flac_indexed import FlacSeekFile, clear_header_cache, seek_hint
 from audiotree.io.flac_seek import header_seek_points, seek_points
 
+from test_storage import http, http_server  # noqa: F401 - the Range-honouring HTTP server fixtures
+
 pytest.importorskip("av")
 
 # (seconds, rate, channels, subtype): mono and stereo, several rates, 16 and 24 bits.
@@ -350,3 +352,24 @@ def test_a_file_replaced_since_indexing_is_caught_never_read_wrong(s3flac):
     ds = _dataset(out, excerpt=ExcerptConfig(strategy="start"), on_stale="trust")
     with pytest.raises(AudioReadError, match=r"s3://flac/swap/a\.flac.*does not match the seek table"):
         ds[0]
+
+
+def test_over_http_an_excerpt_is_one_ranged_get_after_the_header(http):
+    """A plain HTTP server honouring Range (tests/io/test_storage.py): the header once, then one GET an excerpt."""
+    data = _flac(40, 44100, 2)
+    http.objects["/flac/a.flac"] = data
+    url = f"{http.base}/flac/a.flac"
+    points = seek_points(data)
+    whole = _decoded(data)
+    clear_header_cache()
+    http.reset_counters()
+    f = FlacSeekFile(url, points, size=len(data), version=1)
+    assert http.requests == 1 and http.bytes_sent == points[0, 1]
+    share = (len(data) - points[0, 1]) * 3 / 40
+    for start in (0, 600_000, len(whole) - 3 * 44100):
+        http.reset_counters()
+        assert np.array_equal(f.read(start, 3 * 44100), whole[start:start + 3 * 44100])
+        assert http.requests == 1 and http.bytes_sent <= 1.5 * share + 64 * 1024, (http.requests, http.bytes_sent)
+    http.reset_counters()
+    FlacSeekFile(url, points, size=len(data), version=1).read(0, 10)  # the header is kept: one GET
+    assert http.requests == 1
