@@ -331,7 +331,7 @@ def build_index(
         distinct values are detected as text anyway.
       numeric_columns: label columns read as numbers even where their values
         look like identifiers (``"007"``; ``--numeric-columns``).
-      loudness: compute each file's loudness profile (decodes every file once).
+      loudness: compute each file's loudness profile (decodes every file once; FLAC seek points: ``seek_build``).
       executor: ``None``/``"process"`` (a spawn process pool of
         ``max_workers``, default one per core), ``"serial"``, or any
         ``concurrent.futures.Executor``, or ``"ray"`` (chunks as Ray tasks on the
