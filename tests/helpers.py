@@ -92,6 +92,8 @@ def index_as_format_1_0(src: Path, dst: Path, *, profiles: list | None = None) -
     column = pa.array([None if p is None else np.asarray(p, dtype=np.float32) for p in profiles],
                       type=pa.list_(pa.float32()))
     table = table.set_column(table.column_names.index("profile"), pa.field("profile", column.type), column)
+    if "seek_points" in table.column_names:  # (from format 1.2)
+        table = table.drop_columns(["seek_points"])
     meta.update(format_version=[1, 0], min_reader_version=[1, 0])
     metadata = dict(table.schema.metadata)
     metadata[b"audiotree"] = json.dumps(meta, sort_keys=True).encode()

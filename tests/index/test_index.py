@@ -121,12 +121,14 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     out, _ = built
     schema = pq.read_schema(out)
     assert schema.names == ["path", "group", "size", "mtime_ns", "container", "codec", "sample_rate", "channels",
-                            "frames", "duration", "readable", "error", "error_kind", "profile_step", "profile"]
+                            "frames", "duration", "readable", "error", "error_kind", "profile_step", "profile",
+                            "seek_points"]
     assert schema.field("profile").type == pa.list_(pa.int16())
+    assert schema.field("seek_points").type == pa.list_(pa.int64())
     assert schema.field("duration").type == pa.float64() and schema.field("size").type == pa.int64()
     meta = json.loads(pq.read_metadata(out).metadata[b"audiotree"])
-    assert meta["format"] == "audiotree-index" and meta["format_version"] == [1, 1]
-    assert meta["min_reader_version"] == [1, 1]  # a 1.0 reader cannot read int16 profiles
+    assert meta["format"] == "audiotree-index" and meta["format_version"] == [1, 2]
+    assert meta["min_reader_version"] == [1, 1]  # a 1.0 reader cannot read int16 profiles; 1.1 skips seek_points
     assert meta["loudness"] == {"enabled": True, "mono": True, "block_sec": 0.1}
     df = pd.read_parquet(out)
     assert len(df) == 6
@@ -134,6 +136,9 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     bad = df[~df.readable]
     assert len(bad) == 1 and bad.path.iloc[0].endswith("broken.wav") and "broken.wav" in bad.error.iloc[0]
     assert bad.error_kind.iloc[0] == "permanent" and df[df.readable].error_kind.isna().all()
+    # FLAC files have seek points (pairs, from sample 0), the others none.
+    assert (df.seek_points.notna() == (df.container == "FLAC")).all()
+    assert all(len(p) >= 2 and p[0] == 0 and len(p) % 2 == 0 for p in df.seek_points[df.container == "FLAC"])
     assert df.groupby("group").size().to_dict() == {"music": 3, "speech": 3}
     row = df[df.path.str.endswith("m1.wav")].iloc[0]
     assert (row.sample_rate, row.channels, row.frames, row.profile_step) == (RATE, 2, 4 * RATE, RATE // 10)

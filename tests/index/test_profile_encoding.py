@@ -124,7 +124,11 @@ def test_the_index_stores_at_most_two_bytes_a_block_and_half_of_float32(corpus, 
     assert (new_bytes - new_dictionary) / blocks <= 2.0
     assert new_bytes / blocks <= 2.25, new_bytes / blocks  # (2.08 here: the dictionary page of ~8,000 blocks)
     assert new_bytes <= 0.5 * old_bytes, (new_bytes / blocks, old_bytes / blocks)
-    assert os.path.getsize(out) <= 0.5 * os.path.getsize(old)  # the whole file, footer and other columns included
+    # The whole file, footer and other columns included (less format 1.2's seek points, which 1.0 did not have).
+    without = tmp_path / "without-seek-points.parquet"
+    table = pq.read_table(out)
+    pq.write_table(table.drop_columns(["seek_points"]), without, compression="zstd")
+    assert os.path.getsize(without) <= 0.5 * os.path.getsize(old)
 
 
 def test_every_reader_sees_the_stored_profile_within_the_bound(corpus):
@@ -154,8 +158,9 @@ def test_a_1_0_reader_is_told_to_upgrade_and_a_1_1_reader_reads_both(corpus, tmp
     # A reader of 1.0 (expecting float32 profiles) refuses the index by its header, before any column.
     with pytest.raises(ValueError, match=r"needs a reader of version >= 1\.1, but this reader is 1\.0; upgrade"):
         header.check(meta, header.INDEX, out, reader_version=(1, 0))
-    info = header.check(meta, header.INDEX, out, reader_version=(1, 1))
-    assert info.version == (1, 1) and info.strict  # unknown metadata keys are still refused
+    info = header.check(meta, header.INDEX, out, reader_version=(1, 1))  # (1.2 added a column 1.1 never reads)
+    assert info.version == (1, 2) and not info.strict  # a newer minor: its unknown metadata keys are tolerated
+    assert header.check(meta, header.INDEX, out, reader_version=(1, 2)).strict
     old = json.loads(pq.read_metadata(index_as_format_1_0(out, tmp_path / "old.parquet")).metadata[b"audiotree"])
     assert header.check(old, header.INDEX, "old", reader_version=(1, 1)).strict
     # The other formats did not move.
@@ -186,9 +191,10 @@ def test_updating_a_format_1_0_index_reuses_its_rows_and_writes_what_a_fresh_bui
     root, out = corpus
     old = index_as_format_1_0(out, tmp_path / "corpus.parquet")
     report = build_index(str(root), old, executor="serial", show_progress=False)
-    assert report.read == 0 and report.reused == report.rows == len(open_index(out))
+    # Every file is FLAC: read again for its seek points (format 1.2), so the index is a fresh build's.
+    assert report.read == report.rows == len(open_index(out)) and report.reused == 0
     meta = json.loads(pq.read_metadata(old).metadata[b"audiotree"])
-    assert meta["format_version"] == [1, 1] and meta["min_reader_version"] == [1, 1]
+    assert meta["format_version"] == [1, 2] and meta["min_reader_version"] == [1, 1]
     assert pq.read_table(old).equals(pq.read_table(out))  # the same int16 profiles as a fresh build
 
 
@@ -201,8 +207,31 @@ def test_a_build_resumes_from_format_1_0_part_files(corpus, tmp_path):
     old = pq.read_table(index_as_format_1_0(out, tmp_path / "old.parquet"))
     pq.write_table(old.slice(0, 7).replace_schema_metadata(None), parts / "part-00000000.parquet")
     report = build_index(str(root), target, executor="serial", show_progress=False)
-    assert report.resumed == 7 and report.read == report.rows - 7
+    assert report.resumed == 0 and report.read == report.rows  # FLAC rows without seek points: read again
     assert pq.read_table(target).equals(pq.read_table(out))
+
+
+def test_an_update_of_a_1_1_index_keeps_its_other_rows_and_reads_flac_ones_again(tmp_path):
+    """Before format 1.2 no row had seek points: FLAC rows are read again for theirs, WAV rows are kept."""
+    root = tmp_path / "audio"
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    for name in ("a.wav", "b.flac", "c.wav"):
+        soundfile.write(root / name, rng.standard_normal(RATE * 2).astype(np.float32) * 0.1, RATE)
+    fresh = tmp_path / "fresh.parquet"
+    build_index(str(root), fresh, executor="serial", show_progress=False)
+    table = pq.read_table(fresh)
+    meta = json.loads(table.schema.metadata[b"audiotree"])
+    meta["format_version"] = [1, 1]
+    old = tmp_path / "old.parquet"
+    pq.write_table(table.drop_columns(["seek_points"]).replace_schema_metadata(
+        {b"audiotree": json.dumps(meta).encode()}), old)
+    assert open_index(old, columns="all").table.column("seek_points").null_count == 3
+    report = build_index(str(root), old, executor="serial", show_progress=False)
+    assert (report.read, report.reused) == (1, 2)
+    assert pq.read_table(old).equals(pq.read_table(fresh))
+    again = build_index(str(root), old, executor="serial", show_progress=False)  # now 1.2: nothing to read
+    assert (again.read, again.reused) == (0, 3)
 
 
 def test_a_file_whose_loudness_overflows_is_an_unreadable_row_naming_it(tmp_path):

@@ -41,7 +41,8 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
               help="Segments of the recordings (CSV, TSV, JSONL or Parquet: path,start,end seconds, optional id "
                    "and recording, plus label columns): one index row per segment.")
 @click.option("--loudness/--no-loudness", default=True, show_default=True,
-              help="Compute each file's loudness profile (decodes every file once).")
+              help="Compute each file's loudness profile (decodes every file once; FLAC files also get seek "
+                   "points from their frames, where --no-loudness keeps only a SEEKTABLE's).")
 @click.option("--mono/--stereo", default=True, show_default=True,
               help="Profile the channel average (as mono datasets meter) or BS.1770's weighted channels.")
 @click.option("--executor", type=click.Choice(["process", "serial", "ray"]), default="process", show_default=True,

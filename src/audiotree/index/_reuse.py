@@ -2,7 +2,8 @@
 
 A row is reused, not read again, when it was built with the same row
 settings and its file is still listed with the same size and modification
-time. Rows of transient failures are always read again.
+time. Rows of transient failures are always read again, and so are FLAC
+rows written before the index had seek points (format 1.2), to get theirs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
     sizes = table.column("size").to_pylist()
     mtimes = table.column("mtime_ns").to_pylist()
     transient = [k == "transient" for k in table.column("error_kind").to_pylist()]
+    if "seek_points" in table.column_names:  # a FLAC row from before format 1.2 ([]: no table known) is read again
+        import pyarrow.compute as pc
+
+        unknown = pc.fill_null(pc.equal(pc.list_value_length(table.column("seek_points")), 0), False).to_pylist()
+        transient = [a or b for a, b in zip(transient, unknown)]
     keep = []
     for p, s, m, again in zip(paths, sizes, mtimes, transient):
         ap = stored_to_abs.get(p)

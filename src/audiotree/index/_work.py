@@ -20,7 +20,7 @@ def _empty_row(path: str, group: str | None) -> dict[str, Any]:
     return {
         "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
         "sample_rate": None, "channels": None, "frames": None, "duration": None, "readable": False,
-        "error": None, "error_kind": None, "profile_step": None, "profile": None,
+        "error": None, "error_kind": None, "profile_step": None, "profile": None, "seek_points": None,
     }
 
 
@@ -48,6 +48,7 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     file."""
     from audiotree.errors import AudioReadError
     from audiotree.index.profile import profile_step
+    from audiotree.index import seek_build
     from audiotree.io import AudioFile, storage
     from audiotree.io.members import member_stat
 
@@ -55,7 +56,12 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     try:
         # Stat before reading: a file that changes during the build then looks stale, never fresh.
         row["size"], row["mtime_ns"] = member_stat(path, storage_options=storage_options)
-        with AudioFile(path, storage_options=storage_options) as f:
+        if loudness:  # every byte is read anyway: a FLAC file's are read once, for its seek points too
+            audio, row["seek_points"] = seek_build.open_for_build(path, row["size"], storage_options)
+        else:
+            audio = AudioFile(path, storage_options=storage_options)
+            row["seek_points"] = seek_build.header_points(path, storage_options)
+        with audio as f:
             info = f.info
             row.update(
                 container=info.format, codec=info.subtype, sample_rate=int(info.sample_rate),
@@ -67,7 +73,7 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
         row["readable"] = True
     except (AudioReadError, OSError, ValueError, MemoryError) as exc:
         row["readable"] = False
-        row["profile"] = row["profile_step"] = None
+        row["profile"] = row["profile_step"] = row["seek_points"] = None
         row["error"] = _error_text(exc)
         # A storage that kept failing (resets, 503s) says nothing about the file: the next build reads it again.
         row["error_kind"] = "transient" if storage.is_transient(exc) else "permanent"

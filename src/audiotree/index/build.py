@@ -183,7 +183,7 @@ class _Parts:
         tables = []
         for name in reversed(names):
             try:
-                tables.append(current_table(pq.read_table(os.path.join(self.dir, name), columns=_BASE_NAMES)))
+                tables.append(current_table(pq.read_table(os.path.join(self.dir, name))))  # (base columns only)
             except Exception:  # a part is committed by rename, so this is outside damage: re-read its files
                 continue
         if names:
@@ -331,7 +331,7 @@ def build_index(
         distinct values are detected as text anyway.
       numeric_columns: label columns read as numbers even where their values
         look like identifiers (``"007"``; ``--numeric-columns``).
-      loudness: compute each file's loudness profile (decodes every file once).
+      loudness: compute each file's loudness profile (decodes every file once; FLAC seek points: ``seek_build``).
       executor: ``None``/``"process"`` (a spawn process pool of
         ``max_workers``, default one per core), ``"serial"``, or any
         ``concurrent.futures.Executor``, or ``"ray"`` (chunks as Ray tasks on the
@@ -508,7 +508,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         if prev_settings != settings or windows is not None:
             previous_table = None  # other settings, or segments: every row is re-read
         else:
-            previous_table = previous.table
+            previous_table = current_table(previous.table, before_seek_points=not previous.has_seek_points)
     parts = _Parts(out, settings, part_sink)
     taken: set[str] = set()
     kept = []
@@ -524,7 +524,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         if previous_table is not None:
             table = previous_table.filter(reusable(previous_table, stored_to_abs, current, taken))
             reused = table.num_rows
-            kept.append(current_table(table))  # (a format 1.0 index's float32 profiles are encoded)
+            kept.append(table)  # (current_table: a format 1.0 index's float32 profiles are encoded)
 
     todo = [(p, g) if windows is None else (p, g, windows[p]) for p, g, _ in found if p not in taken]
     stack = contextlib.ExitStack()

@@ -24,6 +24,7 @@ dtype and shape in the manifest (written as it streams):
   offsets and bytes with its dictionary codes (for grouping by it);
 - ``profile.offsets``/``profile.data``: the loudness profiles as the index
   stores them (decoded per row by :func:`audiotree.index.profile.decode_profile`);
+- ``seek.offsets``/``seek.data``: FLAC seek tables (:mod:`audiotree.index.seek_column`);
 - ``sel-DIGEST.npy``: row selections (filters, groups, host shares), named by a
   hash of their content, and derived per-row arrays (``qualifying-*.npy``), as
   ``.npy`` files that describe themselves.
@@ -533,6 +534,10 @@ def _write(ix: Any, folder: str, identity: dict) -> dict:
     pa.default_memory_pool().release_unused()
     if ix.has_profile:
         _write_profiles(ix, folder, put, arrays)
+    if ix.has_seek_points:
+        from audiotree.index.seek_column import write_seek_tables
+
+        write_seek_tables(ix, folder, put, arrays)
     return {"format": STORE_FORMAT, "index": identity, "rows": n, "root": ix.root, "groups": groups[1],
             "labels": labels, "arrays": arrays}
 

@@ -165,6 +165,11 @@ class CorpusIndex:
         return bool(self.meta["loudness"].get("enabled"))
 
     @property
+    def has_seek_points(self) -> bool:
+        """True when the index has the ``seek_points`` column (format 1.2 on; see :mod:`audiotree.index.schema`)."""
+        return tuple(self.meta.get("format_version") or (1, 0)) >= (1, 2)
+
+    @property
     def has_segments(self) -> bool:
         """True for a segment index (one row per segment of a recording; see :mod:`audiotree.index.schema`)."""
         return "start" in self.table.column_names

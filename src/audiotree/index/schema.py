@@ -26,6 +26,8 @@ column          type             meaning
                                  readable
 ``profile_step``int32 (null)     samples per profile block, ``round(0.1 * rate)``
 ``profile``     list<int16>      the loudness profile (below); null without one
+``seek_points`` list<int64>      a FLAC file's seek table (below); null for other
+                                 formats and FLAC files without one
 *labels*        string / number  the joined label columns, under their own names
 *label*``#id``  int32 (null)     a category label's ids (below)
 =============== ================ =================================================
@@ -77,6 +79,24 @@ it to 1.5 to 1.8 bytes per block on speech and music. Indexes of format 1.0 stor
 ``list<float32>`` mean squares instead; they are read as before (and an
 update rewrites them as int16).
 
+FLAC seek points
+----------------
+``seek_points`` holds ``K`` pairs flattened, ``[s0, b0, s1, b1, ...]``: the
+first sample and the byte offset (from the file's start; a tar member's from
+the member's start) of frames about one second apart, ``s0 = 0`` and ``b0`` the
+end of the header (:func:`audiotree.io.flac_seek.seek_points`). A dataset
+reading a remote FLAC file or a member of a remote shard then fetches the header
+once per worker and each excerpt with one ranged read
+(:mod:`audiotree.io.flac_indexed`). A build with loudness reads every byte of
+the file anyway, so it scans the frame headers (for a remote file the object
+comes in one request, and the profile is decoded from those bytes). A headers-only
+build (``--no-loudness``) reads no audio: it stores the points of the file's
+SEEKTABLE block when the encoder wrote one (the ``flac`` tool does, every 10 s
+by default; libsndfile does not), from one ranged read of the header's first
+64 KiB, and scans nothing. A segment index stores none yet. Rows of an index
+written before 1.2 have none; an update reuses them as they are (delete the
+index to rebuild it with the tables).
+
 File metadata
 -------------
 The Parquet key-value metadata holds, under the key ``audiotree``, a JSON
@@ -96,6 +116,8 @@ the metadata instead, where an id is a value's position; both are read.)
 
 Versions
 --------
+* 1.2: the ``seek_points`` column. A 1.1 reader reads the index (it never
+  asks for that column), so ``min_reader_version`` stays 1.1.
 * 1.1: ``profile`` is ``list<int16>`` centi-decibels. A 1.0 reader cannot read
   it, so ``min_reader_version`` is 1.1.
 * 1.0: ``profile`` is ``list<float32>`` mean squares. Still read.
@@ -128,7 +150,7 @@ __all__ = [
 ]
 
 #: The index layout this code writes (see "Versions").
-FORMAT_VERSION: tuple[int, int] = (1, 1)
+FORMAT_VERSION: tuple[int, int] = (1, 2)
 #: Readers older than this cannot read what this code writes: 1.0 readers expect float32 profiles.
 MIN_READER_VERSION: tuple[int, int] = (1, 1)
 METADATA_KEY = b"audiotree"
@@ -151,6 +173,7 @@ BASE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("error_kind", "string", True),
     ("profile_step", "int32", True),
     ("profile", "list<int16>", True),
+    ("seek_points", "list<int64>", True),
 )
 RESERVED_COLUMNS = frozenset(name for name, _, _ in BASE_COLUMNS)
 #: The columns of a segment index (after the base columns; see "Segment indexes").
@@ -162,7 +185,7 @@ SEGMENT_COLUMNS: tuple[tuple[str, str, bool], ...] = (
 )
 SEGMENT_NAMES = tuple(name for name, _, _ in SEGMENT_COLUMNS)
 #: Base columns an index written by an older minor version may lack (read as all null).
-OPTIONAL_COLUMNS = frozenset({"error_kind"})
+OPTIONAL_COLUMNS = frozenset({"error_kind", "seek_points"})
 # Base column types an index of an older minor version holds instead (still read): 1.0's float32 profiles.
 _LEGACY_TYPES = {"profile": ("list<float32>",)}
 META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels")
@@ -192,6 +215,8 @@ def _arrow_type(name: str):
         return pa.list_(pa.float32())
     if name == "list<int16>":
         return pa.list_(pa.int16())
+    if name == "list<int64>":
+        return pa.list_(pa.int64())
     return {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64(),
             "bool": pa.bool_()}[name]
 

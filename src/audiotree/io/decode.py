@@ -47,6 +47,7 @@ the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
 from __future__ import annotations
 
 import functools
+import io
 import operator
 import os
 import struct
@@ -68,7 +69,7 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
-from audiotree.io.members import format_name, is_member, open_member
+from audiotree.io.members import MemberInput, format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
@@ -455,6 +456,18 @@ class AudioFile:
         self._reader = reader
         self.info: AudioInfo = reader.info
         self.backend: str = reader.backend
+
+    @classmethod
+    def from_bytes(cls, path: str | os.PathLike[str], data: bytes) -> AudioFile:
+        """The file ``path`` opened from ``data``, its whole bytes already in memory (no storage access).
+
+        ``path`` names it in errors and picks its decoder, as for ``AudioFile(path)``.
+        """
+        self = cls.__new__(cls)
+        self.path, self._reader = os.fsdecode(path), None
+        reader = _open_remote_reader(self.path, lambda url: MemberInput(url, io.BytesIO(data), 0, len(data)))
+        self._reader, self.info, self.backend = reader, reader.info, reader.backend
+        return self
 
     def __enter__(self) -> AudioFile:
         return self

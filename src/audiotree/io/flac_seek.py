@@ -15,9 +15,17 @@ for a frame). :func:`read_flac_excerpt` reads an excerpt with them.
 
 The table is ``int64 (K, 2)``: rows ``[first sample, byte offset]`` of
 frames, the first row the first frame, then about one every ``every``
-seconds, increasing (16 bytes a second of audio). It is meant to be computed
-once per file at index time and kept in the corpus index; that column and the
-dataset reader's use of it are not wired yet: callers pass the table.
+seconds, increasing (16 bytes a second of audio). The corpus index computes it
+once per file at index time (its ``seek_points`` column, see
+:mod:`audiotree.index.schema`) and the dataset reader uses it for remote files
+and members of remote shards (:mod:`audiotree.io.flac_indexed`).
+
+A SEEKTABLE is used only when it is about as dense as ``every`` asks (``flac``
+writes one point every 10 s by default, too coarse for a 3 s excerpt to cost
+about its share of the file): otherwise the frame headers are scanned. Each
+scanned point is confirmed by the next frame's header (consecutive, CRC-8
+checked), so a sync code inside compressed data would have to fake two
+headers in a row to become a point.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ import numpy as np
 
 from audiotree.io.integrity import flac_frame_header
 
-__all__ = ["seek_points", "read_flac_excerpt", "header_length", "SEEK_EVERY"]
+__all__ = ["seek_points", "header_seek_points", "stream_info", "read_flac_excerpt", "header_length", "decode_stream",
+           "SEEK_EVERY"]
 
 #: Seconds between seek points.
 SEEK_EVERY = 1.0
@@ -60,13 +69,42 @@ def header_length(data: bytes) -> int:
     return _blocks(data)[1]
 
 
-def _frame_start(data: bytes, pos: int, fixed_block: int) -> int | None:
-    """The first sample of the frame whose header starts at ``pos``, or ``None`` if it is not one."""
-    frame = flac_frame_header(data, pos)
-    if frame is None:
+def stream_info(header: bytes) -> tuple[int, int, int, int]:
+    """``(sample rate, channels, bits per sample, total samples)`` from a FLAC file's STREAMINFO.
+
+    ``header`` holds at least the marker and the metadata blocks. ``total``
+    is 0 when the encoder did not know the length. ``ValueError`` for bytes
+    that are not FLAC.
+    """
+    info = _blocks(header)[0].get(0)
+    if info is None or len(info) < 18:
+        raise ValueError("the FLAC stream has no STREAMINFO block")
+    packed = int.from_bytes(info[10:18], "big")  # rate:20 channels-1:3 bits-1:5 total:36
+    return packed >> 44, ((packed >> 41) & 0x7) + 1, ((packed >> 36) & 0x1F) + 1, packed & ((1 << 36) - 1)
+
+
+def _table_points(table: bytes, first: int) -> list[tuple[int, int]]:
+    """``[(sample, byte offset)]`` of a SEEKTABLE body: 18-byte points (sample, offset from the first frame,
+    samples); placeholders are all ones."""
+    raw = np.frombuffer(table[: len(table) // 18 * 18], dtype=np.uint8).reshape(-1, 18)
+    samples = raw[:, 0:8].copy().view(">u8").reshape(-1)
+    offsets = raw[:, 8:16].copy().view(">u8").reshape(-1)
+    keep = samples != np.uint64(0xFFFFFFFFFFFFFFFF)
+    return [(0, first)] + [(int(s), first + int(o)) for s, o in zip(samples[keep], offsets[keep]) if s > 0]
+
+
+def header_seek_points(header: bytes, *, every: float = SEEK_EVERY) -> np.ndarray | None:
+    """The seek points of a FLAC file's SEEKTABLE (its header alone), thinned to ``every`` s; ``None`` without one.
+
+    What a headers-only index build stores: the points are as dense as the
+    encoder wrote them (``flac``: every 10 s by default).
+    """
+    blocks, first = _blocks(header)
+    rate = stream_info(header)[0]
+    if not blocks.get(3):
         return None
-    number, _, variable = frame
-    return number if variable else number * fixed_block
+    points = _thin(_table_points(blocks[3], first), max(1, int(round(every * rate))))
+    return points if len(points) > 1 else None
 
 
 def seek_points(data: bytes, *, every: float = SEEK_EVERY) -> np.ndarray:
@@ -82,33 +120,41 @@ def seek_points(data: bytes, *, every: float = SEEK_EVERY) -> np.ndarray:
     [0, 8192, 16384, 24576, 32768, 40960]
     """
     blocks, first = _blocks(data)
-    info = blocks.get(0)
-    if info is None or len(info) < 18:
-        raise ValueError("the FLAC stream has no STREAMINFO block")
-    max_block = int.from_bytes(info[2:4], "big")
-    rate = int.from_bytes(info[10:13], "big") >> 4
+    rate, _, _, total = stream_info(data)
+    max_block = int.from_bytes(blocks[0][2:4], "big")
     step = max(1, int(round(every * rate)))
-    table = blocks.get(3)
-    if table:  # SEEKTABLE: 18-byte points (sample, offset from the first frame, samples); placeholders are all ones
-        raw = np.frombuffer(table[: len(table) // 18 * 18], dtype=np.uint8).reshape(-1, 18)
-        samples = raw[:, 0:8].copy().view(">u8").reshape(-1)
-        offsets = raw[:, 8:16].copy().view(">u8").reshape(-1)
-        keep = samples != np.uint64(0xFFFFFFFFFFFFFFFF)
-        points = [(0, first)] + [(int(s), first + int(o)) for s, o in zip(samples[keep], offsets[keep]) if s > 0]
-        return _thin(points, step)
+    if blocks.get(3):  # a SEEKTABLE as dense as asked saves the scan
+        points = _thin(_table_points(blocks[3], first), step)
+        if len(points) > 1 and np.all(np.diff(points[:, 0]) <= 2 * step) and points[-1, 1] < len(data):
+            return points
     array = np.frombuffer(data, dtype=np.uint8)
     candidates = np.flatnonzero((array[first:-1] == 0xFF) & ((array[first + 1:] & 0xFE) == 0xF8)) + first
     points, want = [], 0
-    for pos in candidates:
-        start = _frame_start(data, int(pos), max_block)  # fixed blocking: frame number x block size
-        if start is None or (points and start <= points[-1][0]):
+    for n, pos in enumerate(candidates):
+        frame = flac_frame_header(data, int(pos))
+        if frame is None:
             continue
-        if start >= want:
-            points.append((start, int(pos)))
-            want = start + step
+        start = frame[0] if frame[2] else frame[0] * max_block  # fixed blocking: frame number x block size
+        if start < want or (points and start <= points[-1][0]):
+            continue
+        if not _confirmed(data, candidates, n, start + frame[1], max_block, total):
+            continue
+        points.append((start, int(pos)))
+        want = start + step
     if not points or points[0] != (0, first):
         raise ValueError("the FLAC stream's first frame does not start at sample 0 after its header")
     return np.asarray(points, dtype=np.int64).reshape(-1, 2)
+
+
+def _confirmed(data: bytes, candidates: np.ndarray, n: int, following: int, max_block: int, total: int) -> bool:
+    """Whether candidate ``n`` is followed by a frame header starting at sample ``following`` (or ends the stream)."""
+    if total and following >= total:
+        return following == total
+    for pos in candidates[n + 1:n + 4097]:
+        frame = flac_frame_header(data, int(pos))
+        if frame is not None and (frame[0] if frame[2] else frame[0] * max_block) == following:
+            return True
+    return False
 
 
 def _thin(points: list[tuple[int, int]], step: int) -> np.ndarray:
@@ -164,10 +210,10 @@ def read_flac_excerpt(url: str, points: np.ndarray, start: int, frames: int, *, 
     folder, name = url.rsplit("/", 1)
     body = RemoteFolder(folder, storage_options=storage_options).read(name, lo, hi, size=size)
     skip = start - int(points[k, 0])
-    return _decode(header + body, skip + frames)[skip:]
+    return decode_stream(header + body, skip + frames)[skip:]
 
 
-def _decode(stream: bytes, frames: int) -> np.ndarray:
+def decode_stream(stream: bytes, frames: int) -> np.ndarray:
     """The first ``frames`` samples of a FLAC byte stream as float32 ``(frames, channels)``.
 
     PyAV (FFmpeg's FLAC decoder): libsndfile refuses a stream whose frames do

@@ -113,8 +113,17 @@ class SegmentFile:
 
 
 def open_audio(path: str | os.PathLike, window: tuple[float, float] | None = None, **kwargs: Any):
-    """``AudioFile(path)``, or its segment ``window = (start, end)`` seconds as a :class:`SegmentFile`."""
-    audio = AudioFile(path, **kwargs)
+    """``AudioFile(path)``, or its segment ``window = (start, end)`` seconds as a :class:`SegmentFile`.
+
+    Inside :func:`audiotree.io.flac_indexed.seek_hint` for ``path`` (a corpus
+    index row's FLAC seek table) the file opens as a
+    :class:`~audiotree.io.flac_indexed.FlacSeekFile` instead.
+    """
+    from audiotree.io.flac_indexed import hinted
+
+    audio = None if kwargs else hinted(os.fspath(path))
+    if audio is None:
+        audio = AudioFile(path, **kwargs)
     if window is None:
         return audio
     return SegmentFile(audio, window)

@@ -150,6 +150,22 @@ class IndexRows:
         start, end = self.store.value("window", r)
         return None if start != start else (float(start), float(end))  # NaN: a whole-file row
 
+    def _seek_hint(self, r: int, path: str):
+        """A :func:`~audiotree.io.flac_indexed.seek_hint` context for row ``r``'s FLAC seek table, or ``None``.
+
+        Only where it saves requests (:func:`~audiotree.io.flac_indexed.uses_seek_points`): remote files.
+        """
+        from audiotree.io.flac_indexed import seek_hint, uses_seek_points
+
+        if not uses_seek_points(path):
+            return None
+        from audiotree.index.seek_column import seek_table
+
+        points = seek_table(self.store, r)
+        if points is None:
+            return None
+        return seek_hint(path, points, int(self.store.value("size", r)), int(self.store.value("mtime_ns", r)))
+
     # ------------------------------------------------------------ loudest
     def loudest_row(self, i: int):
         """Row ``i``'s ``loudest`` plan (a :class:`~audiotree.excerpt_search.ProfileRowPlan`), or ``None``.
@@ -287,6 +303,15 @@ class IndexedLoader(grain.transforms.RandomMap):
         keep, reason = rows._verdict(r, path, self.on_stale)
         if not keep:
             return None
+        if reason is None:  # (a changed file, re-probed, is read without its stale table)
+            hint = rows._seek_hint(r, path)
+            if hint is not None:
+                with hint:
+                    return self._read_row(r, path, slot, rng, reason)
+        return self._read_row(r, path, slot, rng, reason)
+
+    def _read_row(self, r: int, path: str, slot: int, rng: np.random.Generator, reason: str | None):
+        rows = self.rows
         if self.by_slot:
             tree = self.loader.read_slot(slot, rng, reprobe=reason is not None)
         else:

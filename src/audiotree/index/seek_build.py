@@ -1,0 +1,101 @@
+"""A FLAC file's seek points at index time: which bytes a build reads for them, and the open that reuses them.
+
+What the index's ``seek_points`` column holds and how readers use it is in
+:mod:`audiotree.index.schema` ("FLAC seek points"). Here:
+
+* a build with loudness decodes every sample anyway, so :func:`open_for_build`
+  reads the whole file's bytes first (a local read; one GET for a URL; the
+  member's range of its shard), scans its frame headers
+  (:func:`audiotree.io.flac_seek.seek_points`) and, for a remote file, decodes
+  the profile from those same bytes (:meth:`audiotree.io.AudioFile.from_bytes`),
+  so the object crosses the network once;
+* a headers-only build (``loudness=False``) reads no audio, so
+  :func:`header_points` takes the SEEKTABLE block's points from the header's
+  first 64 KiB (one ranged read), or none.
+
+A table is only kept when the bytes read are as many as the file's size when
+it was stat'ed for its row: a file that changed in between is stale anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["is_flac", "open_for_build", "header_points", "HEADER_BYTES"]
+
+#: Bytes a headers-only build reads for a SEEKTABLE (the metadata blocks sit at the start; cover art may push
+#: them further, and then the file gets no table).
+HEADER_BYTES = 64 * 1024
+
+
+def is_flac(path: str) -> bool:
+    """Whether ``path`` (a file, URL or tar member) is named as FLAC."""
+    from audiotree.io.members import format_name
+
+    return format_name(path).lower().endswith(".flac")
+
+
+def _is_remote(path: str) -> bool:
+    from audiotree.io import storage
+    from audiotree.io.members import container_of
+
+    container = container_of(path)
+    return storage.is_url(path if container is None else container)
+
+
+def _read(path: str, nbytes: int | None) -> bytes:
+    """The first ``nbytes`` (``None``: all) of ``path``: a local read, one GET, or a member's range."""
+    from audiotree.io import storage
+    from audiotree.io.members import is_member, open_member
+
+    if is_member(path):
+        with open_member(path) as f:
+            return f.read(-1 if nbytes is None else nbytes)
+    if storage.is_url(path):
+        fs = storage.filesystem(path)
+        return storage.retry(lambda: fs.cat_file(path, start=0, end=nbytes), path, "read")
+    with open(storage.local_path(path), "rb") as f:
+        return f.read(-1 if nbytes is None else nbytes)
+
+
+def open_for_build(path: str, size: int, storage_options: dict | None = None) -> tuple[Any, np.ndarray | None]:
+    """``(an open AudioFile of path, its seek points or None)`` for a build with loudness.
+
+    A FLAC file's bytes are read once here; a remote one is decoded from them.
+    When they cannot be read (or are not FLAC), the file opens as usual and
+    gets no table: its errors are then the usual ones.
+    """
+    from audiotree.io import AudioFile, storage
+    from audiotree.io.flac_seek import seek_points
+
+    data = points = None
+    if is_flac(path):
+        try:
+            with storage.use_storage_options(storage_options):
+                data = _read(path, None)
+        except (OSError, ValueError):
+            data = None
+        if data is not None and len(data) == size:
+            try:
+                points = seek_points(data)
+            except ValueError:
+                points = None
+    if data is not None and len(data) == size and _is_remote(path):
+        return AudioFile.from_bytes(path, data), points
+    return AudioFile(path, storage_options=storage_options), points
+
+
+def header_points(path: str, storage_options: dict | None = None) -> np.ndarray | None:
+    """The SEEKTABLE points of a FLAC file from its header's first :data:`HEADER_BYTES`, or ``None``."""
+    from audiotree.io import storage
+    from audiotree.io.flac_seek import header_seek_points
+
+    if not is_flac(path):
+        return None
+    try:
+        with storage.use_storage_options(storage_options):
+            return header_seek_points(_read(path, HEADER_BYTES))
+    except (OSError, ValueError):
+        return None

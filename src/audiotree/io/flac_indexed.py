@@ -1,0 +1,277 @@
+"""Reading an indexed FLAC file by its seek points: the header once per process, then one ranged read an excerpt.
+
+A FLAC decoder that seeks in a remote file probes it (each probe a request).
+The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek`),
+so a dataset reading a row of the index opens it as a :class:`FlacSeekFile`
+instead: the file's header (marker and metadata blocks, the same for every
+excerpt) is fetched once per process and file version and kept in a bounded
+cache, and each :meth:`FlacSeekFile.read` fetches the bytes from the seek point
+at or before the excerpt to the first one at or after its end (one ranged
+GET, or one ``pread``) and decodes them with PyAV. The samples equal a whole
+decode of the file (``soundfile.read``) sliced to the excerpt.
+
+Where it applies (:func:`uses_seek_points`): ``.flac`` URLs and ``.flac``
+members of remote tar shards, when PyAV is installed. A local file or a member
+of a local shard is read with libsndfile as before: its seek is a few local
+reads, not requests, and libsndfile needs no PyAV. :class:`FlacSeekFile` reads
+local bytes too (the tests compare both).
+
+How the dataset hands the table over: :class:`~audiotree.sources.indexed.IndexedLoader`
+reads the row's table from the column store and calls the loader inside
+:func:`seek_hint`; :func:`audiotree.io.segment.open_audio` (what every excerpt
+strategy opens files with) then opens that one path as a :class:`FlacSeekFile`.
+
+Never wrong audio: the table must start at the header's end, increase, and stay
+inside the file; the bytes at the seek point read must be the frame header the
+table names (sync code, CRC-8, first sample); and the decode must give exactly
+the frames asked for. Anything else is an :class:`~audiotree.errors.AudioReadError`
+naming the file and saying to rebuild the index (a file changed since it was
+indexed is normally caught before, by the ``on_stale`` freshness check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import operator
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from audiotree.errors import AudioReadError
+from audiotree.io import storage
+from audiotree.io.failures import check_finite
+from audiotree.io.flac_seek import decode_stream, header_length, stream_info
+from audiotree.io.info import AudioInfo
+from audiotree.io.integrity import flac_frame_header
+from audiotree.io.members import format_name, is_member, parse
+
+__all__ = ["FlacSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size", "clear_header_cache"]
+
+#: The seek table handed to the next open of one path: ``(path, points, size, version)``.
+_HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_flac_seek_hint", default=None)
+
+# Per process: the header bytes of recently read files, bounded in count and bytes (a header with cover art
+# can be large).
+_HEADERS: "OrderedDict[tuple, bytes]" = OrderedDict()
+_HEADERS_LOCK = threading.Lock()
+_MAX_HEADERS = 512
+_MAX_HEADER_BYTES = 32 * 1024 * 1024
+_SUBTYPES = {8: "PCM_S8", 16: "PCM_16", 24: "PCM_24", 32: "PCM_32"}
+
+
+def uses_seek_points(path: str) -> bool:
+    """Whether a read of ``path`` goes by its seek points when its index row has them.
+
+    ``.flac`` URLs and ``.flac`` members (with a recorded byte range) of
+    remote tar shards, when PyAV is installed; see the module docstring.
+
+    >>> uses_seek_points("/data/a.flac"), uses_seek_points("s3://b/a.wav")
+    (False, False)
+    """
+    if not format_name(path).lower().endswith(".flac"):
+        return False
+    if is_member(path):
+        ref = parse(path)
+        if ref.kind != "tar" or ref.offset < 0 or not storage.is_url(ref.container):
+            return False
+    elif not storage.is_url(path):
+        return False
+    from audiotree.io.extensions import pyav_available
+
+    return pyav_available()
+
+
+@contextlib.contextmanager
+def seek_hint(path: str, points: np.ndarray, size: int, version: Any = None) -> Iterator[None]:
+    """Within this block, :func:`hinted` opens ``path`` as a :class:`FlacSeekFile` over ``points``.
+
+    ``size`` is the file's (or member's) byte count and ``version`` anything
+    that tells its versions apart (the index row's modification time): both
+    key the header cache.
+    """
+    token = _HINT.set((path, points, int(size), version))
+    try:
+        yield
+    finally:
+        _HINT.reset(token)
+
+
+def hinted(path: str) -> "FlacSeekFile | None":
+    """A :class:`FlacSeekFile` of ``path`` when :func:`seek_hint` names it, else ``None``."""
+    hint = _HINT.get()
+    if hint is None or hint[0] != path:
+        return None
+    return FlacSeekFile(path, hint[1], size=hint[2], version=hint[3])
+
+
+def header_cache_size() -> int:
+    """How many file headers this process keeps."""
+    with _HEADERS_LOCK:
+        return len(_HEADERS)
+
+
+def clear_header_cache() -> None:
+    """Forgets every kept header (the next excerpt of each file fetches its header again)."""
+    with _HEADERS_LOCK:
+        _HEADERS.clear()
+
+
+def _mismatch(path: str, what: str) -> AudioReadError:
+    name = storage.redact(path)
+    return AudioReadError(
+        f"Failed to read audio file '{name}': {what}, so the file does not match the seek table its corpus index "
+        "row holds (was it changed or replaced since it was indexed, or the index edited?). Rebuild the index "
+        "(`audiotree index ...` over the same sources), or use on_read_error=\"skip\".", name)
+
+
+def _byte_reader(path: str) -> Callable[[int, int], bytes]:
+    """``read(lo, hi)``: bytes ``[lo, hi)`` of the file or member ``path`` (one ranged GET, or one ``pread``)."""
+    base = 0
+    target = path
+    limit = None
+    if is_member(path):
+        ref = parse(path)
+        target, base, limit = ref.container, ref.offset, ref.size
+    if storage.is_url(target):
+        from audiotree.io.ranges import RemoteFolder
+
+        folder, name = target.rsplit("/", 1)
+
+        def read(lo: int, hi: int) -> bytes:
+            try:
+                return RemoteFolder(folder).read(name, base + lo, base + hi)
+            except (ValueError, FileNotFoundError) as exc:
+                raise _mismatch(path, f"bytes [{lo}, {hi}) cannot be read ({exc})") from None
+    else:
+        local = os.fspath(storage.local_path(target))
+
+        def read(lo: int, hi: int) -> bytes:
+            try:
+                fd = os.open(local, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError as exc:
+                raise AudioReadError(f"Failed to read audio file '{path}': {exc}. Check the path (was it moved or "
+                                     "deleted?), or use on_read_error=\"skip\".", path) from exc
+            try:
+                return os.pread(fd, hi - lo, base + lo)
+            finally:
+                os.close(fd)
+
+    def checked(lo: int, hi: int) -> bytes:
+        if limit is not None and hi > limit:
+            raise _mismatch(path, f"its seek table reaches byte {hi} of a {limit}-byte member")
+        data = read(lo, hi)
+        if len(data) != hi - lo:
+            raise _mismatch(path, f"it ends before byte {hi} ({lo + len(data)})")
+        return data
+
+    return checked
+
+
+def _header(path: str, first: int, size: int, version: Any, read: Callable[[int, int], bytes]) -> bytes:
+    key = (path, first, size, version)
+    with _HEADERS_LOCK:
+        if key in _HEADERS:
+            _HEADERS.move_to_end(key)
+            return _HEADERS[key]
+    data = read(0, first)
+    with _HEADERS_LOCK:
+        _HEADERS[key] = data
+        total = sum(len(v) for v in _HEADERS.values())
+        while len(_HEADERS) > 1 and (len(_HEADERS) > _MAX_HEADERS or total > _MAX_HEADER_BYTES):
+            total -= len(_HEADERS.popitem(last=False)[1])
+    return data
+
+
+class FlacSeekFile:
+    """An indexed FLAC file read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
+
+    ``points`` is the row's ``int64 (K, 2)`` table ``[first sample, byte
+    offset]``; ``size`` the file's bytes. Opening fetches the header (unless
+    this process has it). ``read(start, n)`` returns float32 ``(frames,
+    channels)``, fewer frames only where the file ends, exactly what
+    ``AudioFile.read`` returns. Not thread-safe (like ``AudioFile``).
+    """
+
+    backend = "pyav"
+
+    def __init__(self, path: str, points: np.ndarray, *, size: int, version: Any = None) -> None:
+        self.path = path
+        points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
+        size = int(size)
+        if (len(points) == 0 or points[0, 0] != 0 or np.any(np.diff(points, axis=0) <= 0)
+                or points[0, 1] < 8 or points[-1, 1] >= size):
+            raise _mismatch(path, f"its seek table (K={len(points)}) does not start at sample 0, increase, and stay "
+                                  f"inside its {size} bytes")
+        self._points, self._size = points, size
+        self._read = _byte_reader(path)
+        self._header = _header(path, int(points[0, 1]), size, version, self._read)
+        try:
+            rate, channels, bits, total = stream_info(self._header)
+            first = header_length(self._header)
+        except ValueError as exc:
+            raise _mismatch(path, f"its first {len(self._header)} bytes are no FLAC header ({exc})") from None
+        if first != points[0, 1] or total <= points[-1, 0] or rate <= 0:
+            raise _mismatch(path, f"its header ends at byte {first} and says {total} samples")
+        self._block = int.from_bytes(self._header[8 + 2:8 + 4], "big")  # STREAMINFO max block size
+        self.info = AudioInfo(path, int(total), int(rate), int(channels), "FLAC", _SUBTYPES.get(bits, f"PCM_{bits}"))
+        self.closed = False
+
+    def __enter__(self) -> "FlacSeekFile":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FlacSeekFile({self.path!r}, points={len(self._points)})"
+
+    def close(self) -> None:
+        self.closed = True
+
+    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
+        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
+        if self.closed:
+            raise ValueError(f"I/O operation on closed FlacSeekFile ({self.path!r}).")
+        start = operator.index(start_frame)
+        if start < 0:
+            raise ValueError(f"start_frame must be >= 0, got {start}.")
+        if num_frames is not None and operator.index(num_frames) < 0:
+            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
+        frames = self.info.frames
+        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
+        if start >= end:
+            return np.empty((0, self.info.channels), dtype=np.float32)
+        points = self._points
+        k = int(np.searchsorted(points[:, 0], start, side="right")) - 1
+        j = int(np.searchsorted(points[:, 0], end, side="left"))
+        lo, first = int(points[k, 1]), int(points[k, 0])
+        hi = int(points[j, 1]) if j < len(points) else self._size
+        # The next frame's header comes in the same request (at most 16 bytes): both ends of the read are checked.
+        tail = min(16, self._size - hi)
+        body = self._read(lo, hi + tail)
+        for pos, sample in ((0, first), (hi - lo, int(points[j, 0]) if j < len(points) else None)):
+            if sample is None:
+                continue
+            frame = flac_frame_header(body, pos)
+            if frame is None or (frame[0] if frame[2] else frame[0] * self._block) != sample:
+                raise _mismatch(self.path, f"byte {lo + pos} is not the frame at sample {sample}")
+        body = body[:hi - lo]
+        try:
+            x = decode_stream(self._header + body, end - first)
+        except (ImportError, AudioReadError):
+            raise
+        except Exception as exc:  # PyAV's errors: the bytes are not the frames the table names
+            raise _mismatch(self.path, f"bytes [{lo}, {hi}) do not decode ({exc})") from None
+        x = np.ascontiguousarray(x[start - first:])
+        if x.shape != (end - start, self.info.channels):
+            raise _mismatch(self.path, f"bytes [{lo}, {hi}) decode to {x.shape[0]} frames of {x.shape[1]} channel(s) "
+                                       f"from frame {start}, not {end - start} of {self.info.channels}")
+        check_finite(x, self.path, start)
+        return x
+
+    def read_all(self) -> np.ndarray:
+        return self.read(0, None)
