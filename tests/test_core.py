@@ -132,7 +132,7 @@ def test_replace_and_extras():
     t2 = t.replace_extras(mel=np.zeros((3, 4)))
     assert "mel" in t2.extras and "mel" not in t.extras
     with pytest.raises(ValueError):
-        t._invalidate_derived(keep=("waveform",))
+        t.replace_audio(keep=("waveform",))
 
 
 def test_split_filter_minibatches():

@@ -243,8 +243,8 @@ def test_roll_wraps_each_item_within_its_length():
 ])
 def test_numpy_and_jax_kernels_agree_on_padded_batches(name, kwargs):
     batch = _batch((4000, 16000, 9000, 2100), channels=2)
-    a = getattr(NK, name)(batch, **kwargs)._zero_padding()
-    b = getattr(JK, name)(jax.tree_util.tree_map(jnp.asarray, batch), **kwargs)._zero_padding()
+    a = getattr(NK, name)(batch, **kwargs).zero_padding()
+    b = getattr(JK, name)(jax.tree_util.tree_map(jnp.asarray, batch), **kwargs).zero_padding()
     np.testing.assert_array_equal(np.asarray(a.lengths), np.asarray(b.lengths))
     np.testing.assert_allclose(np.asarray(a.waveform), np.asarray(b.waveform), atol=1e-4)
     if name == "trim":

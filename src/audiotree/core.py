@@ -197,7 +197,7 @@ class AudioTree(FileMethods):
             _metadata=metadata,
             lengths=lengths,
         )
-        return tree._zero_padding() if lengths is not None else tree
+        return tree.zero_padding() if lengths is not None else tree
 
     # --------------------------------------------------------------- replacing
     def replace(self, **fields: Any) -> "AudioTree":
@@ -209,13 +209,26 @@ class AudioTree(FileMethods):
         check_extras(extras)
         return dataclasses.replace(self, extras={**self.extras, **extras})
 
-    def _invalidate_derived(self, keep: Sequence[str] = (), **updates: Any) -> "AudioTree":
-        """Applies ``updates`` and clears derived fields not in ``keep``."""
+    def replace_audio(self, keep: Sequence[str] = (), **updates: Any) -> "AudioTree":
+        """A copy with ``updates`` applied, as after a change of the audio: derived fields are cleared.
+
+        ``lufs``, ``lufs_windows``, ``codes`` and ``latents`` describe one waveform;
+        every one not named in ``keep`` (or given in ``updates``) becomes ``None``.
+        ``keep`` may only name those fields (``ValueError`` otherwise). This is the
+        call for a custom transform that changes length, rate, channels or level.
+
+        >>> import numpy as np
+        >>> tree = AudioTree.create(np.ones((1, 1, 4), np.float32), 8000, lufs=np.array([-20.0]))
+        >>> tree.replace_audio(waveform=tree.waveform * 2).lufs is None
+        True
+        """
         unknown = set(keep) - set(DERIVED_FIELDS)
         if unknown:
             raise ValueError(f"keep may only name derived fields {DERIVED_FIELDS}, got {sorted(unknown)}.")
         cleared = {f: None for f in DERIVED_FIELDS if f not in keep and f not in updates}
         return dataclasses.replace(self, **cleared, **updates)
+
+    _invalidate_derived = replace_audio  # the 1.x spelling, kept for code written against it
 
     def clear_lufs(self) -> "AudioTree":
         """Returns a copy with ``lufs`` and ``lufs_windows`` cleared."""
@@ -259,8 +272,17 @@ class AudioTree(FileMethods):
         shape = tuple(np.shape(self.waveform))
         return array_module(self.waveform).full(shape[:-2], shape[-1], dtype=np.int32)
 
-    def _zero_padding(self) -> "AudioTree":
-        """The same tree with every sample past its item's length set to zero."""
+    def zero_padding(self) -> "AudioTree":
+        """The same tree with every sample past its item's length set to zero.
+
+        A transform that writes into padding calls this on its result; trees
+        without ``lengths`` are returned as they are.
+
+        >>> import numpy as np
+        >>> tree = AudioTree(np.ones((1, 1, 3), np.float32), 8000, lengths=np.array([1]))
+        >>> tree.zero_padding().waveform[0, 0].tolist()
+        [1.0, 0.0, 0.0]
+        """
         if self.lengths is None or self.waveform is None:
             return self
         if isinstance(self.lengths, np.ndarray) and isinstance(self.waveform, np.ndarray) and \
@@ -280,6 +302,20 @@ class AudioTree(FileMethods):
 
     def __len__(self) -> int:
         return self.batch_size
+
+    @property
+    def provenance(self) -> dict:
+        """A copy of the provenance dict: ``filepath``/``source`` code-point rows ``(B, 1024)`` and ``offset``.
+
+        Only the keys the tree carries are present. The decoded forms are
+        :attr:`filepath`, :attr:`source` and :attr:`offset`; writers and batching
+        steps that carry provenance along read the stored rows here.
+
+        >>> import numpy as np
+        >>> sorted(AudioTree.create(np.zeros((1, 1, 2), np.float32), 8000, filepath="a.wav").provenance)
+        ['filepath']
+        """
+        return dict(self._metadata or {})
 
     @property
     def filepath(self) -> list:
@@ -442,7 +478,7 @@ class AudioTree(FileMethods):
                 raise ValueError(f"to_mono({strategy!r}) needs stereo, got {self.num_channels} channels.")
             ch = 0 if strategy == "left" else 1
             mono = self.waveform[..., ch : ch + 1, :]
-        return self._invalidate_derived(waveform=mono)
+        return self.replace_audio(waveform=mono)
 
     def to_stereo(self) -> "AudioTree":
         """Duplicates mono to two channels; stereo is returned unchanged."""
@@ -452,7 +488,7 @@ class AudioTree(FileMethods):
         if channels != 1:
             raise ValueError(f"to_stereo() takes mono or stereo, got {channels} channels.")
         xp = array_module(self.waveform)
-        return self._invalidate_derived(waveform=xp.concatenate([self.waveform, self.waveform], axis=-2))
+        return self.replace_audio(waveform=xp.concatenate([self.waveform, self.waveform], axis=-2))
 
     def resample(
         self,
@@ -482,13 +518,13 @@ class AudioTree(FileMethods):
             from audiotree.dsp.resample import resample
 
             out = resample(np.asarray(self.waveform), self.sample_rate, sample_rate, output_length=output_length)
-        tree = dataclasses.replace(self._invalidate_derived(waveform=out), sample_rate=sample_rate)
+        tree = dataclasses.replace(self.replace_audio(waveform=out), sample_rate=sample_rate)
         if self.lengths is not None:
             # Each item's real samples scale like the whole axis; the resampler's
             # ringing past them is cleared so padding stays silent.
             lengths = array_module(self.waveform, self.lengths).asarray(self.lengths)
             new = scale_lengths(lengths, self.sample_rate, sample_rate, limit=np.shape(out)[-1])
-            tree = dataclasses.replace(tree, lengths=new)._zero_padding()
+            tree = dataclasses.replace(tree, lengths=new).zero_padding()
         return tree
 
     # --------------------------------------------------------------- loudness
@@ -540,7 +576,7 @@ class AudioTree(FileMethods):
         gain_db = gain_to_target(xp, tree.lufs, target_lufs, max_gain_db=max_gain_db)
         waveform = apply_gain_db(xp, tree.waveform, gain_db)
         new_lufs, windows = shift_loudness(xp, tree.lufs, tree.lufs_windows, gain_db)
-        return tree._invalidate_derived(keep=("lufs", "lufs_windows"), waveform=waveform, lufs=new_lufs, lufs_windows=windows)
+        return tree.replace_audio(keep=("lufs", "lufs_windows"), waveform=waveform, lufs=new_lufs, lufs_windows=windows)
 
 
 jax.tree_util.register_dataclass(AudioTree, data_fields=list(PYTREE_FIELDS), meta_fields=["sample_rate"])

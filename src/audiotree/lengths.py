@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from audiotree.leaves import array_module, is_jax
+from audiotree.validation import is_int
 
 __all__ = ["check_lengths", "check_pad_to", "pad_last", "pad_items", "scale_lengths"]
 
@@ -69,7 +70,7 @@ def check_lengths(lengths: Any, waveform: Any) -> Any:
 
 
 def check_pad_to(pad_to: Any) -> int:
-    if isinstance(pad_to, bool) or not isinstance(pad_to, (int, np.integer)) or pad_to < 0:
+    if not is_int(pad_to) or pad_to < 0:
         raise ValueError(f"pad_to must be a number of samples >= 0, got {pad_to!r}.")
     return int(pad_to)
 

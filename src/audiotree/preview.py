@@ -51,7 +51,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from audiotree.validation import is_int
+from audiotree.validation import is_int, is_real
 
 __all__ = ["render_preview", "PreviewResult", "item_labels", "BUILTIN_COLUMNS"]
 
@@ -206,7 +206,7 @@ def _group_key(value: Any) -> tuple:
     """Sort key: numbers in numeric order, then strings, then items without the column."""
     if value is None:
         return (2, "")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_real(value):
         return (0, float(value), "")
     return (1, str(value))
 

@@ -103,7 +103,7 @@ def add_offset(audio_tree: AudioTree, rng, value: float, scale: float = 1.0) -> 
 @map_transform
 def double(audio_tree: AudioTree) -> AudioTree:
     """Multiplies the waveform by 2."""
-    return audio_tree._invalidate_derived(waveform=audio_tree.waveform * 2)
+    return audio_tree.replace_audio(waveform=audio_tree.waveform * 2)
 
 
 def suffix_aug(path: list) -> str:

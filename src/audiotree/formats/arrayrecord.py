@@ -43,6 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from audiotree.formats.tree import Leaf, build, dtype_allowed, flatten
+from audiotree.validation import is_int
 
 __all__ = [
     "INDEX_NAME",
@@ -116,14 +117,14 @@ def _check_structure(node: Any, names: set, where: str, depth: int = 0) -> None:
         raise _damaged(where, f"its structure has a node of unknown type {kind!r}")
     if kind == "AudioTree":
         rate = node.get("sample_rate")
-        if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
+        if not is_int(rate) or rate <= 0:
             raise _damaged(where, f"its AudioTree has sample_rate {rate!r}")
     for child in node["children"].values():
         _check_structure(child, names, where, depth + 1)
 
 
 def _shape(value: Any, where: str, name: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
+    if not isinstance(value, list) or any(not is_int(v) or v < 0 for v in value):
         raise _damaged(where, f"leaf {name!r} has shape {value!r}")
     return tuple(value)
 
@@ -158,7 +159,7 @@ def decode_item(record: bytes, where: str = "record") -> Any:
         if not isinstance(entry, list) or len(entry) < 3 or not isinstance(entry[0], str) or entry[0] in values:
             raise _damaged(where, f"it has a malformed leaf entry {entry!r}")
         name, kind, nbytes = entry[0], entry[1], entry[-1]
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 <= nbytes <= view.nbytes - offset:
+        if not is_int(nbytes) or not 0 <= nbytes <= view.nbytes - offset:
             raise _damaged(where, f"leaf {name!r} claims {nbytes!r} bytes past the end of the record")
         data = view[offset:offset + nbytes]
         offset += nbytes
@@ -209,7 +210,7 @@ def check_index(obj: Any, where: str) -> tuple[list[tuple[str, int]], dict]:
         name = entry.get("file") if isinstance(entry, dict) else None
         count = entry.get("num_records") if isinstance(entry, dict) else None
         if (not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".")
-                or isinstance(count, bool) or not isinstance(count, int) or count < 0):
+                or not is_int(count) or count < 0):
             raise ValueError(f"{where}: shard entry {entry!r} is not {{'file': name, 'num_records': n}} "
                              "with a plain file name; the index is damaged. Re-render the dataset.")
         out.append((name, count))

@@ -31,6 +31,7 @@ import os
 from typing import Any, Iterator, Sequence
 
 from audiotree.formats.imported import ImportedSegments
+from audiotree.validation import is_real
 
 __all__ = ["read_manifests", "write_manifests", "SUPERVISION_FIELDS"]
 
@@ -93,7 +94,7 @@ def _recording_path(where: str, number: int, record: dict, audio_root: str) -> s
 
 def _seconds(where: str, number: int, record: dict, name: str) -> float:
     value = record.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise _fail(where, number, f"{name} is {value!r}, not a number of seconds.")
     return float(value)
 
@@ -185,7 +186,7 @@ def write_manifests(out_dir: str | os.PathLike, recordings: Sequence[dict], supe
     Each file is written to a temporary name and renamed, so a reader never
     sees a partial manifest.
     """
-    from audiotree._fs import atomic_file
+    from audiotree.fs import atomic_file
 
     folder = os.fspath(out_dir)
     os.makedirs(folder, exist_ok=True)

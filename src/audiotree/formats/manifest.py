@@ -37,9 +37,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from audiotree import _limits
+from audiotree import limits
 from audiotree.formats import header as _format
-from audiotree._fs import atomic_file, npz_problem
+from audiotree.fs import atomic_file, npz_problem
 from audiotree.schema import LABEL_FIELDS
 from audiotree.validation import is_int
 
@@ -259,7 +259,7 @@ def read_columns(path: str | os.PathLike) -> ManifestColumns:
     n = header.get("num_entries")
     if not is_int(n) or n < 0:
         raise _bad(path, f"num_entries must be a non-negative int, got {n!r}.")
-    problem = _limits.int_problem("num_entries", n, 0, _limits.MAX_ITEMS)
+    problem = limits.int_problem("num_entries", n, 0, limits.MAX_ITEMS)
     if problem:
         raise _bad(path, problem)
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from audiotree import _limits
-from audiotree._fs import atomic_file
+from audiotree import limits
+from audiotree.fs import atomic_file
 
 __all__ = ["RECORD", "RECORD_VERSION", "PART", "new_record", "write_record", "read_record", "parse_record", "parts_problem"]
 
@@ -85,7 +85,7 @@ def parts_problem(parts: list) -> str | None:
         if not isinstance(part, dict) or part.get("dir") != PART.format(k):
             return f"part {k} must be an object with dir {PART.format(k)!r}"
         for field in ("start", "stop", "count"):
-            problem = _limits.int_problem(f"part {k} {field}", part.get(field), 0, _limits.MAX_ITEMS)
+            problem = limits.int_problem(f"part {k} {field}", part.get(field), 0, limits.MAX_ITEMS)
             if problem:
                 return problem.rstrip(".")
         if part["start"] != stop or part["stop"] < part["start"] or part["count"] > part["stop"] - part["start"]:

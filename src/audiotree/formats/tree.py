@@ -53,9 +53,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from audiotree import _limits
+from audiotree import limits
 from audiotree.formats.header import FormatInfo, check_known_keys
-from audiotree._fs import safe_join
+from audiotree.fs import safe_join
 from audiotree.validation import is_int
 
 __all__ = [
@@ -234,7 +234,7 @@ def _flatten_audio_tree(tree: Any, path: str, leaves: list[Leaf], depth: int) ->
         if not isinstance(tree.extras, Mapping):
             raise TypeError(f"{_join(path, 'extras')!r} must be a dict, got {type(tree.extras).__name__}.")
         children["extras"] = _flatten(dict(tree.extras), _join(path, "extras"), leaves, depth + 1)
-    metadata = tree._metadata or {}
+    metadata = tree.provenance
     if metadata:
         unknown = sorted(set(metadata) - {"filepath", "source", "offset"})
         if unknown:
@@ -264,7 +264,7 @@ def _flatten_audio_tree(tree: Any, path: str, leaves: list[Leaf], depth: int) ->
                 leaves.append(Leaf(name, "string", decode_strings(rows)))
                 meta_children[key] = {"type": "string", "leaf": name}
         children["metadata"] = {"type": "dict", "children": meta_children}
-    rate = _limits.check_sample_rate(tree.sample_rate, f"TreeWriter: the AudioTree at {path or 'the root'}")
+    rate = limits.sane_sample_rate(tree.sample_rate, f"TreeWriter: the AudioTree at {path or 'the root'}")
     return {"type": "AudioTree", "sample_rate": rate, "children": children}
 
 
@@ -304,10 +304,6 @@ def _invalid(where: str, message: str) -> ValueError:
     return ValueError(f"Invalid manifest {where}: {message} Re-render the dataset (or restore it from a backup).")
 
 
-def _is_int(value: Any) -> bool:
-    return is_int(value)
-
-
 def _plain_file(directory: Path, value: Any, where: str, leaf: str) -> Path:
     if not isinstance(value, str):
         raise _invalid(where, f"the file of leaf {leaf!r} must be a string, got {type(value).__name__}.")
@@ -329,17 +325,17 @@ def parse_manifest(obj: Any, directory: Path, where: str, info: FormatInfo) -> T
         if key not in obj:
             raise _invalid(where, f"the required key {key!r} is missing.")
     num_samples = obj["num_samples"]
-    if not _is_int(num_samples) or num_samples < 0:
+    if not is_int(num_samples) or num_samples < 0:
         raise _invalid(where, f"num_samples must be a non-negative int, got {num_samples!r}.")
-    _in_range(where, "num_samples", num_samples, 0, _limits.MAX_ITEMS)
+    _in_range(where, "num_samples", num_samples, 0, limits.MAX_ITEMS)
     complete = obj.get("complete", False)
     if not isinstance(complete, bool):
         raise _invalid(where, f"complete must be true or false, got {complete!r}.")
     expected = obj.get("expected_samples")
-    if expected is not None and (not _is_int(expected) or expected < 0):
+    if expected is not None and (not is_int(expected) or expected < 0):
         raise _invalid(where, f"expected_samples must be a non-negative int or null, got {expected!r}.")
     if expected is not None:
-        _in_range(where, "expected_samples", expected, 0, _limits.MAX_ITEMS)
+        _in_range(where, "expected_samples", expected, 0, limits.MAX_ITEMS)
     metadata = obj.get("metadata", {})
     if metadata is None:
         metadata = {}
@@ -383,15 +379,15 @@ def parse_manifest(obj: Any, directory: Path, where: str, info: FormatInfo) -> T
         if (
             not isinstance(shape, list)
             or len(shape) > MAX_NDIM
-            or not all(_is_int(d) and d >= 0 for d in shape)
+            or not all(is_int(d) and d >= 0 for d in shape)
         ):
             raise _invalid(where, f"leaf {name!r} has shape_per_sample {shape!r}; it must be a list of non-negative ints.")
         for axis, size in enumerate(shape):
-            _in_range(where, f"leaf {name!r} shape_per_sample[{axis}]", size, 0, _limits.MAX_DIM)
+            _in_range(where, f"leaf {name!r} shape_per_sample[{axis}]", size, 0, limits.MAX_DIM)
         path = _plain_file(directory, entry["file"], where, name)
         claim(path, name)
         spec = ArraySpec(name, np.dtype(dtype_str), tuple(int(d) for d in shape), path)
-        _in_range(where, f"leaf {name!r} bytes per sample", spec.row_bytes, 0, _limits.MAX_SAMPLE_BYTES)
+        _in_range(where, f"leaf {name!r} bytes per sample", spec.row_bytes, 0, limits.MAX_SAMPLE_BYTES)
         arrays[name] = spec
 
     strings: dict[str, StringSpec] = {}
@@ -429,7 +425,7 @@ def parse_manifest(obj: Any, directory: Path, where: str, info: FormatInfo) -> T
 
 
 def _in_range(where: str, field: str, value: Any, low: int, high: int, unit: str = "") -> None:
-    problem = _limits.int_problem(field, value, low, high, unit)
+    problem = limits.int_problem(field, value, low, high, unit)
     if problem:
         raise _invalid(where, problem)
 
@@ -461,9 +457,9 @@ def _check_node(node: Any, where: str, referenced: list, arrays: dict, strings: 
             _check_node(child, where, referenced, arrays, strings, depth=depth + 1, path=_join(path, key))
         return kind
     rate = node.get("sample_rate")
-    if not _is_int(rate) or rate <= 0:
+    if not is_int(rate) or rate <= 0:
         raise _invalid(where, f"the AudioTree node at {at} needs a positive int sample_rate, got {rate!r}.")
-    _in_range(where, f"the sample_rate of the AudioTree node at {at}", rate, 1, _limits.MAX_SAMPLE_RATE, " Hz")
+    _in_range(where, f"the sample_rate of the AudioTree node at {at}", rate, 1, limits.MAX_SAMPLE_RATE, " Hz")
     allowed = set(_ARRAY_FIELDS) | {"extras", "metadata"}
     unknown = sorted(set(children) - allowed)
     if unknown:
@@ -476,7 +472,7 @@ def _check_node(node: Any, where: str, referenced: list, arrays: dict, strings: 
         if key == "waveform" and len(arrays[child["leaf"]].shape) >= 2:
             # (..., C, T) per sample; T is bounded like every dimension (MAX_DIM == MAX_FRAMES).
             channels = arrays[child["leaf"]].shape[-2]
-            _in_range(where, f"the channels of {child_path!r}", channels, 0, _limits.MAX_CHANNELS)
+            _in_range(where, f"the channels of {child_path!r}", channels, 0, limits.MAX_CHANNELS)
         if key == "extras" and got != "dict":
             raise _invalid(where, f"the AudioTree field {child_path!r} must be a dict node, got {got!r}.")
         if key == "metadata":

@@ -27,8 +27,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from audiotree import _limits
-from audiotree._fs import atomic_file, npz_problem
+from audiotree import limits
+from audiotree.fs import atomic_file, npz_problem
 from audiotree.formats import header as _format
 from audiotree.validation import check_positive, check_sample_rate, is_int, is_real
 
@@ -138,8 +138,8 @@ def write_cache(
     window_sec = check_positive(lufs_window_sec, "lufs_window_sec")
     sample_rate = check_sample_rate(sample_rate, optional=True)
     if sample_rate is not None:
-        _limits.check_sample_rate(sample_rate, "save_window_lufs")
-    problem = _limits.float_problem("lufs_window_sec", window_sec, 0, _limits.MAX_SECONDS, " s")
+        limits.sane_sample_rate(sample_rate, "save_window_lufs")
+    problem = limits.float_problem("lufs_window_sec", window_sec, 0, limits.MAX_SECONDS, " s")
     if problem:
         raise ValueError(f"save_window_lufs: {problem}")
     files = [os.fspath(p) for p in lufs_per_file]
@@ -150,7 +150,7 @@ def write_cache(
             raise ValueError(f"durations lacks {len(missing)} file(s) of lufs_per_file, e.g. {missing[0]!r}.")
         duration_values = np.array([float(durations[find_key(durations, p)]) for p in files], dtype=np.float64)
         for file, seconds in zip(files, duration_values):
-            problem = _limits.float_problem(f"the duration of {file!r}", seconds, 0, _limits.MAX_SECONDS, " s")
+            problem = limits.float_problem(f"the duration of {file!r}", seconds, 0, limits.MAX_SECONDS, " s")
             if problem:
                 raise ValueError(f"save_window_lufs: {problem}")
     else:
@@ -255,9 +255,9 @@ def load_window_lufs(cache_dir: str | os.PathLike) -> WindowLufsCache:
     if rate is not None and (not is_int(rate) or rate <= 0):
         raise _corrupt(path, f"sample_rate must be a positive int or null, got {rate!r}.")
     problem = (
-        _limits.int_problem("num_files", n, 0, _limits.MAX_ITEMS)
-        or _limits.float_problem("lufs_window_sec", window_sec, 0, _limits.MAX_SECONDS, " s")
-        or (None if rate is None else _limits.int_problem("sample_rate", rate, 1, _limits.MAX_SAMPLE_RATE, " Hz"))
+        limits.int_problem("num_files", n, 0, limits.MAX_ITEMS)
+        or limits.float_problem("lufs_window_sec", window_sec, 0, limits.MAX_SECONDS, " s")
+        or (None if rate is None else limits.int_problem("sample_rate", rate, 1, limits.MAX_SAMPLE_RATE, " Hz"))
     )
     if problem:
         raise _corrupt(path, problem)
@@ -273,7 +273,7 @@ def load_window_lufs(cache_dir: str | os.PathLike) -> WindowLufsCache:
         array = data[key]
         if array.dtype.kind != kind or array.shape != shape:
             raise _corrupt(path, f"{key!r} has dtype {array.dtype} and shape {array.shape}; expected kind {kind!r}, shape {shape}.")
-    problem = _limits.column_problem("durations", data["durations"], 0, _limits.MAX_SECONDS, " s")
+    problem = limits.column_problem("durations", data["durations"], 0, limits.MAX_SECONDS, " s")
     if problem:
         raise _corrupt(path, problem)
     values = data["values"]

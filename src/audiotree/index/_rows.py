@@ -103,7 +103,7 @@ def write_parquet(table, target: str) -> None:
     """Writes ``table`` to ``target`` atomically (zstd, row groups of :data:`ROW_GROUP` rows)."""
     import pyarrow.parquet as pq
 
-    from audiotree._fs import atomic_file
+    from audiotree.fs import atomic_file
 
     with atomic_file(target, suffix=".parquet") as tmp:
         pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP)

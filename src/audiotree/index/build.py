@@ -191,7 +191,7 @@ class _Parts:
         return tables
 
     def commit(self, rows: Sequence[dict]) -> None:
-        from audiotree._fs import write_json_atomic
+        from audiotree.fs import write_json_atomic
 
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir, exist_ok=True)

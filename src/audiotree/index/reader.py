@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 from typing import Any, Sequence
 
 import numpy as np
 
+from audiotree.commands import index_refresh_command
 from audiotree.errors import AudioReadError
 from audiotree.index.schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLUMNS, accepted_types, arrow_schema,
                                     decode_metadata, require_pyarrow)
@@ -24,7 +24,7 @@ from audiotree.index.trust import check_profiles, resolve_root
 from audiotree.io import storage
 from audiotree.io.remote_file import open_input
 
-__all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_stale", "refresh_command"]
+__all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_stale"]
 
 #: What a reader does with a file that changed since its row was made:
 #: raise (default), re-read the file's header as it is now, or skip the item;
@@ -51,32 +51,6 @@ def check_on_stale(value: str) -> str:
     if value not in ON_STALE:
         raise ValueError(f"on_stale must be one of {ON_STALE}, got {value!r}.")
     return value
-
-
-def refresh_command(index_path: str, meta: dict) -> str:
-    """The ``audiotree index`` command line that refreshes ``index_path`` (from its build settings)."""
-    sources = meta.get("sources") or {}
-    args = ["audiotree", "index"]
-    for group, entries in (sources.get("groups") or {}).items():
-        args += [f"{group}={e}" for e in entries]
-    args += list(sources.get("pool") or [])
-    if len(args) == 2:
-        args.append("SOURCES...")
-    args += ["--out", index_path if storage.is_url(index_path) else os.path.abspath(index_path)]
-    for flag, key in (("--labels", "labels"), ("--labels-key", "labels_key"), ("--labels-match", "labels_match"),
-                      ("--labels-root", "labels_root"), ("--labels-missing", "labels_missing"), ("--root", "root"),
-                      ("--segments", "segments")):
-        if sources.get(key):
-            args += [flag, str(sources[key])]
-    for flag, key in (("--text-columns", "text_columns"), ("--numeric-columns", "numeric_columns")):
-        for column in sources.get(key) or ():
-            args += [flag, column]
-    loud = meta.get("loudness") or {}
-    if not loud.get("enabled", True):
-        args.append("--no-loudness")
-    elif loud.get("mono") is False:
-        args.append("--stereo")
-    return " ".join(shlex.quote(a) for a in args)
 
 
 def _numpy(column) -> np.ndarray:
@@ -195,7 +169,8 @@ class CorpusIndex:
         return [join(root, p) for p in stored]
 
     def refresh_command(self) -> str:
-        return refresh_command(self.path, self.meta)
+        """The ``audiotree index`` command line that refreshes this index (see :mod:`audiotree.commands`)."""
+        return index_refresh_command(self.path, self.meta)
 
     def profile(self, row: int) -> np.ndarray | None:
         """Row ``row``'s loudness profile (float32 block mean squares), or ``None`` when it has none.

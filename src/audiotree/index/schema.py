@@ -130,6 +130,7 @@ import os
 from typing import Any, Mapping
 
 from audiotree.formats import header as _format
+from audiotree.validation import is_int
 
 __all__ = [
     "FORMAT_VERSION",
@@ -282,7 +283,7 @@ def decode_metadata(raw: Mapping[bytes, bytes] | None, where: str | os.PathLike)
         kind = spec.get("kind") if isinstance(spec, dict) else None
         if kind == "category" and "ids" in spec:
             size = spec.get("size")
-            if spec["ids"] != ids_column(name) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            if spec["ids"] != ids_column(name) or not is_int(size) or size < 0:
                 raise ValueError(f"{where}: label column {name!r} has a malformed category entry {spec!r}; rebuild "
                                  "the index.")
         elif kind == "category":

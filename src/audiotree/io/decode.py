@@ -257,7 +257,7 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: SoundfileReader) 
     if size is None or reader.info.format not in ("WAV", "WAVEX"):
         return
     try:
-        chunk = _wav_data_chunk(read_span(reader._source, 0, 4096), reader._source)
+        chunk = _wav_data_chunk(read_span(reader.source, 0, 4096), reader.source)
     except OSError:
         return
     if chunk is None:
@@ -310,23 +310,23 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         )
         head = b""
         if info.frames == 0:
-            head = read_span(reader._source, 0, 1 << 20)
+            head = read_span(reader.source, 0, 1 << 20)
         elif fmt == "OGG":  # the header pages and the first audio pages
-            head = read_span(reader._source, 0, _OGG_HEAD_BYTES)
+            head = read_span(reader.source, 0, _OGG_HEAD_BYTES)
         elif is_mpeg or (bound is not None and info.frames > bound):
-            head = read_span(reader._source, 0, 4096)
+            head = read_span(reader.source, 0, 4096)
         if fmt == "OGG":  # two maximal pages: the last one and the page before it
             tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
-            tail = read_span(reader._source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
+            tail = read_span(reader.source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
         flac_end = None  # where the last FLAC frame ends, by its header (local files: one 64 KiB tail read)
-        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader) and isinstance(reader._source, str):
-            flac_head = head[:64] or read_span(reader._source, 0, 64)
+        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader) and isinstance(reader.source, str):
+            flac_head = head[:64] or read_span(reader.source, 0, 64)
             if flac_head[:4] == b"fLaC":
-                tail = read_span(reader._source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES)
+                tail = read_span(reader.source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES)
                 flac_end = integrity.flac_frames_end(tail, flac_head)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
-            frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader._source, id3, 2048)
+            frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader.source, id3, 2048)
     except OSError:  # the file vanished after opening: the first read will say so
         return
     if fmt == "OGG":
@@ -335,7 +335,7 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
             problem += f" (the decoder sees {info.frames} frames; the rest is missing)"
         if problem is None and isinstance(reader, PyAVReader):  # FFmpeg checks no page CRC: check them all once
             found = ogg_pages.first_page_info(head)
-            problem = ogg_pages.span_problem(reader._source, found[0] if found else 0, 0, None)
+            problem = ogg_pages.span_problem(reader.source, found[0] if found else 0, 0, None)
         if problem:
             raise bad_file(path, problem)
     # Encoders count the stream from its first frame; compared with the whole
@@ -346,7 +346,7 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         raise bad_file(path, f"the file is truncated: its Xing/Info header records {declared} bytes of MPEG "
                         f"audio but the file has only {size} bytes")
     if info.frames == 0:
-        wav_data = _wav_data_chunk(head, reader._source) if fmt in ("WAV", "WAVEX") else None
+        wav_data = _wav_data_chunk(head, reader.source) if fmt in ("WAV", "WAVEX") else None
         # PyAV containers that report no frames are refused like the PyAV
         # fallback's (see _open_reader): their length metadata is all we have.
         if isinstance(reader, PyAVReader) or integrity.holds_audio(fmt, subtype, head, size, wav_data):
@@ -385,9 +385,9 @@ def _check_mpeg_length(path: str, size: int, id3: int, frame_head: bytes, reader
         raise bad_file(path, problem)
     if not isinstance(reader, SoundfileReader) or mpeg_frames.tag_frame_count(frame_head) is not None:
         return  # exact (and mpg123 trims the encoder delay and padding the LAME tag records)
-    frames, spf = reader.info.frames, reader._preroll // MPEG_PREROLL_FRAMES
+    frames, spf = reader.info.frames, reader.preroll // MPEG_PREROLL_FRAMES
     reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * spf
-    if not isinstance(reader._source, str):
+    if not isinstance(reader.source, str):
         return
     try:
         count, spf = _mpeg_frame_count(path, size, os.stat(path).st_mtime_ns, id3)
@@ -529,7 +529,7 @@ class AudioFile:
             end = min(frames, start + count)
         if start >= end:
             return np.empty((0, self.info.channels), dtype=np.float32)
-        source = reader._source
+        source = reader.source
         probe_tolerant = getattr(source, "probe_tolerant", False)  # keeps bytes before a seek target (members)
         if not isinstance(source, str) and frames > 0 and (probe_tolerant or self.info.format not in _PROBING_SEEKS):
             # Uncompressed audio seeks straight to its bytes: fetch the excerpt

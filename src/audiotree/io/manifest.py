@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from audiotree import _limits
+from audiotree import limits
 from audiotree.formats import manifest as _manifest
-from audiotree._fs import check_relative, safe_join
+from audiotree.fs import check_relative, safe_join
 from audiotree.provenance import encode_strings
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
@@ -80,15 +80,15 @@ def _validate(table: _manifest.ManifestColumns) -> None:
             raise ValueError(f"{where} column {name!r} holds {int(data.min())}, below {minimum}. Re-render the dataset.")
     # What the reader trusts (a manifest-only row allocates channels x samples zeros) stays sane.
     bounds = {
-        "index": (0, _limits.MAX_ITEMS, ""),
-        "sample_rate": (1, _limits.MAX_SAMPLE_RATE, " Hz"),
-        "channels": (1, _limits.MAX_CHANNELS, ""),
-        "samples": (0, _limits.MAX_FRAMES, ""),
-        "duration_seconds": (0, float(_limits.MAX_FRAMES), " s"),
+        "index": (0, limits.MAX_ITEMS, ""),
+        "sample_rate": (1, limits.MAX_SAMPLE_RATE, " Hz"),
+        "channels": (1, limits.MAX_CHANNELS, ""),
+        "samples": (0, limits.MAX_FRAMES, ""),
+        "duration_seconds": (0, float(limits.MAX_FRAMES), " s"),
     }
     for name, (low, high, unit) in bounds.items():
         data = table.columns.get(name)
-        problem = None if data is None else _limits.column_problem(name, data, low, high, unit)
+        problem = None if data is None else limits.column_problem(name, data, low, high, unit)
         if problem:
             raise ValueError(f"{where} {problem} Re-render the dataset.")
     for name in LABEL_FIELDS:

@@ -110,7 +110,7 @@ class PyAVReader:
 
     __slots__ = (
         "_path",
-        "_source",
+        "source",
         "_dirty",
         "_container",
         "_stream",
@@ -120,7 +120,7 @@ class PyAVReader:
         "_tb_num",
         "_tb_den",
         "_origin",
-        "_preroll",
+        "preroll",
         "_jitter",
         "length_slack",
         "_packer",
@@ -128,7 +128,7 @@ class PyAVReader:
 
     def __init__(self, path: str, source: Any = None) -> None:
         self._path = path
-        self._source = path if source is None else source  # path or open remote file object
+        self.source = path if source is None else source  # path or open remote file object
         self._dirty = False
         self._packer = None  # an av.AudioResampler, made for the first frame of > 8 planes
         self.length_slack = 0  # raised by _duration_frames when the length is an estimate
@@ -159,11 +159,11 @@ class PyAVReader:
             # is enough for AAC's MDCT overlap (measured); 0.1 s also covers
             # Opus (80 ms recommended) and Vorbis long blocks.
             frame_size = int(codec.frame_size or 0)
-            self._preroll = max(2 * frame_size, -(-sample_rate // 10), 4096)
+            self.preroll = max(2 * frame_size, -(-sample_rate // 10), 4096)
             fmt_name = (container.format.name or "").split(",")[0].upper()
             _check_packet_count(fmt_name, stream, frame_size, frames)
             if fmt_name == "MOV" and codec.name == "aac":
-                _check_media_size(self._source, int(stream.frames or 0), channels)
+                _check_media_size(self.source, int(stream.frames or 0), channels)
             self.info = AudioInfo(path, frames, sample_rate, channels, fmt_name, (codec.name or "").upper() or None)
         except BaseException:
             container.close()
@@ -172,9 +172,9 @@ class PyAVReader:
     def _open_container(self) -> None:
         import av  # deferred: importing FFmpeg is slow and optional
 
-        if not isinstance(self._source, str):
-            self._source.seek(0)  # a re-open (fresh decoder) starts from the top
-        container = av.open(self._source, mode="r")
+        if not isinstance(self.source, str):
+            self.source.seek(0)  # a re-open (fresh decoder) starts from the top
+        container = av.open(self.source, mode="r")
         try:
             streams = container.streams.audio
             stream = streams[0] if streams else None
@@ -212,8 +212,8 @@ class PyAVReader:
 
     def close(self) -> None:
         self._container.close()
-        if not isinstance(self._source, str):
-            self._source.close()
+        if not isinstance(self.source, str):
+            self.source.close()
 
     def _to_samples(self, ticks: int) -> int:
         """Convert a duration in stream time-base ticks to frames (rounded)."""
@@ -286,7 +286,7 @@ class PyAVReader:
         end = start + count
         out = np.zeros((count, channels), dtype=np.float32)
         filled_to = start  # samples in [start, filled_to) are final
-        seek_frame: int | None = max(0, start - self._preroll)
+        seek_frame: int | None = max(0, start - self.preroll)
         while True:
             from_beginning = seek_frame is None or seek_frame == 0
             expected: int | None = None

@@ -115,16 +115,16 @@ class SoundfileReader:
 
     backend = "soundfile"
 
-    __slots__ = ("_file", "_source", "info", "_mode", "_pos", "_preroll", "_tail", "length_slack", "_stream", "_checked")
+    __slots__ = ("_file", "source", "info", "_mode", "_pos", "preroll", "_tail", "length_slack", "_stream", "_checked")
 
     def __init__(self, path: str, source: Any = None) -> None:
         # ``source``: the local path, or an open remote file object (closed by close()).
-        self._source = path if source is None else source
-        f = soundfile.SoundFile(self._source)
+        self.source = path if source is None else source
+        f = soundfile.SoundFile(self.source)
         self._file = f
         self.info = AudioInfo(path, int(f.frames), int(f.samplerate), int(f.channels), f.format, f.subtype)
         subtype = f.subtype
-        self._preroll = 0
+        self.preroll = 0
         if subtype == "VORBIS":
             self._mode = _VORBIS
         elif subtype == "OPUS":
@@ -137,7 +137,7 @@ class SoundfileReader:
                 per_frame = 576  # MPEG-2/2.5 layer III frames are half length
             else:
                 per_frame = 1152
-            self._preroll = MPEG_PREROLL_FRAMES * per_frame
+            self.preroll = MPEG_PREROLL_FRAMES * per_frame
         else:
             self._mode = _EXACT
         self._pos: int | None = 0  # libsndfile's read position, None if unknown
@@ -150,8 +150,8 @@ class SoundfileReader:
 
     def close(self) -> None:
         self._file.close()
-        if not isinstance(self._source, str):
-            self._source.close()
+        if not isinstance(self.source, str):
+            self.source.close()
 
     def _position(self) -> int:
         if self._pos is None:
@@ -163,7 +163,7 @@ class SoundfileReader:
         if self._tail is None:
             info = self.info
             try:
-                span = _ogg_final_page_span(self._source)
+                span = _ogg_final_page_span(self.source)
             except OSError:
                 span = None
             if span is None:
@@ -181,7 +181,7 @@ class SoundfileReader:
     def _ogg_stream(self) -> tuple[int, int, int]:
         """(serial, granules per frame, pre-skip) of the Ogg audio stream, from its first page."""
         if self._stream is None:
-            found = ogg_pages.first_page_info(read_span(self._source, 0, ogg_pages.OGG_MAX_PAGE))
+            found = ogg_pages.first_page_info(read_span(self.source, 0, ogg_pages.OGG_MAX_PAGE))
             serial, packet = found if found is not None else (0, b"")
             scale, preskip = 1, 0
             if self._mode == _OPUS:  # Opus granules count 48 kHz samples, from before the pre-skip
@@ -204,7 +204,7 @@ class SoundfileReader:
         if done_first <= first and (done_last is None or (last is not None and last <= done_last)):
             return
         total = self.info.frames * scale + preskip
-        problem = ogg_pages.span_problem(self._source, serial, first, last, total)
+        problem = ogg_pages.span_problem(self.source, serial, first, last, total)
         if problem:
             raise bad_file(self.info.path, problem)
         self._checked = (first, last)
@@ -217,7 +217,7 @@ class SoundfileReader:
         """
         mode = self._mode
         if mode == _MPEG:
-            return max(0, start - self._preroll)
+            return max(0, start - self.preroll)
         target = start
         tail = self._final_page_start()
         if target > tail:

@@ -29,6 +29,8 @@ from typing import Any
 
 import jax
 
+from audiotree.validation import is_int
+
 __all__ = ["DevicePrefetchIterator", "prefetch_to_device"]
 
 _POLL_SEC = 0.05  # how often a blocked producer re-checks for stop()
@@ -73,7 +75,7 @@ class DevicePrefetchIterator(Iterator):
     """
 
     def __init__(self, iterator, *, size: int = 2, sharding: Any = None):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        if not is_int(size) or size < 1:
             raise ValueError(f"size must be a positive integer (batches buffered on the device), got {size!r}")
         self._host = iterator if hasattr(iterator, "__next__") else iter(iterator)
         self._size = size

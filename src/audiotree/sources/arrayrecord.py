@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from audiotree._fs import read_limited
+from audiotree.fs import read_limited
 from audiotree.io import storage
 from audiotree.sources.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.arrayrecord import INDEX_NAME, MAX_INDEX_BYTES, SHARD_PATTERN, check_index, decode_item

@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import sys
 import threading
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
+
+from audiotree.validation import is_int, is_real
 
 __all__ = ["BucketPlan", "plan_buckets", "optimal_bucket_edges", "DEFAULT_NUM_BUCKETS", "FILLER"]
 
@@ -110,13 +111,13 @@ def optimal_bucket_edges(durations: Sequence[float], num_buckets: int) -> np.nda
 
 # ----------------------------------------------------------------- checks
 def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}.")
     return int(value)
 
 
 def _check_seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+    if not is_real(value) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}.")
     return float(value)
 
@@ -433,7 +434,7 @@ def plan_buckets(
     _choice("remainder", remainder, _REMAINDER)
     _choice("weight_by", weight_by, _WEIGHT_BY)
     num_shards = _check_count("num_shards", num_shards)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}.")
     shortest = int(np.argmin(d))
     if max_seconds < d[shortest]:
@@ -443,7 +444,7 @@ def plan_buckets(
         )
     if remainder == "keep" and num_shards > 1:
         raise ValueError("remainder='keep' gives hosts unequal batches; use 'pad' or 'drop' with num_shards > 1.")
-    if isinstance(buckets, numbers.Integral) and not isinstance(buckets, bool):
+    if is_int(buckets):
         limit = max_seconds
         fit = d[d <= limit + 1e-9] if too_long != "crop" else np.minimum(d, limit)
         if fit.size == 0:

@@ -24,6 +24,7 @@ import grain
 import numpy as np
 
 from audiotree.sources.bucketing import DEFAULT_NUM_BUCKETS, FILLER, BucketPlan, endless_length, plan_buckets
+from audiotree.validation import is_int
 
 __all__ = ["batch_by_duration", "DurationBatchDataset"]
 
@@ -60,7 +61,7 @@ def _item_order(items: Any) -> tuple[Any, int | None, Any]:
     node, loader = items, None
     while True:
         if isinstance(node, EpochShuffledMapDataset):
-            return node, node._n, loader  # pylint: disable=protected-access
+            return node, node.items_per_epoch, loader
         transform = getattr(node, "_transform", None)
         parents = getattr(node, "parents", ()) or ()
         if (transform is None and type(node).__name__ != "AudioMapDataset") or len(parents) != 1:
@@ -88,7 +89,7 @@ def _check_items(items: Any, plan: BucketPlan, order: Any, per_epoch: int | None
         from audiotree.sources.ordering import EpochShuffledMapDataset
 
         for node in _walk(items):
-            if isinstance(node, EpochShuffledMapDataset) and node._shuffle:  # pylint: disable=protected-access
+            if isinstance(node, EpochShuffledMapDataset) and node.shuffle:
                 raise ValueError(
                     "items is shuffled under a step that is not a per-item map, so item i is no longer the file of "
                     "durations[i]; build it with shuffle=False (batch_by_duration shuffles with its own seed)."
@@ -170,11 +171,11 @@ class DurationBatchDataset(grain.MapDataset):
     def _position(self, epoch: int, item: int) -> int:
         """Where item ``item`` (row order) sits in epoch ``epoch`` of the items' own order."""
         order = self._order
-        if order is None or not order._shuffle:  # pylint: disable=protected-access
+        if order is None or not order.shuffle:
             return item
         positions = self._positions.get(epoch)
         if positions is None:
-            perm = order._permutation(epoch)  # pylint: disable=protected-access
+            perm = order.permutation(epoch)
             positions = np.empty_like(perm)
             positions[perm] = np.arange(perm.size)
             from audiotree.sources.ordering import evict_oldest
@@ -254,13 +255,13 @@ def _crop(tree: Any, samples: int) -> Any:
     """The first ``samples`` samples of a batch-of-1 item (its ``lengths`` capped)."""
     lengths = None if tree.lengths is None else np.minimum(np.asarray(tree.lengths), samples).astype(np.int32)
     # Loudness and codes described the whole file: cleared.
-    return tree._invalidate_derived(waveform=tree.waveform[..., :samples], lengths=lengths)  # pylint: disable=protected-access
+    return tree.replace_audio(waveform=tree.waveform[..., :samples], lengths=lengths)
 
 
 def _stamp_group(tree: Any, name: str) -> Any:
     from audiotree.provenance import encode_strings
 
-    metadata = dict(tree._metadata)  # pylint: disable=protected-access
+    metadata = tree.provenance
     metadata["source"] = encode_strings([name] * tree.batch_size)
     return tree.replace(_metadata=metadata)
 
@@ -269,7 +270,7 @@ def _filler(template: Any) -> Any:
     """An empty slot shaped like ``template``: no samples, ``lengths == 0``, blank provenance."""
     from audiotree.provenance import encode_strings
 
-    metadata = dict(template._metadata)  # pylint: disable=protected-access
+    metadata = template.provenance
     if "filepath" in metadata:
         metadata["filepath"] = encode_strings([""])
     if "offset" in metadata:
@@ -397,7 +398,7 @@ def batch_by_duration(
         shard_index, shard_count = int(shard_options.shard_index), int(shard_options.shard_count)
         if not 0 <= shard_index < shard_count:
             raise ValueError(f"shard_index must be in [0, {shard_count}), got {shard_index}.")
-    if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple < 1:
+    if not is_int(pad_multiple) or pad_multiple < 1:
         raise ValueError(f"pad_multiple must be a positive int of samples, got {pad_multiple!r}.")
     if plan is None:
         if max_seconds is None:

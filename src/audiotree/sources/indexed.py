@@ -231,7 +231,7 @@ class IndexRows:
         if stamp_group:
             from audiotree.provenance import encode_strings
 
-            metadata = dict(tree._metadata)
+            metadata = tree.provenance
             metadata["source"] = encode_strings([self._group_of(r) or ""])
             tree = tree.replace(_metadata=metadata)
         return tree

@@ -98,7 +98,7 @@ class StampSource(grain.transforms.Map):
         from audiotree.provenance import encode_strings
 
         batch = element.batch_size
-        metadata = dict(element._metadata)
+        metadata = element.provenance
         metadata["source"] = encode_strings([self.name] * batch)
         metadata.setdefault("filepath", encode_strings([""] * batch))
         metadata.setdefault("offset", np.full((batch,), np.nan))

@@ -57,7 +57,21 @@ class EpochShuffledMapDataset(grain.MapDataset):
     def __str__(self) -> str:
         return f"EpochShuffledMapDataset(shuffle={self._shuffle})"
 
-    def _permutation(self, epoch: int) -> np.ndarray:
+    @property
+    def items_per_epoch(self) -> int:
+        """Items of one epoch, ``len(parent)``."""
+        return self._n
+
+    @property
+    def shuffle(self) -> bool:
+        """Whether each epoch is permuted (False: the parent's order every epoch)."""
+        return self._shuffle
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        """Epoch ``epoch``'s order: position ``k`` serves parent item ``permutation(epoch)[k]`` (if shuffled).
+
+        Cached for the two most recent epochs; do not modify the array.
+        """
         perm = self._cache.get(epoch)
         if perm is None:
             # int32 where it fits: half the memory of permutation()'s int64 (ten million rows: 40 MB per
@@ -75,7 +89,7 @@ class EpochShuffledMapDataset(grain.MapDataset):
         if index < 0:
             index += self._length
         epoch, position = divmod(index, self._n)
-        return int(self._permutation(epoch)[position]) if self._shuffle else position
+        return int(self.permutation(epoch)[position]) if self._shuffle else position
 
     def __getitem__(self, index):
         if isinstance(index, slice):

@@ -34,7 +34,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from audiotree.formats import header as _format
-from audiotree._fs import read_limited
+from audiotree.fs import read_limited
 from audiotree.io import storage
 from audiotree.sources.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.tree_inline import inline_bytes

@@ -121,6 +121,16 @@ class TorchIterableDataset(SharedEpochMixin, _tud.IterableDataset):
     def __bool__(self) -> bool:  # truth must not depend on len(), which an endless stream refuses
         return True
 
+    def resume_at(self, resume: dict | None) -> None:
+        """Makes the next ``iter()`` continue epoch ``resume["epoch"]`` mid-way (``None``: from its start).
+
+        ``resume`` holds ``epoch``, ``num_workers``, ``shift`` (the role of worker
+        0) and ``consumed`` (items each role already delivered). The setting is
+        read once by the next ``iter()`` (in each worker, which gets a copy of the
+        dataset as it is when the workers start) and then cleared.
+        """
+        self._resume = None if resume is None else dict(resume)
+
     def epoch_start(self, epoch: int) -> int:
         return epoch * (self.epoch_size or ENDLESS_EPOCH_STRIDE)
 

@@ -151,7 +151,7 @@ class AudioDataLoader(_tud.DataLoader):
             sampler = None
         else:
             sampler = EpochSampler(adapter, shuffle=shuffle, seed=seed, epoch=epoch, advance_epochs=advance_epochs)
-            self._cursor = sampler._cursor
+            self._cursor = sampler.cursor
         kwargs["worker_init_fn"] = WorkerInit(kwargs.get("worker_init_fn"))
         super().__init__(
             adapter, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
@@ -213,7 +213,7 @@ class AudioDataLoader(_tud.DataLoader):
         return self._iter_iterable() if self._iterable else self._iter_map()
 
     def _iter_map(self) -> Iterator[Any]:
-        epoch, start = self.sampler._cursor.peek()
+        epoch, start = self.sampler.cursor.peek()
         progress = self._progress = _MapProgress(epoch, int(start or 0))
         try:
             for batch in _tud.DataLoader.__iter__(self):
@@ -251,16 +251,16 @@ class AudioDataLoader(_tud.DataLoader):
                 share = dataset.shard_size(role, roles)
                 items = batches[role] * self._step
                 consumed.append(items if share is None else min(items, share))
-            dataset._resume = {"epoch": epoch, "num_workers": roles, "shift": shift, "consumed": consumed}
+            dataset.resume_at({"epoch": epoch, "num_workers": roles, "shift": shift, "consumed": consumed})
         else:
             batches, shift = [0] * roles, 0
-            dataset._resume = None
+            dataset.resume_at(None)
         dataset.set_epoch(epoch)
         progress = self._progress = _IterProgress(epoch, shift, batches, totals)
         try:
             iterator = _tud.DataLoader.__iter__(self)  # starts (or resumes) the workers with the state above
         finally:
-            dataset._resume = None
+            dataset.resume_at(None)
         try:
             for batch in iterator:
                 progress.record()

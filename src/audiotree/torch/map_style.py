@@ -127,6 +127,11 @@ class EpochSampler(_tud.Sampler):
         """The epoch of the next key: the one being iterated, or the one the next iteration starts."""
         return self._next_key()[0]
 
+    @property
+    def cursor(self) -> EpochCursor:
+        """The epoch and position the next iteration starts at (shared with :class:`AudioDataLoader`)."""
+        return self._cursor
+
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration start ``epoch`` from its beginning."""
         self._cursor.set(check_epoch(epoch), 0)

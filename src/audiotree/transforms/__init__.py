@@ -67,8 +67,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # ``audiotree.transforms.jax`` (and ``.kernels``) load on first access only.
-    if name in ("jax", "kernels"):
+    # ``audiotree.transforms.jax`` loads on first access only. (``.kernels`` is NumPy only and is
+    # imported by ``.functional``, so it is already an attribute here.)
+    if name == "jax":
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

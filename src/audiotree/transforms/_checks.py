@@ -74,7 +74,7 @@ def check_trim(length: Any = 1.0, mode: Any = "wrap") -> None:
         raise ValueError(f"Unknown trim pad mode {mode!r}; use one of {PAD_MODES}.")
 
 
-def check_sample_rate(sample_rate: Any = None) -> int:
+def check_resample_rate(sample_rate: Any = None) -> int:
     if sample_rate is None:
         raise ValueError("resample() needs a target sample_rate (got None).")
     return validation.check_sample_rate(sample_rate)

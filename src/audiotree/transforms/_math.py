@@ -112,7 +112,7 @@ def gain(xp: Any, tree: AudioTree, gain_db: Any, name: str = "volume_change") ->
         g = g.astype(xp.float32)
     y = _op(xp, apply_gain_db)(x, g)
     lufs, windows = shift_loudness(xp, tree.lufs, tree.lufs_windows, g)
-    return tree._invalidate_derived(keep=LUFS_FIELDS, waveform=y, lufs=lufs, lufs_windows=windows)
+    return tree.replace_audio(keep=LUFS_FIELDS, waveform=y, lufs=lufs, lufs_windows=windows)
 
 
 def ensure_lufs(xp: Any, tree: AudioTree, measure: Callable) -> AudioTree:
@@ -143,7 +143,7 @@ def peak_scale(xp: Any, tree: AudioTree, floor: float, name: str) -> AudioTree:
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         return tree
     y = _op(xp, _peak_scale_array, (1,))(x, float(floor))
-    return tree._invalidate_derived(waveform=y)
+    return tree.replace_audio(waveform=y)
 
 
 def _peak_scale_array(xp: Any, x: Any, floor: float) -> Any:
@@ -154,7 +154,7 @@ def _peak_scale_array(xp: Any, x: Any, floor: float) -> Any:
 # ---------------------------------------------------------- sign / channels
 def invert(xp: Any, tree: AudioTree) -> AudioTree:
     x = waveform(xp, tree, "invert_phase")
-    return tree._invalidate_derived(keep=LUFS_FIELDS, waveform=-x)
+    return tree.replace_audio(keep=LUFS_FIELDS, waveform=-x)
 
 
 def swap(xp: Any, tree: AudioTree) -> AudioTree:
@@ -164,7 +164,7 @@ def swap(xp: Any, tree: AudioTree) -> AudioTree:
         return tree
     if channels != 2:
         raise ValueError(f"swap_stereo needs mono or stereo audio, got {channels} channels.")
-    return tree._invalidate_derived(keep=LUFS_FIELDS, waveform=_finish(xp, xp.flip(x, axis=-2)))
+    return tree.replace_audio(keep=LUFS_FIELDS, waveform=_finish(xp, xp.flip(x, axis=-2)))
 
 
 def mono(xp: Any, tree: AudioTree) -> AudioTree:
@@ -188,7 +188,7 @@ def roll(xp: Any, tree: AudioTree, shift: Any, mode: str) -> AudioTree:
     x = waveform(xp, tree, "roll")
     lead, length = x.shape[:-2], x.shape[-1]
     s = per_item(xp, shift, lead, "shift").astype(xp.int32)
-    meta = dict(tree._metadata)
+    meta = tree.provenance
     if "offset" in meta:
         # A rolled item no longer starts at its recorded offset: mark it unknown
         # (NaN) per item, keeping the key so rolled and unrolled items batch.
@@ -197,12 +197,12 @@ def roll(xp: Any, tree: AudioTree, shift: Any, mode: str) -> AudioTree:
         )
     keep = ("lufs",) if mode == "wrap" else ()
     if length == 0:
-        return tree._invalidate_derived(keep=keep, _metadata=meta)
+        return tree.replace_audio(keep=keep, _metadata=meta)
     if tree.lengths is not None:
         y = _op(xp, _roll_within_array, (3,))(x, s, xp.asarray(tree.lengths), mode)
     else:
         y = _op(xp, _roll_array, (2,))(x, s, mode)
-    return tree._invalidate_derived(keep=keep, waveform=_finish(xp, y), _metadata=meta)
+    return tree.replace_audio(keep=keep, waveform=_finish(xp, y), _metadata=meta)
 
 
 def _roll_within_array(xp: Any, x: Any, s: Any, lengths: Any, mode: str) -> Any:
@@ -242,17 +242,17 @@ def trim(xp: Any, tree: AudioTree, length: float, mode: str) -> AudioTree:
         # padding (zeros), never repeated audio, whatever ``mode`` says.
         lengths = xp.minimum(xp.asarray(tree.lengths), target).astype(xp.int32)
         y = x[..., :target] if target < current else xp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, target - current)])
-        return tree._invalidate_derived(waveform=_finish(xp, y), lengths=lengths)
+        return tree.replace_audio(waveform=_finish(xp, y), lengths=lengths)
     if target < current:
         y = x[..., :target]
     else:
         widths = [(0, 0)] * (x.ndim - 1) + [(0, target - current)]
         y = xp.pad(x, widths, mode=mode if current > 0 else "constant")
-    return tree._invalidate_derived(waveform=_finish(xp, y))
+    return tree.replace_audio(waveform=_finish(xp, y))
 
 
 def resample(xp: Any, tree: AudioTree, sample_rate: Any) -> AudioTree:
-    rate = _checks.check_sample_rate(sample_rate)
+    rate = _checks.check_resample_rate(sample_rate)
     x = waveform(xp, tree, "resample")
     if rate == tree.sample_rate:
         return tree
@@ -321,4 +321,4 @@ def phase(xp: Any, tree: AudioTree, phase_values: Any, *, hop_factor: float, fra
         window = tuple(window)
     y = _op(xp, rotate_phases, (2, 3, 4))(x, phase_values, int(frame_length), hop, window)
     keep = LUFS_FIELDS if keep_lufs else ()
-    return tree._invalidate_derived(keep=keep, waveform=y)
+    return tree.replace_audio(keep=keep, waveform=y)

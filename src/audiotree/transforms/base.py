@@ -168,7 +168,7 @@ class _Transform:
             raise TypeError(f"{self.name} returned {type(out).__name__}, expected an AudioTree.")
         # Padding of a variable-length batch is silence whatever a transform did
         # to it (an STFT or a resampler rings into it): clear it again.
-        return out._zero_padding() if out.lengths is not None and out is not tree else out
+        return out.zero_padding() if out.lengths is not None and out is not tree else out
 
     def _apply_leaf(self, tree: AudioTree, stream: Any, mask_stream: Any) -> AudioTree:
         return self._call_checked(self._prepare(tree), stream)

@@ -77,7 +77,7 @@ def stereo(audio_tree: AudioTree) -> AudioTree:
     return K.stereo(audio_tree)
 
 
-@map_transform(validate=_checks.check_sample_rate)
+@map_transform(validate=_checks.check_resample_rate)
 def resample(audio_tree: AudioTree, sample_rate: int | None = None) -> AudioTree:
     """Resamples to ``sample_rate`` Hz (soxr on NumPy, ``floor(T * new / old)`` samples).
 

@@ -114,7 +114,7 @@ def select_items(mask: Any, new: AudioTree, old: AudioTree) -> AudioTree:
         )
     updates = {f: pick(mask, getattr(new, f), getattr(old, f), f) for f in ARRAY_FIELDS}
     updates["extras"] = pick(mask, new.extras, old.extras, "extras") or {}
-    updates["_metadata"] = pick(mask, new._metadata, old._metadata, "_metadata") or {}
+    updates["_metadata"] = pick(mask, new.provenance, old.provenance, "_metadata") or {}
     return dataclasses.replace(new, **updates)
 
 

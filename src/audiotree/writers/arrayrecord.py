@@ -11,12 +11,12 @@ writer leaves a folder without an index, which no reader mistakes for data.
 
 from __future__ import annotations
 
-import numbers
 import os
 from typing import Any
 
-from audiotree._fs import fsync_dir, write_json_atomic
+from audiotree.fs import fsync_dir, write_json_atomic
 from audiotree.formats.arrayrecord import INDEX_NAME, SHARD_PATTERN, WRITER_OPTIONS, encode_items, index_document
+from audiotree.validation import is_int
 
 __all__ = ["ArrayRecordWriter"]
 
@@ -51,8 +51,7 @@ class ArrayRecordWriter:
 
     def __init__(self, directory: str | os.PathLike, *, records_per_shard: int = 1000, exist_ok: bool = False,
                  metadata: dict | None = None, storage_options: dict | None = None):
-        if isinstance(records_per_shard, bool) or not isinstance(records_per_shard, numbers.Integral) \
-                or records_per_shard < 1:
+        if not is_int(records_per_shard) or records_per_shard < 1:
             raise ValueError(f"records_per_shard must be a positive int, got {records_per_shard!r}.")
         from audiotree.writers.remote import staged
 

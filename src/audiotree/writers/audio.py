@@ -34,8 +34,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from audiotree import _limits
-from audiotree._fs import check_relative, close_keeping_error, fsync_dir, fsync_path, naming_os_errors
+from audiotree import limits
+from audiotree.fs import check_relative, close_keeping_error, fsync_dir, fsync_path, naming_os_errors
 from audiotree.formats import manifest as _manifest
 from audiotree.schema import LABEL_FIELDS
 from audiotree.validation import is_int
@@ -206,7 +206,7 @@ class AudioWriter:
     def _describe(tree: Any) -> tuple:
         labels = frozenset(f for f in LABEL_FIELDS if getattr(tree, f) is not None)
         extras = frozenset(tree.extras or {})
-        provenance = frozenset(k for k in ("filepath", "source", "offset") if k in (tree._metadata or {}))
+        provenance = frozenset(k for k in ("filepath", "source", "offset") if k in tree.provenance)
         return labels, extras, provenance
 
     def _check_schema(self, schema: tuple) -> None:
@@ -235,7 +235,7 @@ class AudioWriter:
                     f"extras[{key!r}] is a nested dict; AudioWriter stores flat extras. Flatten it, or use "
                     "TreeWriter, which stores any nesting."
                 )
-        metadata = tree._metadata or {}
+        metadata = tree.provenance
         filepaths = tree.filepath if "filepath" in metadata else None
         sources = tree.source if "source" in metadata else None
         offsets = None if metadata.get("offset") is None else np.asarray(metadata["offset"], dtype=np.float64)
@@ -383,11 +383,11 @@ class AudioWriter:
                 f"AudioWriter takes a rank 3 (B, C, T) waveform, got rank {ndim}; "
                 + ("call flatten_mini_batches() first." if ndim == 4 else "build the tree with AudioTree.create().")
             )
-        rate = _limits.check_sample_rate(tree.sample_rate, f"AudioWriter for {self.directory}")
+        rate = limits.sane_sample_rate(tree.sample_rate, f"AudioWriter for {self.directory}")
         channels, frames = np.shape(tree.waveform)[1:]
-        for field, value, low, high in (("channels", channels, 1, _limits.MAX_CHANNELS),
-                                        ("frames", frames, 0, _limits.MAX_FRAMES)):
-            problem = _limits.int_problem(field, value, low, high)
+        for field, value, low, high in (("channels", channels, 1, limits.MAX_CHANNELS),
+                                        ("frames", frames, 0, limits.MAX_FRAMES)):
+            problem = limits.int_problem(field, value, low, high)
             if problem:
                 raise ValueError(f"AudioWriter for {self.directory}: {problem}")
         if self._sample_rate is not None and rate != self._sample_rate:

@@ -47,10 +47,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from audiotree._fs import fsync_dir
-from audiotree._limits import MAX_ITEMS
+from audiotree.fs import fsync_dir
+from audiotree.limits import MAX_ITEMS
 from audiotree.formats.render import PART, RECORD, new_record, read_record, write_record
 from audiotree.io import storage
+from audiotree.validation import is_int
 from audiotree.writers.parts import FORMATS, RenderRange, batch_in_order, open_part_writer
 
 __all__ = ["render", "RenderResult", "STAGING"]
@@ -173,7 +174,7 @@ def render(
     if format not in FORMATS:
         raise ValueError(f"Unknown render format {format!r}; use one of {', '.join(FORMATS)}.")
     for name, value, low in (("part_size", part_size, 1), ("batch_size", batch_size, 1), ("workers", workers, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}.")
     if executor is not None and workers:
         raise ValueError("workers= (mp_prefetch) and executor= are alternatives; give one.")
@@ -188,7 +189,7 @@ def render(
         num_items = len(ds)
         if num_items >= MAX_ITEMS:
             raise ValueError(f"The dataset has no end (len {num_items}); give num_items=.")
-    if isinstance(num_items, bool) or not isinstance(num_items, int) or num_items < 1:
+    if not is_int(num_items) or num_items < 1:
         raise ValueError(f"num_items must be a positive int, got {num_items!r}.")
     record_config = {"format": format, "part_size": int(part_size), **dict(config or {})}
     job = _Job(make_dataset=make_dataset, ds=ds, total=num_items, fmt=format, part_size=part_size,

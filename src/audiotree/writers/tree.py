@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from audiotree._fs import close_keeping_error, fsync_dir, naming_os_errors, write_json_atomic
+from audiotree.fs import close_keeping_error, fsync_dir, naming_os_errors, write_json_atomic
 from audiotree.formats import header as _format
 from audiotree.formats.tree import (
     INDEX_DTYPE,

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from audiotree._fs import fsync_dir, fsync_path
+from audiotree.fs import fsync_dir, fsync_path
 
 __all__ = ["WebDatasetWriter"]
 
@@ -118,7 +118,7 @@ class WebDatasetWriter:
 
     def _item_json(self, tree: Any, i: int, samples: int, channels: int) -> dict:
         meta: dict[str, Any] = {"sample_rate": int(tree.sample_rate), "channels": channels, "samples": samples}
-        metadata = tree._metadata or {}
+        metadata = tree.provenance
         for name in ("filepath", "source"):
             if name in metadata:
                 values = getattr(tree, name)

@@ -61,7 +61,7 @@ def stereo(audio_tree: AudioTree) -> AudioTree:
     return K.stereo(audio_tree)
 
 
-@map_transform(validate=_checks.check_sample_rate)
+@map_transform(validate=_checks.check_resample_rate)
 @_doc_from(_np.resample)
 def resample(audio_tree: AudioTree, sample_rate: int | None = None) -> AudioTree:
     return K.resample(audio_tree, sample_rate)

@@ -11,10 +11,11 @@ they write reads back.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
+
+from audiotree.validation import is_int, is_real
 
 __all__ = [
     "MAX_SAMPLE_RATE",
@@ -27,7 +28,7 @@ __all__ = [
     "int_problem",
     "float_problem",
     "column_problem",
-    "check_sample_rate",
+    "sane_sample_rate",
 ]
 
 #: Hz. Past 768 kHz studio audio and the ultrasonic recorders used for bats.
@@ -46,13 +47,9 @@ MAX_SAMPLE_BYTES = 2**36
 MAX_SECONDS = 1e7
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def int_problem(field: str, value: Any, low: int, high: int, unit: str = "") -> str | None:
     """Why ``value`` is not an int in ``[low, high]``, or ``None`` if it is."""
-    if not _is_int(value):
+    if not is_int(value):
         return f"{field} must be an int, got {value!r}."
     if not low <= int(value) <= high:
         return f"{field} is {int(value)}{unit}, outside the sane range {low} .. {high}{unit}."
@@ -61,7 +58,7 @@ def int_problem(field: str, value: Any, low: int, high: int, unit: str = "") -> 
 
 def float_problem(field: str, value: Any, low: float, high: float, unit: str = "") -> str | None:
     """Why ``value`` is not a finite number in ``[low, high]``, or ``None``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+    if not is_real(value):
         return f"{field} must be a number, got {value!r}."
     if not math.isfinite(float(value)) or not low <= float(value) <= high:
         return f"{field} is {float(value)!r}{unit}, outside the sane range {_fmt(low)} .. {_fmt(high)}{unit}."
@@ -87,7 +84,7 @@ def column_problem(field: str, column: np.ndarray, low: float, high: float, unit
             f"{_fmt(low)} .. {_fmt(high)}{unit}.")
 
 
-def check_sample_rate(rate: Any, where: str) -> int:
+def sane_sample_rate(rate: Any, where: str) -> int:
     """``rate`` as an int; ``ValueError`` (prefixed with ``where``) unless it is a sane sample rate.
 
     Writers call this before writing, so a rate they store always reads back.
