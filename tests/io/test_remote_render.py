@@ -156,17 +156,20 @@ def test_remote_render_host_shares_are_disjoint_complete_and_touch_only_their_pa
 
     proxy = s3proxy["proxy"]
     local = open_render(rendered["local"])
-    seen = []
+    seen, rows = [], []
     for host in range(2):
         proxy.reset()
         share = open_render(rendered["url"], shard_options=grain.sharding.ShardOptions(host, 2))
         items = [share[i] for i in range(len(share))]
         parts = {e[1].split("/")[3] for e in proxy.seen() if e[1].count("/") > 3}
+        rows.append({(e[1], e[2]) for e in proxy.seen() if e[1].endswith("waveform.bin")})
         seen.append(len(items))
         assert parts == ({"part-00000", "part-00001"} if host == 0 else {"part-00001", "part-00002"}), parts
         for k, item in enumerate(items):
             _same(item, local[host * 10 + k])
     assert seen == [10, 10]
+    # The hosts' waveform reads (one ranged GET per row) are disjoint and together every row of the render.
+    assert not rows[0] & rows[1] and len(rows[0] | rows[1]) == 20, rows
 
 
 def test_tree_and_audio_sources_read_urls(s3proxy, tmp_path):
@@ -454,14 +457,15 @@ def test_first_item_of_a_remote_arrayrecord_render_costs_two_requests(s3proxy, t
     _render(tmp_path / "ar", corpus, 20, "--format", "arrayrecord")
     fs.put(str(tmp_path / "ar"), "renders/ar-open", recursive=True)
     local = open_render(tmp_path / "ar")
-    shard = (tmp_path / "ar" / "part-00001" / "items-00000.array_record").stat().st_size
-    for options, item, part in ((None, 0, 0), (grain.sharding.ShardOptions(1, 3), 8, 1)):
+    for options, k, item, part in ((None, 0, 0, 0), (grain.sharding.ShardOptions(1, 3), 0, 8, 1), (None, 19, 19, 2)):
         proxy.reset()
         remote = open_render("s3://renders/ar-open", shard_options=options)
-        _same(remote[0], local[item])
+        assert [e[1].rsplit("/", 1)[-1] for e in proxy.seen()] == ["render.json"]  # sized from the record
+        _same(remote[k], local[item])
         log = proxy.seen()
         assert [(e[0], e[1].split("/renders/ar-open/")[1]) for e in log] == [
             ("GET", "render.json"), ("GET", f"part-{part:05d}/items-00000.array_record")], log
+        shard = (tmp_path / "ar" / f"part-{part:05d}" / "items-00000.array_record").stat().st_size
         assert log[1][3] == shard  # one shard, whole, nothing more
     cached = open_render("s3://renders/ar-open", cache_limit="10MB", cache_dir=tmp_path / "cache")
     _same(cached[9], local[9])
@@ -617,3 +621,40 @@ def test_resuming_a_remote_render_whose_record_names_a_missing_part_is_refused_a
     assert {k: fs.cat_file(k) for k in fs.find("renders/resume-hole")} == before
     more = audiotree.render(ds, "s3://renders/resume-ok", 4, part_size=2)
     assert audiotree.render(ds, "s3://renders/resume-ok", 6, part_size=2).resumed_from == more.total == 4
+
+
+def test_open_arrayrecord_reads_a_dataset_and_a_render_on_s3_hosts_disjoint_and_complete(s3proxy, tmp_path):
+    from audiotree.core import AudioTree
+    from audiotree.sources import open_arrayrecord
+    from audiotree.writers import ArrayRecordWriter
+
+    fs, proxy = s3proxy["fs"], s3proxy["proxy"]
+    ds = create_audio_dataset(str(_corpus(tmp_path / "c")), duration=0.25, sample_rate=8000, shuffle=False)
+    batch = AudioTree.batch([ds[i] for i in range(7)])
+    with ArrayRecordWriter("s3://renders/ar-dataset", records_per_shard=2) as writer:  # 4 shards: 2+2+2+1
+        writer.write(batch)
+    with ArrayRecordWriter(tmp_path / "ar-local", records_per_shard=2) as writer:
+        writer.write(batch)
+    local = open_arrayrecord(tmp_path / "ar-local")
+    shards, offsets = [], []
+    for host in range(2):
+        proxy.reset()
+        share = open_arrayrecord("s3://renders/ar-dataset", shard_options=grain.sharding.ShardOptions(host, 2))
+        got = [share[k] for k in range(len(share))]
+        offsets.append([float(item.offset[0]) for item in got])
+        shards.append({e[1] for e in proxy.seen() if e[0] == "GET" and e[1].endswith(".array_record")})
+    assert shards == [{"/renders/ar-dataset/items-00000.array_record", "/renders/ar-dataset/items-00002.array_record"},
+                      {"/renders/ar-dataset/items-00001.array_record", "/renders/ar-dataset/items-00003.array_record"}]
+    assert sorted(offsets[0] + offsets[1]) == sorted(float(local[i].offset[0]) for i in range(7))
+    remote = open_arrayrecord("s3://renders/ar-dataset")
+    for i in (6, 0, 3):
+        _same(remote[i], local[i])
+    _render(tmp_path / "ar", tmp_path / "c", 20, "--format", "arrayrecord")
+    fs.put(str(tmp_path / "ar"), "renders/ar-via-open", recursive=True)
+    proxy.reset()
+    from audiotree.sources import open_render
+
+    _same(open_arrayrecord("s3://renders/ar-via-open")[19], open_render(tmp_path / "ar")[19])
+    # No dataset index at the render's root (one request), then the record and the last part's shard.
+    assert [e[1].rsplit("/", 1)[-1] for e in proxy.seen()] == ["arrayrecord.json", "render.json",
+                                                              "items-00000.array_record"], proxy.seen()

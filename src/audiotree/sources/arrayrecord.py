@@ -245,6 +245,17 @@ class ArrayRecordAudioSource:
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
+    def item_bytes(self) -> int | None:
+        """Bytes of a record of the first shard (its size over its count) when the render record gives it, else None.
+
+        Why: sizing the dataset by reading its first item would stage a whole
+        remote shard at open; a record's bytes are its waveform's plus a small header.
+        """
+        contents = self._staging.contents if self._staging is not None else []
+        if not contents or contents[0] is None or not self._staging.counts[0]:
+            return None
+        return contents[0][0] // self._staging.counts[0]
+
     def __repr__(self) -> str:
         return f"ArrayRecordAudioSource(shards={len(self.shard_files)}, num_records={len(self)})"
 
@@ -280,9 +291,9 @@ def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, 
 
     from audiotree.sources.memory import wrap_stored
 
-    return wrap_stored(grain.MapDataset.source(ArrayRecordAudioSource(
-        paths, shard_options=shard_options, storage_options=storage_options, cache_limit=cache_limit,
-        cache_dir=cache_dir)))
+    source = ArrayRecordAudioSource(paths, shard_options=shard_options, storage_options=storage_options,
+                                    cache_limit=cache_limit, cache_dir=cache_dir)
+    return wrap_stored(grain.MapDataset.source(source), item_bytes=source.item_bytes())
 
 
 class _StagedShards:
