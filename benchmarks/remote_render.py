@@ -175,10 +175,8 @@ def main(argv=None) -> int:
         + ("The throughput goal is met. " if verdict == "MET" else
            "The throughput goal is not met here, and this rig cannot show it met. ")
         + "The local figure reads a memory-mapped render from the page cache, while every S3 item passes "
-        "through pure-Python moto processes and a Python proxy, all on the same 2 shared cores as the readers; "
-        "moto answers a ranged GET by copying the whole object and slicing it, so each item's "
-        f"{row / 1e6:.2f} MB cost it a copy of its part's waveform.bin ({row * args.part_size / 1e6:.0f} MB). "
-        "With no proxy and no latency the moto processes "
+        "through pure-Python moto processes (one GIL each) and a Python proxy, all on the same 2 shared cores "
+        "as the readers and other jobs. With no proxy and no latency the moto processes "
         f"serve {rates['all']:.0f} items/s ({rates['all'] / rates['local']:.2f}× local): that is the most any "
         f"reader could get from them, before the {args.latency_ms:g} ms are added. Even an infinitely fast server "
         f"would cap 8 threads at {ceiling:.0f} items/s at that latency ({ceiling / rates['local']:.2f}× this local "

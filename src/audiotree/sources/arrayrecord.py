@@ -120,9 +120,9 @@ def _render_shards(folder, record: Any) -> list[tuple]:
     """A remote render's shards from its record alone: ``(url, count, index to check or None, (bytes, sha256) or None)``.
 
     Why: reading every part's index at open would cost one request per part.
-    A record whose parts list their shards (size and SHA-256, what render
-    writes since format 1.1 of the part entries) needs nothing more: the
-    shard is staged by one GET and checked against them. An older record
+    A record whose parts list their shards (size and SHA-256, as render now
+    writes them) needs nothing more: the shard is staged by one GET and
+    checked against them. An older record
     implies one shard of ``count`` records per part; that part's index is read
     (and must list exactly that shard) when the shard is first staged.
     """
