@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--throughput-items", type=int, default=200, help="items per throughput run")
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--backends", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
 
@@ -142,7 +142,8 @@ def main(argv=None) -> int:
                     if k != "no_write" and v != ap.get_default(k))
     row = item_bytes / len(order)  # bytes of one item's waveform row
     ceiling = 8 / (args.latency_ms / 1000) if args.latency_ms > 0 else float("inf")
-    bound = min(rates["all"], ceiling)
+    served = max(rates["one"], rates["all"])  # the most the moto processes served, either way
+    bound = min(served, ceiling)
     verdict = "MET" if rates["s3"] >= 0.8 * rates["local"] else "NOT MET"
     lines = [
         "## A render read from S3 in place",
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
         f"| server bound: items/s spread over the {args.backends} moto processes, no proxy, no added latency | "
         f"{rates['all']:.1f} ({rates['all'] * row / 1e6:.1f} MB/s) |",
         f"| latency ceiling: 8 threads / {args.latency_ms:g} ms, one request per item | {ceiling:.0f} |",
-        f"| ratio S3 / min(server bound, latency ceiling) | {rates['s3'] / bound:.2f}× |",
+        f"| ratio S3 / min(larger server bound, latency ceiling) | {rates['s3'] / bound:.2f}× |",
         "",
         "Each item is one ranged GET of its waveform row; a part's manifest and small leaves are fetched once, so "
         "the bytes stay within 1% of the items'. "
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
         + "The local figure reads a memory-mapped render from the page cache, while every S3 item passes "
         "through pure-Python moto processes (one GIL each) and a Python proxy, all on the same 2 shared cores "
         "as the readers and other jobs. With no proxy and no latency the moto processes "
-        f"serve {rates['all']:.0f} items/s ({rates['all'] / rates['local']:.2f}× local): that is the most any "
+        f"served at most {served:.0f} items/s ({served / rates['local']:.2f}× local): that is the most any "
         f"reader could get from them, before the {args.latency_ms:g} ms are added. Even an infinitely fast server "
         f"would cap 8 threads at {ceiling:.0f} items/s at that latency ({ceiling / rates['local']:.2f}× this local "
         "figure), since each item is one request: meeting 0.8× at 20 ms takes more requests in flight "
