@@ -156,17 +156,20 @@ def test_remote_render_host_shares_are_disjoint_complete_and_touch_only_their_pa
 
     proxy = s3proxy["proxy"]
     local = open_render(rendered["local"])
-    seen = []
+    seen, rows = [], []
     for host in range(2):
         proxy.reset()
         share = open_render(rendered["url"], shard_options=grain.sharding.ShardOptions(host, 2))
         items = [share[i] for i in range(len(share))]
         parts = {e[1].split("/")[3] for e in proxy.seen() if e[1].count("/") > 3}
+        rows.append({(e[1], e[2]) for e in proxy.seen() if e[1].endswith("waveform.bin")})
         seen.append(len(items))
         assert parts == ({"part-00000", "part-00001"} if host == 0 else {"part-00001", "part-00002"}), parts
         for k, item in enumerate(items):
             _same(item, local[host * 10 + k])
     assert seen == [10, 10]
+    # The hosts' waveform reads (one ranged GET per row) are disjoint and together every row of the render.
+    assert not rows[0] & rows[1] and len(rows[0] | rows[1]) == 20, rows
 
 
 def test_tree_and_audio_sources_read_urls(s3proxy, tmp_path):
@@ -436,8 +439,17 @@ def test_first_item_of_a_remote_audio_render_costs_three_requests(s3proxy, tmp_p
         _same(first, local[item])
 
 
-def test_arrayrecord_render_opens_from_its_record_and_checks_each_part_index_on_first_use(s3proxy, tmp_path):
-    """The record, the part's index, and the shard (its version, then the staging GET): no per-part index at open."""
+def _rewrite_record(fs, key, edit):
+    import json
+
+    record = json.loads(fs.cat_file(key))
+    for part in record["parts"]:
+        edit(part)
+    fs.pipe(key, json.dumps(record).encode())
+
+
+def test_first_item_of_a_remote_arrayrecord_render_costs_two_requests(s3proxy, tmp_path):
+    """The record (listing each part's shards with size and SHA-256), then the shard's one staging GET."""
     from audiotree.sources import open_render
 
     fs, proxy = s3proxy["fs"], s3proxy["proxy"]
@@ -445,22 +457,113 @@ def test_arrayrecord_render_opens_from_its_record_and_checks_each_part_index_on_
     _render(tmp_path / "ar", corpus, 20, "--format", "arrayrecord")
     fs.put(str(tmp_path / "ar"), "renders/ar-open", recursive=True)
     local = open_render(tmp_path / "ar")
+    for options, k, item, part in ((None, 0, 0, 0), (grain.sharding.ShardOptions(1, 3), 0, 8, 1), (None, 19, 19, 2)):
+        proxy.reset()
+        remote = open_render("s3://renders/ar-open", shard_options=options)
+        assert [e[1].rsplit("/", 1)[-1] for e in proxy.seen()] == ["render.json"]  # sized from the record
+        _same(remote[k], local[item])
+        log = proxy.seen()
+        assert [(e[0], e[1].split("/renders/ar-open/")[1]) for e in log] == [
+            ("GET", "render.json"), ("GET", f"part-{part:05d}/items-00000.array_record")], log
+        shard = (tmp_path / "ar" / f"part-{part:05d}" / "items-00000.array_record").stat().st_size
+        assert log[1][3] == shard  # one shard, whole, nothing more
+    cached = open_render("s3://renders/ar-open", cache_limit="10MB", cache_dir=tmp_path / "cache")
+    _same(cached[9], local[9])
     proxy.reset()
-    remote = open_render("s3://renders/ar-open")
+    again = open_render("s3://renders/ar-open", cache_limit="10MB", cache_dir=tmp_path / "cache")
+    _same(again[10], local[10])  # named by content: the staged shard is used without asking the storage
+    assert [e[1].rsplit("/", 1)[-1] for e in proxy.seen()] == ["render.json"], proxy.seen()
+
+
+def test_arrayrecord_record_without_shards_reads_each_part_index_on_first_use(s3proxy, tmp_path):
+    """What render wrote before records listed shards: the part's index, the shard's version, then the shard."""
+    from audiotree.sources import open_render
+
+    fs, proxy = s3proxy["fs"], s3proxy["proxy"]
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "ar", corpus, 20, "--format", "arrayrecord")
+    fs.put(str(tmp_path / "ar"), "renders/ar-old", recursive=True)
+    _rewrite_record(fs, "renders/ar-old/render.json", lambda part: part.pop("shards"))
+    local = open_render(tmp_path / "ar")
+    proxy.reset()
+    remote = open_render("s3://renders/ar-old")
     _same(remote[0], local[0])
     log = proxy.seen()
-    assert [(e[0], e[1].split("/renders/ar-open/")[1]) for e in log] == [
+    assert [(e[0], e[1].split("/renders/ar-old/")[1]) for e in log] == [
         ("GET", "render.json"), ("GET", "part-00000/arrayrecord.json"),
         ("HEAD", "part-00000/items-00000.array_record"), ("GET", "part-00000/items-00000.array_record")], log
-    _rewrite_manifest(fs, "renders/ar-open/part-00002/arrayrecord.json",
+    _rewrite_manifest(fs, "renders/ar-old/part-00002/arrayrecord.json",
                       lambda index: index["shards"][0].update(num_records=3))
-    fs.rm("renders/ar-open/part-00001/arrayrecord.json")
-    damaged = open_render("s3://renders/ar-open")
+    fs.rm("renders/ar-old/part-00001/arrayrecord.json")
+    damaged = open_render("s3://renders/ar-old")
     _same(damaged[7], local[7])
     with pytest.raises(FileNotFoundError, match=r"part-00001, but it holds no arrayrecord\.json"):
         damaged[8]
     with pytest.raises(ValueError, match=r"part-00002/arrayrecord\.json.*(lists the shards|num_records)"):
         damaged[16]
+
+
+def test_arrayrecord_render_with_a_missing_truncated_or_replaced_shard_names_it(s3proxy, tmp_path):
+    from audiotree.sources import open_render
+
+    fs = s3proxy["fs"]
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "ar", corpus, 20, "--format", "arrayrecord")
+    fs.put(str(tmp_path / "ar"), "renders/ar-bad", recursive=True)
+    local = open_render(tmp_path / "ar")
+    fs.rm("renders/ar-bad/part-00001", recursive=True)
+    key = "renders/ar-bad/part-00002/items-00000.array_record"
+    whole = fs.cat_file(key)
+    fs.pipe(key, whole[:-100])
+    cache = tmp_path / "cache"
+    ds = open_render("s3://renders/ar-bad", cache_limit="10MB", cache_dir=cache)
+    _same(ds[7], local[7])
+    with pytest.raises(FileNotFoundError, match=r"names the finished part s3://renders/ar-bad/part-00001, but it "
+                                                r"holds no items-00000\.array_record; the part was deleted"):
+        ds[8]
+    with pytest.raises(ValueError, match=rf"s3://{key}: it is {len(whole) - 100} bytes, but the render record says "
+                                         rf"{len(whole)}; the remote part is truncated or was replaced"):
+        ds[16]
+    fs.pipe(key, whole[:-1] + bytes([whole[-1] ^ 1]))  # same size, other bytes
+    with pytest.raises(ValueError, match=rf"s3://{key}: its SHA-256 differs from the render record's"):
+        open_render("s3://renders/ar-bad", cache_limit="10MB", cache_dir=cache)[19]
+    # Nothing bad was kept in the cache, and nothing committed was touched.
+    staged = sorted(p for p in cache.rglob("*") if p.is_file())
+    assert len(staged) == 1 and not any(p.name.startswith(".") for p in staged), staged
+    assert fs.exists("renders/ar-bad/render.json") and fs.exists("renders/ar-bad/part-00000/items-00000.array_record")
+    fs.pipe(key, whole)  # put back: the same reader now reads it
+    _same(ds[16], local[16])
+
+
+def test_arrayrecord_record_with_damaged_shard_entries_is_named_at_open(s3proxy, tmp_path):
+    from audiotree.sources import open_render
+
+    fs = s3proxy["fs"]
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "ar", corpus, 12, "--format", "arrayrecord")
+    for k, (edit, message) in enumerate((
+        (lambda part: part["shards"][0].update(sha256="nothex"), r"part part-0000\d: shard entry .* is not"),
+        (lambda part: part["shards"][0].update(file="../x"), r"shard entry .* plain file name"),
+        (lambda part: part["shards"][0].update(num_records=1), r"its shards hold 1 records, but the part counts 8"),
+    )):
+        fs.put(str(tmp_path / "ar"), f"renders/ar-rec{k}", recursive=True)
+        _rewrite_record(fs, f"renders/ar-rec{k}/render.json", edit)
+        with pytest.raises(ValueError, match=message):
+            open_render(f"s3://renders/ar-rec{k}")
+
+
+def test_arrayrecord_render_with_an_unwritable_cache_folder_is_named_at_open(s3proxy, tmp_path):
+    from audiotree.sources import open_arrayrecord, open_render
+
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "ar", corpus, 12, "--format", "arrayrecord")
+    s3proxy["fs"].put(str(tmp_path / "ar"), "renders/ar-cache", recursive=True)
+    blocked = tmp_path / "file-in-the-way"  # a file where the folder should be: unwritable even for root
+    blocked.write_text("")
+    for opener in (open_render, open_arrayrecord):
+        with pytest.raises(PermissionError, match=rf"read cache folder {blocked}/cache is not writable"):
+            opener("s3://renders/ar-cache", cache_limit="1GB", cache_dir=blocked / "cache")
+    assert s3proxy["fs"].exists("renders/ar-cache/part-00001/items-00000.array_record")
 
 
 def test_webdataset_render_is_refused_by_open_render_with_the_way_to_read_it(s3proxy, tmp_path):
@@ -475,3 +578,83 @@ def test_webdataset_render_is_refused_by_open_render_with_the_way_to_read_it(s3p
     ds = create_audio_dataset(sources=["s3://renders/wds/part-00000/shard-000000.tar"], sample_rate=8000,
                               duration=None, shuffle=False)
     assert len(ds) == 4
+
+
+def test_audio_render_with_a_missing_part_or_a_truncated_item_file_names_the_object(s3proxy, tmp_path):
+    from audiotree.sources import open_render
+
+    fs = s3proxy["fs"]
+    corpus = _corpus(tmp_path / "corpus")
+    _render(tmp_path / "audio", corpus, 20, "--format", "audio")
+    fs.put(str(tmp_path / "audio"), "renders/audio-bad", recursive=True)
+    local = open_render(tmp_path / "audio")
+    fs.rm("renders/audio-bad/part-00001", recursive=True)
+    key = "renders/audio-bad/part-00002/audio_000001.wav"
+    whole = fs.cat_file(key)
+    fs.pipe(key, whole[:-100])
+    ds = open_render("s3://renders/audio-bad")
+    _same(ds[3], local[3])
+    with pytest.raises(FileNotFoundError, match=r"names the finished part part-00001.*part-00001/manifest\.npz"):
+        ds[9]
+    from audiotree.errors import AudioReadError
+
+    with pytest.raises(AudioReadError, match=rf"s3://{key}'?: the file is truncated"):
+        ds[17]
+    _same(ds[16], local[16])  # the part's other items stay readable
+    assert fs.exists("renders/audio-bad/render.json") and fs.exists("renders/audio-bad/part-00002/manifest.npz")
+
+
+def test_resuming_a_remote_render_whose_record_names_a_missing_part_is_refused_and_changes_nothing(s3proxy, tmp_path):
+    import audiotree
+
+    fs = s3proxy["fs"]
+    ds = create_audio_dataset(str(_corpus(tmp_path / "corpus")), duration=0.25, sample_rate=8000, num_epochs=None)
+    url = "s3://renders/resume-hole"
+    audiotree.render(ds, url, 6, part_size=2)
+    fs.rm("renders/resume-hole/part-00001", recursive=True)
+    fs.invalidate_cache()
+    before = {k: fs.cat_file(k) for k in fs.find("renders/resume-hole")}
+    with pytest.raises(FileNotFoundError, match=r"s3://renders/resume-hole/render\.json names the finished part\(s\) "
+                                                r"part-00001, but s3://renders/resume-hole lacks it; nothing was changed"):
+        audiotree.render(ds, url, 10, part_size=2)
+    fs.invalidate_cache()
+    assert {k: fs.cat_file(k) for k in fs.find("renders/resume-hole")} == before
+    more = audiotree.render(ds, "s3://renders/resume-ok", 4, part_size=2)
+    assert audiotree.render(ds, "s3://renders/resume-ok", 6, part_size=2).resumed_from == more.total == 4
+
+
+def test_open_arrayrecord_reads_a_dataset_and_a_render_on_s3_hosts_disjoint_and_complete(s3proxy, tmp_path):
+    from audiotree.core import AudioTree
+    from audiotree.sources import open_arrayrecord
+    from audiotree.writers import ArrayRecordWriter
+
+    fs, proxy = s3proxy["fs"], s3proxy["proxy"]
+    ds = create_audio_dataset(str(_corpus(tmp_path / "c")), duration=0.25, sample_rate=8000, shuffle=False)
+    batch = AudioTree.batch([ds[i] for i in range(7)])
+    with ArrayRecordWriter("s3://renders/ar-dataset", records_per_shard=2) as writer:  # 4 shards: 2+2+2+1
+        writer.write(batch)
+    with ArrayRecordWriter(tmp_path / "ar-local", records_per_shard=2) as writer:
+        writer.write(batch)
+    local = open_arrayrecord(tmp_path / "ar-local")
+    shards, offsets = [], []
+    for host in range(2):
+        proxy.reset()
+        share = open_arrayrecord("s3://renders/ar-dataset", shard_options=grain.sharding.ShardOptions(host, 2))
+        got = [share[k] for k in range(len(share))]
+        offsets.append([float(item.offset[0]) for item in got])
+        shards.append({e[1] for e in proxy.seen() if e[0] == "GET" and e[1].endswith(".array_record")})
+    assert shards == [{"/renders/ar-dataset/items-00000.array_record", "/renders/ar-dataset/items-00002.array_record"},
+                      {"/renders/ar-dataset/items-00001.array_record", "/renders/ar-dataset/items-00003.array_record"}]
+    assert sorted(offsets[0] + offsets[1]) == sorted(float(local[i].offset[0]) for i in range(7))
+    remote = open_arrayrecord("s3://renders/ar-dataset")
+    for i in (6, 0, 3):
+        _same(remote[i], local[i])
+    _render(tmp_path / "ar", tmp_path / "c", 20, "--format", "arrayrecord")
+    fs.put(str(tmp_path / "ar"), "renders/ar-via-open", recursive=True)
+    proxy.reset()
+    from audiotree.sources import open_render
+
+    _same(open_arrayrecord("s3://renders/ar-via-open")[19], open_render(tmp_path / "ar")[19])
+    # No dataset index at the render's root (one request), then the record and the last part's shard.
+    assert [e[1].rsplit("/", 1)[-1] for e in proxy.seen()] == ["arrayrecord.json", "render.json",
+                                                              "items-00000.array_record"], proxy.seen()

@@ -61,6 +61,23 @@ def test_render_api_writes_resumes_and_refuses_other_settings(corpus, tmp_path):
     assert done[-1] == (5, 5)
 
 
+def test_resuming_a_render_whose_record_names_a_missing_part_is_refused_and_changes_nothing(corpus, tmp_path):
+    import shutil
+
+    ds = create_audio_dataset(str(corpus["speech"]), duration=0.25, sample_rate=8000, num_epochs=None)
+    out = tmp_path / "r"
+    audiotree.render(ds, out, 6, part_size=2)
+    shutil.rmtree(out / "part-00001")
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(FileNotFoundError, match=r"render\.json names the finished part\(s\) part-00001, but .* lacks "
+                                                r"it; nothing was changed.*--overwrite"):
+        audiotree.render(ds, out, 10, part_size=2)
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    result = _invoke("render", corpus["speech"], "--out", out, "-n", 10, "--part-size", 2, *TINY)
+    assert result.exit_code != 0 and "names the finished part(s) part-00001" in result.output
+    assert audiotree.render(ds, out, 10, part_size=2, overwrite=True).written == 10
+
+
 def test_render_api_on_a_process_pool_equals_the_local_render(corpus, tmp_path):
     from helpers import assert_same_render
 

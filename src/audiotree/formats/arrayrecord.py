@@ -16,6 +16,13 @@ of ``{"file": name, "num_records": n}`` in item order) and the user's
 ``metadata``. A folder without the index holds no finished dataset. There is
 no timestamp: the same items give a byte-identical folder, index included.
 
+In a render (``audiotree render --format arrayrecord``) each part is such a
+dataset, and the part's entry in ``render.json`` repeats its shards with
+their sizes and SHA-256: ``"shards": [{"file", "num_records", "bytes",
+"sha256"}]`` (:func:`check_render_shards`), so a remote reader stages a
+shard by one GET and checks what arrived. Records written before carry no
+``shards``; their readers read the part's index instead.
+
 Record codec ``audiotree-item`` v1 (one record = one item, a batch of 1)::
 
     b"ATRI"                 4 bytes, magic
@@ -53,6 +60,7 @@ __all__ = [
     "WRITER_OPTIONS",
     "encode_items",
     "decode_item",
+    "check_render_shards",
 ]
 
 INDEX_NAME = "arrayrecord.json"
@@ -237,3 +245,32 @@ def index_document(shards: Sequence[tuple[str, int]], metadata: dict) -> dict:
         "shards": [{"file": name, "num_records": int(n)} for name, n in shards],
         "metadata": metadata,
     }
+
+
+def check_render_shards(entries: Any, count: int, where: str) -> list[tuple[str, int, int, str]]:
+    """``[(file, records, bytes, sha256)]`` of a render part entry's ``shards``; ``ValueError`` naming ``where``.
+
+    The records must add up to the part's ``count``.
+
+    >>> check_render_shards([{"file": "items-00000.array_record", "num_records": 2, "bytes": 9, "sha256": "ab" * 32}],
+    ...                     2, "render.json part part-00000")[0][:3]
+    ('items-00000.array_record', 2, 9)
+    """
+    if not isinstance(entries, list):
+        raise ValueError(f"{where}: 'shards' must be a list; the record is damaged. Re-render (--overwrite).")
+    out = []
+    for entry in entries:
+        fields = [entry.get(key) if isinstance(entry, dict) else None
+                  for key in ("file", "num_records", "bytes", "sha256")]
+        name, records, size, digest = fields
+        if (not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".")
+                or any(not is_int(v) or v < 0 for v in (records, size))
+                or not isinstance(digest, str) or len(digest) != 64
+                or any(c not in "0123456789abcdef" for c in digest)):
+            raise ValueError(f"{where}: shard entry {entry!r} is not {{'file', 'num_records', 'bytes', 'sha256'}} "
+                             "with a plain file name; the record is damaged. Re-render (--overwrite).")
+        out.append((name, records, size, digest))
+    if sum(records for _, records, _, _ in out) != count:
+        raise ValueError(f"{where}: its shards hold {sum(r for _, r, _, _ in out)} records, but the part counts "
+                         f"{count}; the record is damaged. Re-render (--overwrite).")
+    return out

@@ -164,19 +164,37 @@ class RangeCache:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         try:
             path.parent.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise self._full(exc) from None
+        try:
             download(tmp)
+        except AudioReadError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            # A local write failed (the downloader names storage errors itself, as AudioReadError).
+            raise self._full(exc) from None
+        except BaseException:  # the downloader's own check (a damaged object): its error, no cache problem
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        try:
             os.replace(tmp, path)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            if isinstance(exc, AudioReadError):
-                raise
-            raise PermissionError(
-                f"Could not write to the read cache folder {self.directory} ({exc.strerror or exc}); free space "
-                "there, pass cache_dir= another folder, or a larger cache_limit."
-            ) from None
+            raise self._full(exc) from None
         self.evict(keep=path)
         return path
+
+    def _full(self, exc: OSError) -> PermissionError:
+        return PermissionError(
+            f"Could not write to the read cache folder {self.directory} ({exc.strerror or exc}); free space "
+            "there, pass cache_dir= another folder, or a larger cache_limit."
+        )
 
     def evict(self, keep: Path | None = None) -> int:
         """Deletes the least recently used entries until the folder holds at most ``limit`` bytes; bytes left."""

@@ -14,11 +14,14 @@ split items rather than files, read everything and apply
 :func:`audiotree.sources.shard_dataset`.
 
 On object storage: the ArrayRecord reader opens local files only (its C++
-file layer takes no URLs), so for a URL the indexes are read in place (one
-request each) and each shard file is *staged* when one of its records is
-first read: downloaded into the read cache (``cache_limit=``, least recently
-used evicted; without one, a private folder holding one shard at a time),
-then opened locally. A host with ``shard_options`` downloads its own shards only.
+file layer takes no URLs), so records are not read by ranged requests: for a
+URL the indexes are read in place (one request each) and each shard file is
+*staged* when one of its records is first read: downloaded into the read cache
+(``cache_limit=``, least recently used evicted; without one, a private folder
+holding one shard at a time), then opened locally. A render's record lists
+each part's shards with size and SHA-256: staging one is then a single GET,
+checked against them, and the cache entry is named by content (no version
+request). A host with ``shard_options`` downloads its own shards only.
 """
 
 from __future__ import annotations
@@ -32,9 +35,17 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from audiotree.fs import read_limited
+from audiotree.errors import AudioReadError
 from audiotree.io import storage
 from audiotree.sources.lifecycle import hold_grain_flag_while_alive
-from audiotree.formats.arrayrecord import INDEX_NAME, MAX_INDEX_BYTES, SHARD_PATTERN, check_index, decode_item
+from audiotree.formats.arrayrecord import (
+    INDEX_NAME,
+    MAX_INDEX_BYTES,
+    SHARD_PATTERN,
+    check_index,
+    check_render_shards,
+    decode_item,
+)
 
 __all__ = ["ArrayRecordAudioSource", "open_arrayrecord"]
 
@@ -92,12 +103,12 @@ def _remote_json(folder, name: str, what: str) -> Any | None:
         raise ValueError(f"{folder.object_url(name)}: {what} is not UTF-8 JSON ({exc}); re-render the dataset.") from None
 
 
-def _remote_shards(folder) -> list[tuple[str, int, str | None]]:
+def _remote_shards(folder) -> list[tuple]:
     """The shards (URLs, counts, the index to check them against) of an ArrayRecord dataset or render at ``folder``."""
     index = _remote_json(folder, INDEX_NAME, "the ArrayRecord index")
     if index is not None:
         shards, _ = check_index(index, folder.object_url(INDEX_NAME))
-        return [(folder.object_url(name), count, None) for name, count in shards]
+        return [(folder.object_url(name), count, None, None) for name, count in shards]
     record = _remote_json(folder, _RENDER_RECORD, "the render record")
     if record is None:
         raise FileNotFoundError(f"{folder.url} holds no {INDEX_NAME} (nor {_RENDER_RECORD}): it is not a finished "
@@ -105,33 +116,45 @@ def _remote_shards(folder) -> list[tuple[str, int, str | None]]:
     return _render_shards(folder, record)
 
 
-def _render_shards(folder, record: Any) -> list[tuple[str, int, str | None]]:
-    """A remote render's shards from its record alone: render writes each part as one shard of ``count`` records.
+def _render_shards(folder, record: Any) -> list[tuple]:
+    """A remote render's shards from its record alone: ``(url, count, index to check or None, (bytes, sha256) or None)``.
 
-    Why: reading every part's index at open would cost one request per part;
-    each part's index is read (and must list exactly that shard) when the
-    shard is first staged instead.
+    Why: reading every part's index at open would cost one request per part.
+    A record whose parts list their shards (size and SHA-256, as render now
+    writes them) needs nothing more: the shard is staged by one GET and
+    checked against them. An older record
+    implies one shard of ``count`` records per part; that part's index is read
+    (and must list exactly that shard) when the shard is first staged.
     """
-    counts = {part["dir"]: part["count"] for part in record["parts"] if isinstance(part, dict)}
-    return [(folder.child(name).object_url(SHARD_PATTERN.format(0)), int(counts[name]),
-             folder.child(name).object_url(INDEX_NAME))
-            for name in _parts_of(record, folder.object_url(_RENDER_RECORD))]
+    where = folder.object_url(_RENDER_RECORD)
+    entries = {part["dir"]: part for part in record["parts"] if isinstance(part, dict)}
+    out: list[tuple] = []
+    for name in _parts_of(record, where):
+        part = folder.child(name)
+        listed = entries[name].get("shards")
+        if listed is None:
+            out.append((part.object_url(SHARD_PATTERN.format(0)), int(entries[name]["count"]),
+                        part.object_url(INDEX_NAME), None))
+            continue
+        shards = check_render_shards(listed, int(entries[name]["count"]), f"{where} part {name}")
+        out.extend((part.object_url(file), count, None, (size, digest)) for file, count, size, digest in shards)
+    return out
 
 
-def _resolve(paths: Any, folder_of=None) -> list[tuple[str, int, str | None]]:
+def _resolve(paths: Any, folder_of=None) -> list[tuple]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    shards: list[tuple[str, int, str | None]] = []
+    shards: list[tuple] = []
     for path in paths:
         if folder_of is not None and storage.is_url(os.fspath(path)):
             shards.extend(_remote_shards(folder_of(os.fspath(path))))
             continue
         folder = Path(path)
         if (folder / INDEX_NAME).is_file() or not (folder / _RENDER_RECORD).is_file():
-            shards.extend((path, count, None) for path, count in _dataset_shards(folder))
+            shards.extend((path, count, None, None) for path, count in _dataset_shards(folder))
         else:
             for part in _render_parts(folder):
-                shards.extend((path, count, None) for path, count in _dataset_shards(part))
+                shards.extend((path, count, None, None) for path, count in _dataset_shards(part))
     return shards
 
 
@@ -198,17 +221,18 @@ class ArrayRecordAudioSource:
                 raise ValueError(f"{len(shards)} ArrayRecord shard file(s) cannot be split over {count} hosts; "
                                  "write more shards (a smaller records_per_shard or --part-size).")
             shards = shards[index::count]
-        self.shard_files = [path for path, _, _ in shards]
+        self.shard_files = [shard[0] for shard in shards]
         self._ends = []
         total = 0
-        for _, n, _ in shards:
-            total += n
+        for shard in shards:
+            total += shard[1]
             self._ends.append(total)
         self._staging = None
         if any(storage.is_url(path) for path in self.shard_files):
-            self._staging = _StagedShards(self.shard_files, [n for _, n, _ in shards], storage_options=storage_options,
-                                          cache_limit=cache_limit, cache_dir=cache_dir,
-                                          indexes=[index for _, _, index in shards])
+            self._staging = _StagedShards(self.shard_files, [shard[1] for shard in shards],
+                                          storage_options=storage_options, cache_limit=cache_limit,
+                                          cache_dir=cache_dir, indexes=[shard[2] for shard in shards],
+                                          contents=[shard[3] for shard in shards])
             self._source = self._staging
             return
         self._source = grain.sources.ArrayRecordDataSource(self.shard_files) if self.shard_files else None
@@ -220,6 +244,17 @@ class ArrayRecordAudioSource:
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
+
+    def item_bytes(self) -> int | None:
+        """Bytes of a record of the first shard (its size over its count) when the render record gives it, else None.
+
+        Why: sizing the dataset by reading its first item would stage a whole
+        remote shard at open; a record's bytes are its waveform's plus a small header.
+        """
+        contents = self._staging.contents if self._staging is not None else []
+        if not contents or contents[0] is None or not self._staging.counts[0]:
+            return None
+        return contents[0][0] // self._staging.counts[0]
 
     def __repr__(self) -> str:
         return f"ArrayRecordAudioSource(shards={len(self.shard_files)}, num_records={len(self)})"
@@ -256,9 +291,9 @@ def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, 
 
     from audiotree.sources.memory import wrap_stored
 
-    return wrap_stored(grain.MapDataset.source(ArrayRecordAudioSource(
-        paths, shard_options=shard_options, storage_options=storage_options, cache_limit=cache_limit,
-        cache_dir=cache_dir)))
+    source = ArrayRecordAudioSource(paths, shard_options=shard_options, storage_options=storage_options,
+                                    cache_limit=cache_limit, cache_dir=cache_dir)
+    return wrap_stored(grain.MapDataset.source(source), item_bytes=source.item_bytes())
 
 
 class _StagedShards:
@@ -272,10 +307,12 @@ class _StagedShards:
     OPEN_SHARDS = 2
 
     def __init__(self, urls: list[str], counts: list[int], *, storage_options, cache_limit, cache_dir,
-                 indexes: list[str | None] | None = None) -> None:
+                 indexes: list[str | None] | None = None, contents: list[tuple | None] | None = None) -> None:
         self.urls, self.counts = list(urls), list(counts)
         #: Per shard, the index (URL) still to check it against before it is staged (a render's part), or None.
         self.indexes = list(indexes) if indexes is not None else [None] * len(self.urls)
+        #: Per shard, ``(bytes, sha256)`` the render record gives (checked after download), or None.
+        self.contents = list(contents) if contents is not None else [None] * len(self.urls)
         self.storage_options = storage_options
         self.cache_limit, self.cache_dir = cache_limit, cache_dir
         self._ends = []
@@ -286,6 +323,8 @@ class _StagedShards:
         self._cache = None
         self._open: dict[int, Any] = {}
         self._lock = threading.Lock()
+        if cache_limit is not None:
+            self._cache_folder()  # an unwritable cache folder is named now, not at the first item
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -320,11 +359,24 @@ class _StagedShards:
         import grain
 
         url = self.urls[k]
-        if self.indexes[k] is not None:
-            self._check_part_index(k)
-        size, mtime, tag = storage.version(url, storage_options=self.storage_options)
-        path = self._cache_folder().staged(f"{url}\x00{size}\x00{mtime}\x00{tag}", lambda tmp: storage.download(
-            url, tmp, storage_options=self.storage_options))
+        if self.contents[k] is not None:  # named by content: no version request, the download is checked
+            size, digest = self.contents[k]
+            try:
+                path = self._cache_folder().staged(f"{url}\x00{size}\x00sha256:{digest}",
+                                                   lambda tmp: self._download_checked(k, tmp))
+            except AudioReadError as exc:
+                if storage.http_status(exc.__cause__) != 404 and not isinstance(exc.__cause__, FileNotFoundError):
+                    raise
+                folder, name = url.rsplit("/", 1)
+                raise FileNotFoundError(
+                    f"The render record names the finished part {storage.redact(folder)}, but it holds no {name}; "
+                    "the part was deleted. Re-render it (audiotree render --overwrite).") from None
+        else:
+            if self.indexes[k] is not None:
+                self._check_part_index(k)
+            size, mtime, tag = storage.version(url, storage_options=self.storage_options)
+            path = self._cache_folder().staged(f"{url}\x00{size}\x00{mtime}\x00{tag}", lambda tmp: storage.download(
+                url, tmp, storage_options=self.storage_options))
         source = grain.sources.ArrayRecordDataSource([os.fspath(path)])
         if len(source) != self.counts[k]:
             raise ValueError(f"The ArrayRecord shard {url} holds {len(source)} records but its index lists "
@@ -333,6 +385,28 @@ class _StagedShards:
             self._open.pop(next(iter(self._open)))
         self._open[k] = source
         return source
+
+    def _download_checked(self, k: int, tmp: Path) -> None:
+        """Downloads shard ``k`` to ``tmp`` and checks its size and SHA-256 against the render record."""
+        import hashlib
+
+        url, (size, digest) = self.urls[k], self.contents[k]
+        storage.download(url, tmp, storage_options=self.storage_options)
+        found = os.path.getsize(tmp)
+        problem = None
+        if found != size:
+            problem = f"it is {found} bytes, but the render record says {size}"
+        else:
+            hashed = hashlib.sha256()
+            with open(tmp, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    hashed.update(block)
+            if hashed.hexdigest() != digest:
+                problem = "its SHA-256 differs from the render record's"
+        if problem is not None:
+            os.unlink(tmp)
+            raise ValueError(f"{storage.redact(url)}: {problem}; the remote part is truncated or was replaced. "
+                             "Re-render it (audiotree render --overwrite).")
 
     def _check_part_index(self, k: int) -> None:
         from audiotree.io.ranges import remote_folder

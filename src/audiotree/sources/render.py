@@ -189,10 +189,12 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
         if not storage.is_url(root):
             return open_arrayrecord(root, shard_options=shard_options, storage_options=storage_options,
                                     cache_limit=cache_limit, cache_dir=cache_dir)
-        # The record is read already: the shards follow from it (each part's index is checked on first use).
-        return wrap_stored(grain.MapDataset.source(ArrayRecordAudioSource.of_remote_render(
-            root, record, shard_options=shard_options, storage_options=storage_options, cache_limit=cache_limit,
-            cache_dir=cache_dir)))
+        # The record is read already: it lists the shards (older records: each part's index is read on first use).
+        source = ArrayRecordAudioSource.of_remote_render(root, record, shard_options=shard_options,
+                                                         storage_options=storage_options, cache_limit=cache_limit,
+                                                         cache_dir=cache_dir)
+        # Sized from the record when it lists the shards: reading item 0 would stage a shard at open.
+        return wrap_stored(grain.MapDataset.source(source), item_bytes=source.item_bytes())
     parts = [(part["dir"], part["count"]) for part in record["parts"] if part["count"]]
     options = {"storage_options": storage_options, "cache_limit": cache_limit, "cache_dir": cache_dir}
     if storage.is_url(root) or shard_options is not None:

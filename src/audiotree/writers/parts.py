@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from audiotree.parallel.staging import attempt_dir
 
-__all__ = ["FORMATS", "COMMIT_FILES", "RenderRange", "batch_in_order", "open_part_writer"]
+__all__ = ["FORMATS", "COMMIT_FILES", "RenderRange", "batch_in_order", "open_part_writer", "part_files"]
 
 #: The render formats: ``open_part_writer`` is the one place that maps each to its writer.
 FORMATS = ("tree", "audio", "arrayrecord", "webdataset")
@@ -76,12 +76,43 @@ def open_part_writer(fmt: str, directory: Path, expected: int):
     raise ValueError(f"Unknown render format {fmt!r}; use one of {FORMATS}.")
 
 
+def part_files(fmt: str, directory: Path) -> dict:
+    """What the render record says of a finished part beyond its items: ``{}``, or for ``arrayrecord`` its shards.
+
+    An ArrayRecord part's entry gets ``"shards": [{"file", "num_records",
+    "bytes", "sha256"}]`` (from its index; size and SHA-256 of each shard file).
+    Why: a reader of a remote render stages whole shards (ArrayRecord opens
+    local files only); with these it needs no request for the part's index nor
+    for the shard's version, names the cache entry by content, and checks
+    what it downloaded (a truncated or replaced shard is an error naming it).
+    """
+    if fmt != "arrayrecord":
+        return {}
+    import hashlib
+    import json
+
+    from audiotree.formats.arrayrecord import INDEX_NAME, check_index
+
+    index = Path(directory) / INDEX_NAME
+    shards, _ = check_index(json.loads(index.read_text(encoding="utf-8")), str(index))
+    entries = []
+    for name, count in shards:
+        digest = hashlib.sha256()
+        with open(Path(directory) / name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        entries.append({"file": name, "num_records": int(count), "bytes": (Path(directory) / name).stat().st_size,
+                        "sha256": digest.hexdigest()})
+    return {"shards": entries}
+
+
 @dataclasses.dataclass(frozen=True)
 class RenderRange:
     """A task: render items ``[start, stop)`` of ``make_dataset()`` into an attempt folder under ``staging``.
 
     Called with ``(start, stop)``; returns ``{"staged": folder name or None
-    (no item survived), "count": items written, "start", "stop"}``.
+    (no item survived), "count": items written, "start", "stop", "files":
+    what the record keeps of the part (:func:`part_files`)}``.
     """
 
     make_dataset: Callable[[], Any]
@@ -160,4 +191,6 @@ class RenderRange:
             if writer is not None:
                 shutil.rmtree(directory, ignore_errors=True)
             raise
-        return {"staged": directory.name if writer is not None else None, "count": count, "start": start, "stop": stop}
+        files = part_files(self.fmt, directory) if writer is not None else {}
+        return {"staged": directory.name if writer is not None else None, "count": count, "start": start, "stop": stop,
+                "files": files}

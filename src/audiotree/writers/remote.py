@@ -67,6 +67,14 @@ class RemoteOutput:
         storage.download(target, self.local / name, storage_options=self.storage_options)
         return True
 
+    def names(self) -> set[str]:
+        """The names directly under ``url`` (files and folders), listed now: one request."""
+        storage.forget_listings(self.url, storage_options=self.storage_options)
+        if not storage.exists(self.url, storage_options=self.storage_options):
+            return set()
+        fs = storage.filesystem(self.url, self.storage_options)
+        return {name.rstrip("/").rsplit("/", 1)[-1] for name in fs.ls(self.url, detail=False)}
+
     def push(self, name: str, *, keep: bool = False) -> None:
         """Uploads ``local/name`` (a file, or a folder recursively) to ``url/name``."""
         source = self.local / name

@@ -52,7 +52,7 @@ from audiotree.limits import MAX_ITEMS
 from audiotree.formats.render import PART, RECORD, new_record, read_record, write_record
 from audiotree.io import storage
 from audiotree.validation import is_int
-from audiotree.writers.parts import FORMATS, RenderRange, batch_in_order, open_part_writer
+from audiotree.writers.parts import FORMATS, RenderRange, batch_in_order, open_part_writer, part_files
 
 __all__ = ["render", "RenderResult", "STAGING"]
 
@@ -94,6 +94,8 @@ class _Record:
         """The record to continue (or a new one); refuses folders holding something else."""
         out = self.out
         record = read_record(out) if (out / RECORD).exists() and not overwrite else None
+        if record is not None:
+            self._check_parts(record)
         if record is not None and record.get("config") != config:
             old = record.get("config") or {}
             changed = sorted(k for k in set(config) | set(old) if config.get(k) != old.get(k))
@@ -117,6 +119,24 @@ class _Record:
         record = new_record(config)
         self.write(record)
         return record
+
+    def _check_parts(self, record: dict) -> None:
+        """Refuses to resume a render whose record names a part the folder lacks (before anything is touched).
+
+        Why: resuming would start after the last recorded part and mark the
+        render complete with a hole in it.
+        """
+        names = [part["dir"] for part in record["parts"] if part.get("count")]
+        if self.remote is not None:
+            present = self.remote.names()
+        else:
+            present = {p.name for p in self.out.iterdir() if p.is_dir()} if names else set()
+        missing = [name for name in names if name not in present]
+        if missing:
+            raise FileNotFoundError(
+                f"{self.where}/{RECORD} names the finished part(s) {', '.join(missing[:3])}, but {self.where} lacks "
+                f"{'them' if len(missing) > 1 else 'it'}; nothing was changed. Put the part(s) back, or render "
+                "everything again with overwrite=True (--overwrite).")
 
     @property
     def where(self) -> str:
@@ -282,10 +302,12 @@ class _Job:
 
         def close_part() -> None:
             # Recorded only once its writer has closed it: a finished part is never rewritten.
+            files = {}
             if state["writer"] is not None:
                 state["writer"].close()
+                files = part_files(self.fmt, part_dir())
             parts.append({"dir": part_dir().name, "start": state["start"], "stop": state["stop"],
-                          "count": state["count"]})
+                          "count": state["count"], **files})
             rec.write(record)
             state.update(writer=None, count=0, start=state["stop"], stop=min(state["stop"] + part_size, total))
 
@@ -360,7 +382,8 @@ class _Job:
             if staging is not None and done["staged"] is not None:
                 os.replace(staging / done["staged"], out / name)
                 fsync_dir(out)
-            parts.append({"dir": name, "start": done["start"], "stop": done["stop"], "count": done["count"]})
+            parts.append({"dir": name, "start": done["start"], "stop": done["stop"], "count": done["count"],
+                          **(done.get("files") or {})})
             rec.write(record)
             rendered[0] += done["count"]
 
