@@ -46,8 +46,10 @@ def indexed(tmp_path):
 
 def test_trust_is_a_policy():
     assert "trust" in ON_STALE and check_on_stale("trust") == "trust"
-    with pytest.raises(ValueError, match=r"on_stale must be one of \('error', 'reprobe', 'skip', 'trust'\)"):
+    with pytest.raises(ValueError, match=r"on_stale must be one of \('raise', 'reprobe', 'skip', 'trust'\)"):
         check_on_stale("never")
+    with pytest.raises(ValueError, match=r"on_stale='error' is now spelled on_stale='raise'"):
+        check_on_stale("error")
 
 
 def test_a_local_file_edited_during_a_run_is_caught_at_its_next_item(indexed):

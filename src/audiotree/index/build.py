@@ -324,7 +324,7 @@ def build_index(
       labels_key, labels_match, labels_root, labels_missing: with a labels
         path, the :class:`~audiotree.index.LabelSource` fields ``key`` (default
         ``"path"``), ``match`` (``"path"``, ``"relative"`` or ``"stem"``),
-        ``root`` and ``missing`` (``"error"`` or ``"null"``), as the CLI's
+        ``root`` and ``missing`` (``"raise"`` or ``"null"``), as the CLI's
         ``--labels-*`` options.
       text_columns: label columns that are free text: they reach items and
         batches as strings (``--text-columns``). String columns of many

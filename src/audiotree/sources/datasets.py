@@ -65,7 +65,7 @@ def create_audio_dataset(
     labels: Sequence[str] | None = None,
     min_duration: float | None = None,
     max_duration: float | None = None,
-    on_stale: str = "error",
+    on_stale: str = "raise",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
@@ -104,7 +104,7 @@ def create_audio_dataset(
         strings in a batch).
       min_duration, max_duration: keep index rows within these seconds.
       on_stale: a file whose size or mtime differs from its index row:
-        ``"error"`` (naming the file and the refresh command), ``"reprobe"``
+        ``"raise"`` (naming the file and the refresh command), ``"reprobe"``
         (read it as it is now) or ``"skip"`` the item. The check is one
         ``stat`` per item for a local file, and one metadata request per
         remote file per process (a remote file replaced after its first check
@@ -237,7 +237,7 @@ def create_balanced_audio_dataset(
     labels: Sequence[str] | None = None,
     min_duration: float | None = None,
     max_duration: float | None = None,
-    on_stale: str = "error",
+    on_stale: str = "raise",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,

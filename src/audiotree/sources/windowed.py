@@ -474,7 +474,7 @@ def windowed_group_dataset(
     durations: Mapping[str, float] | None = None,
     lufs_per_file: Mapping[str, Any] | None = None,
     rows: Any = None,
-    on_stale: str = "error",
+    on_stale: str = "raise",
     storage_options: Mapping[str, Any] | None = None,
 ) -> grain.MapDataset:
     """The windowed dataset of ``files`` (raw, its items labelled ``name``): one group of
@@ -545,7 +545,7 @@ def create_windowed_audio_dataset(
     labels: Sequence[str] | None = None,
     min_duration: float | None = None,
     max_duration: float | None = None,
-    on_stale: str = "error",
+    on_stale: str = "raise",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
