@@ -24,6 +24,7 @@ as ``"grow"`` or ``"trim"``, for what is not a failure policy).
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
     "check_duration",
     "check_pad_mode",
     "check_choice",
+    "renamed_keywords",
 ]
 
 #: ``np.pad`` modes accepted wherever audio is padded to length.
@@ -133,3 +135,30 @@ def check_choice(value: Any, name: str, choices: tuple, *, renamed: dict | None 
     if renamed and isinstance(value, str) and value in renamed:
         raise ValueError(f"{name}={value!r} is now spelled {name}={renamed[value]!r} (the choices are {choices}).")
     raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+
+
+def renamed_keywords(**renames: str):
+    """Refuses keywords of an earlier release with a ``TypeError`` naming the new one.
+
+    The wrapped function keeps its signature (``inspect.signature`` shows the
+    new names only); the check costs one dictionary lookup per renamed word.
+
+    >>> @renamed_keywords(seed="shuffle_seed")
+    ... def plan(*, shuffle_seed=0):
+    ...     return shuffle_seed
+    >>> plan(seed=3)
+    Traceback (most recent call last):
+    ...
+    TypeError: plan() takes shuffle_seed= now, not seed=.
+    """
+    def wrap(fn):
+        owner = fn.__qualname__.removesuffix(".__init__")
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for old, new in renames.items():
+                if old in kwargs:
+                    raise TypeError(f"{owner}() takes {new}= now, not {old}=.")
+            return fn(*args, **kwargs)
+        return call
+    return wrap
