@@ -80,7 +80,8 @@ def test_serial_and_process_pool_write_identical_bytes(corpus, built, tmp_path):
     serial, report = built
     assert (report.rows, report.read, report.unreadable) == (6, 6, 1)
     pooled = tmp_path / "pooled.parquet"
-    build_index(_sources(root), pooled, show_progress=False, max_workers=2, chunk_size=1)  # spawn process pool
+    build_index(_sources(root), pooled, show_progress=False, executor="process", max_workers=2,
+                chunk_size=1)  # spawn process pool
     assert pooled.read_bytes() == serial.read_bytes()
     threaded = tmp_path / "threaded.parquet"
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
@@ -96,7 +97,7 @@ def test_an_unguarded_script_with_the_process_pool_gets_a_clear_error(corpus, tm
 
     root, _ = corpus
     code = (f"from audiotree.index import build_index\n"
-            f"build_index({str(root / 'speech')!r}, {str(tmp_path / 'x.parquet')!r}, show_progress=False, max_workers=1)\n")
+            f"build_index({str(root / 'speech')!r}, {str(tmp_path / 'x.parquet')!r}, show_progress=False, executor='process', max_workers=1)\n")
     result = run_script(code, tmp_path, timeout=300)
     assert result.returncode != 0
     assert "if __name__ == " in result.stderr and "executor='serial'" in result.stderr
