@@ -158,7 +158,7 @@ def renamed_keywords(**renames: str):
         def call(*args, **kwargs):
             for old, new in renames.items():
                 if old in kwargs:
-                    raise TypeError(f"{owner}() takes {new}= now, not {old}=.")
+                    raise TypeError(f"{owner}() takes {new if '=' in new else new + '='} now, not {old}=.")
             return fn(*args, **kwargs)
         return call
     return wrap
