@@ -110,7 +110,7 @@ def run_ours(durations: np.ndarray, max_seconds: float, buckets: int, seed: int)
     from audiotree.sources.bucketing import plan_buckets
 
     start = time.process_time()
-    plan = plan_buckets(durations, max_seconds=max_seconds, buckets=buckets, seed=seed)
+    plan = plan_buckets(durations, max_seconds=max_seconds, buckets=buckets, shuffle_seed=seed)
     epoch = plan.epoch(0)
     first = time.process_time() - start
     start = time.process_time()

@@ -181,7 +181,7 @@ def prepare(folder: Path, recordings: int, segments: int, fmt: str, lhotse_pytho
         log("indexing the segments (headers only, no loudness)")
         started = time.perf_counter()
         build_index([str(folder)], str(index), segments=str(csv), loudness=False, show_progress=False,
-                    max_workers=2)
+                    executor="process", max_workers=2)
         log(f"indexed in {time.perf_counter() - started:.1f} s")
     cuts = folder / "cuts.jsonl.gz"
     if not cuts.exists():

@@ -280,7 +280,7 @@ def test_full_strategy_reads_whole_files_with_lengths(whole_files):
     for path, seconds in zip(whole_files, (0.4, 1.3, 2.2)):
         tree = AudioTree.excerpt(path, rng, None, excerpt=ExcerptConfig(strategy="full"), sample_rate=SR)
         assert abs(tree.samples - seconds * SR) <= 2 and tree.lengths.tolist() == [tree.samples]
-        capped = AudioTree.excerpt(path, rng, None, excerpt=ExcerptConfig(strategy="full", max_duration=1.0),
+        capped = AudioTree.excerpt(path, rng, None, excerpt=ExcerptConfig(strategy="full", crop_to=1.0),
                                    sample_rate=SR)
         assert capped.samples == min(tree.samples, SR) and capped.lengths.tolist() == [capped.samples]
         np.testing.assert_array_equal(capped.waveform, tree.waveform[..., : capped.samples])
@@ -298,7 +298,7 @@ def test_whole_file_datasets(whole_files):
                                 sample_rate=SR, mono=False)
     assert same[1].samples == items[1].samples
     mixed = create_balanced_audio_dataset(
-        sources={"a": whole_files[:2], "b": whole_files[2:]}, excerpt=ExcerptConfig(strategy="full", max_duration=1.0),
+        sources={"a": whole_files[:2], "b": whole_files[2:]}, excerpt=ExcerptConfig(strategy="full", crop_to=1.0),
         sample_rate=SR,
     )
     assert all(mixed[i].samples <= SR and mixed[i].lengths is not None for i in range(6))
@@ -308,9 +308,9 @@ def test_whole_file_bad_input(whole_files):
     from audiotree.sources import ExcerptConfig, create_audio_dataset
 
     with pytest.raises(ValueError, match="only applies to strategy='full'"):
-        ExcerptConfig(max_duration=2.0)
+        ExcerptConfig(crop_to=2.0)
     with pytest.raises(ValueError, match="positive number of seconds"):
-        ExcerptConfig(strategy="full", max_duration=-1)
+        ExcerptConfig(strategy="full", crop_to=-1)
     with pytest.raises(ValueError, match="search does not apply"):
         ExcerptConfig(strategy="full", search="bias_early")
     with pytest.raises(ValueError, match="duration=2.0 does not apply"):

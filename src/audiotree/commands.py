@@ -46,8 +46,11 @@ def index_refresh_command(index_path: str, meta: dict) -> str:
         args.append("SOURCES...")
     args += ["--out", index_path if storage.is_url(index_path) else os.path.abspath(index_path)]
     for flag, key in INDEX_SETTING_FLAGS:
-        if sources.get(key):
-            args += [flag, str(sources[key])]
+        value = sources.get(key)
+        if key == "labels_missing" and value == "error":  # indexes built before the word became "raise"
+            value = "raise"
+        if value:
+            args += [flag, str(value)]
     for flag, key in INDEX_REPEATED_FLAGS:
         for column in sources.get(key) or ():
             args += [flag, column]

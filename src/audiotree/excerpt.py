@@ -2,7 +2,7 @@
 
 How a dataset picks the part of a file it reads: the ``start``, ``random``,
 ``loudest`` or ``full`` strategy and the search that draws offsets. ``full``
-reads whole files (whole utterances for TTS/ASR), capped at ``max_duration``
+reads whole files (whole utterances for TTS/ASR), cropped to ``crop_to`` seconds
 seconds; such items carry ``lengths`` so batches of them pad and mask
 correctly (see :meth:`audiotree.AudioTree.batch`). This module is pure
 configuration; reading lives in :mod:`audiotree.io.excerpt`.
@@ -22,7 +22,7 @@ from typing import Callable, Literal, Union
 
 import numpy as np
 
-from audiotree.validation import is_int, is_real
+from audiotree.validation import is_int, is_real, renamed_keywords
 
 __all__ = [
     "ExcerptConfig",
@@ -98,13 +98,15 @@ class ExcerptConfig:
         profile has no window above the cutoff out of sampling (group weights
         are unchanged; the rest of the group is sampled). Without it,
         ``on_failure`` applies to them, decided before anything is read.
-      max_duration: ``full`` only: the longest item in seconds; longer files
-        keep their first ``max_duration`` seconds. ``None`` reads every file whole.
+      crop_to: ``full`` only: the longest item in seconds; longer files keep
+        their first ``crop_to`` seconds. ``None`` reads every file whole.
+        (``max_duration`` is the builders' filter of index rows: a file
+        longer than it is left out, not cropped.)
 
     ``strategy="full"`` reads each file whole (no ``duration``; items differ in
     length and carry ``lengths``). It is deterministic: no offset is drawn.
 
-    >>> ExcerptConfig(strategy="full", max_duration=20.0).max_duration
+    >>> ExcerptConfig(strategy="full", crop_to=20.0).crop_to
     20.0
     """
 
@@ -114,7 +116,7 @@ class ExcerptConfig:
     search: Union[str, Searcher] = "uniform"
     on_failure: Literal["keep", "skip", "raise"] = "keep"
     scan_max_seconds: float = 30.0
-    max_duration: float | None = None
+    crop_to: float | None = None
     skip_silent: bool = False
 
     def __post_init__(self) -> None:
@@ -140,18 +142,22 @@ class ExcerptConfig:
                     )
         if self.strategy in ("start", "full") and self.search != "uniform":
             raise ValueError(f"ExcerptConfig.search does not apply to strategy={self.strategy!r} (its offset is fixed).")
-        if self.max_duration is not None:
+        if self.crop_to is not None:
             if self.strategy != "full":
                 raise ValueError(
-                    f"ExcerptConfig.max_duration only applies to strategy='full' (strategy is {self.strategy!r}); "
+                    f"ExcerptConfig.crop_to only applies to strategy='full' (strategy is {self.strategy!r}); "
                     "other strategies read duration= seconds."
                 )
-            value = self.max_duration
+            value = self.crop_to
             if not is_real(value) or not math.isfinite(float(value)) or value <= 0:
-                raise ValueError(f"ExcerptConfig.max_duration must be a positive number of seconds, got {value!r}.")
+                raise ValueError(f"ExcerptConfig.crop_to must be a positive number of seconds, got {value!r}.")
         _resolve_search(self.search)
 
     @property
     def resolved_search(self) -> Searcher:
         """The search callable named by ``search``."""
         return _resolve_search(self.search)
+
+
+# The field was ``max_duration``; that word now means only the builders' filter of index rows.
+ExcerptConfig.__init__ = renamed_keywords(max_duration="crop_to")(ExcerptConfig.__init__)

@@ -14,10 +14,17 @@ dependency graph).
 44100
 >>> check_duration(0.5)
 0.5
+>>> check_choice("skip", "on_read_error", ("raise", "skip", "warn"))
+'skip'
+
+Policies share one vocabulary: ``"raise"``, ``"warn"`` and ``"skip"``, plus
+``"reprobe"`` and ``"trust"`` where those apply (and words of their own, such
+as ``"grow"`` or ``"trim"``, for what is not a failure policy).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any
@@ -30,6 +37,8 @@ __all__ = [
     "check_sample_rate",
     "check_duration",
     "check_pad_mode",
+    "check_choice",
+    "renamed_keywords",
 ]
 
 #: ``np.pad`` modes accepted wherever audio is padded to length.
@@ -108,3 +117,48 @@ def check_pad_mode(pad_mode: Any) -> None:
     """
     if pad_mode is not None and pad_mode not in PAD_MODES:
         raise ValueError(f"Unknown pad_mode {pad_mode!r}; use one of {PAD_MODES} or None.")
+
+
+def check_choice(value: Any, name: str, choices: tuple, *, renamed: dict | None = None) -> Any:
+    """``value`` if it is one of ``choices``; else a ``ValueError`` listing them.
+
+    ``renamed`` maps an old spelling to its new one, so a call written for an
+    earlier release is told what to write now.
+
+    >>> check_choice("error", "on_stale", ("raise", "skip"), renamed={"error": "raise"})
+    Traceback (most recent call last):
+    ...
+    ValueError: on_stale='error' is now spelled on_stale='raise' (the choices are ('raise', 'skip')).
+    """
+    if value in choices:
+        return value
+    if renamed and isinstance(value, str) and value in renamed:
+        raise ValueError(f"{name}={value!r} is now spelled {name}={renamed[value]!r} (the choices are {choices}).")
+    raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+
+
+def renamed_keywords(**renames: str):
+    """Refuses keywords of an earlier release with a ``TypeError`` naming the new one.
+
+    The wrapped function keeps its signature (``inspect.signature`` shows the
+    new names only); the check costs one dictionary lookup per renamed word.
+
+    >>> @renamed_keywords(seed="shuffle_seed")
+    ... def plan(*, shuffle_seed=0):
+    ...     return shuffle_seed
+    >>> plan(seed=3)
+    Traceback (most recent call last):
+    ...
+    TypeError: plan() takes shuffle_seed= now, not seed=.
+    """
+    def wrap(fn):
+        owner = fn.__qualname__.removesuffix(".__init__")
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for old, new in renames.items():
+                if old in kwargs:
+                    raise TypeError(f"{owner}() takes {new if '=' in new else new + '='} now, not {old}=.")
+            return fn(*args, **kwargs)
+        return call
+    return wrap

@@ -15,7 +15,7 @@ import soundfile
 from audiotree.errors import AudioReadError
 from audiotree.index import ON_STALE, StaleFileError, build_index, freshness
 from audiotree.index.reader import check_on_stale
-from audiotree.sources import create_audio_dataset, create_windowed_audio_dataset
+from audiotree.sources import create_audio_dataset, WindowConfig, create_windowed_audio_dataset
 
 RATE = 16_000
 
@@ -46,8 +46,10 @@ def indexed(tmp_path):
 
 def test_trust_is_a_policy():
     assert "trust" in ON_STALE and check_on_stale("trust") == "trust"
-    with pytest.raises(ValueError, match=r"on_stale must be one of \('error', 'reprobe', 'skip', 'trust'\)"):
+    with pytest.raises(ValueError, match=r"on_stale must be one of \('raise', 'reprobe', 'skip', 'trust'\)"):
         check_on_stale("never")
+    with pytest.raises(ValueError, match=r"on_stale='error' is now spelled on_stale='raise'"):
+        check_on_stale("error")
 
 
 def test_a_local_file_edited_during_a_run_is_caught_at_its_next_item(indexed):
@@ -68,7 +70,7 @@ def test_trust_reads_a_changed_local_file_as_it_is(indexed):
     whole = create_audio_dataset(index=out, duration=None, sample_rate=RATE, shuffle=False, on_stale="trust")
     assert whole[0].filepath == [str(a)] and whole[0].waveform.shape == (1, 1, RATE)  # on disk now; the row says 2 s
     # The risk: what was planned from the row may not fit. A window past the new end fails, naming the file.
-    windowed = create_windowed_audio_dataset(index=out, duration=0.5, hop=0.5, jitter=False, sample_rate=RATE,
+    windowed = create_windowed_audio_dataset(index=out, window=WindowConfig(duration=0.5, hop=0.5, jitter=False), sample_rate=RATE,
                                              shuffle=False, on_stale="trust")
     assert windowed[0].filepath == [str(a)]
     with pytest.raises(AudioReadError, match=r"a\.wav.*past the end.*says it lasts 2\.000 s"):

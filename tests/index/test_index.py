@@ -80,7 +80,8 @@ def test_serial_and_process_pool_write_identical_bytes(corpus, built, tmp_path):
     serial, report = built
     assert (report.rows, report.read, report.unreadable) == (6, 6, 1)
     pooled = tmp_path / "pooled.parquet"
-    build_index(_sources(root), pooled, show_progress=False, max_workers=2, chunk_size=1)  # spawn process pool
+    build_index(_sources(root), pooled, show_progress=False, executor="process", max_workers=2,
+                chunk_size=1)  # spawn process pool
     assert pooled.read_bytes() == serial.read_bytes()
     threaded = tmp_path / "threaded.parquet"
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
@@ -96,7 +97,7 @@ def test_an_unguarded_script_with_the_process_pool_gets_a_clear_error(corpus, tm
 
     root, _ = corpus
     code = (f"from audiotree.index import build_index\n"
-            f"build_index({str(root / 'speech')!r}, {str(tmp_path / 'x.parquet')!r}, show_progress=False, max_workers=1)\n")
+            f"build_index({str(root / 'speech')!r}, {str(tmp_path / 'x.parquet')!r}, show_progress=False, executor='process', max_workers=1)\n")
     result = run_script(code, tmp_path, timeout=300)
     assert result.returncode != 0
     assert "if __name__ == " in result.stderr and "executor='serial'" in result.stderr
@@ -532,8 +533,7 @@ def test_windowed_dataset_from_an_index_uses_its_durations_and_profiles(tmp_path
     loud = _write(tmp_path / "w" / "loud.wav", 6.0, seed=2, group="music")
     out = tmp_path / "w.parquet"
     build_index(str(tmp_path / "w"), out, executor="serial", show_progress=False)
-    ds = create_windowed_audio_dataset(index=out, duration=1.0, sample_rate=RATE, lufs_window_sec=1.0,
-                                       lufs_cutoff=-60.0, shuffle=False)
+    ds = create_windowed_audio_dataset(index=out, window=WindowConfig(duration=1.0, lufs_window_sec=1.0, lufs_cutoff=-60.0), sample_rate=RATE, shuffle=False)
     assert {ds[i].filepath[0] for i in range(len(ds))} == {loud}
     view = load_window_lufs(out, lufs_window_sec=1.0)
     measured = precompute_window_lufs([loud], 1.0, mono=True)[loud]
@@ -562,7 +562,7 @@ def test_staleness_policies(tmp_path):
     assert skipping[0] is None and skipping[1] is not None
     reprobed = create_audio_dataset(**kwargs, on_stale="reprobe")[0]
     assert reprobed.filepath == [a] and reprobed.waveform.shape == (1, 1, RATE)
-    windowed = create_windowed_audio_dataset(**kwargs, on_stale="reprobe", hop=0.5, jitter=False)
+    windowed = create_windowed_audio_dataset(**kwargs, on_stale="reprobe", window=WindowConfig(hop=0.5, jitter=False))
     offsets = [float(windowed[i].offset[0]) for i in range(len(windowed)) if windowed[i].filepath == [a]]
     assert offsets and max(offsets) <= 0.2 + 1e-9  # clamped to the file as it is now
     with pytest.raises(StaleFileError):

@@ -235,11 +235,11 @@ def test_files_are_probed_once_per_recording(corpus, monkeypatch):
 
 
 def test_window_sampling_refuses_a_segment_index(corpus):
-    from audiotree.sources import create_windowed_audio_dataset
+    from audiotree.sources import WindowConfig, create_windowed_audio_dataset
 
     out = _build(corpus)
     with pytest.raises(ValueError, match="is a segment index"):
-        create_windowed_audio_dataset(index=out, duration=0.5, sample_rate=RATE)
+        create_windowed_audio_dataset(index=out, window=WindowConfig(duration=0.5), sample_rate=RATE)
 
 
 def test_a_damaged_segment_index_is_refused(corpus, tmp_path):

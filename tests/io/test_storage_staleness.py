@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from audiotree.index import StaleFileError, build_index, freshness
-from audiotree.sources import create_audio_dataset, create_windowed_audio_dataset
+from audiotree.sources import create_audio_dataset, WindowConfig, create_windowed_audio_dataset
 from test_storage import SECRET, SYNC, _encode, _FaultProxy, _noise, start_moto
 
 # moto keeps one in-memory backend per process, shared by every server a test starts:
@@ -103,7 +103,7 @@ def test_default_check_is_one_head_per_file_per_process(s3, tmp_path):
     assert _heads(s3["proxy"]) == {f"/{BUCKET}/once/f{n}.wav": 1 for n in range(len(urls))}
     assert freshness.entries() == len(urls)
     # A windowed dataset (many slots per file) shares the process's memo: no request at all now.
-    windowed = create_windowed_audio_dataset(index=index, duration=0.25, hop=0.25, jitter=False, sample_rate=RATE,
+    windowed = create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.25, hop=0.25, jitter=False), sample_rate=RATE,
                                              shuffle=False)
     assert len(windowed) > 2 * len(urls) and all(windowed[i] is not None for i in range(len(windowed)))
     assert sum(_heads(s3["proxy"]).values()) == len(urls)

@@ -33,6 +33,7 @@ def main() -> None:
     assert (jax.process_index(), jax.process_count()) == (process_id, 2)
 
     from audiotree.sources import (
+        WindowConfig,
         create_audio_dataset,
         create_balanced_audio_dataset,
         create_windowed_audio_dataset,
@@ -53,7 +54,7 @@ def main() -> None:
         by_files = create_balanced_audio_dataset({"speech": [speech], "music": [music]}, num_epochs=1,
                                                  shard_options=grain.sharding.ShardByJaxProcess(), **common)
         report["by_container"] = [digest(by_files[k]) for k in range(len(by_files))]
-        windows = create_windowed_audio_dataset([speech, music], duration=0.25, sample_rate=8000,
+        windows = create_windowed_audio_dataset([speech, music], window=WindowConfig(duration=0.25), sample_rate=8000,
                                                 shard_options=grain.sharding.ShardByJaxProcess())
         report["windows"] = sorted({windows[k].filepath[0] for k in range(len(windows))})
         report["stream"] = [digest(share[k]) for k in range(160)]

@@ -27,7 +27,7 @@ def _durations(n: int = 2000, seed: int = 0) -> np.ndarray:
 # ------------------------------------------------------------------ plan
 def test_every_item_once_per_epoch_and_batches_bounded():
     d = _durations()
-    plan = plan_buckets(d, max_seconds=120, buckets=8, seed=3)
+    plan = plan_buckets(d, max_seconds=120, buckets=8, shuffle_seed=3)
     for epoch in (0, 1):
         ep = plan.epoch(epoch)
         slots = np.concatenate(ep.batches)
@@ -48,12 +48,12 @@ def test_every_item_once_per_epoch_and_batches_bounded():
 
 def test_plan_is_a_pure_function_of_seed_and_epoch():
     d = _durations()
-    a = plan_buckets(d, max_seconds=100, seed=1)
-    b = plan_buckets(d, max_seconds=100, seed=1)
+    a = plan_buckets(d, max_seconds=100, shuffle_seed=1)
+    b = plan_buckets(d, max_seconds=100, shuffle_seed=1)
     for epoch in (0, 5, 2):  # any order, fresh objects
         assert all(np.array_equal(x, y) for x, y in zip(a.epoch(epoch).batches, b.epoch(epoch).batches))
     assert not all(np.array_equal(x, y) for x, y in zip(a.epoch(0).batches, a.epoch(1).batches))
-    c = plan_buckets(d, max_seconds=100, seed=2)
+    c = plan_buckets(d, max_seconds=100, shuffle_seed=2)
     assert not all(np.array_equal(x, y) for x, y in zip(a.epoch(0).batches, c.epoch(0).batches))
     import pickle
 
@@ -62,7 +62,7 @@ def test_plan_is_a_pure_function_of_seed_and_epoch():
 
 
 def test_default_buckets_reach_ninety_percent_efficiency():
-    plan = plan_buckets(_durations(20000), max_seconds=200, seed=0)
+    plan = plan_buckets(_durations(20000), max_seconds=200, shuffle_seed=0)
     assert plan.describe()["efficiency"] >= 0.90
     assert plan.edges.size == 16 and plan.edges[-1] == pytest.approx(20.0, abs=0.05)
 
@@ -184,7 +184,7 @@ def utterances(tmp_path_factory):
 
 def _pipeline(files, **kw):
     items = create_audio_dataset(filepaths=files, duration=None, shuffle=False, sample_rate=SR)
-    options = dict(max_seconds=8.0, buckets=4, seed=0, num_epochs=2)
+    options = dict(max_seconds=8.0, buckets=4, shuffle_seed=0, num_epochs=2)
     options.update(kw)
     return batch_by_duration(items, scan_durations(files), **options)
 
@@ -284,7 +284,7 @@ def test_hosts_read_disjoint_halves(utterances):
         _pipeline(utterances, shard_options=grain.sharding.ShardOptions(shard_index=i, shard_count=2))
         for i in range(2)
     ]
-    whole_plan = plan_buckets(scan_durations(utterances), max_seconds=8.0, buckets=4, seed=0, num_shards=2)
+    whole_plan = plan_buckets(scan_durations(utterances), max_seconds=8.0, buckets=4, shuffle_seed=0, num_shards=2)
     for k in range(whole_plan.batches_in_epoch(0)):
         a, b = halves[0][k], halves[1][k]
         assert a.waveform.shape == b.waveform.shape

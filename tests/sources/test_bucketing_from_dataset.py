@@ -58,7 +58,7 @@ def test_durations_from_the_index_and_any_item_order(corpus, which):
     plain = create_audio_dataset(shuffle=False, **kwargs)
     shuffled = create_audio_dataset(shuffle=True, shuffle_seed=7, **kwargs)
     endless = create_audio_dataset(shuffle=True, num_epochs=None, **kwargs)
-    batches = [batch_by_duration(ds, max_seconds=6.0, buckets=3, seed=1, num_epochs=2)
+    batches = [batch_by_duration(ds, max_seconds=6.0, buckets=3, shuffle_seed=1, num_epochs=2)
                for ds in (plain, shuffled, endless)]
     assert len(batches[0]) == len(batches[1]) == len(batches[2]) > 2
     for k in range(len(batches[0])):

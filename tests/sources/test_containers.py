@@ -20,6 +20,7 @@ from audiotree.index import build_index, open_index
 from audiotree.io import AudioFile
 from audiotree.io.members import parse
 from audiotree.sources import (
+    WindowConfig,
     create_audio_dataset,
     create_balanced_audio_dataset,
     create_windowed_audio_dataset,
@@ -152,7 +153,7 @@ def test_exact_resume_in_the_middle_of_a_shard(corpus):
 
 def test_windowed_and_balanced_builders_take_shards_and_parquet(corpus):
     shapes = _shapes(corpus)
-    win = {s: create_windowed_audio_dataset(sources=shapes[s], duration=0.4, sample_rate=RATE, shuffle_seed=2)
+    win = {s: create_windowed_audio_dataset(sources=shapes[s], window=WindowConfig(duration=0.4), sample_rate=RATE, shuffle_seed=2)
            for s in ("folder", "shards", "parquet")}
     _same(_waves(win["shards"]), _waves(win["folder"]))
     _same(_waves(win["parquet"]), _waves(win["folder"]))

@@ -165,13 +165,13 @@ def test_windowed_shares_are_disjoint_complete_whole_containers(groups, shape):
         build, everything = dict(sources=source), find_audio_files(source)
     per_host, lengths = [], []
     for host in range(HOSTS):
-        ds = create_windowed_audio_dataset(**build, duration=0.3, sample_rate=RATE, shuffle_seed=1,
+        ds = create_windowed_audio_dataset(**build, window=WindowConfig(duration=0.3), sample_rate=RATE, shuffle_seed=1,
                                            shard_options=_host(host))
         per_host.append([p for _, p in _items(ds)])
         lengths.append(len(ds))
     _check_partition(per_host, everything)
     # The windows are planned over the host's own files: together, the one-host plan's slots.
-    whole = create_windowed_audio_dataset(**build, duration=0.3, sample_rate=RATE, shuffle_seed=1)
+    whole = create_windowed_audio_dataset(**build, window=WindowConfig(duration=0.3), sample_rate=RATE, shuffle_seed=1)
     assert sum(lengths) == len(whole)
 
 
@@ -183,9 +183,9 @@ def test_windowed_index_host_never_opens_another_hosts_shard(groups, tmp_path):
                 loudness=False)
     for name in ("train-000000.tar", "train-000002.tar"):  # host 0's shards
         (shards / name).unlink()
-    ds = create_windowed_audio_dataset(index=index, duration=0.3, sample_rate=RATE, shard_options=_host(1))
+    ds = create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.3), sample_rate=RATE, shard_options=_host(1))
     assert {parse(p).container.rsplit("/", 1)[-1] for _, p in _items(ds)} == {"train-000001.tar", "train-000003.tar"}
-    other = create_windowed_audio_dataset(index=index, duration=0.3, sample_rate=RATE, shard_options=_host(0))
+    other = create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.3), sample_rate=RATE, shard_options=_host(0))
     with pytest.raises(StaleFileError, match=r"train-00000[02]\.tar.*no longer exists"):
         other[0]
 
@@ -193,22 +193,22 @@ def test_windowed_index_host_never_opens_another_hosts_shard(groups, tmp_path):
 def test_windowed_drop_remainder_and_bad_shard_options(groups):
     source = groups["sources"]["a"]
     files = [{p for _, p in _items(create_windowed_audio_dataset(
-        sources=source, duration=0.3, sample_rate=RATE, shard_options=grain.sharding.ShardOptions(h, 3,
+        sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, shard_options=grain.sharding.ShardOptions(h, 3,
                                                                                           drop_remainder=True)))}
         for h in range(3)]
     assert [len(f) for f in files] == [2, 2, 2]  # 4 shards of 2 over 3 hosts, trimmed to the smallest share
     assert not (files[0] & files[1]) and not (files[1] & files[2]) and not (files[0] & files[2])
     with pytest.raises(ValueError, match=r"Host 5 of 6 gets no items: there are only 4 shard"):
-        create_windowed_audio_dataset(sources=source, duration=0.3, sample_rate=RATE,
+        create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE,
                                       shard_options=grain.sharding.ShardOptions(5, 6))
     with pytest.raises(TypeError, match="shard_options must be a grain.sharding.ShardOptions"):
-        create_windowed_audio_dataset(sources=source, duration=0.3, sample_rate=RATE, shard_options=(0, 2))
+        create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, shard_options=(0, 2))
 
 
 def test_windowed_with_shard_by_jax_process_on_one_host_is_the_whole_corpus(groups):
     pytest.importorskip("jax")
     source = groups["sources"]["a"]
-    one = create_windowed_audio_dataset(sources=source, duration=0.3, sample_rate=RATE, shuffle_seed=2,
+    one = create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, shuffle_seed=2,
                                         shard_options=grain.sharding.ShardByJaxProcess())
-    whole = create_windowed_audio_dataset(sources=source, duration=0.3, sample_rate=RATE, shuffle_seed=2)
+    whole = create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, shuffle_seed=2)
     assert _items(one) == _items(whole)

@@ -57,7 +57,7 @@ def _key(item):
 def test_slot_counts_follow_alpha(files, alpha, counts):
     assert (slot_count(4.0, 1.0, 1.0, alpha), slot_count(40.0, 1.0, 1.0, alpha)) == counts
     ds = create_windowed_audio_dataset(
-        filepaths=[files["short"], files["long"]], duration=1.0, alpha=alpha, sample_rate=RATE, shuffle=False
+        filepaths=[files["short"], files["long"]], window=WindowConfig(duration=1.0, alpha=alpha), sample_rate=RATE, shuffle=False
     )
     assert len(ds) == sum(counts)
     per_file = collections.Counter(ds[i].filepath[0] for i in range(len(ds)))
@@ -76,7 +76,7 @@ def test_hop_and_short_files():
 
 
 def test_short_file_gets_one_padded_slot(files):
-    ds = create_windowed_audio_dataset(filepaths=[files["tiny"]], duration=1.0, sample_rate=RATE)
+    ds = create_windowed_audio_dataset(filepaths=[files["tiny"]], window=WindowConfig(duration=1.0), sample_rate=RATE)
     assert len(ds) == 1
     item = ds[0]
     assert item.waveform.shape == (1, 1, RATE) and float(item.offset[0]) == 0.0
@@ -85,7 +85,7 @@ def test_short_file_gets_one_padded_slot(files):
 
 def test_one_epoch_covers_every_slot_once(files):
     paths = [files["short"], files["long"], files["tiny"]]
-    ds = create_windowed_audio_dataset(filepaths=paths, duration=1.0, jitter=False, sample_rate=RATE, num_epochs=2, shuffle_seed=5)
+    ds = create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(duration=1.0, jitter=False), sample_rate=RATE, num_epochs=2, shuffle_seed=5)
     n = 4 + 40 + 1
     assert len(ds) == 2 * n
     first = [_key(ds[i]) for i in range(n)]
@@ -99,7 +99,7 @@ def test_one_epoch_covers_every_slot_once(files):
 
 
 def test_jittered_offsets_stay_in_range_and_shapes_fixed(files):
-    ds = create_windowed_audio_dataset(filepaths=[files["short"], files["stereo"]], duration=1.0, mono=False,
+    ds = create_windowed_audio_dataset(filepaths=[files["short"], files["stereo"]], window=WindowConfig(duration=1.0), mono=False,
                                        sample_rate=RATE, shuffle_seed=3)
     offsets = collections.defaultdict(list)
     for i in range(len(ds)):
@@ -116,7 +116,7 @@ def test_determinism_and_seeds(files):
     paths = [files["short"], files["long"]]
 
     def keys(**kw):
-        ds = create_windowed_audio_dataset(filepaths=paths, duration=1.0, sample_rate=RATE, **kw)
+        ds = create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(duration=1.0), sample_rate=RATE, **kw)
         return [_key(ds[i]) for i in range(len(ds))]
 
     base = keys(shuffle_seed=1)
@@ -137,14 +137,14 @@ def test_items_are_read_by_seeking(files, monkeypatch):
         return real_read(self, start_frame, num_frames)
 
     monkeypatch.setattr(decode.AudioFile, "read", spy)
-    ds = create_windowed_audio_dataset(filepaths=[files["long"]], duration=0.5, sample_rate=RATE)
+    ds = create_windowed_audio_dataset(filepaths=[files["long"]], window=WindowConfig(duration=0.5), sample_rate=RATE)
     for i in range(0, len(ds), 10):
         ds[i]
     assert requested and all(n is not None and n <= 0.5 * RATE + 1 for n in requested)
 
 
 def test_loader_pickles(files):
-    ds = create_windowed_audio_dataset(filepaths=[files["short"]], duration=1.0, sample_rate=RATE, jitter=False)
+    ds = create_windowed_audio_dataset(filepaths=[files["short"]], window=WindowConfig(duration=1.0, jitter=False), sample_rate=RATE)
     clone = pickle.loads(pickle.dumps(ds))
     assert _key(clone[2]) == _key(ds[2])
 
@@ -152,11 +152,11 @@ def test_loader_pickles(files):
 def test_argument_validation(files):
     good = [files["short"]]
     with pytest.raises(ValueError, match="duration must be positive"):
-        create_windowed_audio_dataset(filepaths=good, duration=0)
+        create_windowed_audio_dataset(filepaths=good, window=WindowConfig(duration=0))
     with pytest.raises(ValueError, match="hop must be positive"):
-        create_windowed_audio_dataset(filepaths=good, hop=-1)
+        create_windowed_audio_dataset(filepaths=good, window=WindowConfig(hop=-1))
     with pytest.raises(ValueError, match="alpha"):
-        create_windowed_audio_dataset(filepaths=good, alpha=1.5)
+        create_windowed_audio_dataset(filepaths=good, window=WindowConfig(alpha=1.5))
     with pytest.raises(ValueError, match="exactly one"):
         create_windowed_audio_dataset(sources=files["root"], filepaths=good)
     with pytest.raises(ValueError, match="exactly one"):
@@ -172,15 +172,15 @@ def test_argument_validation(files):
     with pytest.raises(ValueError, match="No duration for"):
         create_windowed_audio_dataset(filepaths=good, durations={"other.wav": 1.0})
     with pytest.raises(ValueError, match="No window loudness for"):
-        create_windowed_audio_dataset(filepaths=good, lufs_per_file={"x": np.zeros(1)}, lufs_window_sec=1.0)
+        create_windowed_audio_dataset(filepaths=good, lufs_per_file={"x": np.zeros(1)}, window=WindowConfig(lufs_window_sec=1.0))
     with pytest.raises(RuntimeError, match="lower the cutoff"):
-        create_windowed_audio_dataset(filepaths=good, lufs_per_file={files["short"]: np.full(4, -60.0)}, lufs_window_sec=1.0)
+        create_windowed_audio_dataset(filepaths=good, lufs_per_file={files["short"]: np.full(4, -60.0)}, window=WindowConfig(lufs_window_sec=1.0))
     with pytest.raises(TypeError, match="lufs_cache"):
-        create_windowed_audio_dataset(filepaths=good, lufs_cache=3)
+        create_windowed_audio_dataset(filepaths=good, window=WindowConfig(lufs_cache=3))
     with pytest.raises(ValueError, match="pad_mode"):
         create_windowed_audio_dataset(filepaths=good, pad_mode="mirror")
     with pytest.raises(ValueError, match="lufs_cutoff"):
-        create_windowed_audio_dataset(filepaths=good, lufs_cutoff=None)
+        create_windowed_audio_dataset(filepaths=good, window=WindowConfig(lufs_cutoff=None))
     for kwargs, match in (({"duration": 0}, "duration"), ({"hop": 0}, "hop"), ({"alpha": -0.1}, "alpha"),
                           ({"lufs_window_sec": 0}, "lufs_window_sec"), ({"lufs_cutoff": "loud"}, "lufs_cutoff")):
         with pytest.raises(ValueError, match=match):
@@ -188,7 +188,7 @@ def test_argument_validation(files):
 
 
 def test_sources_discovery(files):
-    ds = create_windowed_audio_dataset(sources=os.path.join(files["root"], "a"), duration=1.0, sample_rate=RATE, alpha=0)
+    ds = create_windowed_audio_dataset(sources=os.path.join(files["root"], "a"), window=WindowConfig(duration=1.0, alpha=0), sample_rate=RATE)
     assert len(ds) == 2
     with pytest.raises(RuntimeError, match="No audio files"):
         create_windowed_audio_dataset(sources=files["root"], extensions=[".flac"])
@@ -238,10 +238,10 @@ def test_precompute_refuses_bad_input(files, tmp_path):
 def test_loudness_filter_keeps_loud_slots(tmp_path):
     path = _write(tmp_path / "half.wav", 20.0, rate=8000, quiet_until=10.0)
     cache = build_window_lufs_cache([path], 1.0, tmp_path / "cache", sample_rate=8000)
-    ds = create_windowed_audio_dataset(filepaths=[path], duration=1.0, lufs_cache=cache, sample_rate=8000, jitter=False)
+    ds = create_windowed_audio_dataset(filepaths=[path], window=WindowConfig(duration=1.0, lufs_cache=cache, jitter=False), sample_rate=8000)
     offsets = sorted(float(ds[i].offset[0]) for i in range(len(ds)))
     assert len(ds) == 10 and min(offsets) + 0.5 >= 10.0
-    unfiltered = create_windowed_audio_dataset(filepaths=[path], duration=1.0, sample_rate=8000, jitter=False)
+    unfiltered = create_windowed_audio_dataset(filepaths=[path], window=WindowConfig(duration=1.0, jitter=False), sample_rate=8000)
     assert len(unfiltered) == 20
 
 
@@ -255,21 +255,21 @@ def test_cache_round_trip_and_overrides(files, tmp_path, capsys):
     assert cache.file_sizes[files["short"]] == os.path.getsize(files["short"])
     assert load_window_lufs(out / "window_lufs.npz").lufs.keys() == cache.lufs.keys()
     for c in (out, cache):
-        assert len(create_windowed_audio_dataset(filepaths=paths, duration=1.0, lufs_cache=c, sample_rate=RATE)) == 5
+        assert len(create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(duration=1.0, lufs_cache=c), sample_rate=RATE)) == 5
     # Explicit durations override the cache's.
-    ds = create_windowed_audio_dataset(filepaths=paths, duration=1.0, lufs_cache=cache, sample_rate=RATE,
+    ds = create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(duration=1.0, lufs_cache=cache), sample_rate=RATE,
                                        durations={files["short"]: 2.0, files["tiny"]: 0.3})
     assert len(ds) == 3
     # Relative and absolute spellings of a path find the same entry.
     rel = os.path.relpath(files["short"])
-    assert len(create_windowed_audio_dataset(filepaths=[rel], duration=1.0, lufs_cache=cache, sample_rate=RATE)) == 4
+    assert len(create_windowed_audio_dataset(filepaths=[rel], window=WindowConfig(duration=1.0, lufs_cache=cache), sample_rate=RATE)) == 4
     with pytest.raises(ValueError, match="built for 4000 Hz.*sample_rate=8000"):
-        create_windowed_audio_dataset(filepaths=paths, lufs_cache=cache, sample_rate=8000)
+        create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(lufs_cache=cache), sample_rate=8000)
     with pytest.raises(ValueError, match="mono=True.*mono=False"):
-        create_windowed_audio_dataset(filepaths=paths, lufs_cache=cache, sample_rate=RATE, mono=False)
+        create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(lufs_cache=cache), sample_rate=RATE, mono=False)
     with pytest.raises(ValueError, match="No duration for .*does not list it; rebuild the cache"):
-        create_windowed_audio_dataset(filepaths=[files["long"]], lufs_cache=cache, sample_rate=RATE,
-                                      lufs_per_file={files["long"]: np.zeros(0)}, lufs_window_sec=1.0)
+        create_windowed_audio_dataset(filepaths=[files["long"]], window=WindowConfig(lufs_cache=cache, lufs_window_sec=1.0), sample_rate=RATE,
+                                      lufs_per_file={files["long"]: np.zeros(0)})
     with pytest.raises(ValueError, match="durations lacks"):
         save_window_lufs(tmp_path / "d", {"a": np.zeros(1)}, lufs_window_sec=1.0, durations={})
 
@@ -279,18 +279,18 @@ def test_stale_cache_is_refused_with_rebuild_hint(tmp_path, change):
     path = _write(tmp_path / "f.wav", 3.0, seed=7)
     other = _write(tmp_path / "g.wav", 3.0, seed=8)
     cache = build_window_lufs_cache([path, other], 1.0, tmp_path / "cache", sample_rate=RATE)
-    assert len(create_windowed_audio_dataset(filepaths=[path, other], duration=1.0, lufs_cache=cache, sample_rate=RATE)) == 6
+    assert len(create_windowed_audio_dataset(filepaths=[path, other], window=WindowConfig(duration=1.0, lufs_cache=cache), sample_rate=RATE)) == 6
     if change == "size":
         _write(tmp_path / "f.wav", 3.5, seed=7)
     else:
         st = os.stat(path)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
     with pytest.raises(ValueError, match=r"stale: '.*f\.wav' changed.*build_window_lufs_cache") as info:
-        create_windowed_audio_dataset(filepaths=[path, other], duration=1.0, lufs_cache=cache, sample_rate=RATE)
+        create_windowed_audio_dataset(filepaths=[path, other], window=WindowConfig(duration=1.0, lufs_cache=cache), sample_rate=RATE)
     assert "g.wav" not in str(info.value) and "window_lufs.npz" in str(info.value)
     assert load_window_lufs(cache).stale_files() == [path]
     # Only the files in use are checked.
-    assert len(create_windowed_audio_dataset(filepaths=[other], duration=1.0, lufs_cache=cache, sample_rate=RATE)) == 3
+    assert len(create_windowed_audio_dataset(filepaths=[other], window=WindowConfig(duration=1.0, lufs_cache=cache), sample_rate=RATE)) == 3
 
 
 # ----------------------------------------------------------------- balanced
@@ -307,8 +307,8 @@ def test_balanced_dataset_with_window(files, tmp_path):
     long_share = sum(item.filepath[0] == files["long"] for item in items if item.source[0] == "a")
     assert long_share > 10  # alpha=0.5: the 40 s file has 9 of the group's 11 slots
     assert [_key(x) for x in items] == [_key(ds[i]) for i in range(40)]  # reproducible
-    with pytest.raises(ValueError, match="duration"):
-        create_balanced_audio_dataset(sources={"a": a}, window=WindowConfig(), duration=1.0)
+    with pytest.raises(ValueError, match=r"window= carries its own duration \(1.0 s\)"):
+        create_balanced_audio_dataset(sources={"a": a}, window=WindowConfig(), duration=2.0)
     with pytest.raises(TypeError, match="WindowConfig"):
         create_balanced_audio_dataset(sources={"a": a}, window={"duration": 1.0})
     # A stale cache inside the WindowConfig is refused here too.
@@ -321,16 +321,15 @@ def test_balanced_dataset_with_window(files, tmp_path):
         create_balanced_audio_dataset(sources={"g": str(tmp_path / "g")}, window=WindowConfig(lufs_cache=cache), sample_rate=RATE)
 
 
-def test_a_window_config_sets_the_knobs_at_once(files):
+def test_window_settings_pass_only_as_a_window_config(files):
     paths = [files["short"], files["long"]]
     window = WindowConfig(duration=0.5, hop=0.25, alpha=0.5, jitter=False)
-    by_config = create_windowed_audio_dataset(filepaths=paths, window=window, sample_rate=RATE, shuffle_seed=4)
-    by_args = create_windowed_audio_dataset(filepaths=paths, duration=0.5, hop=0.25, alpha=0.5, jitter=False,
-                                            sample_rate=RATE, shuffle_seed=4)
-    assert len(by_config) == len(by_args) == slot_count(4.0, 0.5, 0.25, 0.5) + slot_count(40.0, 0.5, 0.25, 0.5)
-    assert [_key(by_config[i]) for i in range(len(by_config))] == [_key(by_args[i]) for i in range(len(by_args))]
-    assert by_config[0].samples == int(0.5 * RATE)
-    with pytest.raises(ValueError, match=r"window= already sets \['alpha', 'duration'\]"):
-        create_windowed_audio_dataset(filepaths=paths, window=window, duration=2.0, alpha=0.0, sample_rate=RATE)
+    ds = create_windowed_audio_dataset(filepaths=paths, window=window, sample_rate=RATE, shuffle_seed=4)
+    assert len(ds) == slot_count(4.0, 0.5, 0.25, 0.5) + slot_count(40.0, 0.5, 0.25, 0.5)
+    assert ds[0].samples == int(0.5 * RATE)
+    for knob, value in (("duration", 2.0), ("hop", 0.25), ("alpha", 0.0), ("jitter", False), ("lufs_cutoff", -30.0),
+                        ("lufs_window_sec", 0.4), ("lufs_cache", None)):
+        with pytest.raises(TypeError, match=rf"takes window=WindowConfig\({knob}=...\) now, not {knob}="):
+            create_windowed_audio_dataset(filepaths=paths, sample_rate=RATE, **{knob: value})
     with pytest.raises(TypeError, match="WindowConfig"):
         create_windowed_audio_dataset(filepaths=paths, window={"duration": 1.0}, sample_rate=RATE)

@@ -59,8 +59,8 @@ def _key(item):
 
 
 WINDOWED = {
-    "plain": dict(duration=0.5),
-    "loudness": dict(duration=0.5, hop=0.3, alpha=0.5, lufs_window_sec=0.5, lufs_cutoff=-50.0),
+    "plain": dict(window=WindowConfig(duration=0.5)),
+    "loudness": dict(window=WindowConfig(duration=0.5, hop=0.3, alpha=0.5, lufs_window_sec=0.5, lufs_cutoff=-50.0)),
 }
 
 
@@ -91,23 +91,22 @@ def test_items_match_the_path_keyed_planner(index, kind):
     ds = create_windowed_audio_dataset(index=index, sample_rate=RATE, shuffle_seed=4, num_epochs=2, **options)
     view = load_window_lufs(index, lufs_window_sec=0.5)
     files = list(view.durations)  # in the index's row order
-    extra = {"lufs_per_file": view.lufs} if "lufs_window_sec" in options else {}
+    extra = {"lufs_per_file": view.lufs} if options["window"].lufs_window_sec else {}
     reference = create_windowed_audio_dataset(filepaths=files, durations=view.durations, sample_rate=RATE,
                                               shuffle_seed=4, num_epochs=2, **options, **extra)
     assert len(ds) == len(reference)
     assert [_key(ds[i]) for i in range(len(ds))] == [_key(reference[i]) for i in range(len(reference))]
     if kind == "loudness":  # the quiet files lost their slots
-        assert len(ds) < len(create_windowed_audio_dataset(index=index, sample_rate=RATE, duration=0.5, hop=0.3,
-                                                           alpha=0.5, num_epochs=2))
+        assert len(ds) < len(create_windowed_audio_dataset(index=index, sample_rate=RATE, window=WindowConfig(duration=0.5, hop=0.3, alpha=0.5), num_epochs=2))
 
 
 def test_loudness_cells_are_computed_once_and_kept_in_the_store(index):
-    create_windowed_audio_dataset(index=index, duration=0.5, sample_rate=RATE, lufs_window_sec=0.4)
+    create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
     folder = store_folder(str(index))
     kept = sorted(n for n in os.listdir(folder) if n.startswith("window-lufs-4b."))
     assert kept == ["window-lufs-4b.offsets.npy", "window-lufs-4b.values.npy"]
     stamp = os.stat(os.path.join(folder, kept[1])).st_mtime_ns
-    again = create_windowed_audio_dataset(index=index, duration=0.5, sample_rate=RATE, lufs_window_sec=0.4)
+    again = create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
     assert os.stat(os.path.join(folder, kept[1])).st_mtime_ns == stamp and len(again) > 0
     offsets = np.load(os.path.join(folder, kept[0]))
     view = load_window_lufs(index, lufs_window_sec=0.4)
@@ -116,7 +115,7 @@ def test_loudness_cells_are_computed_once_and_kept_in_the_store(index):
 
 def test_a_damaged_slot_plan_is_refused_naming_the_store(index, tmp_path):
     copy = _repeat(index, tmp_path / "d.parquet", 2)
-    ds = create_windowed_audio_dataset(index=copy, duration=0.5, sample_rate=RATE, shuffle=False)
+    ds = create_windowed_audio_dataset(index=copy, window=WindowConfig(duration=0.5), sample_rate=RATE, shuffle=False)
     folder = store_folder(str(copy))
     (plan,) = [n for n in os.listdir(folder) if n.startswith("slots-") and n.endswith(".file.npy")]
     np.save(os.path.join(folder, plan), np.full(len(ds), 10_000, dtype=np.int32))

@@ -219,28 +219,28 @@ def test_epoch_sampler_epochs_shuffle_and_state():
     assert {e for e, _ in sampler} == {7}
     fixed = att.EpochSampler(6, advance_epochs=False, epoch=2)
     assert list(fixed) == list(fixed) == [(2, i) for i in range(6)]
-    shuffled = att.EpochSampler(50, shuffle=True, seed=3)
+    shuffled = att.EpochSampler(50, shuffle=True, shuffle_seed=3)
     a, b = [i for _, i in shuffled], [i for _, i in shuffled]
     assert sorted(a) == sorted(b) == list(range(50)) and a != b
-    assert [i for _, i in att.EpochSampler(50, shuffle=True, seed=3)] == a  # keyed on (seed, epoch)
+    assert [i for _, i in att.EpochSampler(50, shuffle=True, shuffle_seed=3)] == a  # keyed on (seed, epoch)
     # Mid-epoch state: the next key.
     it = iter(shuffled)
     head = [next(it) for _ in range(20)]
     state = shuffled.state_dict()
     assert (state["epoch"], state["position"]) == (2, 20)
     rest = list(it)
-    fresh = att.EpochSampler(50, shuffle=True, seed=3)
+    fresh = att.EpochSampler(50, shuffle=True, shuffle_seed=3)
     fresh.load_state_dict(state)
     assert list(fresh) == rest and head[0][0] == 2
     assert fresh.state_dict()["epoch"] == 3 and fresh.state_dict()["position"] == 0
     with pytest.raises(ValueError, match="seed"):
-        att.EpochSampler(50, shuffle=True, seed=4).load_state_dict(state)
+        att.EpochSampler(50, shuffle=True, shuffle_seed=4).load_state_dict(state)
 
 
 def test_pickle_round_trip(finite, endless, reference):
     for fn in (att.collate, att.collate_tensors, att.create_dataloader):
         assert pickle.loads(pickle.dumps(fn)) is fn  # module-level: pickled by reference
-    sampler = pickle.loads(pickle.dumps(att.EpochSampler(24, shuffle=True, seed=1)))
+    sampler = pickle.loads(pickle.dumps(att.EpochSampler(24, shuffle=True, shuffle_seed=1)))
     assert sorted(i for _, i in sampler) == list(range(24))
     adapter = att.TorchMapDataset(endless, epoch_size=24, epoch=1)
     copy = pickle.loads(pickle.dumps(adapter))

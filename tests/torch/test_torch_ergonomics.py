@@ -106,9 +106,9 @@ def test_measure_lufs_gives_loudness_for_any_strategy(corpus):
     np.testing.assert_array_equal(a[3].lufs, b[3].lufs)
     mix = create_balanced_audio_dataset({k: [str(v)] for k, v in corpus.items()}, measure_lufs=True, **FAST)
     assert all(mix[i].lufs is not None for i in range(3))
-    from audiotree.sources import create_windowed_audio_dataset
+    from audiotree.sources import WindowConfig, create_windowed_audio_dataset
 
-    windows = create_windowed_audio_dataset(folders, duration=0.25, sample_rate=8000, measure_lufs=True)
+    windows = create_windowed_audio_dataset(folders, window=WindowConfig(duration=0.25), sample_rate=8000, measure_lufs=True)
     assert np.isfinite(windows[0].lufs).all()
     for builder in (create_audio_dataset, create_windowed_audio_dataset):
         with pytest.raises(TypeError, match="measure_lufs must be True or False"):

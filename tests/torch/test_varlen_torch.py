@@ -30,7 +30,7 @@ def files(tmp_path_factory):
 
 def _batches(files, num_epochs=1):
     items = create_audio_dataset(filepaths=files, duration=None, shuffle=False, sample_rate=SR)
-    return batch_by_duration(items, scan_durations(files), max_seconds=6.0, buckets=3, seed=4, num_epochs=num_epochs)
+    return batch_by_duration(items, scan_durations(files), max_seconds=6.0, buckets=3, shuffle_seed=4, num_epochs=num_epochs)
 
 
 def _key(batch):

@@ -202,7 +202,7 @@ def test_schema_is_pinned_by_first_write(tmp_path):
 
 
 def test_overflow_policies(tmp_path):
-    with TreeWriter(tmp_path / "err", 3, on_overflow="error") as w:
+    with TreeWriter(tmp_path / "err", 3, on_overflow="raise") as w:
         w.write({"x": np.zeros((2, 1))})
         with pytest.raises(ValueError, match=r"2 written, 3 allocated \(expected_samples=3\), 2 offered"):
             w.write({"x": np.zeros((2, 1))})

@@ -27,7 +27,7 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
                    "source folder, or the file name without extension.")
 @click.option("--labels-root", type=click.Path(file_okay=False), default=None,
               help="Folder relative 'path' keys start from (default: the labels file's folder).")
-@click.option("--labels-missing", type=click.Choice(["error", "null"]), default="error", show_default=True,
+@click.option("--labels-missing", type=click.Choice(["raise", "null"]), default="raise", show_default=True,
               help="An indexed file with no label row: an error, or empty labels.")
 @click.option("--text-columns", "text_columns", multiple=True, metavar="COLUMN",
               help="A label column of free text (transcripts): items carry it as strings. Repeat for more. String "

@@ -10,7 +10,7 @@ polars or DuckDB read it without audiotree.
 
 >>> import audiotree.index as ai
 >>> sorted(ai.ON_STALE)
-['error', 'reprobe', 'skip', 'trust']
+['raise', 'reprobe', 'skip', 'trust']
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ class _Parts:
 
 
 def _make_executor(executor: Any, max_workers: int | None, stack: contextlib.ExitStack, ray_address: str | None):
-    """(executor, owned, worker count); ``None``/``"process"`` is a spawn process pool.
+    """(executor, owned, worker count); ``None``/``"serial"`` is this process, ``"process"`` a spawn pool.
 
     ``"ray"`` gives an :mod:`audiotree.parallel` runner, closed by ``stack``.
     """
@@ -218,13 +218,16 @@ def _make_executor(executor: Any, max_workers: int | None, stack: contextlib.Exi
 
         runner = stack.enter_context(open_executor(executor, ray_address=ray_address))
         return runner, False, runner.workers
-    if executor is None or executor == "process":
+    if executor == "process":
         workers = max_workers or os.cpu_count() or 1
         # spawn: a forked child of a process running JAX's threads can deadlock.
         from audiotree.parallel.executors import spawn_pool
 
         return spawn_pool(workers), True, workers
-    if executor == "serial":
+    if executor is None or executor == "serial":
+        if max_workers is not None:
+            raise ValueError(f"max_workers={max_workers!r} sizes a process pool, and executor={executor!r} runs in this "
+                             "process; pass executor='process' as well.")
         return None, False, 1
     if isinstance(executor, concurrent.futures.Executor):
         return executor, False, int(getattr(executor, "_max_workers", None) or max_workers or 4)
@@ -324,7 +327,7 @@ def build_index(
       labels_key, labels_match, labels_root, labels_missing: with a labels
         path, the :class:`~audiotree.index.LabelSource` fields ``key`` (default
         ``"path"``), ``match`` (``"path"``, ``"relative"`` or ``"stem"``),
-        ``root`` and ``missing`` (``"error"`` or ``"null"``), as the CLI's
+        ``root`` and ``missing`` (``"raise"`` or ``"null"``), as the CLI's
         ``--labels-*`` options.
       text_columns: label columns that are free text: they reach items and
         batches as strings (``--text-columns``). String columns of many
@@ -332,8 +335,10 @@ def build_index(
       numeric_columns: label columns read as numbers even where their values
         look like identifiers (``"007"``; ``--numeric-columns``).
       loudness: compute each file's loudness profile (decodes every file once; FLAC seek points: ``seek_build``).
-      executor: ``None``/``"process"`` (a spawn process pool of
-        ``max_workers``, default one per core), ``"serial"``, or any
+      executor: ``None``/``"serial"`` (this process, as every ``executor=``
+        of audiotree), ``"process"`` (a spawn process pool of
+        ``max_workers``, default one per core; what ``audiotree index``
+        uses), or any
         ``concurrent.futures.Executor``, or ``"ray"`` (chunks as Ray tasks on the
         cluster at ``ray_address``, else ``RAY_ADDRESS``, else a local one; a
         task whose worker dies is re-run). The output is identical for all.

@@ -55,12 +55,13 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from audiotree.index.schema import RESERVED_COLUMNS, ids_column, require_pyarrow
+from audiotree.validation import check_choice
 
 __all__ = ["LabelSource", "LabelMatch", "TEXT_MIN_DISTINCT", "read_labels", "match_labels", "label_columns",
            "append_label_columns", "as_label_source", "label_source_from"]
 
 _MATCHES = ("path", "relative", "stem")
-_MISSING = ("error", "null")
+_MISSING = ("raise", "null")
 _SHOWN = 3
 #: A string column with more distinct values than this, more than half of them distinct, is text.
 TEXT_MIN_DISTINCT = 256
@@ -90,7 +91,7 @@ class LabelSource:
       match: ``"path"``, ``"relative"`` or ``"stem"`` (see the module docstring).
       root: folder that relative ``path`` keys start from (default: the labels
         file's folder).
-      missing: ``"error"`` when an indexed file has no label row, or
+      missing: ``"raise"`` when an indexed file has no label row, or
         ``"null"`` to leave its labels empty.
       text_columns: columns that are free text (strings in items), whatever
         their values look like.
@@ -110,15 +111,14 @@ class LabelSource:
     key: str = "path"
     match: str = "path"
     root: str | None = None
-    missing: str = "error"
+    missing: str = "raise"
     text_columns: Sequence[str] = ()
     numeric_columns: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if self.match not in _MATCHES:
             raise ValueError(f"labels match must be one of {_MATCHES}, got {self.match!r}.")
-        if self.missing not in _MISSING:
-            raise ValueError(f"labels missing must be one of {_MISSING}, got {self.missing!r}.")
+        check_choice(self.missing, "labels missing", _MISSING, renamed={"error": "raise"})
         if not isinstance(self.key, str) or not self.key:
             raise ValueError(f"labels key must be a column name, got {self.key!r}.")
         object.__setattr__(self, "text_columns", _names(self.text_columns, "text_columns"))
@@ -442,7 +442,7 @@ def match_labels(source: LabelSource, files: Sequence[str], source_roots: Sequen
             seen[k] = f
     rows = [by_key.get(k) for k in file_keys]
     missing = [f for f, r in zip(files, rows) if r is None]
-    if missing and source.missing == "error":
+    if missing and source.missing == "raise":
         raise _fail(source.path, _mismatch(source, keys, root, files, source_roots, by_key, file_keys,
                                                  missing))
     unused = len(by_key) - len({r for r in rows if r is not None})

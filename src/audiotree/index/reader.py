@@ -23,6 +23,7 @@ from audiotree.index.schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLU
 from audiotree.index.trust import check_profiles, resolve_root
 from audiotree.io import storage
 from audiotree.io.remote_file import open_input
+from audiotree.validation import check_choice
 
 __all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_stale"]
 
@@ -32,7 +33,7 @@ __all__ = ["CorpusIndex", "open_index", "ON_STALE", "StaleFileError", "check_on_
 #: that the files are the ones indexed). The check is one ``stat`` per item for
 #: local files and one lookup per file per process on object storage
 #: (:mod:`audiotree.index.freshness`).
-ON_STALE = ("error", "reprobe", "skip", "trust")
+ON_STALE = ("raise", "reprobe", "skip", "trust")
 _DEFAULT_COLUMNS = ("path", "group", "size", "mtime_ns", "sample_rate", "channels", "frames", "duration", "readable")
 
 
@@ -48,9 +49,7 @@ class StaleFileError(ValueError):
 
 
 def check_on_stale(value: str) -> str:
-    if value not in ON_STALE:
-        raise ValueError(f"on_stale must be one of {ON_STALE}, got {value!r}.")
-    return value
+    return check_choice(value, "on_stale", ON_STALE, renamed={"error": "raise"})
 
 
 def _numpy(column) -> np.ndarray:

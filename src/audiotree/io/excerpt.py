@@ -234,7 +234,7 @@ def select_clip(
     :func:`loudest_clip` (``plan``: a corpus index's
     :class:`~audiotree.excerpt_search.RowPlan`); ``full`` (or ``duration=None``
     with ``random`` or ``start``) reads the whole file from ``offset``, up to
-    ``max_duration``, and records ``lengths``. Returns a :class:`Clip` (or
+    ``crop_to``, and records ``lengths``. Returns a :class:`Clip` (or
     ``None`` from ``loudest`` with ``on_failure="skip"``).
 
     ``window=(start, end)`` seconds reads the segment ``[start, end)`` of the
@@ -250,11 +250,11 @@ def select_clip(
         if duration is not None:
             raise ValueError(
                 "strategy='full' reads whole files and takes no duration=; cap them with "
-                "ExcerptConfig(strategy='full', max_duration=...)."
+                "ExcerptConfig(strategy='full', crop_to=...)."
             )
         path = os.fspath(audio_path)
-        # No padding: the item is exactly as long as the file (or max_duration).
-        data, rate, start_seconds = _read_at(path, None, offset, excerpt.max_duration, sample_rate, mono, None, window)
+        # No padding: the item is exactly as long as the file (or crop_to).
+        data, rate, start_seconds = _read_at(path, None, offset, excerpt.crop_to, sample_rate, mono, None, window)
         return Clip(path=path, data=data, sample_rate=rate, offset=start_seconds, lengths=int(data.shape[-1]))
     if excerpt.strategy == "loudest":
         if offset:

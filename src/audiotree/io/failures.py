@@ -16,11 +16,20 @@ import numpy as np
 
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
+from audiotree.validation import check_choice
 
-__all__ = ["SKIP_HINT", "failure_hint", "describe", "read_error", "file_size", "read_span", "check_finite", "bad_file"]
+__all__ = ["ON_READ_ERROR", "check_on_read_error", "SKIP_HINT", "failure_hint", "describe", "read_error", "file_size", "read_span", "check_finite", "bad_file"]
+
+#: What a reader does with a file it cannot read: raise (default), warn and drop it, or drop it.
+ON_READ_ERROR = ("raise", "skip", "warn")
 
 #: The way out that every failure message offers.
 SKIP_HINT = 'or use on_read_error="skip" to skip unreadable files'
+
+def check_on_read_error(value: Any) -> str:
+    """``value`` if it is an ``on_read_error`` policy (:data:`ON_READ_ERROR`), else a ``ValueError``."""
+    return check_choice(value, "on_read_error", ON_READ_ERROR)
+
 
 # ---------------------------------------------------------------------------
 # Error helpers

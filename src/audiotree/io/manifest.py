@@ -32,6 +32,7 @@ from audiotree.provenance import encode_strings
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
 from audiotree.io.excerpt import read_excerpt
+from audiotree.io.failures import check_on_read_error
 from audiotree.io.remote_file import first_read
 from audiotree.schema import DERIVED_FIELDS, LABEL_FIELDS
 from audiotree.validation import check_duration, check_sample_rate, is_int
@@ -54,7 +55,6 @@ _OPTIONAL = {
     "source": "U",
     "offset": "f",
 }
-_ON_READ_ERROR = ("raise", "skip", "warn")
 
 
 def _validate(table: _manifest.ManifestColumns) -> None:
@@ -182,8 +182,7 @@ class ManifestReader:
                     f"Manifest not found: {path}. Was the AudioWriter closed (or save_manifest() called), and is "
                     "this the right folder?"
                 )
-        if on_read_error not in _ON_READ_ERROR:
-            raise ValueError(f"on_read_error must be one of {_ON_READ_ERROR}, got {on_read_error!r}.")
+        check_on_read_error(on_read_error)
         sample_rate = check_sample_rate(sample_rate, optional=True)
         check_duration(duration)
         if num_records is not None and (not is_int(num_records) or num_records < 0):

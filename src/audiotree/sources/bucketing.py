@@ -53,7 +53,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from audiotree.validation import is_int, is_real
+from audiotree.validation import is_int, is_real, renamed_keywords
 
 __all__ = ["BucketPlan", "plan_buckets", "optimal_bucket_edges", "DEFAULT_NUM_BUCKETS", "FILLER"]
 
@@ -179,7 +179,7 @@ class EpochPlan:
 
 
 class BucketPlan:
-    """Batches of item indices by duration bucket: a pure function of ``(seed, epoch)``.
+    """Batches of item indices by duration bucket: a pure function of ``(shuffle_seed, epoch)``.
 
     Build it with :func:`plan_buckets`. See the module docstring for the
     algorithm. Picklable (caches are per process and rebuilt on demand).
@@ -192,12 +192,12 @@ class BucketPlan:
       bucket_of: ``(n,)`` bucket of each item, ``-1`` for skipped items.
     """
 
-    def __init__(self, durations, *, edges, max_seconds, seed, shuffle, remainder, groups, weight_by,
+    def __init__(self, durations, *, edges, max_seconds, shuffle_seed, shuffle, remainder, groups, weight_by,
                  num_shards, names, too_long):
         self.durations = durations
         self.edges = edges
         self.max_seconds = max_seconds
-        self.seed = int(seed)
+        self.shuffle_seed = int(shuffle_seed)
         self.shuffle = bool(shuffle)
         self.remainder = remainder
         self.num_shards = num_shards
@@ -235,7 +235,7 @@ class BucketPlan:
 
     def __repr__(self) -> str:
         return (f"BucketPlan(items={self.durations.size}, edges={self.edges.tolist()}, "
-                f"batch_sizes={self.batch_sizes.tolist()}, seed={self.seed})")
+                f"batch_sizes={self.batch_sizes.tolist()}, shuffle_seed={self.shuffle_seed})")
 
     @property
     def num_items(self) -> int:
@@ -249,7 +249,7 @@ class BucketPlan:
     # ------------------------------------------------------------ epochs
     def _epoch_items(self, epoch: int) -> np.ndarray:
         """The item indices of ``epoch`` in their epoch order."""
-        rng = np.random.default_rng([self.seed, epoch, 0])
+        rng = np.random.default_rng([self.shuffle_seed, epoch, 0])
         if self.group_of is None:
             return rng.permutation(self.kept) if self.shuffle else self.kept
         chosen = []
@@ -268,7 +268,7 @@ class BucketPlan:
         per_pass = float(weights.sum())
         passes = max(1, int(math.ceil(target / per_pass)) + 1)
         order = np.concatenate([
-            np.random.default_rng([self.seed, epoch, 1, g, k]).permutation(members.size) for k in range(passes)
+            np.random.default_rng([self.shuffle_seed, epoch, 1, g, k]).permutation(members.size) for k in range(passes)
         ])
         cum = np.cumsum(weights[order])
         if self.weight_by == "count":
@@ -312,7 +312,7 @@ class BucketPlan:
             batches.append(carry)
             labels.append(b)
             carry = np.zeros(0, dtype=np.int64)
-        order = np.random.default_rng([self.seed, epoch, 2]).permutation(len(batches)) if self.shuffle \
+        order = np.random.default_rng([self.shuffle_seed, epoch, 2]).permutation(len(batches)) if self.shuffle \
             else np.arange(len(batches))
         plan = EpochPlan(tuple(batches[i] for i in order), np.asarray(labels, dtype=np.int64)[order])
         with self._lock:
@@ -378,12 +378,13 @@ class BucketPlan:
                 "batch_size_mean": float(np.mean(sizes)), "batch_size_std": float(np.std(sizes))}
 
 
+@renamed_keywords(seed="shuffle_seed")
 def plan_buckets(
     durations: Sequence[float] | Mapping[str, float],
     *,
     max_seconds: float,
     buckets: int | Sequence[float] = DEFAULT_NUM_BUCKETS,
-    seed: int = 0,
+    shuffle_seed: int = 0,
     shuffle: bool = True,
     too_long: Literal["raise", "crop", "skip"] = "raise",
     remainder: Literal["pad", "drop", "keep"] = "pad",
@@ -403,7 +404,7 @@ def plan_buckets(
         shortest duration.
       buckets: number of buckets (edges chosen to minimise padding, see
         :func:`optimal_bucket_edges`), or the increasing edges in seconds.
-      seed: the plan's seed; epoch ``e``'s batches depend only on ``(seed, e)``.
+      shuffle_seed: the plan's seed; epoch ``e``'s batches depend only on ``(shuffle_seed, e)``.
       shuffle: shuffle items and batches every epoch (``False``: file order, for
         validation; batches then come bucket by bucket).
       too_long: items longer than ``max_seconds`` or the last edge: ``"raise"``
@@ -424,7 +425,7 @@ def plan_buckets(
       ValueError: bad durations, ``max_seconds`` below the shortest item, edges
         that do not increase, or a too-long item under ``too_long="raise"``.
 
-    >>> plan = plan_buckets([1.0, 1.5, 3.0, 2.9, 1.2], max_seconds=6, buckets=[1.5, 3.0], seed=0)
+    >>> plan = plan_buckets([1.0, 1.5, 3.0, 2.9, 1.2], max_seconds=6, buckets=[1.5, 3.0], shuffle_seed=0)
     >>> plan.batch_sizes.tolist(), sorted(sorted(b.tolist()) for b in plan.epoch(0).batches)
     ([4, 2], [[-1, 0, 1, 4], [2, 3]])
     """
@@ -434,8 +435,8 @@ def plan_buckets(
     _choice("remainder", remainder, _REMAINDER)
     _choice("weight_by", weight_by, _WEIGHT_BY)
     num_shards = _check_count("num_shards", num_shards)
-    if not is_int(seed) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}.")
+    if not is_int(shuffle_seed) or shuffle_seed < 0:
+        raise ValueError(f"shuffle_seed must be a non-negative int, got {shuffle_seed!r}.")
     shortest = int(np.argmin(d))
     if max_seconds < d[shortest]:
         raise ValueError(
@@ -482,7 +483,7 @@ def plan_buckets(
     elif weights:
         raise ValueError("weights= needs groups= (a group name per item).")
     plan = BucketPlan(
-        d, edges=edges, max_seconds=max_seconds, seed=int(seed), shuffle=shuffle, remainder=remainder,
+        d, edges=edges, max_seconds=max_seconds, shuffle_seed=int(shuffle_seed), shuffle=shuffle, remainder=remainder,
         groups=group_spec, weight_by=weight_by, num_shards=num_shards, names=names, too_long=too_long,
     )
     if group_spec is not None:

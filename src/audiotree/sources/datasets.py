@@ -65,7 +65,7 @@ def create_audio_dataset(
     labels: Sequence[str] | None = None,
     min_duration: float | None = None,
     max_duration: float | None = None,
-    on_stale: str = "error",
+    on_stale: str = "raise",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
@@ -104,7 +104,7 @@ def create_audio_dataset(
         strings in a batch).
       min_duration, max_duration: keep index rows within these seconds.
       on_stale: a file whose size or mtime differs from its index row:
-        ``"error"`` (naming the file and the refresh command), ``"reprobe"``
+        ``"raise"`` (naming the file and the refresh command), ``"reprobe"``
         (read it as it is now) or ``"skip"`` the item. The check is one
         ``stat`` per item for a local file, and one metadata request per
         remote file per process (a remote file replaced after its first check
@@ -184,7 +184,7 @@ def create_audio_dataset(
     return AudioMapDataset(ds, item_bytes=item_bytes)
 
 
-#: Seconds assumed per whole-file item without max_duration, for buffer-memory estimates only.
+#: Seconds assumed per whole-file item without crop_to, for buffer-memory estimates only.
 WHOLE_FILE_ESTIMATE_SECONDS = 20.0
 
 
@@ -194,7 +194,7 @@ def resolve_whole_files(duration: float | None, excerpt: ExcerptConfig) -> tuple
         if duration is not None and duration != 1.0:
             raise ValueError(
                 f"strategy='full' reads whole files, so duration={duration!r} does not apply; pass duration=None "
-                "and cap long files with ExcerptConfig(strategy='full', max_duration=...)."
+                "and cap long files with ExcerptConfig(strategy='full', crop_to=...)."
             )
         return None, excerpt
     if duration is None:
@@ -210,7 +210,7 @@ def item_seconds(duration: float | None, excerpt: ExcerptConfig) -> float:
     """Seconds per item for memory estimates (whole files: ``max_duration`` or a typical utterance)."""
     if duration is not None:
         return float(duration)
-    return float(excerpt.max_duration or WHOLE_FILE_ESTIMATE_SECONDS)
+    return float(excerpt.crop_to or WHOLE_FILE_ESTIMATE_SECONDS)
 
 
 @building_with_storage_options
@@ -225,7 +225,7 @@ def create_balanced_audio_dataset(
     excerpt_seed: int | None = None,
     sample_rate: int = 44_100,
     mono: bool = True,
-    duration: float | None = None,
+    duration: float | None = 1.0,
     pad_mode: str | None = "constant",
     extensions: Sequence[str] | None = None,
     excerpt: ExcerptConfig = ExcerptConfig(),
@@ -237,7 +237,7 @@ def create_balanced_audio_dataset(
     labels: Sequence[str] | None = None,
     min_duration: float | None = None,
     max_duration: float | None = None,
-    on_stale: str = "error",
+    on_stale: str = "raise",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
@@ -254,7 +254,8 @@ def create_balanced_audio_dataset(
       num_epochs: ``None`` (default) makes every file group endless. A finite
         group ends the mix when it runs out relative to its weight.
       window: a ``WindowConfig`` to sample file groups by window instead of by
-        file (then ``duration`` and a custom ``excerpt`` are not allowed).
+        file. Its ``duration`` is the excerpt length: leave ``duration`` at its
+        default (or equal to the window's), and ``excerpt`` too.
       index, group_by: one corpus index split into groups by a column
         (``group_by="group"``, or a label column). A group of ``sources`` may
         also be an index itself: ``sources={"speech": "speech.parquet"}``.
@@ -271,8 +272,9 @@ def create_balanced_audio_dataset(
         ``datasets=`` groups hold ready items and are split by item
         (:func:`shard_dataset`); do not shard them yourself as well. A group
         with fewer containers than hosts is an error naming the group.
-      Other arguments as in :func:`create_audio_dataset`; ``duration`` defaults to 1 s
-      (``excerpt=ExcerptConfig(strategy="full")`` reads whole files instead).
+      Other arguments as in :func:`create_audio_dataset`: ``duration`` is the
+      excerpt length (1 s by default), and ``duration=None`` reads whole files
+      (as ``excerpt=ExcerptConfig(strategy="full")`` does).
 
     Groups get seeds derived from their *names*, so adding, removing or
     reordering groups leaves every other group's stream unchanged. The mix keeps
@@ -328,14 +330,13 @@ def create_balanced_audio_dataset(
     if window is not None:
         if excerpt != ExcerptConfig():
             raise ValueError("window= samples by window; it cannot be combined with a custom excerpt=.")
-        if duration is not None:
-            raise ValueError("window= carries its own duration; do not pass duration= as well.")
+        if duration is None or (duration != 1.0 and duration != window.duration):
+            raise ValueError(f"window= carries its own duration ({window.duration} s); do not pass duration="
+                             f"{duration!r} as well.")
         if on_read_error != "raise":
             raise ValueError("window= supports only on_read_error='raise'.")
-    if excerpt.strategy == "full":
+    if window is None:
         duration, excerpt = resolve_whole_files(duration, excerpt)
-    else:
-        duration = 1.0 if duration is None else duration
     check_duration(duration)
     check_pad_mode(pad_mode)
     collisions = sorted(set(sources) & set(datasets))

@@ -24,7 +24,7 @@ import grain
 import numpy as np
 
 from audiotree.sources.bucketing import DEFAULT_NUM_BUCKETS, FILLER, BucketPlan, endless_length, plan_buckets
-from audiotree.validation import is_int
+from audiotree.validation import is_int, renamed_keywords
 
 __all__ = ["batch_by_duration", "DurationBatchDataset"]
 
@@ -323,6 +323,7 @@ def _round_edges(edges: Any, rate: int, multiple: int) -> np.ndarray:
     return np.unique(samples / rate)
 
 
+@renamed_keywords(seed="shuffle_seed")
 def batch_by_duration(
     items: grain.MapDataset,
     durations: Sequence[float] | Mapping[str, float] | None = None,
@@ -330,7 +331,7 @@ def batch_by_duration(
     max_seconds: float | None = None,
     buckets: int | Sequence[float] = DEFAULT_NUM_BUCKETS,
     pad_to: Literal["bucket", "longest"] = "bucket",
-    seed: int = 0,
+    shuffle_seed: int = 0,
     num_epochs: int | None = None,
     shuffle: bool = True,
     too_long: Literal["raise", "crop", "skip"] = "raise",
@@ -360,7 +361,7 @@ def batch_by_duration(
       pad_to: ``"bucket"`` pads every batch to its bucket's edge (one shape per
         bucket: a jitted step compiles at most once per bucket); ``"longest"``
         to its longest item (less padding, more shapes).
-      seed, shuffle, too_long, remainder, groups, weights, weight_by: see
+      shuffle_seed, shuffle, too_long, remainder, groups, weights, weight_by: see
         :func:`~audiotree.sources.bucketing.plan_buckets`.
       num_epochs: epochs of the plan; ``None`` repeats forever.
       shard_options: a ``grain.sharding.ShardOptions`` to split every batch
@@ -409,14 +410,14 @@ def batch_by_duration(
         if rate is not None and not isinstance(buckets, numbers.Integral):
             buckets = _round_edges(buckets, rate, pad_multiple)
         plan = plan_buckets(
-            durations, max_seconds=max_seconds, buckets=buckets, seed=seed, shuffle=shuffle, too_long=too_long,
+            durations, max_seconds=max_seconds, buckets=buckets, shuffle_seed=shuffle_seed, shuffle=shuffle, too_long=too_long,
             remainder=remainder, groups=groups, weights=weights, weight_by=weight_by, num_shards=shard_count,
         )
         if rate is not None and isinstance(buckets, numbers.Integral):
             edges = _round_edges(plan.edges, rate, pad_multiple)
             if edges[-1] <= plan.max_seconds + 1e-9:  # else the rounding happens when each batch is padded
                 plan = plan_buckets(
-                    durations, max_seconds=max_seconds, buckets=edges, seed=seed, shuffle=shuffle,
+                    durations, max_seconds=max_seconds, buckets=edges, shuffle_seed=shuffle_seed, shuffle=shuffle,
                     too_long=too_long, remainder=remainder, groups=groups, weights=weights, weight_by=weight_by,
                     num_shards=shard_count,
                 )

@@ -199,7 +199,7 @@ class IndexRows:
         return self._stale_of(r, self._path_of(r))
 
     def check(self, i: int, on_stale: str) -> bool:
-        """False when row ``i``'s file changed and ``on_stale='skip'``; raises for ``'error'``."""
+        """False when row ``i``'s file changed and ``on_stale='skip'``; raises for ``'raise'``."""
         r = self.row(i)
         return self._verdict(r, self._path_of(r), on_stale)[0]
 
@@ -209,7 +209,7 @@ class IndexRows:
         return stale_reason(path, int(self.store.value("size", r)), int(self.store.value("mtime_ns", r)))
 
     def _verdict(self, r: int, path: str, on_stale: str) -> tuple[bool, str | None]:
-        """(read the item?, why its file changed or ``None``) under ``on_stale``; raises for ``'error'``."""
+        """(read the item?, why its file changed or ``None``) under ``on_stale``; raises for ``'raise'``."""
         reason = None if on_stale == "trust" else self._stale_of(r, path)
         if reason is None or on_stale == "reprobe":
             return True, reason
@@ -285,7 +285,7 @@ class IndexedLoader(grain.transforms.RandomMap):
 
     rows: IndexRows
     loader: Any
-    on_stale: str = "error"
+    on_stale: str = "raise"
     stamp_group: bool = False
     by_slot: bool = False
 

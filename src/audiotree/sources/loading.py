@@ -18,17 +18,12 @@ from audiotree.errors import AudioReadError, ChannelMismatchError
 from audiotree.core import AudioTree
 from audiotree.excerpt import ExcerptConfig
 from audiotree.io.excerpt import select_clip
+from audiotree.io.failures import ON_READ_ERROR, check_on_read_error
 from audiotree.io.storage import call_with_storage_options
 
 __all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
 OnReadError = Literal["raise", "skip", "warn"]
-ON_READ_ERROR = ("raise", "skip", "warn")
-
-
-def check_on_read_error(value: str) -> None:
-    if value not in ON_READ_ERROR:
-        raise ValueError(f"on_read_error must be one of {ON_READ_ERROR}, got {value!r}.")
 
 
 def handle_read_error(exc: AudioReadError, policy: str) -> None:

@@ -53,7 +53,7 @@ from audiotree.sources.indexed import (
 )
 from audiotree.sources.slots import build_slot_index, check_file_duration, lookup_files, plan_slots
 from audiotree.sources.window_index import StoreSlots, check_cell_length, row_cells
-from audiotree.validation import check_pad_mode, check_positive, is_real
+from audiotree.validation import check_pad_mode, check_positive, is_real, renamed_keywords
 
 __all__ = [
     "WindowConfig",
@@ -474,7 +474,7 @@ def windowed_group_dataset(
     durations: Mapping[str, float] | None = None,
     lufs_per_file: Mapping[str, Any] | None = None,
     rows: Any = None,
-    on_stale: str = "error",
+    on_stale: str = "raise",
     storage_options: Mapping[str, Any] | None = None,
 ) -> grain.MapDataset:
     """The windowed dataset of ``files`` (raw, its items labelled ``name``): one group of
@@ -513,24 +513,19 @@ def windowed_group_dataset(
     return ds.random_map(loader, seed=excerpt_stream)
 
 
-# The defaults of create_windowed_audio_dataset's window knobs (equal to WindowConfig's).
-_WINDOW_DEFAULTS = {f.name: f.default for f in dataclasses.fields(WindowConfig)}
+# The window knobs: passed loose, each is refused with the WindowConfig spelling.
+_WINDOW_KNOBS = tuple(f.name for f in dataclasses.fields(WindowConfig))
 
 
+@renamed_keywords(**{knob: f"window=WindowConfig({knob}=...)" for knob in _WINDOW_KNOBS})
 @building_with_storage_options
 def create_windowed_audio_dataset(
     sources: Any = None,
     filepaths: Sequence[str | os.PathLike] | None = None,
     *,
-    duration: float = 1.0,
-    hop: float | None = None,
-    alpha: float = 1.0,
-    jitter: bool = True,
+    window: WindowConfig = WindowConfig(),
     durations: Mapping[str, float] | None = None,
-    lufs_cache: Any = None,
     lufs_per_file: Mapping[str, Any] | None = None,
-    lufs_window_sec: float | None = None,
-    lufs_cutoff: float = -40.0,
     shuffle: bool = True,
     num_epochs: int | None = 1,
     shuffle_seed: int = 0,
@@ -540,12 +535,11 @@ def create_windowed_audio_dataset(
     pad_mode: str | None = "constant",
     extensions: Sequence[str] | None = None,
     source: str | None = None,
-    window: WindowConfig | None = None,
     index: Any = None,
     labels: Sequence[str] | None = None,
     min_duration: float | None = None,
     max_duration: float | None = None,
-    on_stale: str = "error",
+    on_stale: str = "raise",
     measure_lufs: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     audio_column: str | None = None,
@@ -555,18 +549,18 @@ def create_windowed_audio_dataset(
 
     Args:
       sources / filepaths: folders or globs, or an explicit list (exactly one).
-      window: a :class:`WindowConfig` giving ``duration``, ``hop``, ``alpha``,
-        ``jitter``, ``lufs_cache``, ``lufs_cutoff`` and ``lufs_window_sec`` at
-        once (the same knobs ``create_balanced_audio_dataset(window=...)``
-        takes); those arguments must then be left at their defaults.
-      duration: excerpt length in seconds; items are ``(1, C, round(duration * sample_rate))``.
-      hop: spacing of the natural windows (default ``duration``).
-      alpha: length bias in [0, 1]: 0 one slot per file, 1 one slot per window.
-      jitter: randomise the start within each slot's stride.
+      window: a :class:`WindowConfig`, the only way to set the windows (the
+        same object ``create_balanced_audio_dataset(window=...)`` takes): its
+        ``duration`` is the excerpt length (items are ``(1, C,
+        round(duration * sample_rate))``), ``hop`` the spacing of the natural
+        windows (default ``duration``), ``alpha`` the length bias in [0, 1] (0
+        one slot per file, 1 one slot per window), ``jitter`` randomises the
+        start within each slot's stride, ``lufs_cache`` (a cache folder or
+        :class:`WindowLufsCache`) and ``lufs_cutoff`` drop slots whose centre
+        cell is quieter, ``lufs_window_sec`` sizes explicit loudness cells.
       durations: ``{path: seconds}``; default from the cache, else file headers.
-      lufs_cache: a cache folder or :class:`WindowLufsCache` to drop quiet slots.
-      lufs_per_file / lufs_window_sec: explicit loudness cells (override the cache).
-      lufs_cutoff: slots whose centre cell is quieter (LUFS) are dropped.
+      lufs_per_file: explicit loudness cells of ``window.lufs_window_sec``
+        seconds (override the cache).
       shuffle, num_epochs, shuffle_seed, excerpt_seed, sample_rate, mono,
       pad_mode, extensions, source: as in :func:`create_audio_dataset`.
       index, labels, min_duration, max_duration, on_stale: read the files from a
@@ -592,19 +586,8 @@ def create_windowed_audio_dataset(
         stale cache, or a file missing from the durations or loudness.
       RuntimeError: no files found, or no slots left after loudness filtering.
     """
-    if window is None:
-        window = WindowConfig(
-            duration=duration, hop=hop, alpha=alpha, jitter=jitter, lufs_cache=lufs_cache, lufs_cutoff=lufs_cutoff,
-            lufs_window_sec=lufs_window_sec,
-        )
-    elif isinstance(window, WindowConfig):
-        given = {
-            "duration": duration, "hop": hop, "alpha": alpha, "jitter": jitter, "lufs_cache": lufs_cache,
-            "lufs_cutoff": lufs_cutoff, "lufs_window_sec": lufs_window_sec,
-        }
-        clashes = sorted(k for k, v in given.items() if v is not _WINDOW_DEFAULTS[k] and v != _WINDOW_DEFAULTS[k])
-        if clashes:
-            raise ValueError(f"window= already sets {clashes}; pass them in the WindowConfig, not as well.")
+    if not isinstance(window, WindowConfig):
+        raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
     # An unreadable file always raises here (WindowLoader has no other policy).
     sample_rate, shuffle_seed, excerpt_seed = check_common(
         num_epochs=num_epochs, on_read_error="raise", sample_rate=sample_rate,

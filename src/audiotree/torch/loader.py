@@ -25,6 +25,7 @@ from audiotree.torch.reading import (
     dataset_length,
 )
 from audiotree.torch.tensors import collate, to_torch
+from audiotree.validation import renamed_keywords
 
 __all__ = ["AudioDataLoader", "create_dataloader", "as_torch_dataset"]
 
@@ -94,8 +95,8 @@ class AudioDataLoader(_tud.DataLoader):
       batch_size: items per batch; ``None`` when every element already is a
         batch (``batch_by_duration``): elements are converted with
         :func:`to_torch`, one per step, and checkpoints count them.
-      shuffle, seed: finite datasets only; a per-epoch permutation keyed on
-        ``(seed, epoch)`` on top of the dataset's own order (audiotree's builders
+      shuffle, shuffle_seed: finite datasets only; a per-epoch permutation keyed on
+        ``(shuffle_seed, epoch)`` on top of the dataset's own order (audiotree's builders
         already shuffle per epoch).
       epoch: the first epoch. ``advance_epochs=False`` repeats it every pass.
       epoch_size: items per epoch. Required to give an endless dataset
@@ -117,7 +118,9 @@ class AudioDataLoader(_tud.DataLoader):
     Memory: about ``num_workers * prefetch_factor`` batches are in flight.
     """
 
-    def __init__(self, dataset: Any, batch_size: int | None = 32, *, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+    @renamed_keywords(seed="shuffle_seed")
+    def __init__(self, dataset: Any, batch_size: int | None = 32, *, shuffle: bool = False, shuffle_seed: int = 0,
+                 epoch: int = 0,
                  epoch_size: int | None = None, read_threads: int | None = None, advance_epochs: bool = True,
                  drop_last: bool = False,
                  collate_fn: Callable | None = None, num_workers: int = 0, persistent_workers: bool | None = None,
@@ -150,7 +153,8 @@ class AudioDataLoader(_tud.DataLoader):
             self._cursor = EpochCursor(check_epoch(epoch), advance_epochs)
             sampler = None
         else:
-            sampler = EpochSampler(adapter, shuffle=shuffle, seed=seed, epoch=epoch, advance_epochs=advance_epochs)
+            sampler = EpochSampler(adapter, shuffle=shuffle, shuffle_seed=shuffle_seed, epoch=epoch,
+                                   advance_epochs=advance_epochs)
             self._cursor = sampler.cursor
         kwargs["worker_init_fn"] = WorkerInit(kwargs.get("worker_init_fn"))
         super().__init__(
@@ -304,7 +308,7 @@ class AudioDataLoader(_tud.DataLoader):
                 state.update(epoch=self._cursor.following(), position=0)  # nothing of this epoch is left
             else:
                 state.update(epoch=progress.epoch, position=position)
-        state.update(num_items=sampler.num_items, shuffle=sampler.shuffle, seed=sampler.seed)
+        state.update(num_items=sampler.num_items, shuffle=sampler.shuffle, shuffle_seed=sampler.shuffle_seed)
         return state
 
     def load_state_dict(self, state: dict) -> None:

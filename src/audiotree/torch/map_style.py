@@ -12,6 +12,7 @@ from typing import Any, Iterator, Sequence
 import torch.utils.data as _tud
 
 from audiotree.seeds import check_seed, epoch_rng
+from audiotree.validation import renamed_keywords
 from audiotree.torch.reading import (
     DEFAULT_READ_THREADS,
     STATE_VERSION,
@@ -99,7 +100,7 @@ class EpochSampler(_tud.Sampler):
     :meth:`set_epoch` or :meth:`load_state_dict` said otherwise; with
     ``advance_epochs=False`` every pass repeats one epoch (validation). Order
     within an epoch is the dataset's own (already shuffled per epoch by audiotree's
-    builders), or, with ``shuffle=True``, a permutation keyed on ``(seed, epoch)``.
+    builders), or, with ``shuffle=True``, a permutation keyed on ``(shuffle_seed, epoch)``.
 
     ``state_dict()`` is ``{"epoch", "position"}``: the next key the sampler would
     yield. ``StatefulDataLoader`` (torchdata) snapshots it as each batch is drawn,
@@ -107,12 +108,13 @@ class EpochSampler(_tud.Sampler):
     ahead of consumption (prefetch), so checkpoint with :class:`AudioDataLoader`.
     """
 
-    def __init__(self, data_source: Any, *, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+    @renamed_keywords(seed="shuffle_seed")
+    def __init__(self, data_source: Any, *, shuffle: bool = False, shuffle_seed: int = 0, epoch: int = 0,
                  advance_epochs: bool = True):
         n = int(data_source) if isinstance(data_source, numbers.Integral) else dataset_length(data_source)
         self.num_items = check_count("len(data_source)", n)
         self.shuffle = bool(shuffle)
-        self.seed = check_seed("seed", seed)
+        self.shuffle_seed = check_seed("shuffle_seed", shuffle_seed)
         self._cursor = EpochCursor(check_epoch(epoch), advance_epochs)
         self._position = 0
 
@@ -120,7 +122,7 @@ class EpochSampler(_tud.Sampler):
         return self.num_items
 
     def __repr__(self) -> str:
-        return f"EpochSampler(num_items={self.num_items}, shuffle={self.shuffle}, seed={self.seed}, epoch={self.epoch})"
+        return f"EpochSampler(num_items={self.num_items}, shuffle={self.shuffle}, shuffle_seed={self.shuffle_seed}, epoch={self.epoch})"
 
     @property
     def epoch(self) -> int:
@@ -140,7 +142,7 @@ class EpochSampler(_tud.Sampler):
         """Indices of ``epoch`` in the order they are yielded."""
         if not self.shuffle:
             return range(self.num_items)
-        return epoch_rng(self.seed, check_epoch(epoch)).permutation(self.num_items)
+        return epoch_rng(self.shuffle_seed, check_epoch(epoch)).permutation(self.num_items)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return self._keys()
@@ -168,10 +170,12 @@ class EpochSampler(_tud.Sampler):
     def state_dict(self) -> dict:
         epoch, position = self._next_key()
         return {"version": STATE_VERSION, "epoch": epoch, "position": position, "num_items": self.num_items,
-                "shuffle": self.shuffle, "seed": self.seed}
+                "shuffle": self.shuffle, "shuffle_seed": self.shuffle_seed}
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("num_items", "shuffle", "seed"):
+        if "seed" in state and "shuffle_seed" not in state:  # a checkpoint saved before the word became shuffle_seed
+            state = {**state, "shuffle_seed": state["seed"]}
+        for key in ("num_items", "shuffle", "shuffle_seed"):
             if key in state and state[key] != getattr(self, key):
                 raise ValueError(
                     f"This state was saved with {key}={state[key]!r}, but the sampler has {getattr(self, key)!r}."

@@ -62,11 +62,11 @@ from audiotree.formats.tree import (
     string_files,
 )
 from audiotree.formats.tree_inline import INLINE_KEY, SMALL_ROW, encode_inline
-from audiotree.validation import is_int, is_real
+from audiotree.validation import check_choice, is_int, is_real
 
 __all__ = ["TreeWriter"]
 
-_ON_OVERFLOW = ("grow", "error", "trim")
+_ON_OVERFLOW = ("grow", "raise", "trim")
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int, path: Path) -> None:
@@ -117,7 +117,7 @@ class TreeWriter:
       directory: the dataset folder (created if needed).
       expected_samples: a hint for how many samples will be written; files are
         pre-allocated for it (sparse). ``on_overflow`` decides what happens past it.
-      on_overflow: ``"grow"`` (re-allocate to 1.5x), ``"error"`` (raise
+      on_overflow: ``"grow"`` (re-allocate to 1.5x), ``"raise"`` (raise
         ``ValueError``, nothing written) or ``"trim"`` (write what fits, warn).
       metadata: a JSON-serialisable dict stored with the dataset
         (:meth:`TreeDataSource.get_metadata`).
@@ -151,8 +151,7 @@ class TreeWriter:
         manifest_interval: float = 5.0,
         storage_options: dict | None = None,
     ):
-        if on_overflow not in _ON_OVERFLOW:
-            raise ValueError(f"on_overflow must be one of {_ON_OVERFLOW}, got {on_overflow!r}.")
+        check_choice(on_overflow, "on_overflow", _ON_OVERFLOW, renamed={"error": "raise"})
         if expected_samples is not None and (
             not is_int(expected_samples) or expected_samples < 0
         ):
@@ -355,7 +354,7 @@ class TreeWriter:
         needed = self._written + batch
         capacity = self._capacity if self._structure is not None else (self.expected_samples or 0)
         if needed > capacity:
-            if self.on_overflow == "error":
+            if self.on_overflow == "raise":
                 raise ValueError(
                     f"Writing {batch} samples would exceed the allocation: {self._written} written, {capacity} "
                     f"allocated (expected_samples={self.expected_samples}), {batch} offered. Raise expected_samples "
