@@ -527,7 +527,7 @@ def test_group_by_a_label_column(corpus, tmp_path):
 
 
 def test_windowed_dataset_from_an_index_uses_its_durations_and_profiles(tmp_path):
-    from audiotree.sources import create_windowed_audio_dataset, load_window_lufs, precompute_window_lufs
+    from audiotree.sources import WindowConfig, create_windowed_audio_dataset, load_window_lufs, precompute_window_lufs
 
     quiet = _write(tmp_path / "w" / "quiet.wav", 6.0, seed=1, scale=1e-4)  # about -100 LUFS: no slot survives
     loud = _write(tmp_path / "w" / "loud.wav", 6.0, seed=2, group="music")
@@ -545,7 +545,7 @@ def test_windowed_dataset_from_an_index_uses_its_durations_and_profiles(tmp_path
 
 
 def test_staleness_policies(tmp_path):
-    from audiotree.sources import create_audio_dataset, create_windowed_audio_dataset
+    from audiotree.sources import WindowConfig, create_audio_dataset, create_windowed_audio_dataset
 
     a = _write(tmp_path / "s" / "a.wav", 2.0, seed=1)
     _write(tmp_path / "s" / "b.wav", 2.0, seed=2)
