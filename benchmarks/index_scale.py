@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from audiotree.sources import Corpus
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -105,7 +106,7 @@ def worker(strategy: str, workers: int, index: str, batches: int) -> None:
 
     cpu_imports, t_imports = bench_worker.tree_cpu_seconds(), time.perf_counter()
     excerpt = ExcerptConfig(strategy=strategy)
-    ds = create_balanced_audio_dataset(index=index, group_by="group", weights=WEIGHTS, duration=DURATION,
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="group"), weights=WEIGHTS, duration=DURATION,
                                        sample_rate=RATE, excerpt=excerpt)
     cpu_built, t_built = bench_worker.tree_cpu_seconds(), time.perf_counter()
     rss_built = _status().get("VmRSS")

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from audiotree.sources import Corpus, Output
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _sections  # noqa: E402
@@ -251,7 +252,7 @@ def _indexed_flac(direct, counts, args) -> dict:
     for name, index in (("table", out), ("none", old)):
         clear_header_cache()
         freshness.clear()
-        ds = create_audio_dataset(index=str(index), duration=3.0, sample_rate=16000, mono=True, num_epochs=None,
+        ds = create_audio_dataset(corpus=Corpus(index=str(index)), output=Output(mono=True), duration=3.0, sample_rate=16000, num_epochs=None,
                                   shuffle_seed=0, excerpt_seed=1, excerpt=ExcerptConfig(strategy="random"))
         seen, excerpts = set(), []
         for i in range(args.flac_excerpts * len(rows)):
@@ -378,7 +379,7 @@ def main(argv=None) -> int:
 
         flac = _indexed_flac(direct, counts, args)
 
-        ds = create_audio_dataset("s3://bench/clips", duration=3.0, sample_rate=rate, mono=False, num_epochs=None)
+        ds = create_audio_dataset("s3://bench/clips", duration=3.0, sample_rate=rate, output=Output(mono=False), num_epochs=None)
         runs: dict[int, list[float]] = {0: [], 8: []}
         for _ in range(args.repeats):  # settings interleaved, so machine load hits both alike
             for threads in (0, 8):

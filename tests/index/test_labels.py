@@ -16,6 +16,7 @@ import pytest
 import soundfile
 
 from audiotree.index import LabelSource, build_index, open_index
+from audiotree.sources import Corpus
 
 RATE = 8_000
 
@@ -57,7 +58,7 @@ def test_a_declared_text_column_reaches_items_and_batches_as_strings(three, tmp_
     ix = open_index(out)
     assert ix.meta["labels"]["text"] == {"kind": "text"}
     assert ix.label_values("text").to_list() == ["hello, world", "hello", ""]
-    ds = create_audio_dataset(index=out, labels=["text", "speaker"], duration=0.1, sample_rate=RATE)
+    ds = create_audio_dataset(corpus=Corpus(index=out, labels=["text", "speaker"]), duration=0.1, sample_rate=RATE)
     item = ds[0]
     assert item.extras["text"] == ["hello, world"] and item.extras["speaker"].dtype == np.int32
     batch = AudioTree.batch([ds[i] for i in range(3)])

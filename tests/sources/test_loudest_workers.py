@@ -21,7 +21,7 @@ import soundfile
 from audiotree import AudioTree, ExcerptConfig
 from audiotree.excerpt_search import EXCERPT_METHODS
 from audiotree.index import build_index
-from audiotree.sources import create_audio_dataset
+from audiotree.sources import Corpus, create_audio_dataset
 from helpers import run_script
 from test_loudest import write_sparse
 
@@ -50,7 +50,7 @@ def index(tmp_path_factory) -> Path:
 
 
 def _dataset(index: Path):
-    return create_audio_dataset(index=index, num_epochs=None, shuffle=True, sample_rate=RATE, duration=DURATION,
+    return create_audio_dataset(corpus=Corpus(index=index), num_epochs=None, shuffle=True, sample_rate=RATE, duration=DURATION,
                                 excerpt=LOUDEST)
 
 
