@@ -478,7 +478,7 @@ def test_create_audio_dataset_from_an_index(built, corpus):
         ["a.wav", "c.ogg"]
     with pytest.raises(ValueError, match="not both"):
         create_audio_dataset(corpus[0], corpus=Corpus(index=out))
-    with pytest.raises(ValueError, match="need index="):
+    with pytest.raises(ValueError, match=r"need Corpus\(index="):
         create_audio_dataset(corpus[0], corpus=Corpus(labels=["speaker"]))
     with pytest.raises(ValueError, match="on_stale"):
         create_audio_dataset(corpus=Corpus(index=out, on_stale="ignore"))

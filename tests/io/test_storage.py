@@ -26,7 +26,7 @@ import soundfile
 
 from audiotree.errors import AudioReadError
 from audiotree.io import AudioFile, probe, remote_file, storage
-from audiotree.sources import Corpus, create_audio_dataset, create_balanced_audio_dataset, find_audio_files
+from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset, find_audio_files
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 SECRET = "s3cr3t-value-never-shown"
@@ -604,7 +604,7 @@ def test_s3_dataset_from_s3_index_reads_s3_audio(s3, tmp_path):
                 executor="serial", show_progress=False)
     build_index({g: [str(s3["local"] / g)] for g in ("speech", "music")}, tmp_path / "ds.parquet",
                 executor="serial", show_progress=False)
-    kwargs = dict(duration=0.5, sample_rate=16000, shuffle_seed=3, excerpt_seed=4, num_epochs=1, measure_lufs=True)
+    kwargs = dict(duration=0.5, sample_rate=16000, shuffle_seed=3, excerpt_seed=4, num_epochs=1, output=Output(measure_lufs=True))
     remote = create_audio_dataset(corpus=Corpus(index="s3://bucket/ds.parquet"), **kwargs)
     local = create_audio_dataset(corpus=Corpus(index=str(tmp_path / "ds.parquet")), **kwargs)
     assert len(remote) == len(local) > 0

@@ -88,9 +88,9 @@ def _clear(proxy) -> None:
         proxy.log.clear()
 
 
-def _dataset(index: str, **kwargs):
-    return create_audio_dataset(corpus=Corpus(index=index), duration=0.25, sample_rate=RATE, shuffle=False, num_epochs=EPOCHS,
-                                **kwargs)
+def _dataset(index: str, *, on_stale: str = "raise"):
+    return create_audio_dataset(corpus=Corpus(index=index, on_stale=on_stale), duration=0.25, sample_rate=RATE,
+                                shuffle=False, num_epochs=EPOCHS)
 
 
 def test_default_check_is_one_head_per_file_per_process(s3, tmp_path):
