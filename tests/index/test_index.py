@@ -552,7 +552,7 @@ def test_staleness_policies(tmp_path):
     out = tmp_path / "s.parquet"
     build_index(str(tmp_path / "s"), out, executor="serial", show_progress=False)
     _write(tmp_path / "s" / "a.wav", 1.2, seed=3)  # changed after indexing
-    kwargs = dict(index=out, duration=1.0, sample_rate=RATE, shuffle=False)
+    kwargs = dict(index=out, sample_rate=RATE, shuffle=False)
     with pytest.raises(StaleFileError) as info:
         create_audio_dataset(**kwargs)[0]
     message = str(info.value)
