@@ -1,0 +1,174 @@
+"""Where each row's audio bytes sit inside a Parquet file, so one row is one ranged read.
+
+Hugging Face ``datasets`` writes the audio ``bytes`` leaf uncompressed and
+PLAIN-encoded (compression gains nothing on encoded audio): every cell's bytes
+are then stored verbatim, contiguously, somewhere in the row group's column
+chunk. pyarrow decodes column chunks only whole (it cannot start at a page:
+apache/arrow#45284), so a row read through pyarrow costs its whole row group.
+Instead, the first time a process needs a row group it reads the audio column
+chunk once (one ranged read), lets pyarrow decode the values from those bytes
+(nothing is read twice), and finds each value's bytes in the chunk: the
+row's ``(offset, size)`` in the file. Each later row of that group is a ranged
+read of its own bytes, opened like a tar member (partial decodes read only the
+excerpt's part).
+
+Nothing is parsed by hand: pyarrow decodes, and a location is only recorded
+where the chunk's bytes there equal pyarrow's value, so a located cell is
+exactly the value pyarrow would return. A compressed chunk (snappy, zstd, ...)
+has no such location; :func:`locate` returns ``None`` and the caller reads the
+row group through pyarrow. The maps are small (two integers a row), kept per
+process in an LRU keyed by the file's version.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import threading
+from typing import Any, Callable
+
+__all__ = ["locate", "NULL", "forget"]
+
+#: The map entry of a null cell (a missing struct or a null ``bytes``).
+NULL = (-1, -1)
+
+_MAPS_MAX = 65536
+_MAPS: "collections.OrderedDict[tuple, tuple | None]" = collections.OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _audio_leaf(opened: Any, column: str) -> tuple[int, str] | None:
+    """``(leaf column index, dotted path)`` of the audio bytes: ``column`` itself or its ``bytes`` field."""
+    import pyarrow as pa
+
+    arrow_type = opened.schema_arrow.field(column).type
+    dotted = f"{column}.bytes" if pa.types.is_struct(arrow_type) else column
+    schema = opened.metadata.schema
+    for i in range(len(schema)):
+        if schema.column(i).path == dotted:
+            return i, dotted
+    return None
+
+
+class _Window(io.RawIOBase):
+    """A read-only file of ``size`` bytes serving ``[start, start + len(data))`` from memory, the rest by ``fetch``."""
+
+    def __init__(self, size: int, start: int, data: bytes, fetch: Callable[[int, int], bytes]) -> None:
+        super().__init__()
+        self._size, self._start, self._data, self._fetch, self._pos = size, start, data, fetch, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, self._size)[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        a = self._pos
+        b = min(a + len(buffer), self._size)
+        if b <= a:
+            return 0
+        lo, hi = a - self._start, b - self._start
+        # pyarrow reads the chunk's own range; anything else (not seen in practice) is fetched.
+        chunk = self._data[lo:hi] if lo >= 0 and hi <= len(self._data) else self._fetch(a, b)
+        buffer[:len(chunk)] = chunk
+        self._pos = a + len(chunk)
+        return len(chunk)
+
+
+def _value_views(column: Any) -> list[memoryview | None]:
+    """Per row, a view of the audio value's bytes inside pyarrow's buffer (``None`` where null)."""
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    missing = arr.is_null().to_pylist()
+    if pa.types.is_struct(arr.type):
+        child = arr.field("bytes")
+        missing = [m or c for m, c in zip(missing, child.is_null().to_pylist())]
+        arr = child
+    import numpy as np
+
+    _, offsets_buf, data_buf = arr.buffers()[:3]
+    wide = pa.types.is_large_binary(arr.type)
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + len(arr) + 1]
+    data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
+    return [None if m else data[int(offsets[i]):int(offsets[i + 1])] for i, m in enumerate(missing)]
+
+
+def _find_all(chunk: bytes, values: list[memoryview | None]) -> tuple[tuple[int, int], ...] | None:
+    """Position in ``chunk`` of each value (``NULL`` for a null); ``None`` when one is not there verbatim."""
+    found, cursor = [], 0
+    for v in values:
+        if v is None:
+            found.append(NULL)
+            continue
+        # PLAIN pages hold the values in row order, so the next one starts near the cursor; a dictionary
+        # holds each distinct value once (a repeat sits earlier), hence the search from the start.
+        at = chunk.find(v, cursor)
+        if at < 0:
+            at = chunk.find(v)
+        if at < 0:
+            return None
+        found.append((at, len(v)))
+        cursor = at + len(v)
+    return tuple(found)
+
+
+def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
+           fetch: Callable[[int, int], bytes]) -> tuple[tuple[int, int], ...] | None:
+    """Per row of row group ``group``, ``(offset in the file, size)`` of its audio bytes, or :data:`NULL`.
+
+    ``None`` when the audio chunk is compressed or its values are not stored
+    verbatim (the caller then reads the group through pyarrow). ``key``
+    identifies the file's version (the map is cached under it); ``size`` is
+    the file's byte count and ``fetch(a, b)`` returns its bytes ``[a, b)``.
+    Exceptions from ``fetch`` and from pyarrow propagate.
+    """
+    import pyarrow.parquet as pq
+
+    full = (*key, column, group)
+    with _LOCK:
+        if full in _MAPS:
+            _MAPS.move_to_end(full)
+            return _MAPS[full]
+    leaf = _audio_leaf(opened, column)
+    found = None
+    if leaf is not None:
+        meta = opened.metadata.row_group(group).column(leaf[0])
+        if meta.compression == "UNCOMPRESSED":
+            offsets = [o for o in (meta.dictionary_page_offset, meta.data_page_offset) if o]
+            start = min(offsets)
+            chunk = fetch(start, start + meta.total_compressed_size)
+            window = pq.ParquetFile(_Window(size, start, chunk, fetch), metadata=opened.metadata, pre_buffer=False)
+            values = _value_views(window.read_row_group(group, columns=[leaf[1]]).column(0))
+            spots = _find_all(chunk, values)
+            if spots is not None:
+                found = tuple(NULL if s == NULL else (start + s[0], s[1]) for s in spots)
+    with _LOCK:
+        _MAPS[full] = found
+        while len(_MAPS) > _MAPS_MAX:
+            _MAPS.popitem(last=False)
+    return found
+
+
+def forget() -> None:
+    """Drops the cached maps."""
+    with _LOCK:
+        _MAPS.clear()
+
+
+def local_fetch(path: str) -> Callable[[int, int], bytes]:
+    """``fetch(a, b)`` over a local file (opened per call: the map is built once per group)."""
+    def fetch(a: int, b: int) -> bytes:
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), b - a, a)
+    return fetch
