@@ -23,7 +23,6 @@ process in an LRU keyed by the file's version.
 from __future__ import annotations
 
 import collections
-import io
 import os
 import threading
 from typing import Any, Callable
@@ -51,18 +50,25 @@ def _audio_leaf(opened: Any, column: str) -> tuple[int, str] | None:
     return None
 
 
-class _Window(io.RawIOBase):
-    """A read-only file of ``size`` bytes serving ``[start, start + len(data))`` from memory, the rest by ``fetch``."""
+class _Window:
+    """A read-only file of ``size`` bytes serving ``[start, start + len(data))`` from memory, the rest by ``fetch``.
+
+    Reads return views of ``data`` (pyarrow wraps them without a copy).
+    """
+
+    closed = False
 
     def __init__(self, size: int, start: int, data: bytes, fetch: Callable[[int, int], bytes]) -> None:
-        super().__init__()
-        self._size, self._start, self._data, self._fetch, self._pos = size, start, data, fetch, 0
+        self._size, self._start, self._data, self._fetch, self._pos = size, start, memoryview(data), fetch, 0
 
     def readable(self) -> bool:
         return True
 
     def seekable(self) -> bool:
         return True
+
+    def writable(self) -> bool:
+        return False
 
     def seek(self, offset: int, whence: int = 0) -> int:
         base = (0, self._pos, self._size)[whence]
@@ -72,17 +78,24 @@ class _Window(io.RawIOBase):
     def tell(self) -> int:
         return self._pos
 
-    def readinto(self, buffer: Any) -> int:
+    def size(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> Any:
         a = self._pos
-        b = min(a + len(buffer), self._size)
+        b = self._size if n is None or n < 0 else min(a + n, self._size)
         if b <= a:
-            return 0
+            return b""
         lo, hi = a - self._start, b - self._start
         # pyarrow reads the chunk's own range; anything else (not seen in practice) is fetched.
         chunk = self._data[lo:hi] if lo >= 0 and hi <= len(self._data) else self._fetch(a, b)
-        buffer[:len(chunk)] = chunk
         self._pos = a + len(chunk)
-        return len(chunk)
+        return chunk
+
+    read_buffer = read
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def _value_views(column: Any) -> list[memoryview | None]:
@@ -111,16 +124,27 @@ def _find_all(chunk: bytes, values: list[memoryview | None]) -> tuple[tuple[int,
         if v is None:
             found.append(NULL)
             continue
-        # PLAIN pages hold the values in row order, so the next one starts near the cursor; a dictionary
-        # holds each distinct value once (a repeat sits earlier), hence the search from the start.
-        at = chunk.find(v, cursor)
-        if at < 0:
-            at = chunk.find(v)
+        # PLAIN pages hold the values in row order, so the next one starts a few bytes past the cursor; a
+        # dictionary holds each distinct value once (a repeat sits earlier), hence the second search from 0.
+        at = _find(chunk, v, cursor)
+        if at < 0 and cursor:
+            at = _find(chunk, v, 0)
         if at < 0:
             return None
         found.append((at, len(v)))
         cursor = at + len(v)
     return tuple(found)
+
+
+def _find(chunk: bytes, value: memoryview, start: int) -> int:
+    """First position at or after ``start`` where ``chunk`` holds ``value`` (-1 if none)."""
+    if not len(value):
+        return start if start <= len(chunk) else -1
+    prefix = bytes(value[:64])  # a short needle; the full comparison below is one memcmp
+    at = chunk.find(prefix, start)
+    while at >= 0 and not chunk.startswith(value, at):
+        at = chunk.find(prefix, at + 1)
+    return at
 
 
 def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
