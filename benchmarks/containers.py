@@ -248,6 +248,46 @@ def _handler(state: _Counting):
     return Handler
 
 
+def _hf_parquet(clips: list[bytes], rows_per_group: int) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({"audio": pa.array([{"bytes": c, "path": f"utt{i:03d}.flac"} for i, c in enumerate(clips)],
+                                        type=struct)})
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=rows_per_group, compression="none", use_dictionary=False,
+                   write_page_index=True)
+    return out.getvalue()
+
+
+def _parquet_cost(base: str, state, clips: list[bytes], excerpts: int, rng) -> dict:
+    """3 s excerpts of random rows of a remote Parquet file in HF's layout (2 row groups of 20)."""
+    from audiotree.io import AudioFile
+    from audiotree.io.members import parquet_url
+
+    url = f"{base}/audio.parquet"
+    locate = []
+    for group in (0, 1):  # the first read of a row group in a process locates its rows
+        state.requests = state.bytes_sent = 0
+        with AudioFile(parquet_url(url, "audio", group, 0)) as f:
+            f.read(0, RATE)
+        locate.append(dict(requests=state.requests, bytes=state.bytes_sent,
+                           group_bytes=sum(len(c) for c in clips[group * 20:(group + 1) * 20])))
+    rows = []
+    for _ in range(excerpts):
+        i = int(rng.integers(len(clips)))
+        start = int(rng.integers(0, 17 * RATE))
+        state.requests = state.bytes_sent = 0
+        with AudioFile(parquet_url(url, "audio", i // 20, i % 20)) as f:
+            x = f.read(start, 3 * RATE)
+        assert x.shape[0] == 3 * RATE
+        encoded = len(clips[i]) * 3.0 / 20.0
+        rows.append(dict(requests=state.requests, bytes=state.bytes_sent, encoded=encoded,
+                         bound=2 * encoded + 64 * 1024))
+    return dict(locate=locate, excerpts=rows)
+
+
 def remote_cost(excerpts: int) -> dict:
     from audiotree.io import AudioFile
     from audiotree.io.members import tar_url
@@ -255,12 +295,15 @@ def remote_cost(excerpts: int) -> dict:
 
     rng = np.random.default_rng(5)
     buf = io.BytesIO()
+    clips = []
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for i in range(40):
-            _add(tar, f"utt{i:03d}.flac", _flac(20.0, rng))
+            clips.append(_flac(20.0, rng))
+            _add(tar, f"utt{i:03d}.flac", clips[-1])
             _add(tar, f"utt{i:03d}.json", b'{"speaker": "s"}')
     state = _Counting()
     state.objects["/shard.tar"] = shard = buf.getvalue()
+    state.objects["/audio.parquet"] = _hf_parquet(clips, 20)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -282,11 +325,12 @@ def remote_cost(excerpts: int) -> dict:
             encoded = m.size * 3.0 / 20.0
             rows.append(dict(requests=state.requests, bytes=state.bytes_sent, encoded=encoded,
                              bound=2 * encoded + 64 * 1024))
+        parquet = _parquet_cost(url.rsplit("/", 1)[0], state, clips, excerpts, rng)
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
-    return dict(listing=list_cost, excerpts=rows)
+    return dict(listing=list_cost, excerpts=rows, parquet=parquet)
 
 
 # ---------------------------------------------------------------------------------------------- throughput
@@ -324,6 +368,14 @@ def render(data: dict) -> str:
     med_bytes = statistics.median(r["bytes"] for r in ex)
     med_enc = statistics.median(r["encoded"] for r in ex)
     lc = data["remote"]["listing"]
+    pqc = data["remote"]["parquet"]
+    pex = pqc["excerpts"]
+    p_ratio = [r["bytes"] / r["bound"] for r in pex]
+    p_req = max(r["requests"] for r in pex)
+    p_med = statistics.median(r["bytes"] for r in pex)
+    p_enc = statistics.median(r["encoded"] for r in pex)
+    loc = pqc["locate"]
+    loc_ratio = max(r["bytes"] / r["group_bytes"] for r in loc)
     th = data["throughput"]
     rate = th["items_per_cpu_s"]
     med = {n: statistics.median(v) for n, v in th["per_turn_ratio"].items()}
@@ -359,6 +411,20 @@ the decoder's first seek probe to the announced excerpt's end plus an eighth (so
 excerpt come together), and a third only when decoding runs past that. None of it needs the shard's size (the
 member's range comes from the listing or the index). A listing costs one HEAD and one ranged read of 8 KiB per
 member whose header is not in the previous read.
+
+**One 3 s excerpt from a remote Parquet row** (HF's layout: audio uncompressed and PLAIN), counted at the same
+server ({len(pex)} excerpts at random offsets of random rows of a Parquet file of the same 40 members, 2 row
+groups of 20):
+
+| figure | measured | goal | verdict |
+|---|---|---|---|
+| requests per excerpt (worst) | {p_req} | <= 3 | {verdict(p_req <= 3)} |
+| bytes per excerpt / (2 x its encoded size + 64 KiB), worst | {max(p_ratio):.2f} (median bytes {p_med:,.0f} for {p_enc:,.0f} encoded) | <= 1 | {verdict(max(p_ratio) <= 1)} |
+| locating a row group's rows (its first read in a process): requests, bytes / the group's audio bytes | {max(r['requests'] for r in loc)} requests, {loc_ratio:.2f} | the group once | {verdict(loc_ratio <= 1.1)} |
+
+The "locating" row is the first 1 s read of a row in each group (worst of the two): the group's audio column
+chunk (which the location needs) plus that read's own bytes, and for the first group the footer. After it an
+excerpt of any row of the group costs what a tar member's does.
 
 **Items per CPU-second**, random 3 s excerpts, local, one process, {th['turns']} turns of {th['per']} items each
 (order rotating):

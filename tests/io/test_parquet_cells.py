@@ -44,16 +44,10 @@ def _clips(n: int) -> list[bytes]:
     return [flac_bytes(0.3 + 0.05 * (i % 5), seed=i) for i in range(n)]
 
 
-def _write(path: Path, cells: list, *, row_group_size: int, layout: str = "hf", binary: bool = False) -> Path:
-    if binary:
-        table = pa.table({"audio": pa.array(cells, type=pa.binary())})
-    else:
-        table = pa.table({"audio": pa.array([None if c is None else {"bytes": c, "path": f"u{i}.flac"}
-                                             for i, c in enumerate(cells)], type=STRUCT)})
-    options = dict(LAYOUTS[layout])
-    if binary and isinstance(options.get("compression"), dict):
-        options["compression"] = "none"
-    pq.write_table(table, path, row_group_size=row_group_size, **options)
+def _write(path: Path, cells: list, *, row_group_size: int, layout: str = "hf") -> Path:
+    table = pa.table({"audio": pa.array([None if c is None else {"bytes": c, "path": f"u{i}.flac"}
+                                         for i, c in enumerate(cells)], type=STRUCT)})
+    pq.write_table(table, path, row_group_size=row_group_size, **LAYOUTS[layout])
     return path
 
 
@@ -85,9 +79,12 @@ def test_every_row_reads_back_its_bytes(tmp_path, layout, row_group_size):
                                                       dtype="float32", always_2d=True)[0])
 
 
-def test_plain_binary_column_is_ranged(tmp_path):
+@pytest.mark.parametrize("arrow_type", [pa.binary(), pa.large_binary()])
+def test_plain_binary_column_is_ranged(tmp_path, arrow_type):
     clips = _clips(5)
-    path = _write(tmp_path / "b.parquet", clips, row_group_size=2, layout="hf", binary=True)
+    path = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"audio": pa.array(clips, type=arrow_type)}), path, row_group_size=2,
+                   compression="none", use_dictionary=False)
     urls = _urls(path)
     assert [_cell_bytes(u) for u in urls] == clips
     assert all(parquet_audio.cell_span(u, parse(u)) is not None for u in urls)

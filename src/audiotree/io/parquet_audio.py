@@ -165,6 +165,17 @@ def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
 
     Raises:
       AudioReadError: the row group or row does not exist, the cell is null, or the chunk cannot be read.
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> from audiotree.io.members import parquet_url, parse
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+    >>> pq.write_table(pa.table({"audio": [b"RIFF and more"]}), path, compression="none", use_dictionary=False)
+    >>> url = parquet_url(path, "audio", 0, 0)
+    >>> offset, size = cell_span(url, parse(url))
+    >>> with open(path, "rb") as f:
+    ...     _ = f.seek(offset)
+    ...     f.read(size)
+    b'RIFF and more'
     """
     from audiotree.io import parquet_cells
 

@@ -98,8 +98,11 @@ class _Window:
         self.closed = True
 
 
-def _value_views(column: Any) -> list[memoryview | None]:
-    """Per row, a view of the audio value's bytes inside pyarrow's buffer (``None`` where null)."""
+def _value_views(column: Any) -> list[memoryview | None] | None:
+    """Per row, a view of the audio value's bytes inside pyarrow's buffer (``None`` where null).
+
+    ``None`` (no views) for a column that is not ``binary`` or ``large_binary``.
+    """
     import pyarrow as pa
 
     arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
@@ -108,6 +111,8 @@ def _value_views(column: Any) -> list[memoryview | None]:
         child = arr.field("bytes")
         missing = [m or c for m, c in zip(missing, child.is_null().to_pylist())]
         arr = child
+    if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+        return None  # another layout of buffers (string, view types): read through pyarrow instead
     import numpy as np
 
     _, offsets_buf, data_buf = arr.buffers()[:3]
@@ -156,6 +161,15 @@ def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
     identifies the file's version (the map is cached under it); ``size`` is
     the file's byte count and ``fetch(a, b)`` returns its bytes ``[a, b)``.
     Exceptions from ``fetch`` and from pyarrow propagate.
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> pq.write_table(pa.table({"audio": [b"fLaC one", None]}), buf, compression="none", use_dictionary=False)
+    >>> data = buf.getvalue()
+    >>> spans = locate(("doc",), pq.ParquetFile(io.BytesIO(data)), "audio", 0, size=len(data),
+    ...                fetch=lambda a, b: data[a:b])
+    >>> [None if s == NULL else data[s[0]:s[0] + s[1]] for s in spans]
+    [b'fLaC one', None]
     """
     import pyarrow.parquet as pq
 
@@ -174,7 +188,7 @@ def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
             chunk = fetch(start, start + meta.total_compressed_size)
             window = pq.ParquetFile(_Window(size, start, chunk, fetch), metadata=opened.metadata, pre_buffer=False)
             values = _value_views(window.read_row_group(group, columns=[leaf[1]]).column(0))
-            spots = _find_all(chunk, values)
+            spots = None if values is None else _find_all(chunk, values)
             if spots is not None:
                 found = tuple(NULL if s == NULL else (start + s[0], s[1]) for s in spots)
     with _LOCK:
