@@ -198,9 +198,10 @@ def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
                          "corrupt; re-create it, or use on_read_error=\"skip\".") from exc
     if spans is None:
         return None
-    if spans[row] == parquet_cells.NULL:
+    offset, nbytes = (int(x) for x in spans[row])
+    if (offset, nbytes) == parquet_cells.NULL:
         raise _fail(url, "the audio cell is empty (null). Fill or drop the row, or use on_read_error=\"skip\".")
-    return spans[row]
+    return offset, nbytes
 
 
 def read_cell(url: str, ref: Any) -> bytes:

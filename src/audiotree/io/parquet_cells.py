@@ -32,7 +32,8 @@ __all__ = ["locate", "NULL", "forget"]
 #: The map entry of a null cell (a missing struct or a null ``bytes``).
 NULL = (-1, -1)
 
-_MAPS_MAX = 65536
+# A map is 16 bytes a row (an int64 array): 16,384 groups of 100 rows are 26 MB.
+_MAPS_MAX = 16384
 _MAPS: "collections.OrderedDict[tuple, tuple | None]" = collections.OrderedDict()
 _LOCK = threading.Lock()
 
@@ -153,8 +154,10 @@ def _find(chunk: bytes, value: memoryview, start: int) -> int:
 
 
 def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
-           fetch: Callable[[int, int], bytes]) -> tuple[tuple[int, int], ...] | None:
+           fetch: Callable[[int, int], bytes]) -> Any:
     """Per row of row group ``group``, ``(offset in the file, size)`` of its audio bytes, or :data:`NULL`.
+
+    An ``int64`` array of shape ``(rows, 2)``; a null cell's row is ``(-1, -1)``.
 
     ``None`` when the audio chunk is compressed or its values are not stored
     verbatim (the caller then reads the group through pyarrow). ``key``
@@ -168,7 +171,7 @@ def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
     >>> data = buf.getvalue()
     >>> spans = locate(("doc",), pq.ParquetFile(io.BytesIO(data)), "audio", 0, size=len(data),
     ...                fetch=lambda a, b: data[a:b])
-    >>> [None if s == NULL else data[s[0]:s[0] + s[1]] for s in spans]
+    >>> [None if o < 0 else data[o:o + n] for o, n in spans.tolist()]
     [b'fLaC one', None]
     """
     import pyarrow.parquet as pq
@@ -190,7 +193,10 @@ def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
             values = _value_views(window.read_row_group(group, columns=[leaf[1]]).column(0))
             spots = None if values is None else _find_all(chunk, values)
             if spots is not None:
-                found = tuple(NULL if s == NULL else (start + s[0], s[1]) for s in spots)
+                import numpy as np
+
+                found = np.array(spots, dtype=np.int64).reshape(-1, 2)
+                found[found[:, 0] >= 0, 0] += start
     with _LOCK:
         _MAPS[full] = found
         while len(_MAPS) > _MAPS_MAX:
