@@ -235,9 +235,11 @@ def _handler(state: _Counting):
             self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
             if body:
-                self.wfile.write(chunk)
+                # Counted before the write: the client may move on (and the counters be reset) as soon as it
+                # has the bytes, before this thread would count them after the write.
                 with state.lock:
                     state.bytes_sent += len(chunk)
+                self.wfile.write(chunk)
 
         def do_GET(self) -> None:
             self._serve(True)
@@ -261,8 +263,8 @@ def _hf_parquet(clips: list[bytes], rows_per_group: int) -> bytes:
     return out.getvalue()
 
 
-def _parquet_cost(base: str, state, clips: list[bytes], excerpts: int, rng) -> dict:
-    """3 s excerpts of random rows of a remote Parquet file in HF's layout (2 row groups of 20)."""
+def _parquet_cost(base: str, state, clips: list[bytes], picks: list[tuple[int, int]]) -> dict:
+    """The 3 s excerpts ``picks`` (row, start) of a remote Parquet file in HF's layout (2 row groups of 20)."""
     from audiotree.io import AudioFile
     from audiotree.io.members import parquet_url
 
@@ -275,9 +277,7 @@ def _parquet_cost(base: str, state, clips: list[bytes], excerpts: int, rng) -> d
         locate.append(dict(requests=state.requests, bytes=state.bytes_sent,
                            group_bytes=sum(len(c) for c in clips[group * 20:(group + 1) * 20])))
     rows = []
-    for _ in range(excerpts):
-        i = int(rng.integers(len(clips)))
-        start = int(rng.integers(0, 17 * RATE))
+    for i, start in picks:
         state.requests = state.bytes_sent = 0
         with AudioFile(parquet_url(url, "audio", i // 20, i % 20)) as f:
             x = f.read(start, 3 * RATE)
@@ -314,10 +314,11 @@ def remote_cost(excerpts: int) -> dict:
         list_cost = dict(requests=state.requests, bytes=state.bytes_sent, shard_bytes=len(shard),
                          members=len(listing.members))
         audio = [m for m in listing.members if m.name.endswith(".flac")]
+        # The same excerpts (member or row, start) from the shard and from the Parquet file.
+        picks = [(int(rng.integers(len(audio))), int(rng.integers(0, 17 * RATE))) for _ in range(excerpts)]
         rows = []
-        for k in range(excerpts):
-            m = audio[int(rng.integers(len(audio)))]
-            start = int(rng.integers(0, 17 * RATE))
+        for i, start in picks:
+            m = audio[i]
             state.requests = state.bytes_sent = 0
             with AudioFile(tar_url(url, m.name, m.offset, m.size)) as f:
                 x = f.read(start, 3 * RATE)
@@ -325,7 +326,7 @@ def remote_cost(excerpts: int) -> dict:
             encoded = m.size * 3.0 / 20.0
             rows.append(dict(requests=state.requests, bytes=state.bytes_sent, encoded=encoded,
                              bound=2 * encoded + 64 * 1024))
-        parquet = _parquet_cost(url.rsplit("/", 1)[0], state, clips, excerpts, rng)
+        parquet = _parquet_cost(url.rsplit("/", 1)[0], state, clips, picks)
     finally:
         server.shutdown()
         server.server_close()
@@ -376,6 +377,7 @@ def render(data: dict) -> str:
     p_enc = statistics.median(r["encoded"] for r in pex)
     loc = pqc["locate"]
     loc_ratio = max(r["bytes"] / r["group_bytes"] for r in loc)
+    same_cost = sum(a["bytes"] == b["bytes"] and a["requests"] == b["requests"] for a, b in zip(ex, pex))
     th = data["throughput"]
     rate = th["items_per_cpu_s"]
     med = {n: statistics.median(v) for n, v in th["per_turn_ratio"].items()}
@@ -413,8 +415,7 @@ member's range comes from the listing or the index). A listing costs one HEAD an
 member whose header is not in the previous read.
 
 **One 3 s excerpt from a remote Parquet row** (HF's layout: audio uncompressed and PLAIN), counted at the same
-server ({len(pex)} excerpts at random offsets of random rows of a Parquet file of the same 40 members, 2 row
-groups of 20):
+server (the same {len(pex)} excerpts as above, from a Parquet file of the same 40 members, 2 row groups of 20):
 
 | figure | measured | goal | verdict |
 |---|---|---|---|
@@ -424,7 +425,8 @@ groups of 20):
 
 The "locating" row is the first 1 s read of a row in each group (worst of the two): the group's audio column
 chunk (which the location needs) plus that read's own bytes, and for the first group the footer. After it an
-excerpt of any row of the group costs what a tar member's does.
+excerpt of any row of the group costs what a tar member's does: {same_cost} of the {len(pex)} excerpts cost exactly
+the bytes and requests of the same excerpt from the shard.
 
 **Items per CPU-second**, random 3 s excerpts, local, one process, {th['turns']} turns of {th['per']} items each
 (order rotating):
@@ -463,7 +465,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
     ap.add_argument("--corpus-dir", type=Path, default=HERE / ".corpus" / "containers")
     args = ap.parse_args(argv)
-    files, items, turns, per, excerpts = (40, 8, 3, 10, 5) if args.quick else (200, 48, 15, 25, 20)
+    files, items, turns, per, excerpts = (40, 8, 4, 10, 5) if args.quick else (200, 48, 40, 25, 20)
     corpus = build_corpus(args.corpus_dir if not args.quick else args.corpus_dir.with_name("containers-quick"),
                           files, 2)
     import tempfile
