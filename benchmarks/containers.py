@@ -355,7 +355,8 @@ def throughput(corpus: dict, turns: int, per: int) -> dict:
             cpu[name].append(time.process_time() - t0)
     rate = {n: per * turns / sum(v) for n, v in cpu.items()}
     per_turn = {n: [cpu["folder"][t] / cpu[n][t] for t in range(turns)] for n in SHAPES}
-    return dict(items_per_cpu_s=rate, per_turn_ratio=per_turn, turns=turns, per=per)
+    vs_shards = [cpu["shards"][t] / cpu["parquet"][t] for t in range(turns)]
+    return dict(items_per_cpu_s=rate, per_turn_ratio=per_turn, parquet_vs_shards=vs_shards, turns=turns, per=per)
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -455,6 +456,8 @@ a page, apache/arrow#45284), and pyarrow's defaults put every value of the group
 page, so a random row there costs its whole row group (10 rows here, more with bigger groups); the last such
 group is kept per process, so sequential reads pay it once per group. Write audio Parquet uncompressed
 (`compression={{"audio.bytes": "none"}}`, `use_dictionary=False` for it), as HF does, for random access.
+HF-layout Parquet against the tar shards (the same member reads), median per turn:
+{statistics.median(th['parquet_vs_shards']):.2f}; what separates both from the folder is the member read above.
 Equality overall: {verdict(all_equal)}.
 """
 
