@@ -53,7 +53,7 @@ TORCH_PIN = "torch==2.13.0"
 sys.path.insert(0, str(HERE))
 import bench_worker  # noqa: E402  (shared protocol constants and configs)
 import corpus as corpus_mod  # noqa: E402
-from _sections import keep_sections  # noqa: E402
+from _sections import keep_sections, replace_section, wrap  # noqa: E402
 
 IMPLS = ("ours", "reference", "floor", "plain", "lhotse", "torch")
 CORPORA = ("synthetic", "real", "hires")
@@ -222,7 +222,8 @@ def run_one(impl: str, group: Group, corpus_dir: str, *, run: int, timeout: floa
     if raw["result"] is not None:
         res = raw["result"]
         rec.update(items_per_s=res["items_per_s"], cpu_seconds=res["cpu_seconds"], window_s=res["seconds"],
-                   items_per_cpu_s=res.get("items_per_cpu_s"), versions=res["versions"])
+                   items_per_cpu_s=res.get("items_per_cpu_s"), versions=res["versions"],
+                   items_made=res.get("items_made"), ahead=res.get("ahead"))
     else:
         rec["error"] = raw.get("error") or "failed"
         text = (logs / f"{name}.log").read_text(errors="replace")
@@ -501,8 +502,9 @@ def render(data: dict) -> str:
     corpora = tuple(dict.fromkeys(g.corpus for g in groups))
     summary = summarize(data["records"], groups)
     m = data["machine"]
-    mode = "quick (smoke) run" if args["quick"] else "full run"
-    cmd = "python benchmarks/run.py" + (" --quick" if args["quick"] else "")
+    mode = "quick (smoke) run" if args["quick"] else ("subset run" if args.get("subset") else "full run")
+    cmd = "python benchmarks/run.py" + (" --quick" if args["quick"] else "") + (
+        f" {args['argv']}" if args.get("argv") else "")
     impls = [i for i in IMPLS if any(i in g.impls for g in groups)]
     parts = [
         "# Benchmarks",
@@ -599,7 +601,11 @@ def render(data: dict) -> str:
         "processes for 2 workers. Each library's dataset is built the way its docs show; lhotse resamples with its "
         "own backend (SciPy here, torchaudio is not installed).",
         f"* Timed window: {rb[0].batches if rb else '?'} (random) / {lb[0].batches if lb else '?'} (loudest) batches "
-        "after a warm-up (the first batch; with 2 workers the first 4). Each run is a fresh interpreter; the "
+        "after a warm-up (the first batch; with 2 workers the first 4). Items per CPU-second count the items the "
+        "process tree made between two quiet points (every item is stamped where it is made; the CPU clock starts "
+        "and stops when no item is being made, so workers running ahead are neither charged for batches the "
+        "window never takes nor credited with batches made before it; `bench_worker.py`). Each run is a fresh "
+        "interpreter; the "
         f"implementations of a configuration run interleaved (A, B, C, A, B, C, ...), {args['runs']} time(s) each"
         + (f", {args.get('lanes', 1)} harness lanes in parallel (one per corpus; CPU time is per process tree, so "
            "lanes do not distort it)" if args.get("lanes", 1) > 1 else "") + ".",
@@ -657,6 +663,9 @@ def parse_args(argv=None):
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before it is killed (default 600; quick 240)")
     ap.add_argument("--ours-src", default=None, help="source tree to measure as ours (default: this checkout's src/)")
     ap.add_argument("--report-only", default=None, metavar="JSON", help="re-render a report from a saved results JSON")
+    ap.add_argument("--section", default=None, metavar="NAME",
+                    help="write the report as section NAME of the report file (headings one level down) and keep "
+                         "the rest of the file: for a subset run (--only/--corpora/--skip-*) next to a full one")
     ap.add_argument("--device", action="store_true",
                     help="only the device-feeding loop (benchmarks/device_feed.py --write): step-time hiding of "
                          "audiotree.jax.prefetch_to_device, on an accelerator when one is present")
@@ -673,6 +682,17 @@ def parse_args(argv=None):
     return args
 
 
+
+
+def _write_report(out_path: Path, report: str, section: str | None) -> None:
+    """The whole report file (keeping its sections), or with ``section`` only that section of it."""
+    if section is None:
+        out_path.write_text(keep_sections(out_path, report))
+        return
+    lines = report.splitlines()
+    lines[0] = f"# Subset run ({section})" if lines and lines[0] == "# Benchmarks" else lines[0]
+    demoted = "\n".join("#" + line if line.startswith("#") else line for line in lines)
+    replace_section(out_path, section, wrap(section, demoted))
 
 
 def _corpus(name: str, args) -> tuple[str, dict]:
@@ -727,7 +747,7 @@ def main(argv=None) -> int:
     out_path = Path(args.out) if args.out else default_out
     if args.report_only:
         data = json.loads(Path(args.report_only).read_text())
-        out_path.write_text(keep_sections(out_path, render(data)))
+        _write_report(out_path, render(data), args.section)
         print(render(data))
         return 0
 
@@ -780,7 +800,10 @@ def main(argv=None) -> int:
         fresh = fresh_venv_runs(corpus_mod.build_corpus(Path(corpora["synthetic"][0])), bool(reference.get("ok")), logs)
 
     data = {
-        "args": {"quick": args.quick, "runs": args.runs, "batches": args.batches, "lanes": args.lanes},
+        "args": {"quick": args.quick, "runs": args.runs, "batches": args.batches, "lanes": args.lanes,
+                 "subset": bool(args.section or args.only or args.skip_reference or args.skip_lhotse
+                                or set(args.corpora) != set(CORPORA)),
+                 "argv": " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a != "--quick")},
         "groups": [dataclasses.asdict(g) for g in groups],
         "records": records, "reference": {k: v for k, v in reference.items()},
         "lhotse": lhotse, "fresh": fresh, "machine": machine, "loadavg_end": os.getloadavg(),
@@ -792,7 +815,7 @@ def main(argv=None) -> int:
     raw_path.write_text(json.dumps(data, indent=1, default=str))
     report = render(data)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(keep_sections(out_path, report))
+    _write_report(out_path, report, args.section)
     print(report, flush=True)
     log(f"wrote {out_path} (raw results: {raw_path})")
     return 0
