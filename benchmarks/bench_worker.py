@@ -22,8 +22,8 @@ never counts (0 to 1 extra batch per window was measured, up to 8 % of a 12-batc
 made (:class:`_Stamp`, one byte per item appended to a file, in whichever process makes it), and
 the CPU window starts and ends when the tree is quiet (:func:`_quiet`: no item made and no CPU
 spent for a moment; workers are then blocked on full buffers, holding only whole batches). The
-CPU of the window is then exactly the work of the items stamped in it. The wall rate is timed over
-the consumption loop alone (the waits excluded).
+CPU of the window is then exactly the work of the items stamped in it. The wall rate is the same
+items over the time from the window's start to the last of them being made (the waits excluded).
 
 Implementations: ``ours`` / ``reference`` (the installed audiotree's Grain pipeline; ``--reads sync``
 passes ``ReadOptions(num_threads=0, prefetch_buffer_size=0)``, ``default`` the library's own), ``torch``
@@ -396,18 +396,21 @@ def main(argv=None) -> int:
             consumed += _batch_items(next(it))
         cpu0, made0 = _quiet(stamps)
         items = 0
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         for _ in range(args.batches):
             items += _batch_items(next(it))
         elapsed = time.perf_counter() - t0
         cpu1, made1 = _quiet(stamps)
+        if stamps:
+            # Producers start from full buffers: time what they made, up to the last item (the file's mtime).
+            elapsed = max(elapsed, os.stat(stamps).st_mtime - w0)
     finally:
         if stamps:
             os.unlink(stamps)
     cpu = cpu1 - cpu0
     made = made1 - made0 if stamps else items
     result = {
-        "items": items, "seconds": elapsed, "items_per_s": items / elapsed, "cpu_seconds": cpu,
+        "items": items, "seconds": elapsed, "items_per_s": made / elapsed, "cpu_seconds": cpu,
         "items_made": made, "items_per_cpu_s": made / cpu if cpu > 0 else None,
         # Items made but not yet taken at each quiet point (0 for a synchronous pipeline).
         "ahead": [made0 - consumed if stamps else 0, made1 - consumed - items if stamps else 0],
@@ -415,23 +418,32 @@ def main(argv=None) -> int:
     }
     print(RESULT, json.dumps(result), flush=True)
     sys.stdout.flush()
-    _shutdown()
+    _shutdown(it)
 
 
-def _shutdown() -> None:
+def _shutdown(it=None) -> None:
     """Ends this run's worker processes, then exits without interpreter teardown.
 
     Grain's and torch's worker pools can take seconds to wind down (and would keep
     the harness' stdout pipe open if orphaned); the harness also ends the whole
-    process group it started, as a second line of defence.
+    process group it started, as a second line of defence. The iterator is closed
+    once its workers are gone, so that a pipeline holding shared memory a killed
+    worker made but never sent (audiotree's batch slots) unlinks it: the harness'
+    kill of the group would otherwise also take the resource tracker that would.
     """
     import multiprocessing
+    import threading
 
     children = multiprocessing.active_children()
     for child in children:
         child.kill()
     for child in children:
         child.join(timeout=5)
+    close = getattr(it, "close", None)
+    if close is not None:
+        closer = threading.Thread(target=close, daemon=True)
+        closer.start()
+        closer.join(timeout=10)
     sys.stderr.flush()
     os._exit(0)
 

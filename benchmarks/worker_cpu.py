@@ -178,7 +178,7 @@ def main(argv=None) -> int:
 
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     sys.stdout.flush()
-    bench_worker._shutdown()  # noqa: SLF001
+    bench_worker._shutdown(it)  # noqa: SLF001
     return 0
 
 
