@@ -14,6 +14,17 @@ Protocol on stdout (one line each, flushed):
   (user + system) of the whole process tree over the same window (this process, its threads and
   every live descendant: worker processes included), items per CPU-second, and the versions of what ran.
 
+**Items per CPU-second count the items the tree produced, between two quiet points.** Workers
+and read threads run ahead of the consumer: when the clock stops, one may have a whole batch done
+and not yet taken, or be half-way through one, and that CPU would be charged to items the window
+never counts (0 to 1 extra batch per window was measured, up to 8 % of a 12-batch window; the
+0-worker synchronous path has no such edge). So every dataset's items are stamped where they are
+made (:class:`_Stamp`, one byte per item appended to a file, in whichever process makes it), and
+the CPU window starts and ends when the tree is quiet (:func:`_quiet`: no item made and no CPU
+spent for a moment; workers are then blocked on full buffers, holding only whole batches). The
+CPU of the window is then exactly the work of the items stamped in it. The wall rate is the same
+items over the time from the window's start to the last of them being made (the waits excluded).
+
 Implementations: ``ours`` / ``reference`` (the installed audiotree's Grain pipeline; ``--reads sync``
 passes ``ReadOptions(num_threads=0, prefetch_buffer_size=0)``, ``default`` the library's own), ``torch``
 (our ``audiotree.torch`` adapter), ``floor`` (``floor.py``), ``plain`` (a plain torch ``Dataset``
@@ -28,6 +39,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 FIRST = "AUDIOTREE_BENCH_FIRST_BATCH"
@@ -58,12 +70,45 @@ def grain_dataset(config: str, corpus: str):
     )
 
 
-def grain_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
+class _Stamp:
+    """A per-item ``map``: appends one byte to ``path`` per item, in whichever process makes the item.
+
+    ``O_APPEND`` writes of one byte are atomic, so workers and read threads share the file; the
+    descriptor is opened once per process (about 2 us per item).
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd = None
+        self._pid = None
+
+    def __getstate__(self):
+        return {"path": self.path, "_fd": None, "_pid": None}
+
+    def __call__(self, item):
+        if self._pid != os.getpid():
+            self._fd, self._pid = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), os.getpid()
+        os.write(self._fd, b".")
+        return item
+
+
+def _made(path: str | None) -> int:
+    """Items stamped so far."""
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
+
+
+def grain_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
+                  stamp: _Stamp | None = None):
     import grain
 
     from audiotree import AudioTree
 
     ds = grain_dataset(config, corpus)
+    if stamp is not None:
+        ds = ds.map(stamp)
     if reads == "sync":  # the seed page's advice: no read threads, no prefetch buffer
         it = ds.to_iter_dataset(read_options=grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
     else:
@@ -80,11 +125,14 @@ _TORCH_DATASETS = ("TorchDataset", "AudioTorchDataset", "MapStyleDataset", "as_t
 _TORCH_COLLATES = ("collate", "collate_fn", "collate_audio_trees", "collate_trees")
 
 
-def torch_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
+def torch_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
+                  stamp: _Stamp | None = None):
     """Our ``audiotree.torch`` path: a torch ``DataLoader`` over the same dataset."""
     import audiotree.torch as att  # ImportError -> the harness reports n/a
 
     ds = grain_dataset(config, corpus)
+    if stamp is not None:
+        ds = ds.map(stamp)
     loader_fn = next((getattr(att, n) for n in _TORCH_LOADERS if hasattr(att, n)), None)
     if loader_fn is not None:
         loader = loader_fn(ds, batch_size=batch_size, num_workers=workers)
@@ -105,7 +153,10 @@ def torch_batches(config: str, corpus: str, workers: int, batch_size: int, reads
     return iter(loader)
 
 
-def floor_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
+def floor_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
+                  stamp: _Stamp | None = None):
+    # Not stamped: with 0 workers it makes exactly what it hands over; with workers, the window's
+    # edges are not corrected (the harness runs the floor with 0 workers only).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import floor
 
@@ -133,8 +184,8 @@ class _PlainDataset:
     Seeded per item (``default_rng([0, i])``), so any worker computes the same item.
     """
 
-    def __init__(self, files: list[str], duration: float, rate: int):
-        self.files, self.duration, self.rate = files, duration, rate
+    def __init__(self, files: list[str], duration: float, rate: int, stamp: _Stamp | None = None):
+        self.files, self.duration, self.rate, self.stamp = files, duration, rate, stamp
 
     def __len__(self):
         return 1 << 30
@@ -143,6 +194,9 @@ class _PlainDataset:
         import numpy as np
         import soundfile
         import soxr
+
+        if self.stamp is not None:
+            self.stamp(None)
 
         rng = np.random.default_rng([0, i])
         path = self.files[int(rng.integers(len(self.files)))]
@@ -164,14 +218,17 @@ class _PlainDataset:
 class _LhotseDataset:
     """Item ``i``: a random cut of the ``CutSet``, truncated to a random 3 s, resampled, loaded, mono, padded."""
 
-    def __init__(self, cuts: list, duration: float, rate: int):
-        self.cuts, self.duration, self.rate = cuts, duration, rate
+    def __init__(self, cuts: list, duration: float, rate: int, stamp: _Stamp | None = None):
+        self.cuts, self.duration, self.rate, self.stamp = cuts, duration, rate, stamp
 
     def __len__(self):
         return 1 << 30
 
     def __getitem__(self, i):
         import numpy as np
+
+        if self.stamp is not None:
+            self.stamp(None)
 
         rng = np.random.default_rng([0, i])
         cut = self.cuts[int(rng.integers(len(self.cuts)))]
@@ -200,18 +257,20 @@ def _loader(dataset, workers: int, batch_size: int):
                                             persistent_workers=workers > 0))
 
 
-def plain_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
+def plain_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
+                  stamp: _Stamp | None = None):
     cfg = CONFIGS[config]
-    return _loader(_PlainDataset(_all_files(corpus), cfg["duration"], cfg["sample_rate"]), workers, batch_size)
+    return _loader(_PlainDataset(_all_files(corpus), cfg["duration"], cfg["sample_rate"], stamp), workers, batch_size)
 
 
-def lhotse_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default"):
+def lhotse_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
+                   stamp: _Stamp | None = None):
     from lhotse import CutSet, Recording, RecordingSet
 
     cfg = CONFIGS[config]
     recordings = RecordingSet.from_recordings(Recording.from_file(p) for p in _all_files(corpus))
     cuts = list(CutSet.from_manifests(recordings=recordings))
-    return _loader(_LhotseDataset(cuts, cfg["duration"], cfg["sample_rate"]), workers, batch_size)
+    return _loader(_LhotseDataset(cuts, cfg["duration"], cfg["sample_rate"], stamp), workers, batch_size)
 
 
 def tree_cpu_seconds() -> float:
@@ -232,6 +291,23 @@ def tree_cpu_seconds() -> float:
             continue
         total += c.user + c.system
     return total
+
+
+def _quiet(stamps: str | None, *, settle: float = 0.3, idle_cpu: float = 0.03, timeout: float = 60.0) -> tuple[float, int]:
+    """Waits until the tree makes no item and spends (almost) no CPU for ``settle`` seconds.
+
+    Returns ``(tree CPU seconds, items stamped)`` at that point. Workers are then blocked
+    on full buffers (what they hold is whole batches) or idle; what is left is their idle
+    polling (Grain's puts wake every 0.5 s), under ``idle_cpu`` seconds per ``settle``.
+    """
+    deadline = time.monotonic() + timeout
+    cpu, made = tree_cpu_seconds(), _made(stamps)
+    while True:
+        time.sleep(settle)
+        cpu2, made2 = tree_cpu_seconds(), _made(stamps)
+        if (made2 == made and cpu2 - cpu < idle_cpu) or time.monotonic() > deadline:
+            return cpu2, made2
+        cpu, made = cpu2, made2
 
 
 def _batch_items(batch) -> int:
@@ -303,43 +379,71 @@ def main(argv=None) -> int:
         flags.FLAGS.mark_as_parsed()
     make = {"ours": grain_batches, "reference": grain_batches, "torch": torch_batches, "floor": floor_batches,
             "plain": plain_batches, "lhotse": lhotse_batches}[args.impl]
-    it = make(args.config, args.corpus, args.workers, args.batch_size, args.reads)
-    first = next(it)
-    print(FIRST, flush=True)
-    # With workers, batches come round-robin: wait until every worker has delivered one
-    # (and the pool is past its start-up) before the clock starts.
-    for _ in range(2 * args.workers - 1 if args.workers else 0):
-        next(it)
-    items = 0
-    cpu0, t0 = tree_cpu_seconds(), time.perf_counter()
-    for _ in range(args.batches):
-        items += _batch_items(next(it))
-    elapsed = time.perf_counter() - t0
-    cpu = tree_cpu_seconds() - cpu0
+    stamps = None
+    stamp = None
+    if args.impl != "floor":
+        fd, stamps = tempfile.mkstemp(prefix="audiotree_bench_", suffix=".stamps")
+        os.close(fd)
+        stamp = _Stamp(stamps)
+    try:
+        it = make(args.config, args.corpus, args.workers, args.batch_size, args.reads, stamp=stamp)
+        first = next(it)
+        print(FIRST, flush=True)
+        # With workers, batches come round-robin: wait until every worker has delivered one
+        # (and the pool is past its start-up) before the clock starts.
+        consumed = _batch_items(first)
+        for _ in range(2 * args.workers - 1 if args.workers else 0):
+            consumed += _batch_items(next(it))
+        cpu0, made0 = _quiet(stamps)
+        items = 0
+        t0, w0 = time.perf_counter(), time.time()
+        for _ in range(args.batches):
+            items += _batch_items(next(it))
+        elapsed = time.perf_counter() - t0
+        cpu1, made1 = _quiet(stamps)
+        if stamps:
+            # Producers start from full buffers: time what they made, up to the last item (the file's mtime).
+            elapsed = max(elapsed, os.stat(stamps).st_mtime - w0)
+    finally:
+        if stamps:
+            os.unlink(stamps)
+    cpu = cpu1 - cpu0
+    made = made1 - made0 if stamps else items
     result = {
-        "items": items, "seconds": elapsed, "items_per_s": items / elapsed, "cpu_seconds": cpu,
-        "items_per_cpu_s": items / cpu if cpu > 0 else None,
+        "items": items, "seconds": elapsed, "items_per_s": made / elapsed, "cpu_seconds": cpu,
+        "items_made": made, "items_per_cpu_s": made / cpu if cpu > 0 else None,
+        # Items made but not yet taken at each quiet point (0 for a synchronous pipeline).
+        "ahead": [made0 - consumed if stamps else 0, made1 - consumed - items if stamps else 0],
         "first_batch_items": _batch_items(first), "versions": _versions(args.impl),
     }
     print(RESULT, json.dumps(result), flush=True)
     sys.stdout.flush()
-    _shutdown()
+    _shutdown(it)
 
 
-def _shutdown() -> None:
+def _shutdown(it=None) -> None:
     """Ends this run's worker processes, then exits without interpreter teardown.
 
     Grain's and torch's worker pools can take seconds to wind down (and would keep
     the harness' stdout pipe open if orphaned); the harness also ends the whole
-    process group it started, as a second line of defence.
+    process group it started, as a second line of defence. The iterator is closed
+    once its workers are gone, so that a pipeline holding shared memory a killed
+    worker made but never sent (audiotree's batch slots) unlinks it: the harness'
+    kill of the group would otherwise also take the resource tracker that would.
     """
     import multiprocessing
+    import threading
 
     children = multiprocessing.active_children()
     for child in children:
         child.kill()
     for child in children:
         child.join(timeout=5)
+    close = getattr(it, "close", None)
+    if close is not None:
+        closer = threading.Thread(target=close, daemon=True)
+        closer.start()
+        closer.join(timeout=10)
     sys.stderr.flush()
     os._exit(0)
 

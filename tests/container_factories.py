@@ -35,12 +35,19 @@ def flac_bytes(seconds: float, seed: int, rate: int = RATE) -> bytes:
 
 
 def make_corpus(root: Path, *, files: int = 8, per_shard: int = 2, seed: int = 0, extra_members: bool = True) -> dict:
-    """``root/unpacked/uttNNNN.flac``, ``root/shards/train-NNNNNN.tar`` (with sidecars) and ``root/parquet/*.parquet``."""
+    """``root/unpacked/uttNNNN.flac``, ``root/shards/train-NNNNNN.tar`` (with sidecars) and Parquet files.
+
+    ``root/parquet/*.parquet`` has pyarrow's defaults (snappy, a dictionary
+    page; row groups of 2), ``root/parquet_hf/*.parquet`` the layout Hugging
+    Face ``datasets`` writes (audio bytes uncompressed and PLAIN, a page index;
+    row groups of 3).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     unpacked, shards, parquet = root / "unpacked", root / "shards", root / "parquet"
-    for d in (unpacked, shards, parquet):
+    parquet_hf = root / "parquet_hf"
+    for d in (unpacked, shards, parquet, parquet_hf):
         d.mkdir(parents=True, exist_ok=True)
     keys = [f"utt{i:04d}" for i in range(files)]
     data = {k: flac_bytes(0.8 + 0.35 * i, seed + i) for i, k in enumerate(keys)}
@@ -65,5 +72,8 @@ def make_corpus(root: Path, *, files: int = 8, per_shard: int = 2, seed: int = 0
             "speaker": [labels[k]["speaker"] for k in chunk],
         })
         pq.write_table(table, parquet / f"train-{part:05d}.parquet", row_group_size=2)
-    return {"unpacked": unpacked, "shards": shards, "parquet": parquet, "keys": keys, "data": data,
+        pq.write_table(table, parquet_hf / f"train-{part:05d}.parquet", row_group_size=3,
+                       compression={"audio.bytes": "none", "audio.path": "none", "speaker": "snappy"},
+                       use_dictionary=["speaker"], write_page_index=True)
+    return {"unpacked": unpacked, "shards": shards, "parquet": parquet, "parquet_hf": parquet_hf, "keys": keys, "data": data,
             "labels": labels, "num_shards": count}

@@ -51,7 +51,7 @@ def s3_corpus(tmp_path_factory):
         s3fs.S3FileSystem.clear_instance_cache()
         fs = s3fs.S3FileSystem()
         fs.mkdir("shapes")
-        for folder in ("shards", "parquet"):
+        for folder in ("shards", "parquet", "parquet_hf"):
             for path in sorted(local[folder].iterdir()):
                 fs.pipe(f"shapes/{folder}/{path.name}", path.read_bytes())
         try:
@@ -64,7 +64,7 @@ def s3_corpus(tmp_path_factory):
 def _sources(local) -> dict:
     last = local["num_shards"] - 1
     return {"folder": str(local["unpacked"]), "shards": f"s3://shapes/shards/train-{{000000..{last:06d}}}.tar",
-            "parquet": "s3://shapes/parquet/train-*.parquet"}
+            "parquet": "s3://shapes/parquet/train-*.parquet", "parquet_hf": "s3://shapes/parquet_hf/train-*.parquet"}
 
 
 def _waves(ds) -> list:
@@ -75,7 +75,7 @@ def _same(a, b) -> None:
     assert len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("shape", ["shards", "parquet"])
+@pytest.mark.parametrize("shape", ["shards", "parquet", "parquet_hf"])
 def test_s3_containers_equal_the_local_folder(s3_corpus, shape):
     sources = _sources(s3_corpus)
     for build in (dict(duration=0.5, num_epochs=2, shuffle_seed=4), dict(duration=None, shuffle=False)):

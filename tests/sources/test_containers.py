@@ -45,6 +45,7 @@ def _shapes(corpus) -> dict:
         "folder": str(corpus["unpacked"]),
         "shards": str(corpus["shards"] / f"train-{{000000..{corpus['num_shards'] - 1:06d}}}.tar"),
         "parquet": str(corpus["parquet"] / "train-*.parquet"),
+        "parquet_hf": str(corpus["parquet_hf"] / "train-*.parquet"),
     }
 
 
@@ -96,7 +97,7 @@ def test_discovery_lists_members_in_shard_order_and_skips_other_members(corpus):
 # ------------------------------------------------------------------ equality with the unpacked folder
 
 
-@pytest.mark.parametrize("shape", ["shards", "parquet"])
+@pytest.mark.parametrize("shape", ["shards", "parquet", "parquet_hf"])
 def test_random_excerpts_equal_the_unpacked_folder(corpus, shape):
     shapes = _shapes(corpus)
     build = dict(sample_rate=RATE, duration=0.5, num_epochs=2, shuffle_seed=3)
@@ -104,7 +105,7 @@ def test_random_excerpts_equal_the_unpacked_folder(corpus, shape):
           _waves(create_audio_dataset(sources=shapes["folder"], **build)))
 
 
-@pytest.mark.parametrize("shape", ["shards", "parquet"])
+@pytest.mark.parametrize("shape", ["shards", "parquet", "parquet_hf"])
 def test_whole_utterances_equal_the_unpacked_folder(corpus, shape):
     shapes = _shapes(corpus)
     build = dict(sample_rate=RATE, duration=None, shuffle=False)
@@ -122,6 +123,7 @@ def test_loudest_with_an_index_equals_the_unpacked_folder(corpus, tmp_path):
         waves[shape] = _waves(ds)
     _same(waves["shards"], waves["folder"])
     _same(waves["parquet"], waves["folder"])
+    _same(waves["parquet_hf"], waves["folder"])
 
 
 @pytest.mark.slow

@@ -184,24 +184,29 @@ def _member_range(ref: MemberRef) -> tuple[int, int]:
     return found
 
 
-def _open_tar_member(path: str, ref: MemberRef) -> MemberInput:
-    offset, size = _member_range(ref)
-    if storage.is_url(ref.container):
-        return MemberInput(path, RemoteSpan(ref.container, offset, offset + size), offset, size)
-    shard = storage.local_path(ref.container)
+def _open_range(path: str, container: str, offset: int, size: int, what: str) -> MemberInput:
+    """Bytes ``[offset, offset + size)`` of ``container`` as a member input (``what`` names the container)."""
+    if storage.is_url(container):
+        return MemberInput(path, RemoteSpan(container, offset, offset + size), offset, size)
+    local = storage.local_path(container)
     try:
-        fd = os.open(shard, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(local, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise AudioReadError(f"Failed to read audio file '{path}': cannot open its shard ({exc}). Check the path "
-                             "(was the shard moved or deleted?), or use on_read_error=\"skip\".", path) from exc
-    shard_size = os.fstat(fd).st_size
-    if offset + size > shard_size:  # known before any decoding: the shard is cut off inside this member
+        raise AudioReadError(f"Failed to read audio file '{path}': cannot open its {what} ({exc}). Check the path "
+                             "(was it moved or deleted?), or use on_read_error=\"skip\".", path) from exc
+    total = os.fstat(fd).st_size
+    if offset + size > total:  # known before any decoding: the container is cut off inside this member
         os.close(fd)
         raise AudioReadError(
-            f"Failed to read audio file '{path}': the member's {size} bytes run past the end of the shard (it ends "
-            f"at byte {offset + size}, the shard has {shard_size} bytes); the shard is truncated. Re-create or "
+            f"Failed to read audio file '{path}': the member's {size} bytes run past the end of the {what} (it ends "
+            f"at byte {offset + size}, the {what} has {total} bytes); the {what} is truncated. Re-create or "
             "re-download it, or use on_read_error=\"skip\".", path)
     return MemberInput(path, fd, offset, size)
+
+
+def _open_tar_member(path: str, ref: MemberRef) -> MemberInput:
+    offset, size = _member_range(ref)
+    return _open_range(path, ref.container, offset, size, "shard")
 
 
 # ---------------------------------------------------------------------------
@@ -210,8 +215,11 @@ def _open_tar_member(path: str, ref: MemberRef) -> MemberInput:
 
 
 def _open_parquet_cell(path: str, ref: MemberRef) -> MemberInput:
-    from audiotree.io.parquet_audio import read_cell
+    from audiotree.io.parquet_audio import cell_span, read_cell
 
+    span = cell_span(path, ref)
+    if span is not None:  # stored verbatim: a ranged read of the cell, like a tar member
+        return _open_range(path, ref.container, span[0], span[1], "Parquet file")
     data = read_cell(path, ref)
     return MemberInput(path, io.BytesIO(data), 0, len(data))
 

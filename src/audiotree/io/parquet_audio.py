@@ -4,12 +4,15 @@ The Hugging Face layout: an ``audio`` column of ``{bytes: binary, path: string}`
 structs (``datasets.Audio(decode=False)``, what ``Dataset.to_parquet`` writes),
 beside text and number columns. A plain ``binary`` column works too.
 
-Reading one row reads one column of one row group (pyarrow's
-``ParquetFile.read_row_group``), never the whole file: the footer once per
-process and file, then the row group's audio column chunk. The last row
-group read is kept (one per process), so a pass over neighbouring rows reads
-each group once. Remote files go through the ranged reads of
-:mod:`audiotree.io.remote_file`.
+Where the audio bytes are stored verbatim (uncompressed, as Hugging Face
+``datasets`` writes them), one row is one ranged read of its own bytes
+(:func:`cell_span`, :mod:`audiotree.io.parquet_cells`): the row group's audio
+chunk is read once per process to find where its cells sit. A compressed
+chunk is read through pyarrow's ``ParquetFile.read_row_group`` (one column of
+one row group, never the whole file); the last such row group is kept (one
+per process), so a pass over neighbouring rows reads each group once. The
+footer is read once per process and file. Remote files go through ranged
+reads (:mod:`audiotree.io.remote_file`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any, Sequence
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
 
-__all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read_labels", "forget", "has_metadata_key", "DEFAULT_AUDIO_COLUMN"]
+__all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read_labels", "cell_span", "forget", "has_metadata_key", "DEFAULT_AUDIO_COLUMN"]
 
 #: The audio column looked for when none is named.
 DEFAULT_AUDIO_COLUMN = "audio"
@@ -48,24 +51,30 @@ def _fail(path: str, what: str) -> AudioReadError:
     return AudioReadError(f"Failed to read audio file '{shown}': {what}", shown)
 
 
-def _open_file(path: str) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` for a path or URL (cached per process: the footer is read once)."""
-    import pyarrow.parquet as pq
-
+def _file_key(path: str) -> tuple:
     # A rewritten local file gets a new key (its footer is read again).
     version = None if storage.is_url(path) else storage.stat(path)
-    key = (path, version, tuple(sorted(storage.merged_options(None).items(), key=str)))
+    return (path, version, tuple(sorted(storage.merged_options(None).items(), key=str)))
+
+
+def _open_entry(path: str) -> tuple[tuple, Any, int]:
+    """``(key, ParquetFile, file size)`` for a path or URL (cached per process: the footer is read once)."""
+    import pyarrow.parquet as pq
+
+    key = _file_key(path)
     with _LOCK:
         cached = _FILES.get(key)
         if cached is not None:
             _FILES.move_to_end(key)
-            return cached
+            return (key, *cached)
     if storage.is_url(path):
         from audiotree.io.remote_file import open_input
 
         source = open_input(path)
+        size = source.size
     else:
         source = storage.local_path(path)
+        size = key[1][0]
     try:
         opened = pq.ParquetFile(source)
     except Exception as exc:
@@ -74,10 +83,15 @@ def _open_file(path: str) -> Any:
         raise _fail(path, f"not a readable Parquet file ({type(exc).__name__}: {exc}). Check that it is complete, "
                           "or use on_read_error=\"skip\".") from exc
     with _LOCK:
-        _FILES[key] = opened
+        _FILES[key] = (opened, size)
         while len(_FILES) > _FILES_MAX:
             _FILES.popitem(last=False)
-    return opened
+    return key, opened, size
+
+
+def _open_file(path: str) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` for a path or URL (cached per process: the footer is read once)."""
+    return _open_entry(path)[1]
 
 
 def _audio_type_ok(arrow_type: Any) -> bool:
@@ -131,6 +145,65 @@ def cell_bytes(value: Any) -> tuple[bytes | None, str | None]:
     return value, None
 
 
+def _fetcher(path: str):
+    from audiotree.io import parquet_cells
+
+    if not storage.is_url(path):
+        return parquet_cells.local_fetch(storage.local_path(path))
+    options = storage.merged_options(None)
+    fs = storage.filesystem(path, options)
+    return lambda a, b: storage.retry(lambda: fs.cat_file(path, start=a, end=b), path, "read", options)
+
+
+def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
+    """``(offset, size)`` in the file of the audio bytes of the row a ``parquet://`` URL names, when stored verbatim.
+
+    ``None`` when the row group's audio chunk is compressed (read the row with
+    :func:`read_cell`). The first call for a row group reads its audio chunk
+    once per process (see :mod:`audiotree.io.parquet_cells`); later rows of
+    that group cost nothing here.
+
+    Raises:
+      AudioReadError: the row group or row does not exist, the cell is null, or the chunk cannot be read.
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> from audiotree.io.members import parquet_url, parse
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+    >>> pq.write_table(pa.table({"audio": [b"RIFF and more"]}), path, compression="none", use_dictionary=False)
+    >>> url = parquet_url(path, "audio", 0, 0)
+    >>> offset, size = cell_span(url, parse(url))
+    >>> with open(path, "rb") as f:
+    ...     _ = f.seek(offset)
+    ...     f.read(size)
+    b'RIFF and more'
+    """
+    from audiotree.io import parquet_cells
+
+    path, column, group, row = ref.container, ref.name, ref.offset, ref.size
+    key, opened, size = _open_entry(path)
+    meta = opened.metadata
+    if group >= meta.num_row_groups:
+        raise _fail(url, f"the file has {meta.num_row_groups} row groups, no row group {group}. The file was "
+                         "rewritten since it was listed; rebuild the index, or use on_read_error=\"skip\".")
+    rows = meta.row_group(group).num_rows
+    if row >= rows:
+        raise _fail(url, f"row group {group} has {rows} rows, no row {row}; the file was rewritten since it was "
+                         "listed. Rebuild the index, or use on_read_error=\"skip\".")
+    try:
+        spans = parquet_cells.locate(key, opened, column, group, size=size, fetch=_fetcher(path))
+    except AudioReadError:
+        raise
+    except Exception as exc:
+        raise _fail(url, f"reading row group {group} failed ({type(exc).__name__}: {exc}). The file may be "
+                         "corrupt; re-create it, or use on_read_error=\"skip\".") from exc
+    if spans is None:
+        return None
+    offset, nbytes = (int(x) for x in spans[row])
+    if (offset, nbytes) == parquet_cells.NULL:
+        raise _fail(url, "the audio cell is empty (null). Fill or drop the row, or use on_read_error=\"skip\".")
+    return offset, nbytes
+
+
 def read_cell(url: str, ref: Any) -> bytes:
     """The audio bytes of the row a ``parquet://`` member URL names (see :mod:`audiotree.io.members`).
 
@@ -174,7 +247,10 @@ def read_labels(path: str, column: str, label_columns: Sequence[str]) -> Any:
 
 def forget() -> None:
     """Drops the cached footers and row group (tests, and code that rewrites files it read)."""
+    from audiotree.io import parquet_cells
+
     with _LOCK:
         _FILES.clear()
         _GROUP.clear()
+    parquet_cells.forget()
 

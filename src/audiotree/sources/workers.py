@@ -141,7 +141,8 @@ class WorkerInit:
     """The ``worker_init_fn`` audiotree gives Grain: runs the user's, marks our workers.
 
     Calling it (in the worker) first makes the worker exit with its parent
-    (:func:`audiotree.parallel.parent_death.exit_with_parent`), then calls
+    (:func:`audiotree.parallel.parent_death.exit_with_parent`) and keep the
+    memory it frees for reuse (:func:`audiotree.parallel.worker_memory.keep_freed_memory`), then calls
     ``fn(worker_index, worker_count)`` if a function was given. Pickling it
     (Grain does so in the thread that starts the worker, just before the start)
     records the parent's pid and whether that thread is the main one, and, with
@@ -160,8 +161,10 @@ class WorkerInit:
 
     def __call__(self, worker_index: int, worker_count: int) -> None:
         from audiotree.parallel.parent_death import exit_with_parent
+        from audiotree.parallel.worker_memory import keep_freed_memory
 
         exit_with_parent(self.parent_pid, main_thread=self.main_thread)
+        keep_freed_memory()  # fresh pages per item cost a busy worker up to 2.7 ms of system CPU (PROFILE.md)
         if self.fn is not None:
             self.fn(worker_index, worker_count)
 

@@ -14,6 +14,7 @@ import torch
 import torch.utils.data as _tud
 
 from audiotree.parallel.parent_death import exit_with_parent, started_by_main_thread
+from audiotree.parallel.worker_memory import keep_freed_memory
 from audiotree.validation import is_int
 
 __all__ = ["ENDLESS_EPOCH_STRIDE", "ENDLESS_LENGTH_ERROR", "DEFAULT_READ_THREADS", "STATE_VERSION", "check_epoch", "check_count", "check_threads", "dataset_length", "worker_info", "WorkerInit", "read_item", "read_pool", "SharedEpoch", "SharedEpochMixin", "EpochCursor"]
@@ -73,7 +74,8 @@ class WorkerInit:
 
     torch's own workers notice a dead parent only every 5 s, and not at all
     while blocked on a full pipe; ours exit within a fraction of a second
-    (:func:`audiotree.parallel.parent_death.exit_with_parent`). The loader sets
+    (:func:`audiotree.parallel.parent_death.exit_with_parent`). They also keep
+    the memory they free for reuse (:func:`audiotree.parallel.worker_memory.keep_freed_memory`). The loader sets
     ``parent_pid`` and ``main_thread`` just before it starts workers.
     """
 
@@ -89,6 +91,7 @@ class WorkerInit:
 
     def __call__(self, worker_id: int) -> None:
         exit_with_parent(self.parent_pid, main_thread=self.main_thread)
+        keep_freed_memory()  # see audiotree.parallel.worker_memory: no fresh pages per item
         if self.fn is not None:
             self.fn(worker_id)
 
