@@ -13,7 +13,7 @@ connection (HTTP headers included).
 2. Indexed FLAC: a corpus of ``--flac-files`` FLAC files of 10 s to 10 min at
    mixed rates (8 to 48 kHz), stereo and mono, on S3, indexed (with loudness,
    so each file's seek points are in the index); ``--flac-excerpts`` random 3 s
-   excerpts per file read through ``create_audio_dataset(index=...)``, each
+   excerpts per file read through ``create_audio_dataset(corpus=Corpus(index=...))``, each
    counted at the proxy (requests and bytes), against the goal of at most 2
    requests and 1.5x the excerpt's encoded size + 64 KiB; and the same excerpts
    through the same index without its ``seek_points`` column (format 1.1).
@@ -278,7 +278,7 @@ def _flac_lines(flac: dict, args) -> list[str]:
         f"Indexed FLAC: {len(flac['files'])} files on S3 ({shapes}; {', '.join(f'{r / 1000:g}' for r in rates)} kHz; "
         "mono and stereo), indexed with loudness (each file fetched in one GET; build "
         f"{flac['build_seconds']:.0f} s), then {args.flac_excerpts} random 3 s excerpts per file through "
-        "`create_audio_dataset(index=...)` (default `on_stale=\"error\"`: one freshness lookup per file and process), "
+        "`create_audio_dataset(corpus=Corpus(index=...))` (default `on_stale=\"raise\"`: one freshness lookup per file and process), "
         "each counted at the proxy. The excerpt's encoded size is its share of the file's audio bytes.",
         "",
         "| indexed FLAC, 3 s excerpts | excerpts | GETs per excerpt (mean / max) | lookups (HEAD) | bytes / excerpt's "

@@ -598,7 +598,7 @@ _WORKERS_SCRIPT = textwrap.dedent(
 
     import audiotree.torch as att
     from audiotree import AudioTree
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, create_audio_dataset
 
     def check(batches, expected):
         seen = 0
@@ -611,13 +611,13 @@ _WORKERS_SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         expected = {k: tuple(v) for k, v in EXPECTED.items()}
-        ds = create_audio_dataset(index=INDEX, labels=["speaker", "snr"], duration=0.25, sample_rate=8000,
+        ds = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["speaker", "snr"]), duration=0.25, sample_rate=8000,
                                   num_epochs=None)
         it = ds.to_iter_dataset(grain.ReadOptions(num_threads=0)).batch(4, batch_fn=AudioTree.batch)
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
         assert check(itertools.islice(it, 6), expected) == 24
         del it
-        finite = create_audio_dataset(index=INDEX, labels=["speaker", "snr"], duration=0.25, sample_rate=8000)
+        finite = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["speaker", "snr"]), duration=0.25, sample_rate=8000)
         for method in ("fork", "spawn"):
             loader = att.create_dataloader(finite, batch_size=2, num_workers=2, multiprocessing_context=method)
             batches = list(loader)

@@ -102,7 +102,7 @@ _TEXT_WORKERS = textwrap.dedent(
 
     import audiotree.torch as att
     from audiotree import AudioTree
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, create_audio_dataset
 
     def check(batches, expected):
         seen = 0
@@ -115,13 +115,13 @@ _TEXT_WORKERS = textwrap.dedent(
 
     if __name__ == "__main__":
         expected = EXPECTED
-        ds = create_audio_dataset(index=INDEX, labels=["text", "speaker"], duration=0.1, sample_rate=8000,
+        ds = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["text", "speaker"]), duration=0.1, sample_rate=8000,
                                   num_epochs=None)
         it = ds.to_iter_dataset(grain.ReadOptions(num_threads=0)).batch(4, batch_fn=AudioTree.batch)
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
         assert check(itertools.islice(it, 6), expected) == 24
         del it
-        finite = create_audio_dataset(index=INDEX, labels=["text", "speaker"], duration=0.1, sample_rate=8000)
+        finite = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["text", "speaker"]), duration=0.1, sample_rate=8000)
         for method in ("fork", "spawn"):
             loader = att.create_dataloader(finite, batch_size=2, num_workers=2, multiprocessing_context=method)
             assert check(list(loader), expected) == 3
