@@ -42,6 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
+from audiotree.sources import Corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sections import replace_section, wrap  # noqa: E402
@@ -142,7 +143,7 @@ def equality(corpus: dict, where: str, sources: dict, items: int, tmp: Path) -> 
         "random 1 s": lambda shape: create_audio_dataset(sources=sources[shape], sample_rate=RATE, duration=1.0,
                                                          num_epochs=None, shuffle_seed=1),
         "loudest 1 s, index": lambda shape: create_audio_dataset(
-            index=indexes[shape], sample_rate=RATE, duration=1.0, num_epochs=None, shuffle_seed=2,
+            corpus=Corpus(index=indexes[shape]), sample_rate=RATE, duration=1.0, num_epochs=None, shuffle_seed=2,
             excerpt=ExcerptConfig(strategy="loudest")),
         "whole utterances": lambda shape: create_audio_dataset(sources=sources[shape], sample_rate=RATE,
                                                                duration=None, num_epochs=None, shuffle_seed=3),

@@ -16,7 +16,7 @@ the free disk allow), else at the real file itself (repeated paths).
 Each configuration runs in a fresh interpreter (``--worker``), the dataset a
 user writes for a large corpus::
 
-    ds = create_balanced_audio_dataset(index=INDEX, group_by="group", weights=WEIGHTS, duration=3.0,
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=INDEX, group_by="group"), weights=WEIGHTS, duration=3.0,
                                        sample_rate=16_000, excerpt=ExcerptConfig(strategy=STRATEGY))
     it = ds.to_iter_dataset(read_options=grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
     it = it.batch(32, batch_fn=AudioTree.batch)      # + .mp_prefetch(num_workers=2) for 2 workers
@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from audiotree.sources import Corpus
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -105,7 +106,7 @@ def worker(strategy: str, workers: int, index: str, batches: int) -> None:
 
     cpu_imports, t_imports = bench_worker.tree_cpu_seconds(), time.perf_counter()
     excerpt = ExcerptConfig(strategy=strategy)
-    ds = create_balanced_audio_dataset(index=index, group_by="group", weights=WEIGHTS, duration=DURATION,
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="group"), weights=WEIGHTS, duration=DURATION,
                                        sample_rate=RATE, excerpt=excerpt)
     cpu_built, t_built = bench_worker.tree_cpu_seconds(), time.perf_counter()
     rss_built = _status().get("VmRSS")
@@ -366,7 +367,7 @@ def render(data: dict) -> str:
         "the CPU seconds, not the wall times). Each index repeats the rows of a real index of "
         f"{data['base_files']} files ({data['base_hours'] * 60:.0f} min of audio: speech, music, effects; WAV, FLAC, "
         "MP3, OGG; 16 to 48 kHz; loudness profiles) with every column and the metadata as `audiotree index` wrote "
-        "them. `create_balanced_audio_dataset(index=..., group_by=\"group\", weights=..., duration=3.0, "
+        "them. `create_balanced_audio_dataset(corpus=Corpus(index=..., group_by=\"group\"), weights=..., duration=3.0, "
         "sample_rate=16000, excerpt=ExcerptConfig(strategy=...))`, sync reads, batches of 32, `mp_prefetch` for 2 "
         "workers; one fresh interpreter per row"
         + (f", medians of {runs} runs (every size and configuration once, then again)" if runs > 1 else "")

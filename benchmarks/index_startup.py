@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from audiotree.sources import Corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sections import replace_section, wrap  # noqa: E402
@@ -136,7 +137,7 @@ def _worker(mode: str, target: str) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     common = dict(duration=1.0, sample_rate=16_000, weights={"speech": 0.6, "music": 0.4})
     if mode == "index":
-        ds = create_balanced_audio_dataset(index=target, group_by="group", **common)
+        ds = create_balanced_audio_dataset(corpus=Corpus(index=target, group_by="group"), **common)
     else:
         spec = json.loads(target)
         ds = create_balanced_audio_dataset(sources=spec, **common)

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from audiotree.sources import Corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sections import replace_section, wrap  # noqa: E402
@@ -87,9 +88,9 @@ def worker(config: str, index: str, items: int, warmup: int) -> dict:
 
     common = dict(sample_rate=RATE, duration=3.0, num_epochs=None, shuffle=True)
     if config == "random":
-        ds = create_audio_dataset(index=index, **common)
+        ds = create_audio_dataset(corpus=Corpus(index=index), **common)
     elif config == "loudest_index":
-        ds = create_audio_dataset(index=index, excerpt=ExcerptConfig(strategy="loudest"), **common)
+        ds = create_audio_dataset(corpus=Corpus(index=index), excerpt=ExcerptConfig(strategy="loudest"), **common)
     else:  # the same files, listed without the index: the probe search
         paths = open_index(index).paths()
         ds = create_audio_dataset(filepaths=paths, excerpt=ExcerptConfig(strategy="loudest"), **common)
@@ -117,8 +118,8 @@ def interleaved(index: str, chunks: int, per: int) -> dict:
     from audiotree.sources import create_audio_dataset
 
     common = dict(sample_rate=RATE, duration=3.0, num_epochs=None, shuffle=True)
-    datasets = {"random": create_audio_dataset(index=index, **common),
-                "loudest_index": create_audio_dataset(index=index, excerpt=ExcerptConfig(strategy="loudest"), **common)}
+    datasets = {"random": create_audio_dataset(corpus=Corpus(index=index), **common),
+                "loudest_index": create_audio_dataset(corpus=Corpus(index=index), excerpt=ExcerptConfig(strategy="loudest"), **common)}
     for ds in datasets.values():
         for i in range(8):
             ds[i]

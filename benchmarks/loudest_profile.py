@@ -21,6 +21,7 @@ import timeit
 from pathlib import Path
 
 import numpy as np
+from audiotree.sources import Corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loudest import CORPORA, RATE, build_corpus  # noqa: E402
@@ -31,8 +32,8 @@ def _datasets(index):
     from audiotree.sources import create_audio_dataset
 
     common = dict(sample_rate=RATE, duration=3.0, num_epochs=None, shuffle=True)
-    return (create_audio_dataset(index=index, **common),
-            create_audio_dataset(index=index, excerpt=ExcerptConfig(strategy="loudest"), **common))
+    return (create_audio_dataset(corpus=Corpus(index=index), **common),
+            create_audio_dataset(corpus=Corpus(index=index), excerpt=ExcerptConfig(strategy="loudest"), **common))
 
 
 def _read_all(reads) -> float:

@@ -13,7 +13,7 @@ connection (HTTP headers included).
 2. Indexed FLAC: a corpus of ``--flac-files`` FLAC files of 10 s to 10 min at
    mixed rates (8 to 48 kHz), stereo and mono, on S3, indexed (with loudness,
    so each file's seek points are in the index); ``--flac-excerpts`` random 3 s
-   excerpts per file read through ``create_audio_dataset(index=...)``, each
+   excerpts per file read through ``create_audio_dataset(corpus=Corpus(index=...))``, each
    counted at the proxy (requests and bytes), against the goal of at most 2
    requests and 1.5x the excerpt's encoded size + 64 KiB; and the same excerpts
    through the same index without its ``seek_points`` column (format 1.1).
@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from audiotree.sources import Corpus, Output
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _sections  # noqa: E402
@@ -251,7 +252,7 @@ def _indexed_flac(direct, counts, args) -> dict:
     for name, index in (("table", out), ("none", old)):
         clear_header_cache()
         freshness.clear()
-        ds = create_audio_dataset(index=str(index), duration=3.0, sample_rate=16000, mono=True, num_epochs=None,
+        ds = create_audio_dataset(corpus=Corpus(index=str(index)), output=Output(mono=True), duration=3.0, sample_rate=16000, num_epochs=None,
                                   shuffle_seed=0, excerpt_seed=1, excerpt=ExcerptConfig(strategy="random"))
         seen, excerpts = set(), []
         for i in range(args.flac_excerpts * len(rows)):
@@ -277,7 +278,7 @@ def _flac_lines(flac: dict, args) -> list[str]:
         f"Indexed FLAC: {len(flac['files'])} files on S3 ({shapes}; {', '.join(f'{r / 1000:g}' for r in rates)} kHz; "
         "mono and stereo), indexed with loudness (each file fetched in one GET; build "
         f"{flac['build_seconds']:.0f} s), then {args.flac_excerpts} random 3 s excerpts per file through "
-        "`create_audio_dataset(index=...)` (default `on_stale=\"error\"`: one freshness lookup per file and process), "
+        "`create_audio_dataset(corpus=Corpus(index=...))` (default `on_stale=\"raise\"`: one freshness lookup per file and process), "
         "each counted at the proxy. The excerpt's encoded size is its share of the file's audio bytes.",
         "",
         "| indexed FLAC, 3 s excerpts | excerpts | GETs per excerpt (mean / max) | lookups (HEAD) | bytes / excerpt's "
@@ -378,7 +379,7 @@ def main(argv=None) -> int:
 
         flac = _indexed_flac(direct, counts, args)
 
-        ds = create_audio_dataset("s3://bench/clips", duration=3.0, sample_rate=rate, mono=False, num_epochs=None)
+        ds = create_audio_dataset("s3://bench/clips", duration=3.0, sample_rate=rate, output=Output(mono=False), num_epochs=None)
         runs: dict[int, list[float]] = {0: [], 8: []}
         for _ in range(args.repeats):  # settings interleaved, so machine load hits both alike
             for threads in (0, 8):

@@ -517,12 +517,7 @@ KNOWN_PRIVATE_ATTRIBUTES = {
 NAMEDTUPLE_API = {"_fields", "_asdict", "_replace", "_make", "_field_defaults"}
 
 # Lazy promises broken for now, each with the reason. The test fails once one is kept.
-KNOWN_EAGER_LAZY = {
-    "audiotree.sources: loads audiotree.sources.windowed at import "
-    "(via audiotree.sources -> audiotree.sources.datasets -> audiotree.sources.windowed)":
-        "sources/datasets.py imports WindowConfig at the top; its window arguments are being reworked into "
-        "WindowConfig-only options on another branch (issue #26): import it inside the builder there",
-}
+KNOWN_EAGER_LAZY: dict[str, str] = {}
 
 # Inline spellings of is_int kept for now, each with the reason. The test fails once one is gone.
 KNOWN_REDEFINED_VALIDATORS = {

@@ -23,13 +23,13 @@ INTERNAL = {
 BUDGET = {  # positional parameters allowed before keyword-only ones
     "AudioTree.from_file": 1, "AudioTree.from_manifest": 1, "AudioTree.write": 1, "AudioTree.resample": 1,
     "AudioTree.create": 2, "create_audio_dataset": 2, "create_windowed_audio_dataset": 2, "find_audio_files": 2,
-    "create_balanced_audio_dataset": 3,
+    "create_balanced_audio_dataset": 2,  # (sources, weights): ready datasets are groups of sources now
 }
 
 
 def test_top_level_names():
-    assert set(audiotree.__all__) == {"AudioTree", "ExcerptConfig", "AudioWriter", "TreeWriter", "render", "sources",
-                                      "transforms"}
+    assert set(audiotree.__all__) == {"AudioTree", "ExcerptConfig", "Output", "Order", "Corpus", "AudioWriter",
+                                      "TreeWriter", "render", "sources", "transforms"}
     assert audiotree.render.__module__ == "audiotree.writers.render"
     for name in audiotree.__all__:
         assert getattr(audiotree, name) is not None

@@ -15,6 +15,7 @@ from audiotree.dsp.loudness import integrated_loudness, measure
 from audiotree.dsp.loudness_jax import integrated_loudness_jax, measure_jax
 from audiotree.transforms import kernels as NK
 from audiotree.transforms.jax import kernels as JK
+from audiotree.sources import Output
 
 SR = 16000
 
@@ -289,13 +290,13 @@ def test_full_strategy_reads_whole_files_with_lengths(whole_files):
 def test_whole_file_datasets(whole_files):
     from audiotree.sources import ExcerptConfig, create_audio_dataset, create_balanced_audio_dataset
 
-    ds = create_audio_dataset(filepaths=whole_files, duration=None, shuffle=False, sample_rate=SR, mono=False)
+    ds = create_audio_dataset(filepaths=whole_files, duration=None, shuffle=False, sample_rate=SR, output=Output(mono=False))
     items = [ds[i] for i in range(3)]
     assert [it.samples for it in items] == [it.lengths[0] for it in items]
     batch = AudioTree.batch(items)
     assert batch.waveform.shape[:2] == (3, 2) and batch.lengths.tolist() == [it.samples for it in items]
     same = create_audio_dataset(filepaths=whole_files, excerpt=ExcerptConfig(strategy="full"), shuffle=False,
-                                sample_rate=SR, mono=False)
+                                sample_rate=SR, output=Output(mono=False))
     assert same[1].samples == items[1].samples
     mixed = create_balanced_audio_dataset(
         sources={"a": whole_files[:2], "b": whole_files[2:]}, excerpt=ExcerptConfig(strategy="full", crop_to=1.0),

@@ -126,10 +126,25 @@ def test_max_duration_only_filters_and_crop_to_only_crops():
     from audiotree import ExcerptConfig
 
     filters = set(_uses("max_duration"))
-    assert filters and filters <= set(BUILDERS) | {"CorpusIndex.select"}, filters
+    assert filters == {"Corpus", "CorpusIndex.select"}, filters  # the builders take it in corpus=Corpus(...)
     assert "crop_to" in inspect.signature(ExcerptConfig).parameters
     with pytest.raises(TypeError, match=r"ExcerptConfig\(\) takes crop_to= now, not max_duration="):
         ExcerptConfig(strategy="full", max_duration=2.0)
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_builders_take_at_most_ten_parameters(builder):
+    assert len(SIGNATURES[builder].parameters) <= 10, list(SIGNATURES[builder].parameters)
+
+
+@pytest.mark.parametrize("word,new", [("mono", r"output=Output\(mono=...\)"), ("index", r"corpus=Corpus\(index=...\)"),
+                                      ("shard_options", r"order=Order\(shard_options=...\)"),
+                                      ("on_read_error", r"corpus=Corpus\(on_read_error=...\)")])
+def test_old_loose_options_are_refused_naming_their_option_object(word, new):
+    import audiotree.sources as sources
+
+    with pytest.raises(TypeError, match=rf"create_audio_dataset\(\) takes {new} now, not {word}="):
+        sources.create_audio_dataset("unused", **{word: None})
 
 
 def test_window_settings_go_only_through_a_window_config():

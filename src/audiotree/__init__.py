@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from audiotree.version import __version__ as __version__  # re-exported
 
-__all__ = ["AudioTree", "ExcerptConfig", "AudioWriter", "TreeWriter", "render", "sources", "transforms"]
+__all__ = ["AudioTree", "ExcerptConfig", "Output", "Order", "Corpus", "AudioWriter", "TreeWriter", "render", "sources", "transforms"]
 
 _LAZY = {
     "AudioTree": ("audiotree.core", "AudioTree"),
     "ExcerptConfig": ("audiotree.excerpt", "ExcerptConfig"),
+    "Output": ("audiotree.sources.options", "Output"),
+    "Order": ("audiotree.sources.options", "Order"),
+    "Corpus": ("audiotree.sources.options", "Corpus"),
     "AudioWriter": ("audiotree.writers", "AudioWriter"),
     "TreeWriter": ("audiotree.writers", "TreeWriter"),
     "render": ("audiotree.writers.render", "render"),
@@ -29,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from audiotree import sources, transforms
     from audiotree.core import AudioTree
     from audiotree.excerpt import ExcerptConfig
+    from audiotree.sources.options import Corpus, Order, Output
     from audiotree.writers import AudioWriter, TreeWriter
     from audiotree.writers.render import render
 

@@ -53,7 +53,8 @@ class ChannelMismatchError(ValueError):
         self.file_path, self.channels, self.expected, self.count = str(file_path), int(channels), int(expected), count
         others = "" if not count or count <= 1 else f" (and {count - 1} more file(s) differ)"
         super().__init__(f"'{self.file_path}' has {self.channels} channels but this dataset expects "
-                         f"{self.expected}{others}; pass mono=True, set channels=, or remove the file.")
+                         f"{self.expected}{others}; average the channels (mono=True; Output(mono=True) in a "
+                         "builder), expect this count (Output(channels=...)), or remove the file.")
 
     def cli_message(self) -> str:
         """The same, in the command line's words."""

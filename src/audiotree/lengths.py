@@ -103,7 +103,7 @@ def pad_items(nodes: Sequence[Any], pad_to: int | None) -> list[Any] | None:
         where = nodes[longest].filepath
         raise ValueError(
             f"Item {longest}{' (' + where[0] + ')' if where else ''} has {samples[longest]} samples, more than "
-            f"pad_to={pad_to}; crop it first (ExcerptConfig(strategy='full', max_duration=...)) or pad to more."
+            f"pad_to={pad_to}; crop it first (ExcerptConfig(strategy='full', crop_to=...)) or pad to more."
         )
     windows = [n.lufs_windows for n in nodes if n.lufs_windows is not None]
     window_target = max(int(np.shape(w)[-1]) for w in windows) if windows else 0

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from helpers import run_script
+from audiotree.sources import Corpus, Output
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -97,12 +98,12 @@ def test_channel_mismatch_found_up_front_from_the_index(mixed_channels, tmp_path
 
     index = tmp_path / "index.parquet"
     build_index(mixed_channels, index, loudness=False, executor="serial", show_progress=False)
-    for build in (lambda: create_audio_dataset(index=index, duration=0.2, sample_rate=8000, mono=False),
-                  lambda: create_audio_dataset(index=index, duration=0.2, sample_rate=8000, mono=False, channels=2)):
+    for build in (lambda: create_audio_dataset(corpus=Corpus(index=index), output=Output(mono=False), duration=0.2, sample_rate=8000),
+                  lambda: create_audio_dataset(corpus=Corpus(index=index), output=Output(mono=False, channels=2), duration=0.2, sample_rate=8000)):
         with pytest.raises(ChannelMismatchError) as info:
             build()  # before any item is read
         assert info.value.count == 2 and "mono=True" in str(info.value)
-    assert len(create_audio_dataset(index=index, duration=0.2, sample_rate=8000, mono=True)) == 4
+    assert len(create_audio_dataset(corpus=Corpus(index=index), output=Output(mono=True), duration=0.2, sample_rate=8000)) == 4
 
 
 SIGTERM_IN_FINALISER = """

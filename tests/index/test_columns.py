@@ -17,7 +17,7 @@ from audiotree import AudioTree, ExcerptConfig
 from audiotree.excerpt_search import build_plan
 from audiotree.index import build_index, open_index
 from audiotree.index.columns import open_columns, store_folder
-from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset
+from audiotree.sources import Corpus, create_audio_dataset, create_balanced_audio_dataset
 from audiotree.synth import synthesize
 
 RATE = 16_000
@@ -57,7 +57,7 @@ def test_a_workers_pickle_does_not_grow_with_the_rows(small_index, tmp_path):
     sizes = {}
     for times in (1, 400):
         big = _repeat(index, tmp_path / f"x{times}.parquet", times)
-        ds = create_balanced_audio_dataset(index=big, group_by="group", labels=["speaker", "text"], duration=0.5,
+        ds = create_balanced_audio_dataset(corpus=Corpus(index=big, group_by="group", labels=["speaker", "text"]), duration=0.5,
                                            sample_rate=RATE)
         sizes[times] = len(pickle.dumps(ds))
         clone = pickle.loads(pickle.dumps(ds))
@@ -90,7 +90,7 @@ def test_a_rebuilt_index_gets_a_new_store(small_index, tmp_path):
 def test_a_damaged_store_is_refused_naming_it(small_index, tmp_path, damage):
     index, _ = small_index
     copy = _repeat(index, tmp_path / "d.parquet", 2)
-    rows_ds = create_audio_dataset(index=copy, duration=0.5, sample_rate=RATE, min_duration=2.0)
+    rows_ds = create_audio_dataset(corpus=Corpus(index=copy, min_duration=2.0), duration=0.5, sample_rate=RATE)
     folder = store_folder(str(copy))
     if damage == "truncate":
         path = os.path.join(folder, "duration.bin")
@@ -106,24 +106,24 @@ def test_a_damaged_store_is_refused_naming_it(small_index, tmp_path, damage):
         if damage == "selection":
             pickle.loads(pickle.dumps(rows_ds))[0]
         else:
-            create_audio_dataset(index=copy, duration=0.5, sample_rate=RATE)
+            create_audio_dataset(corpus=Corpus(index=copy), duration=0.5, sample_rate=RATE)
 
 
 def test_group_by_a_text_or_numeric_label(small_index):
     index, files = small_index
-    ds = create_balanced_audio_dataset(index=index, group_by="text", labels=["text"], duration=0.5,
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="text", labels=["text"]), duration=0.5,
                                        sample_rate=RATE)
     batch = AudioTree.batch([ds[i] for i in range(24)])
     assert {s for s in batch.source} == {f"words {k} ünï" for k in range(6)}
     assert all(s == t for s, t in zip(batch.source, batch.extras["text"]))
-    ds = create_balanced_audio_dataset(index=index, group_by="snr", duration=0.5, sample_rate=RATE)
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="snr"), duration=0.5, sample_rate=RATE)
     assert {ds[i].source[0] for i in range(24)} == {f"{k}.5" for k in range(6)}
 
 
 def test_repeated_paths_are_rows_of_their_own(small_index, tmp_path):
     index, _ = small_index
     big = _repeat(index, tmp_path / "r.parquet", 5)
-    ds = create_audio_dataset(index=big, duration=0.5, sample_rate=RATE, shuffle=False, labels=["speaker"])
+    ds = create_audio_dataset(corpus=Corpus(index=big, labels=["speaker"]), duration=0.5, sample_rate=RATE, shuffle=False)
     first = [ds[i] for i in range(30)]
     assert [str(t.filepath[0]) for t in first[:6]] == [str(t.filepath[0]) for t in first[6:12]]
 
@@ -177,7 +177,7 @@ def test_skip_silent_flags_are_computed_once_and_kept(small_index, tmp_path):
     build_index({"speech": os.path.dirname(root), "quiet": os.path.dirname(quiet)}, out, executor="serial",
                 show_progress=False)
     excerpt = ExcerptConfig(strategy="loudest", lufs_cutoff=-40.0, skip_silent=True)
-    ds = create_audio_dataset(index=out, duration=1.0, sample_rate=RATE, excerpt=excerpt)
+    ds = create_audio_dataset(corpus=Corpus(index=out), duration=1.0, sample_rate=RATE, excerpt=excerpt)
     assert len(open_index(out)) == 7 and len(ds) == 6
     assert all("quiet" not in str(ds[i].filepath[0]) for i in range(9))
     kept = [n for n in os.listdir(store_folder(str(out))) if n.startswith("qualifying-")]
@@ -197,7 +197,7 @@ def test_the_manifest_records_the_index_it_came_from(small_index):
 def test_a_store_closes_the_files_it_opened(small_index, tmp_path):
     index, _ = small_index
     copy = _repeat(index, tmp_path / "f.parquet", 2)
-    rows = create_audio_dataset(index=copy, duration=0.5, sample_rate=RATE, min_duration=2.0)
+    rows = create_audio_dataset(corpus=Corpus(index=copy, min_duration=2.0), duration=0.5, sample_rate=RATE)
     store = open_columns(open_index(copy))
     name = store.save_selection(np.array([1, 3], dtype=np.int64))
     assert store.selection_row(name, 1) == 3 and store.string("path", 0) and store.value("size", 2) > 0
@@ -219,7 +219,7 @@ def test_a_file_shorter_than_the_excerpt_takes_its_lufs_from_the_profile(tmp_pat
     short = _write(tmp_path / "s" / "short.wav", 1.3, seed=7, group="music")
     out = tmp_path / "short.parquet"
     build_index(os.path.dirname(short), out, executor="serial", show_progress=False)
-    ds = create_audio_dataset(index=out, duration=3.0, sample_rate=RATE, excerpt=ExcerptConfig(strategy="loudest"))
+    ds = create_audio_dataset(corpus=Corpus(index=out), duration=3.0, sample_rate=RATE, excerpt=ExcerptConfig(strategy="loudest"))
     item = ds[0]
     profile = open_index(out, columns="all").profile(0)
     reading = ProfileRowPlan(profile, duration=3.0, cutoff=-70.0, keep_profiles=True).whole()

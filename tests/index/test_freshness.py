@@ -15,7 +15,7 @@ import soundfile
 from audiotree.errors import AudioReadError
 from audiotree.index import ON_STALE, StaleFileError, build_index, freshness
 from audiotree.index.reader import check_on_stale
-from audiotree.sources import create_audio_dataset, WindowConfig, create_windowed_audio_dataset
+from audiotree.sources import Corpus, WindowConfig, create_audio_dataset, create_windowed_audio_dataset
 
 RATE = 16_000
 
@@ -54,7 +54,7 @@ def test_trust_is_a_policy():
 
 def test_a_local_file_edited_during_a_run_is_caught_at_its_next_item(indexed):
     a, out = indexed
-    ds = create_audio_dataset(index=out, duration=0.5, sample_rate=RATE, shuffle=False, num_epochs=3)
+    ds = create_audio_dataset(corpus=Corpus(index=out), duration=0.5, sample_rate=RATE, shuffle=False, num_epochs=3)
     assert ds[0].filepath == [str(a)]
     _write(a, 1.0, 3)  # rewritten between two items of the same file
     with pytest.raises(StaleFileError, match="size changed"):
@@ -66,12 +66,12 @@ def test_trust_reads_a_changed_local_file_as_it_is(indexed):
     a, out = indexed
     _write(a, 1.0, 3)  # half its indexed length
     with pytest.raises(StaleFileError):
-        create_audio_dataset(index=out, duration=None, sample_rate=RATE, shuffle=False)[0]
-    whole = create_audio_dataset(index=out, duration=None, sample_rate=RATE, shuffle=False, on_stale="trust")
+        create_audio_dataset(corpus=Corpus(index=out), duration=None, sample_rate=RATE, shuffle=False)[0]
+    whole = create_audio_dataset(corpus=Corpus(index=out, on_stale="trust"), duration=None, sample_rate=RATE, shuffle=False)
     assert whole[0].filepath == [str(a)] and whole[0].waveform.shape == (1, 1, RATE)  # on disk now; the row says 2 s
     # The risk: what was planned from the row may not fit. A window past the new end fails, naming the file.
-    windowed = create_windowed_audio_dataset(index=out, window=WindowConfig(duration=0.5, hop=0.5, jitter=False), sample_rate=RATE,
-                                             shuffle=False, on_stale="trust")
+    windowed = create_windowed_audio_dataset(corpus=Corpus(index=out, on_stale="trust"), window=WindowConfig(duration=0.5, hop=0.5, jitter=False), sample_rate=RATE,
+                                             shuffle=False)
     assert windowed[0].filepath == [str(a)]
     with pytest.raises(AudioReadError, match=r"a\.wav.*past the end.*says it lasts 2\.000 s"):
         [windowed[i] for i in range(len(windowed))]

@@ -16,7 +16,7 @@ import soundfile
 from click.testing import CliRunner
 
 from audiotree.index import export_lhotse, import_kaldi, import_lhotse, open_index
-from audiotree.sources import create_audio_dataset
+from audiotree.sources import Corpus, create_audio_dataset
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "corpora")
 sys.path.insert(0, os.path.abspath(DATA))
@@ -71,7 +71,7 @@ def test_kaldi_import(kaldi_dir):
     # Transcripts are text labels (strings in items), speakers categories.
     assert open_index(out).meta["labels"]["text"] == {"kind": "text"}
     assert open_index(out).meta["labels"]["speaker"]["kind"] == "category"
-    ds = create_audio_dataset(index=out, duration=None, shuffle=False, sample_rate=16000, labels=["speaker"])
+    ds = create_audio_dataset(corpus=Corpus(index=out, labels=["speaker"]), duration=None, shuffle=False, sample_rate=16000)
     ix = open_index(out)
     for i in range(len(ds)):
         ref, _ = soundfile.read(ix.paths()[i], start=round(ix.column("start")[i] * 16000),

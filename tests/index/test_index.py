@@ -29,6 +29,7 @@ from audiotree.index import (
 )
 from audiotree.io import AudioFile
 from audiotree.synth import synthesize
+from audiotree.sources import Corpus
 
 RATE = 16_000
 
@@ -455,7 +456,7 @@ def test_datasets_start_from_the_index_alone(corpus, tmp_path):
     for path in files2.values():
         os.remove(path)  # no folder, no header left: only the index can be read now
     with pytest.warns(UserWarning, match="1 unreadable row"):
-        ds = create_audio_dataset(index=out, duration=0.5, sample_rate=RATE, shuffle=False)
+        ds = create_audio_dataset(corpus=Corpus(index=out), duration=0.5, sample_rate=RATE, shuffle=False)
     assert len(ds) == 5
     with pytest.raises(StaleFileError, match=r"m1\.wav' changed since the corpus index .*no longer exists.*audiotree index"):
         ds[0]
@@ -467,20 +468,20 @@ def test_create_audio_dataset_from_an_index(built, corpus):
 
     out, _ = built
     with pytest.warns(UserWarning, match="unreadable"):
-        ds = create_audio_dataset(index=out, duration=0.5, sample_rate=RATE, shuffle=False)
+        ds = create_audio_dataset(corpus=Corpus(index=out), duration=0.5, sample_rate=RATE, shuffle=False)
     batch = AudioTree.batch([ds[i] for i in range(len(ds))])
     assert batch.waveform.shape == (5, 1, RATE // 2)
     assert sorted(batch.source) == ["music", "music", "speech", "speech", "speech"]
     with pytest.warns(UserWarning):
-        short = create_audio_dataset(index=out, duration=0.5, sample_rate=RATE, min_duration=1.0, max_duration=3.0)
+        short = create_audio_dataset(corpus=Corpus(index=out, min_duration=1.0, max_duration=3.0), duration=0.5, sample_rate=RATE)
     assert sorted(os.path.basename(ds_item.filepath[0]) for ds_item in (short[i] for i in range(len(short)))) == \
         ["a.wav", "c.ogg"]
     with pytest.raises(ValueError, match="not both"):
-        create_audio_dataset(corpus[0], index=out)
-    with pytest.raises(ValueError, match="need index="):
-        create_audio_dataset(corpus[0], labels=["speaker"])
+        create_audio_dataset(corpus[0], corpus=Corpus(index=out))
+    with pytest.raises(ValueError, match=r"need Corpus\(index="):
+        create_audio_dataset(corpus[0], corpus=Corpus(labels=["speaker"]))
     with pytest.raises(ValueError, match="on_stale"):
-        create_audio_dataset(index=out, on_stale="ignore")
+        create_audio_dataset(corpus=Corpus(index=out, on_stale="ignore"))
 
 
 def test_balanced_dataset_from_indexes_and_group_by(built, corpus, tmp_path):
@@ -496,15 +497,15 @@ def test_balanced_dataset_from_indexes_and_group_by(built, corpus, tmp_path):
     sources = AudioTree.batch([ds[i] for i in range(64)]).source
     assert set(sources) == {"speech", "music"} and sources.count("speech") > sources.count("music")
     with pytest.warns(UserWarning, match="unreadable"):
-        grouped = create_balanced_audio_dataset(index=out, group_by="group", duration=0.5, sample_rate=RATE)
+        grouped = create_balanced_audio_dataset(corpus=Corpus(index=out, group_by="group"), duration=0.5, sample_rate=RATE)
     items = [grouped[i] for i in range(40)]
     assert {(it.source[0], "speech" in it.filepath[0]) for it in items} == {("speech", True), ("music", False)}
     with pytest.warns(UserWarning, match="unreadable"):
-        windowed = create_balanced_audio_dataset(index=out, group_by="group", sample_rate=RATE,
+        windowed = create_balanced_audio_dataset(corpus=Corpus(index=out, group_by="group"), sample_rate=RATE,
                                                  window=WindowConfig(duration=0.5, lufs_window_sec=0.5))
     assert {windowed[i].source[0] for i in range(20)} == {"speech", "music"}
     with pytest.raises(ValueError, match="group_by"):
-        create_balanced_audio_dataset(index=out)
+        create_balanced_audio_dataset(corpus=Corpus(index=out))
 
 
 def test_group_by_a_label_column(corpus, tmp_path):
@@ -517,13 +518,13 @@ def test_group_by_a_label_column(corpus, tmp_path):
     out = tmp_path / "g.parquet"
     build_index({"speech": str(root / "speech")}, out, executor="serial", show_progress=False, labels=labels,
                 loudness=False)
-    ds = create_balanced_audio_dataset(index=out, group_by="speaker", labels=["speaker"], duration=0.5,
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=out, group_by="speaker", labels=["speaker"]), duration=0.5,
                                        sample_rate=RATE)
     batch = AudioTree.batch([ds[i] for i in range(16)])
     by_source = {(src, int(spk)) for src, spk in zip(batch.source, batch.extras["speaker"])}
     assert by_source == {("alice", 0), ("bob", 1)}
     with pytest.raises(ValueError, match=r"g\.parquet has no column 'accent' to group by"):
-        create_balanced_audio_dataset(index=out, group_by="accent")  # names the index and its columns
+        create_balanced_audio_dataset(corpus=Corpus(index=out, group_by="accent"))  # names the index and its columns
 
 
 def test_windowed_dataset_from_an_index_uses_its_durations_and_profiles(tmp_path):
@@ -533,7 +534,7 @@ def test_windowed_dataset_from_an_index_uses_its_durations_and_profiles(tmp_path
     loud = _write(tmp_path / "w" / "loud.wav", 6.0, seed=2, group="music")
     out = tmp_path / "w.parquet"
     build_index(str(tmp_path / "w"), out, executor="serial", show_progress=False)
-    ds = create_windowed_audio_dataset(index=out, window=WindowConfig(duration=1.0, lufs_window_sec=1.0, lufs_cutoff=-60.0), sample_rate=RATE, shuffle=False)
+    ds = create_windowed_audio_dataset(corpus=Corpus(index=out), window=WindowConfig(duration=1.0, lufs_window_sec=1.0, lufs_cutoff=-60.0), sample_rate=RATE, shuffle=False)
     assert {ds[i].filepath[0] for i in range(len(ds))} == {loud}
     view = load_window_lufs(out, lufs_window_sec=1.0)
     measured = precompute_window_lufs([loud], 1.0, mono=True)[loud]
@@ -552,21 +553,21 @@ def test_staleness_policies(tmp_path):
     out = tmp_path / "s.parquet"
     build_index(str(tmp_path / "s"), out, executor="serial", show_progress=False)
     _write(tmp_path / "s" / "a.wav", 1.2, seed=3)  # changed after indexing
-    kwargs = dict(index=out, sample_rate=RATE, shuffle=False)
+    kwargs = dict(sample_rate=RATE, shuffle=False)
     with pytest.raises(StaleFileError) as info:
-        create_audio_dataset(**kwargs)[0]
+        create_audio_dataset(**kwargs, corpus=Corpus(index=out))[0]
     message = str(info.value)
     assert a in message and "size changed" in message and f"--out {out}" in message
     assert info.value.file_path == a
-    skipping = create_audio_dataset(**kwargs, on_stale="skip")
+    skipping = create_audio_dataset(**kwargs, corpus=Corpus(index=out, on_stale="skip"))
     assert skipping[0] is None and skipping[1] is not None
-    reprobed = create_audio_dataset(**kwargs, on_stale="reprobe")[0]
+    reprobed = create_audio_dataset(**kwargs, corpus=Corpus(index=out, on_stale="reprobe"))[0]
     assert reprobed.filepath == [a] and reprobed.waveform.shape == (1, 1, RATE)
-    windowed = create_windowed_audio_dataset(**kwargs, on_stale="reprobe", window=WindowConfig(hop=0.5, jitter=False))
+    windowed = create_windowed_audio_dataset(**kwargs, corpus=Corpus(index=out, on_stale="reprobe"), window=WindowConfig(hop=0.5, jitter=False))
     offsets = [float(windowed[i].offset[0]) for i in range(len(windowed)) if windowed[i].filepath == [a]]
     assert offsets and max(offsets) <= 0.2 + 1e-9  # clamped to the file as it is now
     with pytest.raises(StaleFileError):
-        create_windowed_audio_dataset(**kwargs)[0]
+        create_windowed_audio_dataset(**kwargs, corpus=Corpus(index=out))[0]
 
 
 def test_labels_reach_items_and_batches(corpus, tmp_path):
@@ -578,14 +579,14 @@ def test_labels_reach_items_and_batches(corpus, tmp_path):
                                               f"{files['s3']},alice,3.5"])
     out = tmp_path / "l.parquet"
     build_index({"speech": str(root / "speech")}, out, executor="serial", show_progress=False, labels=labels)
-    ds = create_audio_dataset(index=out, labels=["speaker", "snr"], duration=0.5, sample_rate=RATE)
+    ds = create_audio_dataset(corpus=Corpus(index=out, labels=["speaker", "snr"]), duration=0.5, sample_rate=RATE)
     batch = AudioTree.batch([ds[i] for i in range(3)])
     expected = {files["s1"]: (0, 1.5), files["s2"]: (1, 2.5), files["s3"]: (0, 3.5)}
     assert batch.extras["speaker"].dtype == np.int32 and batch.extras["speaker"].shape == (3,)
     got = {p: (int(s), float(n)) for p, s, n in zip(batch.filepath, batch.extras["speaker"], batch.extras["snr"])}
     assert got == expected
     with pytest.raises(ValueError, match=r"no label column\(s\) \['class'\]"):
-        create_audio_dataset(index=out, labels=["class"])
+        create_audio_dataset(corpus=Corpus(index=out, labels=["class"]))
 
 
 _WORKERS_SCRIPT = textwrap.dedent(
@@ -597,7 +598,7 @@ _WORKERS_SCRIPT = textwrap.dedent(
 
     import audiotree.torch as att
     from audiotree import AudioTree
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, create_audio_dataset
 
     def check(batches, expected):
         seen = 0
@@ -610,13 +611,13 @@ _WORKERS_SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         expected = {k: tuple(v) for k, v in EXPECTED.items()}
-        ds = create_audio_dataset(index=INDEX, labels=["speaker", "snr"], duration=0.25, sample_rate=8000,
+        ds = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["speaker", "snr"]), duration=0.25, sample_rate=8000,
                                   num_epochs=None)
         it = ds.to_iter_dataset(grain.ReadOptions(num_threads=0)).batch(4, batch_fn=AudioTree.batch)
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
         assert check(itertools.islice(it, 6), expected) == 24
         del it
-        finite = create_audio_dataset(index=INDEX, labels=["speaker", "snr"], duration=0.25, sample_rate=8000)
+        finite = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["speaker", "snr"]), duration=0.25, sample_rate=8000)
         for method in ("fork", "spawn"):
             loader = att.create_dataloader(finite, batch_size=2, num_workers=2, multiprocessing_context=method)
             batches = list(loader)

@@ -11,6 +11,7 @@ import pytest
 import soundfile as sf
 
 from audiotree.index import build_index, open_index
+from audiotree.sources import Corpus
 
 RATE = 16000
 
@@ -69,7 +70,7 @@ def _check_refused(path, message):
     from audiotree.sources import ExcerptConfig, create_audio_dataset
 
     with pytest.raises(ValueError, match=r"bad-profile\.parquet: row 1"):
-        create_audio_dataset(index=path, sample_rate=RATE, duration=1.0,
+        create_audio_dataset(corpus=Corpus(index=path), sample_rate=RATE, duration=1.0,
                              excerpt=ExcerptConfig(strategy="loudest", lufs_cutoff=-40))
 
 

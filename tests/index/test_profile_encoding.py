@@ -16,6 +16,7 @@ from audiotree.index.profile import ZERO_BLOCK, decode_profile, encode_profile, 
 from audiotree.io import AudioFile
 from audiotree.synth import synthesize
 from helpers import index_as_format_1_0
+from audiotree.sources import Corpus
 
 RATE = 8000
 # Quantisation (0.005 dB) plus float32's rounding of the decoded mean square (~3e-7 dB).
@@ -182,7 +183,7 @@ def test_a_format_1_0_index_opens_and_reads_exactly_as_before(corpus, tmp_path):
     cache = load_window_lufs(old, lufs_window_sec=0.4)
     np.testing.assert_array_equal(cache.lufs[ix.paths()[1]],
                                   window_loudness(ix.profile(1), 4, hop_blocks=4).astype(np.float32))
-    ds = create_audio_dataset(index=old, sample_rate=RATE, duration=2.0, shuffle_seed=0,
+    ds = create_audio_dataset(corpus=Corpus(index=old), sample_rate=RATE, duration=2.0, shuffle_seed=0,
                               excerpt=ExcerptConfig(strategy="loudest", lufs_cutoff=-40))
     assert all(float(ds[i].lufs[0]) > -40 for i in range(6))
 

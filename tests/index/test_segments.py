@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from audiotree import ExcerptConfig
 from audiotree.index import build_index, open_index
 from audiotree.io.segment import open_audio
-from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset
+from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset
 
 RATE = 16_000
 
@@ -76,7 +76,7 @@ def test_segment_rows_and_columns(corpus):
 def test_whole_segments_are_sample_exact_against_soundfile(corpus):
     out = _build(corpus)
     ix = open_index(out)
-    ds = create_audio_dataset(index=out, duration=None, shuffle=False, sample_rate=RATE, labels=["speaker"])
+    ds = create_audio_dataset(corpus=Corpus(index=out, labels=["speaker"]), duration=None, shuffle=False, sample_rate=RATE)
     assert len(ds) == 5
     for i, (path, start, end) in enumerate(zip(ix.paths(), ix.column("start"), ix.column("end"))):
         ref, _ = soundfile.read(path, start=round(start * RATE), stop=round(end * RATE), dtype="float32")
@@ -93,7 +93,7 @@ def test_excerpts_and_loudest_stay_inside_the_segment(corpus):
     ix = open_index(out)
     starts, ends = ix.column("start"), ix.column("end")
     for excerpt in (ExcerptConfig(), ExcerptConfig(strategy="loudest", lufs_cutoff=-60)):
-        ds = create_audio_dataset(index=out, duration=1.0, shuffle=True, num_epochs=4, sample_rate=RATE,
+        ds = create_audio_dataset(corpus=Corpus(index=out), duration=1.0, shuffle=True, num_epochs=4, sample_rate=RATE,
                                   excerpt=excerpt)
         for k in range(len(ds)):
             item = ds[k]
@@ -111,18 +111,18 @@ def test_excerpts_and_loudest_stay_inside_the_segment(corpus):
 def test_padding_never_takes_audio_from_outside(corpus):
     out = _build(corpus)
     # u4 is 0.5 s: a 2 s excerpt is the segment then zeros (the file goes on after it).
-    ds = create_audio_dataset(index=out, duration=2.0, shuffle=False, sample_rate=RATE, excerpt=ExcerptConfig(
+    ds = create_audio_dataset(corpus=Corpus(index=out), duration=2.0, shuffle=False, sample_rate=RATE, excerpt=ExcerptConfig(
         strategy="start"))
     ix = open_index(out)
     i = list(ix.column("id")).index("u4")
     item = ds[i]
     assert np.count_nonzero(item.waveform[0, 0, 8000:]) == 0
     assert np.count_nonzero(item.waveform[0, 0, :8000]) > 7000
-    reflect = create_audio_dataset(index=out, duration=2.0, shuffle=False, sample_rate=RATE, pad_mode="reflect",
+    reflect = create_audio_dataset(corpus=Corpus(index=out), output=Output(pad_mode="reflect"), duration=2.0, shuffle=False, sample_rate=RATE,
                                    excerpt=ExcerptConfig(strategy="start"))[i]
     ref, _ = soundfile.read(ix.paths()[i], start=16000, stop=24000, dtype="float32")
     assert set(np.round(reflect.waveform[0, 0], 6)) <= set(np.round(ref, 6))  # reflected from the segment only
-    loud = create_audio_dataset(index=out, duration=2.0, shuffle=False, sample_rate=RATE,
+    loud = create_audio_dataset(corpus=Corpus(index=out), duration=2.0, shuffle=False, sample_rate=RATE,
                                 excerpt=ExcerptConfig(strategy="loudest", lufs_cutoff=-60))[i]
     assert np.count_nonzero(loud.waveform[0, 0, 8000:]) == 0
 
@@ -141,10 +141,9 @@ def test_lossy_segment_bounds_within_tolerance(tmp_path):
 
 def test_durations_filters_and_group_by_work_on_segments(corpus):
     out = _build(corpus)
-    ds = create_audio_dataset(index=out, duration=None, shuffle=False, sample_rate=RATE, min_duration=2.0)
+    ds = create_audio_dataset(corpus=Corpus(index=out, min_duration=2.0), duration=None, shuffle=False, sample_rate=RATE)
     assert len(ds) == 3  # u2 (4.125 s), u3 (2 s), u5 (3.6 s)
-    mix = create_balanced_audio_dataset(index=out, group_by="speaker", duration=0.5, sample_rate=RATE,
-                                        labels=["speaker"], weights={"spk1": 1, "spk2": 1})
+    mix = create_balanced_audio_dataset(corpus=Corpus(index=out, group_by="speaker", labels=["speaker"]), duration=0.5, sample_rate=RATE, weights={"spk1": 1, "spk2": 1})
     seen = {int(mix[k].extras["speaker"][0]) for k in range(8)}
     assert seen == {0, 1}
 
@@ -239,7 +238,7 @@ def test_window_sampling_refuses_a_segment_index(corpus):
 
     out = _build(corpus)
     with pytest.raises(ValueError, match="is a segment index"):
-        create_windowed_audio_dataset(index=out, window=WindowConfig(duration=0.5), sample_rate=RATE)
+        create_windowed_audio_dataset(corpus=Corpus(index=out), window=WindowConfig(duration=0.5), sample_rate=RATE)
 
 
 def test_a_damaged_segment_index_is_refused(corpus, tmp_path):

@@ -20,7 +20,7 @@ from audiotree.core import AudioTree
 from audiotree.errors import AudioReadError
 from audiotree.io import AudioFile, probe
 from audiotree.io.decode import MP3_ESTIMATE_TOLERANCE_FRAMES
-from audiotree.sources import create_audio_dataset
+from audiotree.sources import Corpus, create_audio_dataset
 from audiotree.synth import synthesize
 
 RATE = 16000
@@ -60,15 +60,15 @@ def _assert_names_file(exc: AudioReadError, path: str, *words: str) -> None:
 
 def _excerpt_policies(path: str) -> None:
     """Inside a dataset the bad file goes through every on_read_error policy."""
-    ds = create_audio_dataset(filepaths=[path], duration=0.3, sample_rate=RATE, on_read_error="raise")
+    ds = create_audio_dataset(filepaths=[path], duration=0.3, sample_rate=RATE, corpus=Corpus(on_read_error="raise"))
     with pytest.raises(AudioReadError) as info:
         ds[0]
     assert info.value.file_path == path
     with pytest.warns(UserWarning, match="Skipping unreadable audio"):
-        assert create_audio_dataset(filepaths=[path], duration=0.3, sample_rate=RATE, on_read_error="warn")[0] is None
+        assert create_audio_dataset(filepaths=[path], duration=0.3, sample_rate=RATE, corpus=Corpus(on_read_error="warn"))[0] is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert create_audio_dataset(filepaths=[path], duration=0.3, sample_rate=RATE, on_read_error="skip")[0] is None
+        assert create_audio_dataset(filepaths=[path], duration=0.3, sample_rate=RATE, corpus=Corpus(on_read_error="skip"))[0] is None
 
 
 # ---------------------------------------------------------------- the issue's four examples

@@ -23,6 +23,7 @@ from audiotree.io.flac_indexed import FlacSeekFile, clear_header_cache, seek_hin
 from audiotree.io.flac_seek import header_seek_points, seek_points
 
 from test_storage import http, http_server  # noqa: F401 - the Range-honouring HTTP server fixtures
+from audiotree.sources import Corpus, Output
 
 pytest.importorskip("av")
 
@@ -258,11 +259,11 @@ def test_a_build_stores_each_flac_files_seek_points_and_reads_it_once(s3flac):
     assert all(row["seek_points"] is None for row in _rows(bare))
 
 
-def _dataset(out, **kwargs):
+def _dataset(out, *, on_stale="raise", **kwargs):
     from audiotree.sources import create_audio_dataset
 
-    return create_audio_dataset(index=str(out), duration=3.0, sample_rate=16000, mono=True, num_epochs=1,
-                                shuffle_seed=1, excerpt_seed=2, **kwargs)
+    return create_audio_dataset(corpus=Corpus(index=str(out), on_stale=on_stale), output=Output(mono=True),
+                                duration=3.0, sample_rate=16000, num_epochs=1, shuffle_seed=1, excerpt_seed=2, **kwargs)
 
 
 def _item_requests(s3flac, out, **kwargs):

@@ -19,7 +19,7 @@ import soundfile
 from audiotree.errors import AudioReadError
 from audiotree.io import AudioFile, parquet_audio
 from audiotree.io.members import open_member, parquet_url, parse
-from audiotree.sources import create_audio_dataset
+from audiotree.sources import Corpus, create_audio_dataset
 from container_factories import RATE, flac_bytes
 from test_storage import http_server  # noqa: F401 (the HTTP server of the storage tests)
 
@@ -126,7 +126,7 @@ def test_null_and_undecodable_cells_name_the_file_and_row(tmp_path, layout):
     with pytest.raises(AudioReadError, match=r"row_group=1&row=1::.*nulls\.parquet"):
         ds[4]
     skipped = create_audio_dataset(sources=str(path), sample_rate=RATE, duration=None, shuffle=False,
-                                   on_read_error="skip")
+                                   corpus=Corpus(on_read_error="skip"))
     got = [skipped[i] for i in range(6)]
     assert [g is None for g in got] == [False, False, True, False, True, True]
 

@@ -26,7 +26,7 @@ import soundfile
 
 from audiotree.errors import AudioReadError
 from audiotree.io import AudioFile, probe, remote_file, storage
-from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset, find_audio_files
+from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset, find_audio_files
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 SECRET = "s3cr3t-value-never-shown"
@@ -457,7 +457,7 @@ def test_s3_object_deleted_between_listing_and_reading(s3):
     with pytest.raises(AudioReadError, match=r"'s3://bucket/doomed/a\.wav'.*HTTP 404"):
         ds[0]
     kept = create_audio_dataset(filepaths=["s3://bucket/doomed/a.wav", "s3://bucket/doomed/b.wav"], duration=0.25,
-                                sample_rate=16000, shuffle=False, on_read_error="skip")
+                                sample_rate=16000, shuffle=False, corpus=Corpus(on_read_error="skip"))
     assert kept[0] is None and kept[1] is not None
 
 
@@ -604,9 +604,9 @@ def test_s3_dataset_from_s3_index_reads_s3_audio(s3, tmp_path):
                 executor="serial", show_progress=False)
     build_index({g: [str(s3["local"] / g)] for g in ("speech", "music")}, tmp_path / "ds.parquet",
                 executor="serial", show_progress=False)
-    kwargs = dict(duration=0.5, sample_rate=16000, shuffle_seed=3, excerpt_seed=4, num_epochs=1, measure_lufs=True)
-    remote = create_audio_dataset(index="s3://bucket/ds.parquet", **kwargs)
-    local = create_audio_dataset(index=str(tmp_path / "ds.parquet"), **kwargs)
+    kwargs = dict(duration=0.5, sample_rate=16000, shuffle_seed=3, excerpt_seed=4, num_epochs=1, output=Output(measure_lufs=True))
+    remote = create_audio_dataset(corpus=Corpus(index="s3://bucket/ds.parquet"), **kwargs)
+    local = create_audio_dataset(corpus=Corpus(index=str(tmp_path / "ds.parquet")), **kwargs)
     assert len(remote) == len(local) > 0
     for i in range(len(remote)):
         a, b = remote[i], local[i]

@@ -21,7 +21,7 @@ from audiotree.index import build_index, open_index
 from audiotree.io import AudioFile, remote_file, storage
 from audiotree.io.members import parse, tar_url
 from audiotree.io.tar_shards import list_shard
-from audiotree.sources import create_audio_dataset
+from audiotree.sources import Corpus, create_audio_dataset
 from container_factories import RATE, add_member, flac_bytes, make_corpus
 from test_storage import (  # noqa: F401 (the servers of the storage tests)
     GCS_OPTIONS,
@@ -89,7 +89,7 @@ def test_s3_index_over_shards_then_loudest_equals_the_local_folder(s3_corpus, tm
     for shape in ("folder", "shards", "parquet"):
         out = tmp_path / f"{shape}.parquet"
         build_index(sources[shape], out, executor="serial", show_progress=False)
-        waves[shape] = _waves(create_audio_dataset(index=out, sample_rate=RATE, duration=0.25, num_epochs=1,
+        waves[shape] = _waves(create_audio_dataset(corpus=Corpus(index=out), sample_rate=RATE, duration=0.25, num_epochs=1,
                                                    excerpt=ExcerptConfig(strategy="loudest")))
     _same(waves["shards"], waves["folder"])
     _same(waves["parquet"], waves["folder"])
@@ -242,7 +242,7 @@ def _forget_requests(proxy) -> None:
 def test_gcs_shards_equal_the_same_shards_locally(gcs_corpus):
     local, options = gcs_corpus["local"], gcs_corpus["options"]
     build = dict(sample_rate=RATE, duration=0.5, num_epochs=2, shuffle_seed=4)
-    remote = create_audio_dataset(sources=_gcs_shards(local), storage_options=options, **build)
+    remote = create_audio_dataset(sources=_gcs_shards(local), corpus=Corpus(storage_options=options), **build)
     assert all(parse(x.filepath[0]).container.startswith("gs://shapes/shards/train-")
                for x in itertools.islice(iter(remote.to_iter_dataset(SYNC)), 3))
     waves = [np.asarray(x.waveform) for x in remote.to_iter_dataset(SYNC)]  # 0 workers
@@ -257,8 +257,8 @@ def test_gcs_index_over_brace_shards_equals_the_local_index(gcs_corpus, tmp_path
     for where, source in (("gcs", _gcs_shards(local)), ("local", _local_shards(local))):
         out = tmp_path / f"{where}.parquet"
         build_index(source, out, executor="serial", show_progress=False, storage_options=options)
-        ds = create_audio_dataset(index=out, sample_rate=RATE, duration=0.25, num_epochs=1, shuffle_seed=2,
-                                  excerpt=ExcerptConfig(strategy="loudest"), storage_options=options)
+        ds = create_audio_dataset(corpus=Corpus(index=out, storage_options=options), sample_rate=RATE, duration=0.25, num_epochs=1, shuffle_seed=2,
+                                  excerpt=ExcerptConfig(strategy="loudest"))
         waves[where] = [np.asarray(x.waveform) for x in ds.to_iter_dataset(SYNC)]
     _same(waves["gcs"], waves["local"])
     ix = open_index(tmp_path / "gcs.parquet", columns="all")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from audiotree.sources import (
+    Corpus,
     WindowConfig,
     create_audio_dataset,
     create_balanced_audio_dataset,
@@ -74,7 +75,7 @@ def test_without_options_there_are_no_credentials(options):
 def test_create_audio_dataset_reads_s3_with_storage_options_only(options, s3):
     local = create_audio_dataset(sources=str(s3["local"] / "speech"), sample_rate=16000, duration=0.5, num_epochs=1)
     remote = create_audio_dataset(sources="s3://options-bucket/speech", sample_rate=16000, duration=0.5, num_epochs=1,
-                                  storage_options=options)
+                                  corpus=Corpus(storage_options=options))
     assert len(remote) == len(local) == 3
     assert _waves(remote[i] for i in range(3)) == _waves(local[i] for i in range(3))
 
@@ -84,7 +85,7 @@ def test_windowed_builder_reads_s3_with_storage_options(options, s3):
     local = create_windowed_audio_dataset(sources=str(s3["local"] / "music"), window=window, sample_rate=16000,
                                           num_epochs=1)
     remote = create_windowed_audio_dataset(sources="s3://options-bucket/music", window=window, sample_rate=16000,
-                                           num_epochs=1, storage_options=options)
+                                           num_epochs=1, corpus=Corpus(storage_options=options))
     assert len(remote) == len(local) > 2
     assert _waves(remote[i] for i in range(len(local))) == _waves(local[i] for i in range(len(local)))
 
@@ -109,9 +110,9 @@ def test_balanced_mix_on_s3_with_two_workers_uses_the_options_in_every_worker(op
 
 def test_bad_storage_options_are_refused_and_secrets_stay_hidden(options):
     with pytest.raises(TypeError, match="storage_options must be a dict"):
-        create_audio_dataset(sources="s3://options-bucket/speech", storage_options=[("key", "x")])
+        create_audio_dataset(sources="s3://options-bucket/speech", corpus=Corpus(storage_options=[("key", "x")]))
     with pytest.raises(Exception) as caught:
         create_audio_dataset(sources="s3://options-bucket/nothing-here", sample_rate=16000, duration=0.5,
-                             storage_options=options)
+                             corpus=Corpus(storage_options=options))
     assert "s3://options-bucket/nothing-here" in str(caught.value)
     assert SECRET not in str(caught.value)

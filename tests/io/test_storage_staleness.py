@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from audiotree.index import StaleFileError, build_index, freshness
-from audiotree.sources import create_audio_dataset, WindowConfig, create_windowed_audio_dataset
+from audiotree.sources import Corpus, WindowConfig, create_audio_dataset, create_windowed_audio_dataset
 from test_storage import SECRET, SYNC, _encode, _FaultProxy, _noise, start_moto
 
 # moto keeps one in-memory backend per process, shared by every server a test starts:
@@ -88,9 +88,9 @@ def _clear(proxy) -> None:
         proxy.log.clear()
 
 
-def _dataset(index: str, **kwargs):
-    return create_audio_dataset(index=index, duration=0.25, sample_rate=RATE, shuffle=False, num_epochs=EPOCHS,
-                                **kwargs)
+def _dataset(index: str, *, on_stale: str = "raise"):
+    return create_audio_dataset(corpus=Corpus(index=index, on_stale=on_stale), duration=0.25, sample_rate=RATE,
+                                shuffle=False, num_epochs=EPOCHS)
 
 
 def test_default_check_is_one_head_per_file_per_process(s3, tmp_path):
@@ -103,7 +103,7 @@ def test_default_check_is_one_head_per_file_per_process(s3, tmp_path):
     assert _heads(s3["proxy"]) == {f"/{BUCKET}/once/f{n}.wav": 1 for n in range(len(urls))}
     assert freshness.entries() == len(urls)
     # A windowed dataset (many slots per file) shares the process's memo: no request at all now.
-    windowed = create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.25, hop=0.25, jitter=False), sample_rate=RATE,
+    windowed = create_windowed_audio_dataset(corpus=Corpus(index=index), window=WindowConfig(duration=0.25, hop=0.25, jitter=False), sample_rate=RATE,
                                              shuffle=False)
     assert len(windowed) > 2 * len(urls) and all(windowed[i] is not None for i in range(len(windowed)))
     assert sum(_heads(s3["proxy"]).values()) == len(urls)
@@ -137,7 +137,7 @@ def test_a_file_changed_before_first_use_is_still_refused_and_trust_reads_it(s3,
     # The stale outcome is remembered too: skipping costs no request per item (f1 is checked once).
     assert _heads(s3["proxy"]) == {f"/{BUCKET}/changed/f1.wav": 1}
     # trust reads the file as it is now, without a word: the row no longer describes it.
-    trusted = create_audio_dataset(index=index, duration=None, sample_rate=RATE, shuffle=False, on_stale="trust")
+    trusted = create_audio_dataset(corpus=Corpus(index=index, on_stale="trust"), duration=None, sample_rate=RATE, shuffle=False)
     whole = [trusted[i] for i in range(len(trusted))]
     np.testing.assert_allclose(np.asarray(whole[0].waveform)[0, 0], replaced[:, 0], atol=1 / 32768)
 

@@ -15,7 +15,7 @@ from audiotree.errors import AudioReadError
 from audiotree.index import build_index, open_index
 from audiotree.io import AudioFile
 from audiotree.io.tar_shards import list_shard
-from audiotree.sources import create_audio_dataset, find_audio_files
+from audiotree.sources import Corpus, create_audio_dataset, find_audio_files
 from container_factories import RATE, add_member, flac_bytes
 
 
@@ -48,7 +48,7 @@ def test_truncated_shard_member_runs_past_the_end(tmp_path):
     message = str(err.value)
     assert "c.flac" in message and str(shard) in message
     skipping = create_audio_dataset(sources=str(shard), sample_rate=RATE, duration=None, shuffle=False,
-                                    on_read_error="skip")
+                                    corpus=Corpus(on_read_error="skip"))
     assert skipping[2] is None  # dropped, never zeros
     assert np.abs(np.asarray(skipping[1].waveform)).max() > 0
 
@@ -87,7 +87,7 @@ def test_corrupt_header_is_named_through_on_read_error(tmp_path):
         create_audio_dataset(sources=str(shard), sample_rate=RATE)
     assert str(shard) in str(err.value) and f"byte {header}" in str(err.value)
     with pytest.warns(UserWarning, match="does not parse"):
-        ds = create_audio_dataset(sources=str(shard), sample_rate=RATE, on_read_error="warn", shuffle=False)
+        ds = create_audio_dataset(sources=str(shard), sample_rate=RATE, corpus=Corpus(on_read_error="warn"), shuffle=False)
     assert len(ds) == 1 and ds[0] is not None  # the members before the fault
     out = tmp_path / "ix.parquet"
     report = build_index(str(shard), out, executor="serial", show_progress=False, loudness=False)
@@ -107,7 +107,7 @@ def test_duplicate_key_in_one_shard(tmp_path):
         create_audio_dataset(sources=str(shard), sample_rate=RATE)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ds = create_audio_dataset(sources=str(shard), sample_rate=RATE, on_read_error="skip", shuffle=False)
+        ds = create_audio_dataset(sources=str(shard), sample_rate=RATE, corpus=Corpus(on_read_error="skip"), shuffle=False)
     assert len(ds) == 2
 
 

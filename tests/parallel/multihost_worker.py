@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sys
+from audiotree.sources import Order
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 
@@ -52,10 +53,10 @@ def main() -> None:
         report["epoch"] = [digest(t) for t in mine.to_iter_dataset()]
         # By container: each process reads only its own files of every group, and mixes both groups.
         by_files = create_balanced_audio_dataset({"speech": [speech], "music": [music]}, num_epochs=1,
-                                                 shard_options=grain.sharding.ShardByJaxProcess(), **common)
+                                                 order=Order(shard_options=grain.sharding.ShardByJaxProcess()), **common)
         report["by_container"] = [digest(by_files[k]) for k in range(len(by_files))]
         windows = create_windowed_audio_dataset([speech, music], window=WindowConfig(duration=0.25), sample_rate=8000,
-                                                shard_options=grain.sharding.ShardByJaxProcess())
+                                                order=Order(shard_options=grain.sharding.ShardByJaxProcess()))
         report["windows"] = sorted({windows[k].filepath[0] for k in range(len(windows))})
         report["stream"] = [digest(share[k]) for k in range(160)]
         it = share.to_iter_dataset().__iter__()

@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 
 from audiotree.index import build_index
-from audiotree.sources import batch_by_duration, create_audio_dataset
+from audiotree.sources import Corpus, batch_by_duration, create_audio_dataset
 from audiotree.sources.bucketing import FILLER
 
 SR = 8000
@@ -54,7 +54,7 @@ def _signature(batch):
 def test_durations_from_the_index_and_any_item_order(corpus, which):
     files, files_ix, segments_ix = corpus
     index = files_ix if which == "files" else segments_ix
-    kwargs = dict(index=index, duration=None, sample_rate=SR)
+    kwargs = dict(corpus=Corpus(index=index), duration=None, sample_rate=SR)
     plain = create_audio_dataset(shuffle=False, **kwargs)
     shuffled = create_audio_dataset(shuffle=True, shuffle_seed=7, **kwargs)
     endless = create_audio_dataset(shuffle=True, num_epochs=None, **kwargs)
@@ -80,7 +80,7 @@ def test_segment_batches_read_exact_segments(corpus):
 
     ix = open_index(segments_ix)
     bounds = {(p, round(s, 3)): round(e, 3) for p, s, e in zip(ix.paths(), ix.column("start"), ix.column("end"))}
-    items = create_audio_dataset(index=segments_ix, duration=None, sample_rate=SR)
+    items = create_audio_dataset(corpus=Corpus(index=segments_ix), duration=None, sample_rate=SR)
     ds = batch_by_duration(items, max_seconds=8.0, buckets=2, num_epochs=1)
     for k in range(len(ds)):
         batch = ds[k]
@@ -97,7 +97,7 @@ def test_segment_batches_read_exact_segments(corpus):
 @pytest.mark.parametrize("buckets", [3, [0.8, 1.7, 2.5]])
 def test_pad_multiple_rounds_every_batch(corpus, pad_to, buckets):
     _, files_ix, _ = corpus
-    items = create_audio_dataset(index=files_ix, duration=None, sample_rate=22050)
+    items = create_audio_dataset(corpus=Corpus(index=files_ix), duration=None, sample_rate=22050)
     hop = 256
     ds = batch_by_duration(items, max_seconds=7.0, buckets=buckets, pad_to=pad_to, pad_multiple=hop, num_epochs=1)
     edges_samples = np.round(ds.plan.edges * 22050, 6)
@@ -121,7 +121,7 @@ def test_filler_slots_carry_neutral_labels(corpus):
     def add_text(item):
         return item.replace_extras(text=np.array(["some words"]), weight=np.array([0.5], np.float32))
 
-    items = create_audio_dataset(index=files_ix, duration=None, sample_rate=SR, labels=["speaker"]).map(add_text)
+    items = create_audio_dataset(corpus=Corpus(index=files_ix, labels=["speaker"]), duration=None, sample_rate=SR).map(add_text)
     ds = batch_by_duration(items, max_seconds=12.5, buckets=[2.5], num_epochs=1, remainder="pad")
     fillers = 0
     for k in range(len(ds)):

@@ -20,6 +20,8 @@ from audiotree.index import build_index, open_index
 from audiotree.io import AudioFile
 from audiotree.io.members import parse
 from audiotree.sources import (
+    Corpus,
+    Order,
     WindowConfig,
     create_audio_dataset,
     create_balanced_audio_dataset,
@@ -116,7 +118,7 @@ def test_loudest_with_an_index_equals_the_unpacked_folder(corpus, tmp_path):
     for shape, source in _shapes(corpus).items():
         out = tmp_path / f"{shape}.parquet"
         build_index(source, out, executor="serial", show_progress=False)
-        ds = create_audio_dataset(index=out, sample_rate=RATE, duration=0.25,
+        ds = create_audio_dataset(corpus=Corpus(index=out), sample_rate=RATE, duration=0.25,
                                   excerpt=ExcerptConfig(strategy="loudest"), num_epochs=1, shuffle_seed=1)
         waves[shape] = _waves(ds)
     _same(waves["shards"], waves["folder"])
@@ -178,7 +180,7 @@ def test_sidecars_become_label_columns_and_other_members_are_counted(corpus, tmp
     assert ix.meta["labels"]["n"]["kind"] == "numeric"
     assert ix.table.column("n").to_pylist() == list(range(8))
     assert ix.table.column("txt").to_pylist() == [f"words of {k}" for k in corpus["keys"]]
-    ds = create_audio_dataset(index=out, labels=["speaker", "n"], sample_rate=RATE, duration=0.2, shuffle=False)
+    ds = create_audio_dataset(corpus=Corpus(index=out, labels=["speaker", "n"]), sample_rate=RATE, duration=0.2, shuffle=False)
     vocab = ix.vocabulary("speaker")
     for i in (0, 4, 7):
         assert vocab[int(ds[i].extras["speaker"][0])] == corpus["labels"][corpus["keys"][i]]["speaker"]
@@ -203,7 +205,7 @@ def test_index_cli_over_a_brace_pattern(corpus, tmp_path):
 
 def test_hf_written_parquet_rows_are_items_and_columns_labels(tmp_path):
     ds = create_audio_dataset(sources=str(HF_FIXTURE), sample_rate=8000, duration=None, shuffle=False,
-                              on_read_error="skip")
+                              corpus=Corpus(on_read_error="skip"))
     assert len(ds) == 4
     waves = [ds[i] for i in range(4)]
     assert [w.waveform.shape[-1] for w in waves[:3]] == [4800, 3200, 4000]
@@ -219,7 +221,7 @@ def test_hf_written_parquet_rows_are_items_and_columns_labels(tmp_path):
     assert ix.table.column("text").to_pylist()[0] == "a tone at four forty"
     error = ix.table.column("error").to_pylist()[3]
     assert "row=3" in error and HF_FIXTURE.name in error
-    indexed = create_audio_dataset(index=out, labels=["speaker"], sample_rate=8000, duration=0.2, shuffle=False)
+    indexed = create_audio_dataset(corpus=Corpus(index=out, labels=["speaker"]), sample_rate=8000, duration=0.2, shuffle=False)
     assert len(indexed) == 3
 
 
@@ -229,7 +231,7 @@ def test_hf_parquet_bad_cell_raises_naming_file_and_row():
         ds[3]
     with pytest.warns(UserWarning, match="row=3"):
         assert create_audio_dataset(sources=str(HF_FIXTURE), sample_rate=8000, duration=None, shuffle=False,
-                                    on_read_error="warn")[3] is None
+                                    corpus=Corpus(on_read_error="warn"))[3] is None
 
 
 def test_parquet_audio_column_option_and_missing_column(tmp_path):
@@ -240,11 +242,11 @@ def test_parquet_audio_column_option_and_missing_column(tmp_path):
     table = pq.read_table(HF_FIXTURE)
     plain = pa.table({"wav": table.column("audio").combine_chunks().field("bytes"), "text": table.column("text")})
     pq.write_table(plain.slice(0, 3), tmp_path / "plain.parquet")
-    ds = create_audio_dataset(sources=str(tmp_path / "plain.parquet"), audio_column="wav", sample_rate=8000,
+    ds = create_audio_dataset(sources=str(tmp_path / "plain.parquet"), corpus=Corpus(audio_column="wav"), sample_rate=8000,
                               duration=None, shuffle=False)
     assert [ds[i].waveform.shape[-1] for i in range(3)] == [4800, 3200, 4000]
     with pytest.raises(AudioReadError, match="no audio column 'sound'"):
-        create_audio_dataset(sources=str(tmp_path / "plain.parquet"), audio_column="sound", sample_rate=8000)
+        create_audio_dataset(sources=str(tmp_path / "plain.parquet"), corpus=Corpus(audio_column="sound"), sample_rate=8000)
     assert raw  # the fixture itself is untouched
 
 
@@ -257,15 +259,15 @@ def test_shard_options_give_each_host_whole_containers(corpus, tmp_path, shape):
     everything = set(find_audio_files(source))
     out = tmp_path / "ix.parquet"
     build_index(source, out, executor="serial", show_progress=False, loudness=False)
-    for build in (dict(sources=source), dict(index=out)):
+    for build in (dict(sources=source), dict(corpus=Corpus(index=out))):
         seen, units = [], []
         for host in range(2):
             ds = create_audio_dataset(**build, sample_rate=RATE, duration=0.2, shuffle_seed=1,
-                                      shard_options=grain.sharding.ShardOptions(host, 2))
+                                      order=Order(shard_options=grain.sharding.ShardOptions(host, 2)))
             paths = [ds[i].filepath[0] for i in range(len(ds))]
             seen += paths
             units.append({(parse(p).container, parse(p).offset if shape == "parquet" else 0) for p in paths})
         assert sorted(seen) == sorted(everything)  # disjoint and complete
         assert not units[0] & units[1] and len(units[0]) == len(units[1]) == 2  # whole shards / row groups
     with pytest.raises(ValueError, match="gets no items"):
-        create_audio_dataset(sources=source, sample_rate=RATE, shard_options=grain.sharding.ShardOptions(5, 6))
+        create_audio_dataset(sources=source, sample_rate=RATE, order=Order(shard_options=grain.sharding.ShardOptions(5, 6)))

@@ -17,6 +17,8 @@ import soundfile
 from audiotree import AudioTree, ExcerptConfig
 from audiotree.errors import AudioReadError
 from audiotree.sources import (
+    Corpus,
+    Output,
     create_audio_dataset,
     create_balanced_audio_dataset,
     find_audio_files,
@@ -64,14 +66,14 @@ def test_default_discovery_finds_every_decodable_format(corpus):
 
 # -------------------------------------------------------------- basic items
 def test_items_shape_and_provenance(corpus):
-    ds = create_audio_dataset(corpus["speech"], duration=0.5, sample_rate=16000, source="speech")
+    ds = create_audio_dataset(corpus["speech"], duration=0.5, sample_rate=16000, output=Output(source="speech"))
     assert len(ds) == 8
     item = ds[0]
     assert isinstance(item, AudioTree)
     assert item.waveform.shape == (1, 1, 8000) and item.waveform.dtype == np.float32
     assert item.sample_rate == 16000 and item.source == ["speech"]
     assert Path(item.filepath[0]).parent == corpus["speech"]
-    stereo = create_audio_dataset(filepaths=[corpus["speech"] / "speech_001.flac"], mono=False, duration=0.5)
+    stereo = create_audio_dataset(filepaths=[corpus["speech"] / "speech_001.flac"], output=Output(mono=False), duration=0.5)
     assert stereo[0].waveform.shape == (1, 2, 22050)
 
 
@@ -92,7 +94,7 @@ def test_argument_validation(corpus, tmp_path):
         with pytest.raises(ValueError, match="duration"):
             create_balanced_audio_dataset({"a": corpus["speech"]}, duration=bad)
     with pytest.raises(ValueError, match="on_read_error"):
-        create_audio_dataset(corpus["speech"], on_read_error="ignore")
+        create_audio_dataset(corpus["speech"], corpus=Corpus(on_read_error="ignore"))
     with pytest.raises(TypeError):
         create_audio_dataset(corpus["speech"], repeat=2)
     (tmp_path / "empty").mkdir()
@@ -113,16 +115,16 @@ def test_balanced_validation(corpus):
             create_balanced_audio_dataset(groups, weights={"speech": bad})
     with pytest.raises(ValueError):
         create_balanced_audio_dataset()
-    with pytest.raises(ValueError):
-        create_balanced_audio_dataset({}, datasets={})
-    with pytest.raises(ValueError, match="both"):
+    with pytest.raises(ValueError, match="empty"):
+        create_balanced_audio_dataset({})
+    with pytest.raises(TypeError, match=r"takes sources=\{group: dataset\}"):
         create_balanced_audio_dataset(groups, datasets={"speech": grain.MapDataset.source([1])})
 
 
 def test_channel_mismatch_names_the_file(tmp_path):
     _write(tmp_path / "a.wav", channels=2)
     bad = _write(tmp_path / "b.wav", channels=1)
-    ds = create_audio_dataset(tmp_path, mono=False, shuffle=False, duration=0.1)
+    ds = create_audio_dataset(tmp_path, output=Output(mono=False), shuffle=False, duration=0.1)
     assert ds[0].num_channels == 2
     with pytest.raises(ValueError, match="b.wav"):
         ds[1]
@@ -190,7 +192,7 @@ WEIGHTS = {"speech": 0.5, "music": 0.3, "effects": 0.2}
 
 
 def test_proportions_over_10k_items():
-    ds = create_balanced_audio_dataset(datasets=_group_datasets(), weights=WEIGHTS)
+    ds = create_balanced_audio_dataset(sources=_group_datasets(), weights=WEIGHTS)
     counts = collections.Counter(ds[i].source[0] for i in range(10_000))
     for name, w in WEIGHTS.items():
         assert abs(counts[name] / 10_000 - w) <= 0.01, counts
@@ -215,7 +217,7 @@ def _assert_batches_look_random(counts_per_batch, batch_size=32):
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.slow
 def test_per_batch_balance_in_memory(num_workers):
-    ds = create_balanced_audio_dataset(datasets=_group_datasets(), weights=WEIGHTS)
+    ds = create_balanced_audio_dataset(sources=_group_datasets(), weights=WEIGHTS)
     it = ds.to_iter_dataset(SYNC).batch(32, batch_fn=AudioTree.batch)
     if num_workers:
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
@@ -249,7 +251,7 @@ def test_worker_count_invariance(corpus):
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.slow
 def test_checkpoint_resume_1000_items(num_workers):
-    ds = create_balanced_audio_dataset(datasets=_group_datasets(), weights=WEIGHTS)
+    ds = create_balanced_audio_dataset(sources=_group_datasets(), weights=WEIGHTS)
 
     def make():
         it = ds.to_iter_dataset(SYNC)
@@ -308,7 +310,7 @@ def test_sharding_is_disjoint_and_complete(corpus):
 
 
 def test_buffer_memory_warning(corpus):
-    ds = create_audio_dataset(corpus["music"], duration=60.0, mono=False, channels=2, sample_rate=48000)
+    ds = create_audio_dataset(corpus["music"], duration=60.0, output=Output(mono=False, channels=2), sample_rate=48000)
     from audiotree.sources import memory
 
     ram = memory.physical_memory_bytes()
@@ -344,7 +346,7 @@ def _bad_corpus(tmp_path: Path) -> tuple[Path, list[Path]]:
 @pytest.mark.parametrize("policy", ["warn", "skip"])
 def test_bad_files_dropped_under_workers(tmp_path, policy):
     folder, good = _bad_corpus(tmp_path)
-    ds = create_audio_dataset(folder, duration=0.25, sample_rate=8000, num_epochs=2, on_read_error=policy)
+    ds = create_audio_dataset(folder, duration=0.25, sample_rate=8000, num_epochs=2, corpus=Corpus(on_read_error=policy))
     it = ds.to_iter_dataset(SYNC).mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
     names = sorted(Path(x.filepath[0]).name for x in it)
     assert names == sorted([p.name for p in good] * 2)
@@ -364,7 +366,7 @@ def test_bad_files_each_kind_raises_naming_file(tmp_path):
             seen.add(Path(exc.file_path).name)
     assert seen == bad_names
     with pytest.warns(UserWarning, match="nan.wav"):
-        assert create_audio_dataset(filepaths=[folder / "nan.wav"], on_read_error="warn", duration=0.1)[0] is None
+        assert create_audio_dataset(filepaths=[folder / "nan.wav"], corpus=Corpus(on_read_error="warn"), duration=0.1)[0] is None
 
 
 @pytest.mark.slow

@@ -19,6 +19,9 @@ import pytest
 from audiotree.index import StaleFileError, build_index
 from audiotree.io.members import is_member, parse
 from audiotree.sources import (
+    Corpus,
+    Order,
+    Output,
     create_audio_dataset,
     create_balanced_audio_dataset,
     create_windowed_audio_dataset,
@@ -74,11 +77,11 @@ def _check_partition(per_host: list[list[str]], everything: list[str]) -> list[s
 
 @pytest.mark.parametrize("by", ["sources", "index"])
 def test_balanced_splits_every_group_and_keeps_the_balance_per_host(groups, by):
-    build = dict(sources=groups["sources"]) if by == "sources" else dict(index=groups["index"], group_by="group")
+    build = dict(sources=groups["sources"]) if by == "sources" else dict(corpus=Corpus(index=groups["index"], group_by="group"))
     per_host = {name: [] for name in groups["sources"]}
     for host in range(HOSTS):
         ds = create_balanced_audio_dataset(**build, sample_rate=RATE, duration=0.2, num_epochs=1, shuffle_seed=3,
-                                           shard_options=_host(host))
+                                           order=Order(shard_options=_host(host)))
         items = _items(ds)
         counts = {name: sum(g == name for g, _ in items) for name in per_host}
         assert counts["a"] == counts["b"] == 4, counts  # both groups, equal weights: balanced on this host
@@ -98,11 +101,10 @@ def test_balanced_index_host_never_opens_another_hosts_shard(groups, tmp_path):
                 loudness=False)
     for name in ("train-000001.tar", "train-000003.tar"):  # host 1's shards
         (shards / name).unlink()
-    ds = create_balanced_audio_dataset(index=index, group_by="group", sample_rate=RATE, duration=0.2, num_epochs=1,
-                                       shard_options=_host(0))
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="group"), order=Order(shard_options=_host(0)), sample_rate=RATE, duration=0.2, num_epochs=1)
     assert {parse(p).container.rsplit("/", 1)[-1] for _, p in _items(ds)} == {"train-000000.tar", "train-000002.tar"}
-    other = create_balanced_audio_dataset(index=index, group_by="group", sample_rate=RATE, duration=0.2,
-                                          num_epochs=1, shard_options=_host(1))
+    other = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="group"), order=Order(shard_options=_host(1)), sample_rate=RATE, duration=0.2,
+                                          num_epochs=1)
     with pytest.raises(StaleFileError, match=r"train-00000[13]\.tar.*no longer exists"):  # so the test can fail
         other[0]
 
@@ -111,9 +113,9 @@ def test_balanced_datasets_groups_are_split_by_item(groups):
     folder = str(groups["a"]["unpacked"])
     seen = []
     for host in range(HOSTS):
-        ready = create_audio_dataset(sources=folder, sample_rate=RATE, duration=0.2, shuffle=False, source="x")
-        ds = create_balanced_audio_dataset(sources={"a": groups["sources"]["a"]}, datasets={"ready": ready},
-                                           sample_rate=RATE, duration=0.2, num_epochs=1, shard_options=_host(host))
+        ready = create_audio_dataset(sources=folder, sample_rate=RATE, duration=0.2, shuffle=False, output=Output(source="x"))
+        ds = create_balanced_audio_dataset(sources={**{"a": groups["sources"]["a"]}, **{"ready": ready}}, order=Order(shard_options=_host(host)),
+                                           sample_rate=RATE, duration=0.2, num_epochs=1)
         paths = [p for g, p in _items(ds) if g == "ready"]
         assert len(paths) == len(set(paths)) == 4
         seen += paths
@@ -127,12 +129,12 @@ def test_balanced_endless_datasets_group_stays_endless_and_window_groups_split(g
                                  num_epochs=None)
     firsts, windowed = [], []
     for host in range(HOSTS):
-        mix = create_balanced_audio_dataset(sources={"a": groups["sources"]["a"]}, datasets={"ready": ready},
-                                            sample_rate=RATE, duration=0.2, shard_options=_host(host))
+        mix = create_balanced_audio_dataset(sources={**{"a": groups["sources"]["a"]}, **{"ready": ready}}, order=Order(shard_options=_host(host)),
+                                            sample_rate=RATE, duration=0.2)
         assert len(mix) == sys.maxsize
         firsts.append({(g, p) for g, p in (_items(mix[:40]))})
         win = create_balanced_audio_dataset(sources={"a": groups["sources"]["a"]}, window=WindowConfig(duration=0.3),
-                                            sample_rate=RATE, num_epochs=1, shard_options=_host(host))
+                                            sample_rate=RATE, num_epochs=1, order=Order(shard_options=_host(host)))
         windowed.append([p for _, p in _items(win)])
     shards = [{parse(p).container for g, p in items if g == "a"} for items in firsts]
     assert not shards[0] & shards[1] and all(len(s) == 2 for s in shards)
@@ -142,15 +144,13 @@ def test_balanced_endless_datasets_group_stays_endless_and_window_groups_split(g
 def test_balanced_refuses_more_hosts_than_a_group_has_containers(groups):
     with pytest.raises(ValueError, match=r"Host 4 of 5 gets no items: there are only 4 .* in group 'a'"):
         create_balanced_audio_dataset(sources=groups["sources"], sample_rate=RATE,
-                                      shard_options=grain.sharding.ShardOptions(4, 5))
+                                      order=Order(shard_options=grain.sharding.ShardOptions(4, 5)))
     with pytest.raises(ValueError, match=r"Host 4 of 5 .* only 4 .* in group 'a'"):
-        create_balanced_audio_dataset(index=groups["index"], group_by="group", sample_rate=RATE,
-                                      shard_options=grain.sharding.ShardOptions(4, 5))
+        create_balanced_audio_dataset(corpus=Corpus(index=groups["index"], group_by="group"), order=Order(shard_options=grain.sharding.ShardOptions(4, 5)), sample_rate=RATE)
     with pytest.raises(TypeError, match="shard_options must be a grain.sharding.ShardOptions"):
-        create_balanced_audio_dataset(sources=groups["sources"], sample_rate=RATE, shard_options=2)
+        create_balanced_audio_dataset(sources=groups["sources"], sample_rate=RATE, order=Order(shard_options=2))
     with pytest.raises(ValueError, match=r"shard_index must be in \[0, shard_count\), got 2 of 2"):
-        create_balanced_audio_dataset(datasets={"x": grain.MapDataset.range(3)}, sample_rate=RATE,
-                                      shard_options=types.SimpleNamespace(shard_index=2, shard_count=2))
+        create_balanced_audio_dataset(sources={"x": grain.MapDataset.range(3)}, order=Order(shard_options=types.SimpleNamespace(shard_index=2, shard_count=2)), sample_rate=RATE)
 
 
 # ------------------------------------------------------------------ windowed
@@ -159,14 +159,14 @@ def test_balanced_refuses_more_hosts_than_a_group_has_containers(groups):
 @pytest.mark.parametrize("shape", ["shards", "parquet", "index"])
 def test_windowed_shares_are_disjoint_complete_whole_containers(groups, shape):
     if shape == "index":
-        build, everything = dict(index=groups["index"]), find_audio_files(list(groups["sources"].values()))
+        build, everything = dict(corpus=Corpus(index=groups["index"])), find_audio_files(list(groups["sources"].values()))
     else:
         source = groups["sources"]["a" if shape == "shards" else "b"]
         build, everything = dict(sources=source), find_audio_files(source)
     per_host, lengths = [], []
     for host in range(HOSTS):
         ds = create_windowed_audio_dataset(**build, window=WindowConfig(duration=0.3), sample_rate=RATE, shuffle_seed=1,
-                                           shard_options=_host(host))
+                                           order=Order(shard_options=_host(host)))
         per_host.append([p for _, p in _items(ds)])
         lengths.append(len(ds))
     _check_partition(per_host, everything)
@@ -183,9 +183,9 @@ def test_windowed_index_host_never_opens_another_hosts_shard(groups, tmp_path):
                 loudness=False)
     for name in ("train-000000.tar", "train-000002.tar"):  # host 0's shards
         (shards / name).unlink()
-    ds = create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.3), sample_rate=RATE, shard_options=_host(1))
+    ds = create_windowed_audio_dataset(corpus=Corpus(index=index), order=Order(shard_options=_host(1)), window=WindowConfig(duration=0.3), sample_rate=RATE)
     assert {parse(p).container.rsplit("/", 1)[-1] for _, p in _items(ds)} == {"train-000001.tar", "train-000003.tar"}
-    other = create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.3), sample_rate=RATE, shard_options=_host(0))
+    other = create_windowed_audio_dataset(corpus=Corpus(index=index), order=Order(shard_options=_host(0)), window=WindowConfig(duration=0.3), sample_rate=RATE)
     with pytest.raises(StaleFileError, match=r"train-00000[02]\.tar.*no longer exists"):
         other[0]
 
@@ -193,22 +193,22 @@ def test_windowed_index_host_never_opens_another_hosts_shard(groups, tmp_path):
 def test_windowed_drop_remainder_and_bad_shard_options(groups):
     source = groups["sources"]["a"]
     files = [{p for _, p in _items(create_windowed_audio_dataset(
-        sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, shard_options=grain.sharding.ShardOptions(h, 3,
-                                                                                          drop_remainder=True)))}
+        sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, order=Order(shard_options=grain.sharding.ShardOptions(h, 3,
+                                                                                          drop_remainder=True))))}
         for h in range(3)]
     assert [len(f) for f in files] == [2, 2, 2]  # 4 shards of 2 over 3 hosts, trimmed to the smallest share
     assert not (files[0] & files[1]) and not (files[1] & files[2]) and not (files[0] & files[2])
     with pytest.raises(ValueError, match=r"Host 5 of 6 gets no items: there are only 4 shard"):
         create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE,
-                                      shard_options=grain.sharding.ShardOptions(5, 6))
+                                      order=Order(shard_options=grain.sharding.ShardOptions(5, 6)))
     with pytest.raises(TypeError, match="shard_options must be a grain.sharding.ShardOptions"):
-        create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, shard_options=(0, 2))
+        create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, order=Order(shard_options=(0, 2)))
 
 
 def test_windowed_with_shard_by_jax_process_on_one_host_is_the_whole_corpus(groups):
     pytest.importorskip("jax")
     source = groups["sources"]["a"]
     one = create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, shuffle_seed=2,
-                                        shard_options=grain.sharding.ShardByJaxProcess())
+                                        order=Order(shard_options=grain.sharding.ShardByJaxProcess()))
     whole = create_windowed_audio_dataset(sources=source, window=WindowConfig(duration=0.3), sample_rate=RATE, shuffle_seed=2)
     assert _items(one) == _items(whole)

@@ -20,7 +20,7 @@ from audiotree import AudioTree
 from audiotree.excerpt import ExcerptConfig
 from audiotree.excerpt_search import EXCERPT_METHODS, build_plan, probe_layout
 from audiotree.index import build_index
-from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset
+from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset
 
 RATE = 8000
 DURATION = 3.0
@@ -118,7 +118,7 @@ def _dataset(n_files: int, **kwargs):
 def test_sparse_files_with_index_always_hit(sparse_short, ext):
     folder = sparse_short[ext]
     files = sorted(folder.iterdir())
-    _check_items(_dataset(len(files), index=_index(folder)), len(files), "index", 0.99)
+    _check_items(_dataset(len(files), corpus=Corpus(index=_index(folder))), len(files), "index", 0.99)
 
 
 @pytest.mark.slow
@@ -133,7 +133,7 @@ def test_sparse_files_without_index_search_hits(sparse_short, ext):
 @pytest.mark.parametrize("ext", FORMATS)
 def test_hour_long_files(sparse_hour, ext):
     folder = sparse_hour[ext]
-    _check_items(_dataset(1, index=_index(folder)), 1, "index", 0.99)
+    _check_items(_dataset(1, corpus=Corpus(index=_index(folder))), 1, "index", 0.99)
     # Without an index: 2400 probes (duration / 2 apart) always hit a 2.5 s event.
     _check_items(_dataset(1, filepaths=sorted(folder.iterdir())), 1, "search", 0.95)
 
@@ -147,7 +147,7 @@ def test_two_second_event_is_found_and_well_above_cutoff(sparse_short):
 
 def test_items_are_deterministic_with_index(sparse_short):
     folder = sparse_short["wav"]
-    a, b = _dataset(1, index=_index(folder)), _dataset(1, index=_index(folder))
+    a, b = _dataset(1, corpus=Corpus(index=_index(folder))), _dataset(1, corpus=Corpus(index=_index(folder)))
     for i in (0, 5, 17):
         assert float(a[i].offset[0]) == float(b[i].offset[0])
         np.testing.assert_array_equal(a[i].waveform, b[i].waveform)
@@ -193,13 +193,13 @@ def with_silent(tmp_path_factory) -> Path:
 
 
 def test_skip_silent_leaves_files_out_without_bending_weights(with_silent):
-    ds = create_balanced_audio_dataset(index=with_silent / "ix.parquet", group_by="group", sample_rate=RATE,
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=with_silent / "ix.parquet", group_by="group"), sample_rate=RATE,
                                        duration=DURATION, excerpt=ExcerptConfig(strategy="loudest", skip_silent=True))
     items = [ds[i] for i in range(40)]
     assert all(Path(t.filepath[0]).name == "loud.flac" and float(t.lufs[0]) > CUTOFF for t in items)
     sources = [t.source[0] for t in items]
     assert 16 <= sources.count("a") <= 24  # weights 1:1, as before the silent file left group "a"
-    plain = create_balanced_audio_dataset(index=with_silent / "ix.parquet", group_by="group", sample_rate=RATE,
+    plain = create_balanced_audio_dataset(corpus=Corpus(index=with_silent / "ix.parquet", group_by="group"), sample_rate=RATE,
                                           duration=DURATION, excerpt=ExcerptConfig(strategy="loudest"))
     assert [plain[i].source[0] for i in range(40)] == sources  # the same group sequence
 
@@ -208,7 +208,7 @@ def test_silent_file_on_failure_is_decided_from_the_index(with_silent):
     ix = with_silent / "ix.parquet"
 
     def items(on_failure):
-        ds = create_audio_dataset(index=ix, shuffle=False, sample_rate=RATE, duration=DURATION,
+        ds = create_audio_dataset(corpus=Corpus(index=ix), shuffle=False, sample_rate=RATE, duration=DURATION,
                                   excerpt=ExcerptConfig(strategy="loudest", on_failure=on_failure))
         return {Path(ds[i].filepath[0]).name if ds[i] is not None else None: ds[i] for i in range(len(ds))}
 
@@ -220,7 +220,7 @@ def test_silent_file_on_failure_is_decided_from_the_index(with_silent):
 
 
 def test_skip_silent_errors(with_silent, tmp_path):
-    with pytest.raises(ValueError, match="needs index="):
+    with pytest.raises(ValueError, match=r"needs Corpus\(index="):
         create_audio_dataset(filepaths=[with_silent / "a" / "silent.flac"], sample_rate=RATE,
                              excerpt=ExcerptConfig(strategy="loudest", skip_silent=True))
     with pytest.raises(ValueError, match="skip_silent only applies"):
@@ -229,7 +229,7 @@ def test_skip_silent_errors(with_silent, tmp_path):
         ExcerptConfig(strategy="loudest", skip_silent=1)
     build_index(with_silent / "a", tmp_path / "a.parquet", executor="serial", show_progress=False)
     with pytest.raises(RuntimeError, match="leaves nothing to sample"):
-        create_audio_dataset(index=tmp_path / "a.parquet", sample_rate=RATE, duration=DURATION,
+        create_audio_dataset(corpus=Corpus(index=tmp_path / "a.parquet"), sample_rate=RATE, duration=DURATION,
                              excerpt=ExcerptConfig(strategy="loudest", skip_silent=True, lufs_cutoff=-10.0))
 
 
@@ -258,8 +258,8 @@ def test_index_mix_differs_from_dataset_meters_the_winner(sparse_short):
     # A mono index read by a mono=False dataset: the profile does not describe the item's mix, so the
     # winner is metered (its lufs is the meter's exactly) and a draw the meter rejects is redrawn.
     folder = sparse_short["flac"]
-    ds = create_audio_dataset(index=_index(folder), num_epochs=2, shuffle=False, sample_rate=RATE,
-                              duration=DURATION, excerpt=LOUDEST, mono=False)
+    ds = create_audio_dataset(corpus=Corpus(index=_index(folder)), output=Output(mono=False), num_epochs=2, shuffle=False, sample_rate=RATE,
+                              duration=DURATION, excerpt=LOUDEST)
     for i in range(len(ds)):
         tree = ds[i]
         assert EXCERPT_METHODS[int(tree.extras["excerpt_method"][0])] == "index"

@@ -21,7 +21,7 @@ import soundfile
 from audiotree import AudioTree, ExcerptConfig
 from audiotree.excerpt_search import EXCERPT_METHODS
 from audiotree.index import build_index
-from audiotree.sources import create_audio_dataset
+from audiotree.sources import Corpus, create_audio_dataset
 from helpers import run_script
 from test_loudest import write_sparse
 
@@ -50,7 +50,7 @@ def index(tmp_path_factory) -> Path:
 
 
 def _dataset(index: Path):
-    return create_audio_dataset(index=index, num_epochs=None, shuffle=True, sample_rate=RATE, duration=DURATION,
+    return create_audio_dataset(corpus=Corpus(index=index), num_epochs=None, shuffle=True, sample_rate=RATE, duration=DURATION,
                                 excerpt=LOUDEST)
 
 
@@ -112,7 +112,7 @@ _TORCH_SCRIPT = textwrap.dedent(
     """
     import audiotree.torch as att
     from audiotree import ExcerptConfig
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, create_audio_dataset
 
     CUTOFF = ExcerptConfig().lufs_cutoff
 
@@ -131,7 +131,7 @@ _TORCH_SCRIPT = textwrap.dedent(
     if __name__ == "__main__":
         params = __PARAMS__
         method, n = params["method"], params["n"]
-        ds = create_audio_dataset(index=params["index"], num_epochs=None, shuffle=True, sample_rate=8000, duration=3.0,
+        ds = create_audio_dataset(corpus=Corpus(index=params["index"]), num_epochs=None, shuffle=True, sample_rate=8000, duration=3.0,
                                   excerpt=ExcerptConfig(strategy="loudest", skip_silent=True))
         want = [k for i in range(n) for k in keys(att.collate([ds[i]]))]
         assert want == [tuple(k) for k in params["reference"]], "0-worker items differ from the test's"

@@ -11,6 +11,8 @@ import pytest
 import soundfile
 
 from audiotree.sources import (
+    Corpus,
+    Output,
     WindowConfig,
     WindowLufsCache,
     build_window_lufs_cache,
@@ -99,7 +101,7 @@ def test_one_epoch_covers_every_slot_once(files):
 
 
 def test_jittered_offsets_stay_in_range_and_shapes_fixed(files):
-    ds = create_windowed_audio_dataset(filepaths=[files["short"], files["stereo"]], window=WindowConfig(duration=1.0), mono=False,
+    ds = create_windowed_audio_dataset(filepaths=[files["short"], files["stereo"]], window=WindowConfig(duration=1.0), output=Output(mono=False),
                                        sample_rate=RATE, shuffle_seed=3)
     offsets = collections.defaultdict(list)
     for i in range(len(ds)):
@@ -178,7 +180,7 @@ def test_argument_validation(files):
     with pytest.raises(TypeError, match="lufs_cache"):
         create_windowed_audio_dataset(filepaths=good, window=WindowConfig(lufs_cache=3))
     with pytest.raises(ValueError, match="pad_mode"):
-        create_windowed_audio_dataset(filepaths=good, pad_mode="mirror")
+        create_windowed_audio_dataset(filepaths=good, output=Output(pad_mode="mirror"))
     with pytest.raises(ValueError, match="lufs_cutoff"):
         create_windowed_audio_dataset(filepaths=good, window=WindowConfig(lufs_cutoff=None))
     for kwargs, match in (({"duration": 0}, "duration"), ({"hop": 0}, "hop"), ({"alpha": -0.1}, "alpha"),
@@ -191,7 +193,7 @@ def test_sources_discovery(files):
     ds = create_windowed_audio_dataset(sources=os.path.join(files["root"], "a"), window=WindowConfig(duration=1.0, alpha=0), sample_rate=RATE)
     assert len(ds) == 2
     with pytest.raises(RuntimeError, match="No audio files"):
-        create_windowed_audio_dataset(sources=files["root"], extensions=[".flac"])
+        create_windowed_audio_dataset(sources=files["root"], corpus=Corpus(extensions=[".flac"]))
 
 
 # ----------------------------------------------------------------- loudness
@@ -266,7 +268,7 @@ def test_cache_round_trip_and_overrides(files, tmp_path, capsys):
     with pytest.raises(ValueError, match="built for 4000 Hz.*sample_rate=8000"):
         create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(lufs_cache=cache), sample_rate=8000)
     with pytest.raises(ValueError, match="mono=True.*mono=False"):
-        create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(lufs_cache=cache), sample_rate=RATE, mono=False)
+        create_windowed_audio_dataset(filepaths=paths, window=WindowConfig(lufs_cache=cache), sample_rate=RATE, output=Output(mono=False))
     with pytest.raises(ValueError, match="No duration for .*does not list it; rebuild the cache"):
         create_windowed_audio_dataset(filepaths=[files["long"]], window=WindowConfig(lufs_cache=cache, lufs_window_sec=1.0), sample_rate=RATE,
                                       lufs_per_file={files["long"]: np.zeros(0)})
@@ -298,7 +300,7 @@ def test_balanced_dataset_with_window(files, tmp_path):
     a = os.path.join(files["root"], "a")
     b = os.path.join(files["root"], "b")
     ds = create_balanced_audio_dataset(
-        sources={"a": a, "b": b}, window=WindowConfig(duration=0.5, alpha=0.5), sample_rate=RATE, mono=True, shuffle_seed=4
+        sources={"a": a, "b": b}, window=WindowConfig(duration=0.5, alpha=0.5), sample_rate=RATE, output=Output(mono=True), shuffle_seed=4
     )
     items = [ds[i] for i in range(40)]
     counts = collections.Counter(item.source[0] for item in items)

@@ -11,7 +11,7 @@ import soundfile
 
 from audiotree.errors import AudioReadError
 from audiotree.index import build_index
-from audiotree.sources import WindowConfig, create_windowed_audio_dataset
+from audiotree.sources import Corpus, WindowConfig, create_windowed_audio_dataset
 
 RATE = 8_000
 
@@ -54,7 +54,7 @@ def test_a_hostile_index_duration_is_refused_naming_the_index_and_row(index, tmp
     _, good = index
     bad = _with_duration(good, tmp_path / "bad.parquet", value)
     with pytest.raises(ValueError, match=why) as info:
-        create_windowed_audio_dataset(index=bad, window=WindowConfig(duration=0.5), sample_rate=RATE)
+        create_windowed_audio_dataset(corpus=Corpus(index=bad), window=WindowConfig(duration=0.5), sample_rate=RATE)
     message = str(info.value)
     assert str(bad) in message and "f1.wav" in message and "row" in message
 
@@ -62,7 +62,7 @@ def test_a_hostile_index_duration_is_refused_naming_the_index_and_row(index, tmp
 def test_a_duration_longer_than_the_file_is_a_read_error(index, tmp_path):
     _, good = index
     bad = _with_duration(good, tmp_path / "long.parquet", 60.0)  # the file holds 2 s
-    ds = create_windowed_audio_dataset(index=bad, window=WindowConfig(duration=0.5, jitter=False), sample_rate=RATE, shuffle=False)
+    ds = create_windowed_audio_dataset(corpus=Corpus(index=bad), window=WindowConfig(duration=0.5, jitter=False), sample_rate=RATE, shuffle=False)
     with pytest.raises(AudioReadError, match=r"f1\.wav") as info:
         for i in range(len(ds)):
             ds[i]

@@ -19,6 +19,7 @@ from audiotree import AudioTree
 from audiotree.index import build_index
 from audiotree.index.columns import store_folder
 from audiotree.sources import (
+    Corpus,
     WindowConfig,
     create_balanced_audio_dataset,
     create_windowed_audio_dataset,
@@ -70,10 +71,10 @@ def test_a_workers_pickle_does_not_grow_with_the_rows(index, tmp_path, kind):
     for times in (1, 400):
         big = _repeat(index, tmp_path / f"x{times}.parquet", times)
         if kind == "balanced":
-            ds = create_balanced_audio_dataset(index=big, group_by="group", sample_rate=RATE,
+            ds = create_balanced_audio_dataset(corpus=Corpus(index=big, group_by="group"), sample_rate=RATE,
                                                window=WindowConfig(duration=0.5, lufs_window_sec=0.5))
         else:
-            ds = create_windowed_audio_dataset(index=big, sample_rate=RATE, **WINDOWED[kind])
+            ds = create_windowed_audio_dataset(corpus=Corpus(index=big), sample_rate=RATE, **WINDOWED[kind])
         blob = pickle.dumps(ds)
         sizes[times] = len(blob)
         assert b"speech0.wav" not in blob  # no path string travels with the dataset
@@ -88,7 +89,7 @@ def test_a_workers_pickle_does_not_grow_with_the_rows(index, tmp_path, kind):
 def test_items_match_the_path_keyed_planner(index, kind):
     """The index's arrays give the very items a file list with the same durations and loudness gives."""
     options = WINDOWED[kind]
-    ds = create_windowed_audio_dataset(index=index, sample_rate=RATE, shuffle_seed=4, num_epochs=2, **options)
+    ds = create_windowed_audio_dataset(corpus=Corpus(index=index), sample_rate=RATE, shuffle_seed=4, num_epochs=2, **options)
     view = load_window_lufs(index, lufs_window_sec=0.5)
     files = list(view.durations)  # in the index's row order
     extra = {"lufs_per_file": view.lufs} if options["window"].lufs_window_sec else {}
@@ -97,16 +98,16 @@ def test_items_match_the_path_keyed_planner(index, kind):
     assert len(ds) == len(reference)
     assert [_key(ds[i]) for i in range(len(ds))] == [_key(reference[i]) for i in range(len(reference))]
     if kind == "loudness":  # the quiet files lost their slots
-        assert len(ds) < len(create_windowed_audio_dataset(index=index, sample_rate=RATE, window=WindowConfig(duration=0.5, hop=0.3, alpha=0.5), num_epochs=2))
+        assert len(ds) < len(create_windowed_audio_dataset(corpus=Corpus(index=index), sample_rate=RATE, window=WindowConfig(duration=0.5, hop=0.3, alpha=0.5), num_epochs=2))
 
 
 def test_loudness_cells_are_computed_once_and_kept_in_the_store(index):
-    create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
+    create_windowed_audio_dataset(corpus=Corpus(index=index), window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
     folder = store_folder(str(index))
     kept = sorted(n for n in os.listdir(folder) if n.startswith("window-lufs-4b."))
     assert kept == ["window-lufs-4b.offsets.npy", "window-lufs-4b.values.npy"]
     stamp = os.stat(os.path.join(folder, kept[1])).st_mtime_ns
-    again = create_windowed_audio_dataset(index=index, window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
+    again = create_windowed_audio_dataset(corpus=Corpus(index=index), window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
     assert os.stat(os.path.join(folder, kept[1])).st_mtime_ns == stamp and len(again) > 0
     offsets = np.load(os.path.join(folder, kept[0]))
     view = load_window_lufs(index, lufs_window_sec=0.4)
@@ -115,7 +116,7 @@ def test_loudness_cells_are_computed_once_and_kept_in_the_store(index):
 
 def test_a_damaged_slot_plan_is_refused_naming_the_store(index, tmp_path):
     copy = _repeat(index, tmp_path / "d.parquet", 2)
-    ds = create_windowed_audio_dataset(index=copy, window=WindowConfig(duration=0.5), sample_rate=RATE, shuffle=False)
+    ds = create_windowed_audio_dataset(corpus=Corpus(index=copy), window=WindowConfig(duration=0.5), sample_rate=RATE, shuffle=False)
     folder = store_folder(str(copy))
     (plan,) = [n for n in os.listdir(folder) if n.startswith("slots-") and n.endswith(".file.npy")]
     np.save(os.path.join(folder, plan), np.full(len(ds), 10_000, dtype=np.int32))
@@ -165,7 +166,7 @@ def test_the_vectorised_planner_is_the_per_file_loop_bit_for_bit(seed):
 
 @pytest.mark.slow
 def test_a_windowed_index_dataset_through_two_grain_workers(index):
-    ds = create_balanced_audio_dataset(index=index, group_by="group", sample_rate=RATE, shuffle_seed=2,
+    ds = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="group"), sample_rate=RATE, shuffle_seed=2,
                                        window=WindowConfig(duration=0.5, lufs_window_sec=0.5, lufs_cutoff=-50.0))
     it = iter(ds.to_iter_dataset(SYNC))
     single = [_key(next(it)) for _ in range(40)]

@@ -20,7 +20,7 @@ from helpers import run_script  # noqa: E402
 
 import audiotree.torch as att  # noqa: E402
 from audiotree import AudioTree  # noqa: E402
-from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset  # noqa: E402
+from audiotree.sources import Corpus, create_audio_dataset, create_balanced_audio_dataset  # noqa: E402
 
 WEIGHTS = {"speech": 0.5, "music": 0.3, "effects": 0.2}
 FAST = dict(duration=0.25, sample_rate=8000)
@@ -121,11 +121,11 @@ def test_unreadable_files_are_dropped_not_fatal(tmp_path, corpus):
     good = sorted(corpus["speech"].iterdir())[:5]
     bad = tmp_path / "broken.wav"
     bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
-    ds = create_audio_dataset(filepaths=[*good, bad], shuffle=False, on_read_error="skip", **FAST)
+    ds = create_audio_dataset(filepaths=[*good, bad], shuffle=False, corpus=Corpus(on_read_error="skip"), **FAST)
     batches = list(att.create_dataloader(ds, batch_size=3))
     assert [b.batch_size for b in batches] == [3, 2]
     assert str(bad) not in flat(batches)
-    only_bad = create_audio_dataset(filepaths=[bad], on_read_error="skip", **FAST)
+    only_bad = create_audio_dataset(filepaths=[bad], corpus=Corpus(on_read_error="skip"), **FAST)
     assert list(att.create_dataloader(only_bad, batch_size=2)) == []  # an all-None batch is skipped
 
 

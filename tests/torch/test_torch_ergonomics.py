@@ -13,7 +13,7 @@ import torch.utils.data  # noqa: E402
 
 import audiotree.torch as att  # noqa: E402
 from audiotree.excerpt import ExcerptConfig  # noqa: E402
-from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset  # noqa: E402
+from audiotree.sources import Output, create_audio_dataset, create_balanced_audio_dataset  # noqa: E402
 
 FAST = dict(duration=0.25, sample_rate=8000)
 
@@ -85,7 +85,7 @@ def test_offset_is_a_float64_tensor_that_stays_on_the_cpu(endless):
 def test_measure_lufs_gives_loudness_for_any_strategy(corpus):
     folders = list(corpus.values())
     plain = create_audio_dataset(folders, num_epochs=None, **FAST)
-    metered = create_audio_dataset(folders, num_epochs=None, measure_lufs=True, **FAST)
+    metered = create_audio_dataset(folders, num_epochs=None, output=Output(measure_lufs=True), **FAST)
     assert plain[0].lufs is None
     for i in range(4):  # the same excerpts, now with their loudness
         item, reference = metered[i], plain[i].replace_lufs()
@@ -102,16 +102,16 @@ def test_measure_lufs_gives_loudness_for_any_strategy(corpus):
     # Loudest items keep the loudness that chose them; balanced and windowed builders take the option too.
     loudest = ExcerptConfig(strategy="loudest", lufs_cutoff=-40)
     a = create_audio_dataset(folders, excerpt=loudest, **FAST)
-    b = create_audio_dataset(folders, excerpt=loudest, measure_lufs=True, **FAST)
+    b = create_audio_dataset(folders, excerpt=loudest, output=Output(measure_lufs=True), **FAST)
     np.testing.assert_array_equal(a[3].lufs, b[3].lufs)
-    mix = create_balanced_audio_dataset({k: [str(v)] for k, v in corpus.items()}, measure_lufs=True, **FAST)
+    mix = create_balanced_audio_dataset({k: [str(v)] for k, v in corpus.items()}, output=Output(measure_lufs=True), **FAST)
     assert all(mix[i].lufs is not None for i in range(3))
     from audiotree.sources import WindowConfig, create_windowed_audio_dataset
 
-    windows = create_windowed_audio_dataset(folders, window=WindowConfig(duration=0.25), sample_rate=8000, measure_lufs=True)
+    windows = create_windowed_audio_dataset(folders, window=WindowConfig(duration=0.25), sample_rate=8000, output=Output(measure_lufs=True))
     assert np.isfinite(windows[0].lufs).all()
     for builder in (create_audio_dataset, create_windowed_audio_dataset):
         with pytest.raises(TypeError, match="measure_lufs must be True or False"):
             builder(folders, measure_lufs="yes", **FAST)
     with pytest.raises(TypeError, match="measure_lufs"):
-        create_balanced_audio_dataset({"a": [str(folders[0])]}, measure_lufs=1, **FAST)
+        create_balanced_audio_dataset({"a": [str(folders[0])]}, output=Output(measure_lufs=1), **FAST)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import audiotree
 from audiotree.cli import cli
-from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset, open_render
+from audiotree.sources import Corpus, create_audio_dataset, create_balanced_audio_dataset, open_render
 
 TINY = ["--duration", "0.25", "--sample-rate", "8000"]
 
@@ -113,7 +113,7 @@ def test_render_cli_from_an_index_balanced_by_a_label(corpus, index, tmp_path):
     assert result.exit_code == 0, result.output + repr(result.exception)
     record = json.loads((out / "render.json").read_text())
     assert record["config"]["index"] == str(index) and record["config"]["group_by"] == "group"
-    expected = create_balanced_audio_dataset(index=index, group_by="group", duration=0.25, sample_rate=8000)
+    expected = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="group"), duration=0.25, sample_rate=8000)
     back = open_render(out)
     assert len(back) == 12 and {back[i].source[0] for i in range(12)} == set(corpus)
     for i in range(12):

@@ -323,21 +323,23 @@ def index_source(values: Sequence[str], index: str | None, group_by: str | None)
 
 def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: int | None = None):
     """The configured dataset: balanced when groups are named, else one pool."""
-    from audiotree.sources import create_audio_dataset, create_balanced_audio_dataset
+    from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset
 
     common = dict(
         shuffle=pipeline.shuffle, num_epochs=num_epochs, shuffle_seed=pipeline.seed, sample_rate=pipeline.sample_rate,
-        mono=pipeline.mono, duration=pipeline.duration, excerpt=pipeline.excerpt_config(),
-        on_read_error=pipeline.on_read_error,
+        output=Output(mono=pipeline.mono), duration=pipeline.duration, excerpt=pipeline.excerpt_config(),
     )
+    policy = {"on_read_error": pipeline.on_read_error}
     if sources.index is not None:
         if sources.group_by is not None:
-            return create_balanced_audio_dataset(index=sources.index, group_by=sources.group_by,
-                                                 weights=pipeline.weights, **common)
-        return create_audio_dataset(index=sources.index, **common)
+            return create_balanced_audio_dataset(
+                corpus=Corpus(index=sources.index, group_by=sources.group_by, **policy), weights=pipeline.weights,
+                **common)
+        return create_audio_dataset(corpus=Corpus(index=sources.index, **policy), **common)
     if sources.balanced:
-        return create_balanced_audio_dataset(sources.groups, weights=pipeline.weights, **common)
-    return create_audio_dataset(sources.pool, **common)
+        return create_balanced_audio_dataset(sources.groups, weights=pipeline.weights, corpus=Corpus(**policy),
+                                             **common)
+    return create_audio_dataset(sources.pool, corpus=Corpus(**policy), **common)
 
 
 # ------------------------------------------------------------------ output

@@ -24,7 +24,7 @@ __all__ = ["ON_READ_ERROR", "check_on_read_error", "SKIP_HINT", "failure_hint", 
 ON_READ_ERROR = ("raise", "skip", "warn")
 
 #: The way out that every failure message offers.
-SKIP_HINT = 'or use on_read_error="skip" to skip unreadable files'
+SKIP_HINT = 'or use on_read_error="skip" (Corpus(on_read_error="skip") in a builder) to skip unreadable files'
 
 def check_on_read_error(value: Any) -> str:
     """``value`` if it is an ``on_read_error`` policy (:data:`ON_READ_ERROR`), else a ``ValueError``."""

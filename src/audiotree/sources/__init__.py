@@ -12,7 +12,18 @@ from typing import Any
 
 from audiotree.errors import AudioReadError
 from audiotree.excerpt import ExcerptConfig
-from audiotree.sources.datasets import create_audio_dataset, create_balanced_audio_dataset, shard_dataset
+from audiotree.sources.builders import create_audio_dataset, create_balanced_audio_dataset, create_windowed_audio_dataset
+from audiotree.sources.datasets import shard_dataset
+from audiotree.sources.options import Corpus, Order, Output
+from audiotree.sources.windowed import (
+    WindowConfig,
+    WindowLufsCache,
+    build_window_lufs_cache,
+    load_window_lufs,
+    precompute_window_lufs,
+    save_window_lufs,
+    scan_durations,
+)
 from audiotree.sources.files import find_audio_files
 from audiotree.sources.loading import OnReadError
 
@@ -23,6 +34,9 @@ __all__ = [
     "create_audio_dataset",
     "create_balanced_audio_dataset",
     "create_windowed_audio_dataset",
+    "Output",
+    "Order",
+    "Corpus",
     "find_audio_files",
     "shard_dataset",
     "build_window_lufs_cache",
@@ -44,14 +58,6 @@ __all__ = [
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.
 _LAZY = {
-    "create_windowed_audio_dataset": "audiotree.sources.windowed",
-    "build_window_lufs_cache": "audiotree.sources.windowed",
-    "load_window_lufs": "audiotree.sources.windowed",
-    "save_window_lufs": "audiotree.sources.windowed",
-    "precompute_window_lufs": "audiotree.sources.windowed",
-    "scan_durations": "audiotree.sources.windowed",
-    "WindowLufsCache": "audiotree.sources.windowed",
-    "WindowConfig": "audiotree.sources.windowed",
     "AudioDataSource": "audiotree.sources.audio",
     "TreeDataSource": "audiotree.sources.tree",
     "batch_by_duration": "audiotree.sources.duration_batches",

@@ -171,7 +171,7 @@ def _expand_shard(listing: Any, wanted: frozenset[str], found: ContainerItems, w
                     values.update(_sidecar_values(ext, data, f"'{storage.redact(shard)}' member {m.key}.{ext}"))
                 except ValueError as exc:
                     found.problems.append(AudioReadError(f"Failed to read tar shard sidecar {exc}; fix the member, "
-                                                         "or use on_read_error=\"skip\".", storage.redact(shard)))
+                                                         "or use Corpus(on_read_error=\"skip\").", storage.redact(shard)))
             found.labels[url] = values
 
 
@@ -182,7 +182,7 @@ def _expand_parquet(path: str, column: str | None, found: ContainerItems, with_l
     if described is None:
         if column is not None:
             raise AudioReadError(f"Parquet file '{storage.redact(path)}' has no audio column '{column}'; name it with "
-                                 "audio_column= (--audio-column).", storage.redact(path))
+                                 "Corpus(audio_column=...) (--audio-column).", storage.redact(path))
         found.skipped[".parquet (no 'audio' column)"] += 1
         return
     urls = [parquet_url(path, described.column, g, r)

@@ -30,7 +30,7 @@ from audiotree.sources.ordering import EpochShuffledMapDataset
 from audiotree.sources.windowed import WindowConfig, windowed_group_dataset
 from audiotree.validation import check_duration, check_pad_mode
 
-__all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "shard_dataset"]
+__all__ = ["build_file_dataset", "build_balanced_dataset", "shard_dataset"]
 
 def _file_dataset(
     files: list[str], *, shuffle: bool, num_epochs: int | None, shuffle_seed: int, excerpt_seed: int | None,
@@ -44,7 +44,7 @@ def _file_dataset(
 
 
 @building_with_storage_options
-def create_audio_dataset(
+def build_file_dataset(
     sources: SourceSpec | None = None,
     filepaths: Sequence[str | os.PathLike] | None = None,
     *,
@@ -71,74 +71,7 @@ def create_audio_dataset(
     audio_column: str | None = None,
     shard_options: Any = None,
 ) -> grain.MapDataset:
-    """One excerpt per file per epoch, as a Grain ``MapDataset``.
-
-    Args:
-      sources: folders, files or globs (see :func:`find_audio_files`); or
-      filepaths: an explicit list of files (order kept). Exactly one is required.
-      shuffle: shuffle the file order (a new permutation every epoch).
-      num_epochs: passes over the files; ``None`` repeats forever
-        (``len(ds) == sys.maxsize``).
-      shuffle_seed, excerpt_seed: see the module docstring.
-      sample_rate: output rate in Hz (soxr resampling of the excerpt only).
-      mono: average channels; ``False`` keeps them and checks that every file
-        has ``channels`` (default: the first file's count).
-      duration: excerpt length in seconds; items are ``(1, C, round(duration*sample_rate))``.
-        ``None`` reads whole files (``ExcerptConfig(strategy="full")``): items
-        differ in length and carry ``lengths``; see :func:`batch_by_duration`.
-      pad_mode: ``np.pad`` mode for files shorter than ``duration``; ``None``
-        leaves them short (``AudioTree.batch`` then pads with zeros and fills
-        ``lengths``).
-      extensions: file extensions to discover (default: every decodable format).
-      excerpt: how the offset is chosen (:class:`ExcerptConfig`).
-      source: a group name recorded in every item's ``source``.
-      on_read_error: ``"raise"`` an ``AudioReadError`` naming the file, ``"warn"``
-        and drop the item, or ``"skip"`` it silently. Dropped items are removed by
-        ``to_iter_dataset``; random access returns ``None`` for them.
-      index: a corpus index (``audiotree index``; a path or ``CorpusIndex``)
-        instead of ``sources``: its readable rows are the files, and start-up
-        reads the index and nothing else. Items' ``source`` is the row's group.
-      labels: index label columns carried into every item's ``extras``
-        (``(1,)`` arrays: int32 category ids, see the index's vocabulary, or
-        numbers as stored; a text label as a one-string list, a list of
-        strings in a batch).
-      min_duration, max_duration: keep index rows within these seconds.
-      on_stale: a file whose size or mtime differs from its index row:
-        ``"raise"`` (naming the file and the refresh command), ``"reprobe"``
-        (read it as it is now) or ``"skip"`` the item. The check is one
-        ``stat`` per item for a local file, and one metadata request per
-        remote file per process (a remote file replaced after its first check
-        in a process is not seen by it). ``"trust"`` checks nothing: no
-        request at all, but a changed file is read as if it matched its row
-        (its duration, labels and loudness plan may then be wrong).
-      measure_lufs: give every item ``lufs`` ``(1,)`` and ``lufs_windows``
-        (0.4 s windows), measured on the item as returned, whatever the
-        strategy (one K-weighting pass per item). By default only
-        ``strategy="loudest"`` items carry loudness (it meters to choose);
-        others have ``lufs=None``.
-      storage_options: fsspec filesystem options for ``s3://``, ``gs://``,
-        ``https://`` ... sources (endpoint, credentials, ``anon``; see
-        ``docs/storage.md``), used to list and probe while building and around
-        every read, in every worker process. Without it fsspec's own
-        configuration applies (``AWS_*`` / ``FSSPEC_*`` environment variables,
-        ``GOOGLE_APPLICATION_CREDENTIALS``); secrets never appear in messages.
-      audio_column: the audio column of Parquet sources (default ``"audio"``;
-        see :mod:`audiotree.sources.containers`). Tar shards (``.tar``, brace
-        patterns such as ``train-{000000..000099}.tar``) and Parquet files with
-        embedded audio are read in place: every member or row is an item.
-      shard_options: a ``grain.sharding.ShardOptions`` (e.g.
-        ``ShardByJaxProcess()``): this host's share of the *containers*. Whole
-        tar shards, Parquet row groups (and plain files) are dealt round robin,
-        so a host opens only its 1/n of them; the share is then shuffled and
-        read as usual. For item sharding (every host samples the whole corpus)
-        apply :func:`shard_dataset` to the dataset instead; docs/containers.md
-        compares the two.
-
-    Raises:
-      FileNotFoundError: a source folder does not exist.
-      RuntimeError: a source holds no audio files.
-      ValueError / TypeError: an invalid argument (named in the message).
-    """
+    """:func:`~audiotree.sources.create_audio_dataset` with every option as a keyword of its own."""
     sample_rate, shuffle_seed, excerpt_seed = check_common(
         num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
@@ -214,7 +147,7 @@ def item_seconds(duration: float | None, excerpt: ExcerptConfig) -> float:
 
 
 @building_with_storage_options
-def create_balanced_audio_dataset(
+def build_balanced_dataset(
     sources: Mapping[str, SourceSpec] | None = None,
     weights: Mapping[str, float] | None = None,
     datasets: Mapping[str, grain.MapDataset] | None = None,
@@ -243,46 +176,7 @@ def create_balanced_audio_dataset(
     audio_column: str | None = None,
     shard_options: Any = None,
 ) -> grain.MapDataset:
-    """A weighted mix of named groups, balanced in every batch.
-
-    Args:
-      sources: ``{group: folders/globs}``; each group becomes a dataset of its
-        files (see :func:`create_audio_dataset`) labelled with the group name.
-      weights: ``{group: weight}``; groups left out weigh 1. Weights are relative.
-      datasets: ``{group: MapDataset}`` of ready items (already ``.repeat()``-ed
-        if the mix should be endless); items are stamped with the group name.
-      num_epochs: ``None`` (default) makes every file group endless. A finite
-        group ends the mix when it runs out relative to its weight.
-      window: a ``WindowConfig`` to sample file groups by window instead of by
-        file. Its ``duration`` is the excerpt length: leave ``duration`` at its
-        default (or equal to the window's), and ``excerpt`` too.
-      index, group_by: one corpus index split into groups by a column
-        (``group_by="group"``, or a label column). A group of ``sources`` may
-        also be an index itself: ``sources={"speech": "speech.parquet"}``.
-      labels, min_duration, max_duration, on_stale: for index groups, as in
-        :func:`create_audio_dataset`.
-      measure_lufs: meter every item of every group, ``datasets=`` groups
-        included (see :func:`create_audio_dataset`).
-      storage_options, audio_column: for remote groups and Parquet sources, as in :func:`create_audio_dataset`.
-      shard_options: a ``grain.sharding.ShardOptions`` (e.g. ``ShardByJaxProcess()``):
-        this host's share of *every* group's containers, dealt as in
-        :func:`create_audio_dataset` (whole tar shards, Parquet row groups,
-        plain files). Each group is split across all hosts, so every host
-        mixes every group by ``weights`` and the balance holds per host.
-        ``datasets=`` groups hold ready items and are split by item
-        (:func:`shard_dataset`); do not shard them yourself as well. A group
-        with fewer containers than hosts is an error naming the group.
-      Other arguments as in :func:`create_audio_dataset`: ``duration`` is the
-      excerpt length (1 s by default), and ``duration=None`` reads whole files
-      (as ``excerpt=ExcerptConfig(strategy="full")`` does).
-
-    Groups get seeds derived from their *names*, so adding, removing or
-    reordering groups leaves every other group's stream unchanged. The mix keeps
-    exact proportions and is shuffled in blocks (see
-    :mod:`audiotree.sources.mixing`), so every batch, built before or after
-    ``mp_prefetch`` with any number of workers, holds a random draw of groups.
-    ``item.source`` names each item's group.
-    """
+    """:func:`~audiotree.sources.create_balanced_audio_dataset` with every option as a keyword of its own."""
     sample_rate, shuffle_seed, excerpt_seed = check_common(
         num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
         shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
@@ -298,15 +192,15 @@ def create_balanced_audio_dataset(
     )
     if index is not None:
         if group_by is None:
-            raise ValueError("index= with create_balanced_audio_dataset needs group_by= (e.g. group_by='group'); or "
-                             "use sources={'speech': 'speech.parquet', ...}.")
+            raise ValueError("Corpus(index=...) with create_balanced_audio_dataset needs Corpus(group_by=...) "
+                             "(e.g. group_by='group'); or use sources={'speech': 'speech.parquet', ...}.")
         if sources is not None:
-            raise ValueError("Pass index= (with group_by=) or sources=, not both.")
+            raise ValueError("Pass Corpus(index=..., group_by=...) or sources=, not both.")
         group_rows = indexed.rows_by_group(index, group_by, labels=labels, min_duration=min_duration,
                                            max_duration=max_duration, loudest=loudest)
         sources = {name: None for name in group_rows}
     elif group_by is not None:
-        raise ValueError("group_by= groups the rows of an index; pass index= as well.")
+        raise ValueError("Corpus(group_by=...) groups the rows of an index; pass Corpus(index=...) as well.")
     for name, spec in (sources or {}).items():
         if indexed.is_index_path(spec):
             group_rows[name] = indexed.rows_from_index(spec, labels=labels, min_duration=min_duration,
@@ -322,11 +216,11 @@ def create_balanced_audio_dataset(
     if shard_options is not None:
         check_shard_options(shard_options)
     if sources is None and datasets is None:
-        raise ValueError("Pass sources= ({group: folders}) and/or datasets= ({group: MapDataset}).")
+        raise ValueError("Pass sources= ({group: folders, an index or a MapDataset}), or Corpus(index=..., group_by=...).")
     sources = dict(sources or {})
     datasets = dict(datasets or {})
     if not sources and not datasets:
-        raise ValueError("sources= and datasets= are both empty; give at least one group.")
+        raise ValueError("sources= is empty; give at least one group.")
     if window is not None:
         if excerpt != ExcerptConfig():
             raise ValueError("window= samples by window; it cannot be combined with a custom excerpt=.")
@@ -334,14 +228,14 @@ def create_balanced_audio_dataset(
             raise ValueError(f"window= carries its own duration ({window.duration} s); do not pass duration="
                              f"{duration!r} as well.")
         if on_read_error != "raise":
-            raise ValueError("window= supports only on_read_error='raise'.")
+            raise ValueError("window= supports only Corpus(on_read_error='raise').")
     if window is None:
         duration, excerpt = resolve_whole_files(duration, excerpt)
     check_duration(duration)
     check_pad_mode(pad_mode)
     collisions = sorted(set(sources) & set(datasets))
     if collisions:
-        raise ValueError(f"Group names used in both sources= and datasets=: {collisions}.")
+        raise ValueError(f"Group names used twice: {collisions}.")
     names = list(sources) + list(datasets)
     for name in names:
         if not isinstance(name, str) or not name:

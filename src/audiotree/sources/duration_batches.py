@@ -106,7 +106,8 @@ def durations_of(items: Any) -> np.ndarray:
     if loader is None:
         raise ValueError(
             "batch_by_duration needs durations= for items not built from a corpus index (e.g. "
-            "scan_durations(files) for a folder); with create_audio_dataset(index=...) they come from the index."
+            "scan_durations(files) for a folder); with create_audio_dataset(corpus=Corpus(index=...)) they come "
+            "from the index."
         )
     return np.asarray(loader.rows.durations, dtype=np.float64)
 

@@ -372,7 +372,7 @@ def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool =
     if excerpt.strategy != "loudest":
         return None
     if excerpt.skip_silent and not has_index:
-        raise ValueError("ExcerptConfig(skip_silent=True) needs index= (a corpus index with loudness profiles): "
+        raise ValueError("ExcerptConfig(skip_silent=True) needs Corpus(index=...) (a corpus index with loudness profiles): "
                          "without one, silent files are not known before they are read.")
     return LoudestSpec(excerpt, float(duration), bool(mono))
 
@@ -506,7 +506,7 @@ def refuse_index_options(**options: Any) -> None:
     """``labels=``/``min_duration=``/``max_duration=`` come from an index; refuse them without one."""
     given = sorted(name for name, value in options.items() if value is not None)
     if given:
-        raise ValueError(f"{', '.join(given)} need index= (a corpus index from `audiotree index`); folders carry no "
+        raise ValueError(f"Corpus({', '.join(given)}) need Corpus(index=...) (a corpus index from `audiotree index`); folders carry no "
                          "labels or durations.")
 
 
@@ -515,7 +515,7 @@ def rows_for_builder(index: Any, sources: Any, filepaths: Any, *, on_stale: str,
     from audiotree.index.reader import check_on_stale
 
     if sources is not None or filepaths is not None:
-        raise ValueError("Pass index= or sources=/filepaths=, not both: the index already lists the files.")
+        raise ValueError("Pass Corpus(index=...) or sources=/filepaths=, not both: the index already lists the files.")
     check_on_stale(on_stale)
     return rows_from_index(index, **kwargs)
 

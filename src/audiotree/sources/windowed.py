@@ -53,12 +53,12 @@ from audiotree.sources.indexed import (
 )
 from audiotree.sources.slots import build_slot_index, check_file_duration, lookup_files, plan_slots
 from audiotree.sources.window_index import StoreSlots, check_cell_length, row_cells
-from audiotree.validation import check_pad_mode, check_positive, is_real, renamed_keywords
+from audiotree.validation import check_pad_mode, check_positive, is_real
 
 __all__ = [
     "WindowConfig",
     "WindowLufsCache",
-    "create_windowed_audio_dataset",
+    "build_windowed_dataset",
     "windowed_group_dataset",
     "scan_durations",
     "precompute_window_lufs",
@@ -422,7 +422,7 @@ def _index_slots(rows: Any, window: WindowConfig, *, hop: float, sample_rate: in
     """
     if rows.store.has("window"):
         raise ValueError(f"{rows.index_path} is a segment index; window= samples windows of whole files. Read its "
-                         "segments with create_audio_dataset(index=..., duration=...) instead.")
+                         "segments with create_audio_dataset(corpus=Corpus(index=...), duration=...) instead.")
     lufs_cache, lufs_window_sec = window.lufs_cache, window.lufs_window_sec
     durations_source = "durations="
     seconds: Any = durations
@@ -513,13 +513,9 @@ def windowed_group_dataset(
     return ds.random_map(loader, seed=excerpt_stream)
 
 
-# The window knobs: passed loose, each is refused with the WindowConfig spelling.
-_WINDOW_KNOBS = tuple(f.name for f in dataclasses.fields(WindowConfig))
 
-
-@renamed_keywords(**{knob: f"window=WindowConfig({knob}=...)" for knob in _WINDOW_KNOBS})
 @building_with_storage_options
-def create_windowed_audio_dataset(
+def build_windowed_dataset(
     sources: Any = None,
     filepaths: Sequence[str | os.PathLike] | None = None,
     *,
@@ -545,47 +541,7 @@ def create_windowed_audio_dataset(
     audio_column: str | None = None,
     shard_options: Any = None,
 ) -> grain.MapDataset:
-    """Excerpts sampled by window of the files, weighted by length (see the module docstring).
-
-    Args:
-      sources / filepaths: folders or globs, or an explicit list (exactly one).
-      window: a :class:`WindowConfig`, the only way to set the windows (the
-        same object ``create_balanced_audio_dataset(window=...)`` takes): its
-        ``duration`` is the excerpt length (items are ``(1, C,
-        round(duration * sample_rate))``), ``hop`` the spacing of the natural
-        windows (default ``duration``), ``alpha`` the length bias in [0, 1] (0
-        one slot per file, 1 one slot per window), ``jitter`` randomises the
-        start within each slot's stride, ``lufs_cache`` (a cache folder or
-        :class:`WindowLufsCache`) and ``lufs_cutoff`` drop slots whose centre
-        cell is quieter, ``lufs_window_sec`` sizes explicit loudness cells.
-      durations: ``{path: seconds}``; default from the cache, else file headers.
-      lufs_per_file: explicit loudness cells of ``window.lufs_window_sec``
-        seconds (override the cache).
-      shuffle, num_epochs, shuffle_seed, excerpt_seed, sample_rate, mono,
-      pad_mode, extensions, source: as in :func:`create_audio_dataset`.
-      index, labels, min_duration, max_duration, on_stale: read the files from a
-        corpus index, as in :func:`create_audio_dataset`. Durations come from
-        the index; with ``lufs_window_sec`` (a multiple of 0.1 s) quiet slots
-        are dropped using the index's loudness profiles. Under
-        ``on_stale="trust"`` (no check) a window past the end of a file that
-        shrank since it was indexed raises an ``AudioReadError`` naming it.
-      measure_lufs: as in :func:`create_audio_dataset` (items carry
-        ``lufs=None`` unless ``measure_lufs=True``).
-      storage_options, audio_column: as in :func:`create_audio_dataset` (tar
-        shards and Parquet files with audio are sources too).
-      shard_options: a ``grain.sharding.ShardOptions`` (e.g.
-        ``ShardByJaxProcess()``): this host's share of the files, dealt as in
-        :func:`create_audio_dataset` (whole tar shards, Parquet row groups,
-        plain files) *before* the windows are planned, so a host probes,
-        checks against the loudness cache and reads only its own files, and
-        its slots weight only them by length. For one global slot order split
-        by item apply :func:`~audiotree.sources.shard_dataset` instead.
-
-    Raises:
-      ValueError: a bad argument, a cache built for another rate/mono setting, a
-        stale cache, or a file missing from the durations or loudness.
-      RuntimeError: no files found, or no slots left after loudness filtering.
-    """
+    """:func:`~audiotree.sources.create_windowed_audio_dataset` with every option as a keyword of its own."""
     if not isinstance(window, WindowConfig):
         raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
     # An unreadable file always raises here (WindowLoader has no other policy).
