@@ -191,20 +191,9 @@ def test_open_audio_takes_the_hint_for_its_path_only(tmp_path):
 @pytest.fixture(scope="module")
 def s3flac(tmp_path_factory):
     """moto behind a counting proxy, holding FLAC files of mixed rates and a tar shard of FLAC members."""
-    import s3fs
+    from test_remote_render import counted_s3
 
-    from test_remote_render import CountingProxy
-    from test_storage import start_moto
-
-    server, port = start_moto()
-    proxy = CountingProxy(port)
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = s3fs.S3FileSystem()
+    with counted_s3() as (fs, proxy):
         fs.mkdir("flac")
         files = {}
         for k, (seconds, rate, channels, subtype) in enumerate(SHAPES):
@@ -219,13 +208,8 @@ def s3flac(tmp_path_factory):
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
         fs.pipe("flac/shards/train-000000.tar", buf.getvalue())
-        try:
-            yield {"fs": fs, "proxy": proxy, "files": files, "members": members,
-                   "tmp": tmp_path_factory.mktemp("flac-index")}
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            proxy.stop()
-            server.stop()
+        yield {"fs": fs, "proxy": proxy, "files": files, "members": members,
+               "tmp": tmp_path_factory.mktemp("flac-index")}
 
 
 def _index(s3flac, name, sources, **kwargs):

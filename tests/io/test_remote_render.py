@@ -7,6 +7,7 @@ bytes the server sent, so requests and bytes are measured at the server side.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import grain
@@ -33,27 +34,38 @@ class CountingProxy(_FaultProxy):
             return list(self.log)
 
 
-@pytest.fixture(scope="module")
-def s3proxy(tmp_path_factory):
-    """moto on 127.0.0.1 behind a CountingProxy; the AWS variables point at the proxy."""
+@contextlib.contextmanager
+def counted_s3():
+    """moto on 127.0.0.1 behind a CountingProxy, the AWS variables pointing at the proxy: ``(fs, proxy)``.
+
+    Both servers are stopped on exit, also when the caller's set-up fails.
+    """
     import s3fs
 
     server, port = start_moto()
     proxy = CountingProxy(port)
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = s3fs.S3FileSystem()
-        fs.mkdir("renders")
-        try:
-            yield {"fs": fs, "proxy": proxy, "tmp": tmp_path_factory.mktemp("remote-render")}
-        finally:
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
             s3fs.S3FileSystem.clear_instance_cache()
-            proxy.stop()
-            server.stop()
+            try:
+                yield s3fs.S3FileSystem(), proxy
+            finally:
+                s3fs.S3FileSystem.clear_instance_cache()
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3proxy(tmp_path_factory):
+    """moto on 127.0.0.1 behind a CountingProxy; the AWS variables point at the proxy."""
+    with counted_s3() as (fs, proxy):
+        fs.mkdir("renders")
+        yield {"fs": fs, "proxy": proxy, "tmp": tmp_path_factory.mktemp("remote-render")}
 
 
 def _corpus(root):

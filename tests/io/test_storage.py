@@ -130,9 +130,9 @@ def _handler(state: _State):
                 self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
             if body:
-                self.wfile.write(chunk)
-                with state.lock:
+                with state.lock:  # counted before sending: a client may check the count as soon as it has the bytes
                     state.bytes_sent += len(chunk)
+                self.wfile.write(chunk)
 
         def do_GET(self) -> None:
             self._serve(True)
