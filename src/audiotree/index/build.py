@@ -208,75 +208,31 @@ class _Parts:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _make_executor(executor: Any, max_workers: int | None, stack: contextlib.ExitStack, ray_address: str | None):
-    """(executor, owned, worker count); ``None``/``"serial"`` is this process, ``"process"`` a spawn pool.
+def _open_runner(executor: Any, max_workers: int | None, ray_address: str | None, stack: contextlib.ExitStack):
+    """The :mod:`audiotree.parallel` runner of ``executor`` (closed by ``stack``): the one corpus-job layer."""
+    from audiotree.parallel import open_executor
 
-    ``"ray"`` gives an :mod:`audiotree.parallel` runner, closed by ``stack``.
-    """
-    if executor == "ray" or ray_address is not None:
-        from audiotree.parallel import open_executor
-
-        runner = stack.enter_context(open_executor(executor, ray_address=ray_address))
-        return runner, False, runner.workers
-    if executor == "process":
-        workers = max_workers or os.cpu_count() or 1
-        # spawn: a forked child of a process running JAX's threads can deadlock.
-        from audiotree.parallel.executors import spawn_pool
-
-        return spawn_pool(workers), True, workers
-    if executor is None or executor == "serial":
-        if max_workers is not None:
-            raise ValueError(f"max_workers={max_workers!r} sizes a process pool, and executor={executor!r} runs in this "
-                             "process; pass executor='process' as well.")
-        return None, False, 1
-    if isinstance(executor, concurrent.futures.Executor):
-        return executor, False, int(getattr(executor, "_max_workers", None) or max_workers or 4)
-    raise TypeError(f"executor must be None, 'process', 'serial', 'ray' or a concurrent.futures.Executor, got {executor!r}.")
+    if (executor is None or executor == "serial") and max_workers is not None:
+        raise ValueError(f"max_workers={max_workers!r} sizes a process pool, and executor={executor!r} runs in this "
+                         "process; pass executor='process' as well.")
+    return stack.enter_context(open_executor(executor, ray_address=ray_address, workers=max_workers))
 
 
-def _run_chunks(chunks, executor, workers: int, loudness: bool, mono: bool, on_rows, storage_options=None) -> None:
+def _run_chunks(chunks, runner, loudness: bool, mono: bool, on_rows, storage_options=None) -> None:
+    """Indexes every chunk on ``runner``; rows reach ``on_rows`` on the driver, chunk by chunk, in chunk order."""
     from audiotree.index._work import index_chunk
 
-    if storage_options:
-        index_chunk = functools.partial(index_chunk, storage_options=dict(storage_options))
-
-    if executor is None:
-        for chunk in chunks:
-            on_rows(index_chunk(chunk, loudness, mono))
-        return
-    from audiotree.parallel import Runner
-
-    if isinstance(executor, Runner):  # Ray: rows reach the driver as each chunk finishes
-        for _, rows in executor.run(functools.partial(index_chunk, loudness=loudness, mono=mono), chunks):
-            on_rows(rows)
-        return
-    pending: set = set()
-    window = max(2, 2 * workers)  # bounded: memory stays flat for millions of files
-    it = iter(chunks)
+    work = functools.partial(index_chunk, loudness=loudness, mono=mono,
+                             storage_options=dict(storage_options) if storage_options else None)
     try:
-        while True:
-            while len(pending) < window:
-                chunk = next(it, None)
-                if chunk is None:
-                    break
-                pending.add(executor.submit(index_chunk, chunk, loudness, mono))
-            if not pending:
-                return
-            done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in done:
-                try:
-                    rows = future.result()
-                except concurrent.futures.process.BrokenProcessPool as exc:
-                    raise RuntimeError(
-                        "The index build's worker processes died (finished chunks are kept; re-run to resume). A "
-                        "script that calls build_index with the default process pool needs an "
-                        "`if __name__ == \"__main__\":` guard, since spawned workers import it; or pass "
-                        "executor='serial' or a ThreadPoolExecutor."
-                    ) from exc
-                on_rows(rows)
-    finally:
-        for future in pending:
-            future.cancel()
+        for _, rows in runner.run(work, chunks):
+            on_rows(rows)
+    except concurrent.futures.process.BrokenProcessPool as exc:
+        raise RuntimeError(
+            "The index build's worker processes died (finished chunks are kept; re-run to resume). A script that "
+            "calls build_index with executor='process' needs an `if __name__ == \"__main__\":` guard, since "
+            "spawned workers import it; or pass executor='serial' or a ThreadPoolExecutor."
+        ) from exc
 
 
 def _previous_labels(out: str, previous: Any) -> dict:
@@ -533,7 +489,8 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
 
     todo = [(p, g) if windows is None else (p, g, windows[p]) for p, g, _ in found if p not in taken]
     stack = contextlib.ExitStack()
-    executor_obj, owned, workers = _make_executor(executor, max_workers, stack, ray_address) if todo else (None, False, 1)
+    runner = _open_runner(executor, max_workers, ray_address, stack) if todo else None
+    workers = runner.workers if runner is not None else 1
     if chunk_size is None:
         chunk_size = max(1, min(64, math.ceil(len(todo) / (4 * workers)))) if todo else 1
     elif not is_int(chunk_size) or chunk_size < 1:
@@ -551,11 +508,10 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
         bar.update(len(rows))
 
     try:
-        _run_chunks(chunks, executor_obj, workers, bool(loudness), bool(mono), on_rows, storage_options)
+        if runner is not None:
+            _run_chunks(chunks, runner, bool(loudness), bool(mono), on_rows, storage_options)
     finally:
         bar.close()
-        if owned:
-            executor_obj.shutdown(wait=True, cancel_futures=True)
         stack.close()
     for row in container_labels.problem_rows(containers.problems, containers.groups):
         row["path"] = stored(row["path"])
