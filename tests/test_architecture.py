@@ -488,8 +488,6 @@ KNOWN_OVER_BUDGET = {
 # Private attributes of other libraries that audiotree has to use, each with the reason.
 # Keyed by the finding's text (line numbers left out); the test fails once an entry no longer matches.
 KNOWN_PRIVATE_ATTRIBUTES = {
-    "audiotree.index.build: executor._max_workers":
-        "concurrent.futures executors have no public size; a caller's executor is sized from it",
     "audiotree.parallel.executors: executor._max_workers":
         "concurrent.futures executors have no public size; a caller's executor is sized from it",
     "audiotree.io.ranges: fs._call_s3":
