@@ -500,15 +500,15 @@ KNOWN_PRIVATE_ATTRIBUTES = {
         "fsspec's public strip_protocol(url) looks the class up again; the filesystem in hand must strip",
     "audiotree.parallel.parent_death: os._exit":
         "a documented stdlib function (exit without cleanup, from a forked child)",
-    "audiotree.sources.duration_batches: node._transform":
+    "audiotree.sources.datasets.duration_batches: node._transform":
         "Grain's map steps do not expose their function; batch_by_duration finds the index loader by it",
-    "audiotree.sources.lifecycle: SharedMemoryArray._del_thread_pool":
+    "audiotree.sources.workers.lifecycle: SharedMemoryArray._del_thread_pool":
         "Grain has no public way to stop the shared-memory unlink pool before a fork",
-    "audiotree.sources.lifecycle: SharedMemoryArray._outstanding_del_requests":
+    "audiotree.sources.workers.lifecycle: SharedMemoryArray._outstanding_del_requests":
         "Grain has no public way to stop the shared-memory unlink pool before a fork",
-    "audiotree.sources.lifecycle: array._unlink_on_del":
+    "audiotree.sources.workers.lifecycle: array._unlink_on_del":
         "Grain's SharedMemoryArray has no public switch for unlink-on-delete",
-    "audiotree.sources.lifecycle: leaf._unlink_on_del":
+    "audiotree.sources.workers.lifecycle: leaf._unlink_on_del":
         "Grain's SharedMemoryArray has no public switch for unlink-on-delete",
     "audiotree.torch.loader: iterator._shutdown_workers":
         "torch's DataLoader iterator has no public way to stop persistent workers (needed to resume mid-epoch)",

@@ -275,7 +275,7 @@ def whole_files(tmp_path):
 
 
 def test_full_strategy_reads_whole_files_with_lengths(whole_files):
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
 
     rng = np.random.default_rng(0)
     for path, seconds in zip(whole_files, (0.4, 1.3, 2.2)):

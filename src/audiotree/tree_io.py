@@ -117,7 +117,7 @@ class FileMethods:
         if clip.lufs is not None:
             tree_kwargs = {**tree_kwargs, "lufs": np.asarray([clip.lufs], np.float32), "lufs_windows": clip.lufs_windows[None]}
         if clip.method is not None:
-            from audiotree.excerpt_search import method_extras
+            from audiotree.excerpts.plan import method_extras
 
             tree_kwargs = {**tree_kwargs, "extras": {**(tree_kwargs.get("extras") or {}), **method_extras(clip.method)}}
         lengths = None if clip.lengths is None else np.asarray([clip.lengths], np.int32)
@@ -154,7 +154,7 @@ class FileMethods:
         excerpt: Any = None,
         **from_file_kwargs: Any,
     ) -> "Self | None":
-        """Reads one excerpt chosen by an :class:`~audiotree.excerpt.ExcerptConfig`.
+        """Reads one excerpt chosen by an :class:`~audiotree.excerpts.config.ExcerptConfig`.
 
         ``random`` (default) draws one offset with the config's search from ``rng``;
         ``start`` reads at ``offset``; ``loudest`` delegates to

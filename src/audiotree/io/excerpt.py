@@ -1,7 +1,7 @@
 """Reading excerpts of audio files: seek, decode, downmix, resample, fit to length.
 
 :func:`read_excerpt` reads at a given offset; :func:`select_clip` applies an
-:class:`~audiotree.excerpt.ExcerptConfig` strategy (``start``, ``random``,
+:class:`~audiotree.excerpts.config.ExcerptConfig` strategy (``start``, ``random``,
 ``loudest`` or ``full``). Results are plain arrays in a :class:`Clip`; wrapping them in an
 ``AudioTree`` is the caller's business (``AudioTree.from_file`` and
 ``AudioTree.excerpt`` do it), so this module knows nothing of the container.
@@ -29,7 +29,7 @@ near-silence with one loud passage, that misses most of the time. Ours:
    estimate cannot clear the cutoff (K-weighting adds at most ~4 dB) moves to
    the nearest window that can. A loud passage longer than ``duration`` is
    therefore always found, and offsets stay spread over every loud region.
-4. Longer files are probed (:mod:`audiotree.excerpt_search`): short reads
+4. Longer files are probed (:mod:`audiotree.excerpts.plan`): short reads
    ``duration / 2`` apart map the raw energy along the file, then each further
    attempt reads ``2 * duration`` around the loudest unexplored probe and
    meters the loudest window in it. The raw block energies bound an excerpt's
@@ -77,7 +77,7 @@ from audiotree.dsp.loudness import (
     measure,
 )
 from audiotree.errors import AudioReadError
-from audiotree.excerpt import ExcerptConfig
+from audiotree.excerpts.config import ExcerptConfig
 from audiotree.io.segment import check_window, open_audio
 from audiotree.validation import check_duration, check_pad_mode
 
@@ -232,7 +232,7 @@ def select_clip(
     ``random`` draws the offset with ``excerpt.search`` from ``rng`` (starting at
     ``offset``); ``start`` reads at ``offset``; ``loudest`` delegates to
     :func:`loudest_clip` (``plan``: a corpus index's
-    :class:`~audiotree.excerpt_search.RowPlan`); ``full`` (or ``duration=None``
+    :class:`~audiotree.excerpts.plan.RowPlan`); ``full`` (or ``duration=None``
     with ``random`` or ``start``) reads the whole file from ``offset``, up to
     ``crop_to``, and records ``lengths``. Returns a :class:`Clip` (or
     ``None`` from ``loudest`` with ``on_failure="skip"``).
@@ -369,9 +369,9 @@ def loudest_clip(
 
     Returns a :class:`Clip` carrying ``lufs`` and ``lufs_windows`` ``(W,)`` of the
     excerpt (of its mono mix when ``mono``) and ``method`` (``"index"`` or
-    ``"search"``, see :data:`audiotree.excerpt_search.EXCERPT_METHODS`), or
+    ``"search"``, see :data:`audiotree.excerpts.plan.EXCERPT_METHODS`), or
     ``None`` under ``on_failure="skip"``. ``plan`` (a
-    :class:`~audiotree.excerpt_search.RowPlan` from a corpus index) replaces the
+    :class:`~audiotree.excerpts.plan.RowPlan` from a corpus index) replaces the
     search by one draw among the windows the profile says clear the cutoff; the
     item's ``lufs`` then comes from the profile when it clears the cutoff by the
     documented margin, else from the meter. ``window=(start, end)`` searches
@@ -490,7 +490,7 @@ class _LoudestSearch:
         Each of up to ``attempts`` regions is one read of at most ``2 * need``
         frames centred on a probe not inside an earlier region.
         """
-        from audiotree.excerpt_search import probe_energy, probe_layout
+        from audiotree.excerpts.plan import probe_energy, probe_layout
 
         frames = self.f.info.frames
         starts, length = probe_layout(frames, self.rate, self.duration, self.rng)

@@ -93,7 +93,7 @@ class ExcerptConfig:
         loudest attempt, ``"skip"`` the item (``None``), or ``"raise"``.
       scan_max_seconds: after a first miss, ``loudest`` decodes files up to this
         long whole and searches an energy map; longer files are probed (see
-        :mod:`audiotree.excerpt_search`).
+        :mod:`audiotree.excerpts.plan`).
       skip_silent: ``loudest`` over a corpus index only: leave files whose
         profile has no window above the cutoff out of sampling (group weights
         are unchanged; the rest of the group is sampled). Without it,

@@ -1,0 +1,1 @@
+"""Choosing excerpts: the strategies (ExcerptConfig), the loudest search and the corpus-index plan."""
