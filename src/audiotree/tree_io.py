@@ -160,7 +160,7 @@ class FileMethods:
         ``start`` reads at ``offset``; ``loudest`` delegates to
         :meth:`loudest_excerpt`. Deterministic for a given ``rng`` state.
         """
-        from audiotree.io.excerpt import select_clip
+        from audiotree.excerpts.strategies import select_clip
 
         read, tree_kwargs = _split_read_kwargs(from_file_kwargs)
         clip = select_clip(audio_path, rng, duration=duration, offset=offset, excerpt=excerpt, **read)
@@ -174,9 +174,9 @@ class FileMethods:
 
         Requires ``duration=`` in the keyword arguments; ``offset`` is refused. The
         result carries ``lufs`` and ``lufs_windows`` (0.4 s windows) of the excerpt.
-        See :mod:`audiotree.io.excerpt` for the search and its cost.
+        See :mod:`audiotree.excerpts.search` for the search and its cost.
         """
-        from audiotree.io.excerpt import loudest_clip
+        from audiotree.excerpts.search import loudest_clip
 
         read, tree_kwargs = _split_read_kwargs(from_file_kwargs, ("duration", "offset"))
         clip = loudest_clip(audio_path, rng, excerpt, **read)

@@ -18,7 +18,8 @@ import soundfile
 from audiotree.dsp.loudness import integrated_loudness, measure
 from audiotree import AudioTree
 from audiotree.excerpts.config import ExcerptConfig
-from audiotree.excerpts.plan import EXCERPT_METHODS, build_plan, probe_layout
+from audiotree.excerpts.plan import EXCERPT_METHODS, build_plan
+from audiotree.excerpts.search import probe_layout
 from audiotree.index import build_index
 from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset
 

@@ -1,4 +1,4 @@
-"""Where the loud passages of a long file are: the two searches behind ``loudest``.
+"""Where the loud passages of a long file are, by a corpus index: the plan behind ``loudest``.
 
 With a corpus index (:class:`LoudestPlan`)
     The index holds each file's loudness profile (K-weighted mean square per
@@ -19,15 +19,8 @@ With a corpus index (:class:`LoudestPlan`)
     ``num_tries``. Files with no window above ``cutoff + margin`` are known
     before anything is read.
 
-Without an index (:func:`probe_energy`)
-    After a first random attempt misses on a file longer than
-    ``scan_max_seconds``, short probes spaced at most ``duration / 2`` apart
-    (with a random phase) measure the raw energy along the file. Probes are
-    read from the end of the file backwards, so every hop is a real seek (a
-    short forward hop on Ogg/Vorbis decodes through instead). The loudest
-    probes, in order, then each get one read of ``2 * duration`` around them,
-    in which a 100 ms energy map picks the loudest window to meter. Any loud
-    passage at least ``duration / 2`` long is hit by a probe.
+
+Without an index, ``loudest`` searches the file itself: :mod:`audiotree.excerpts.search`.
 """
 
 from __future__ import annotations
@@ -40,7 +33,7 @@ import numpy as np
 
 __all__ = [
     "EXCERPT_METHODS", "PROFILE_MARGIN_LU", "LoudestPlan", "ProfileRowPlan", "RowPlan", "build_plan", "method_extras",
-    "method_name", "probe_energy", "probe_layout",
+    "method_name",
 ]
 
 #: How an item's excerpt was chosen, stored as ``extras["excerpt_method"]``
@@ -74,12 +67,6 @@ def _gate_one(gating: list) -> float:
     floor = sum(kept) / len(kept) * _REL_GATE
     kept = [ms for ms in kept if ms > floor]
     return _to_lufs(sum(kept) / len(kept)) if kept else -math.inf
-
-
-# Probe search: probes at most this many per file, this long (seconds).
-_MAX_PROBES = 4096
-_MIN_PROBE_SEC = 0.01
-_MAX_PROBE_SEC = 0.1
 
 
 def method_extras(name: str) -> dict:
@@ -473,36 +460,3 @@ class ProfileRowPlan:
         quads = self._gating_ms[block:block + w - _GATING_BLOCKS + 1:_GATING_BLOCKS]
         with np.errstate(divide="ignore"):
             return lufs, (_LUFS_OFFSET + 10 * np.log10(quads)).astype(np.float32)
-
-
-# ------------------------------------------------------------------- probes
-def probe_layout(frames: int, rate: int, duration: float, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """Probe start frames (ascending) and probe length in frames for a file of ``frames``.
-
-    Spacing is ``duration / 2`` (wider only past :data:`_MAX_PROBES` probes), with
-    a random phase; each probe is ``2 * duration / n`` seconds, clamped to
-    [10 ms, 100 ms], so the probes read at most ``max(2 * duration, n * 10 ms)``.
-
-    >>> starts, length = probe_layout(16_000 * 40, 16_000, 3.0, np.random.default_rng(0))
-    >>> len(starts), length
-    (27, 1600)
-    """
-    total = frames / rate
-    spacing = max(duration / 2.0, total / _MAX_PROBES)
-    n = max(1, int(math.ceil(total / spacing)))
-    length = int(round(min(max(2.0 * duration / n, _MIN_PROBE_SEC), _MAX_PROBE_SEC) * rate))
-    length = max(1, min(length, frames))
-    phase = float(rng.uniform(0.0, spacing))
-    starts = np.round((phase + spacing * np.arange(n)) * rate).astype(np.int64)
-    starts = np.unique(np.minimum(starts, frames - length))
-    return starts, length
-
-
-def probe_energy(read, starts: np.ndarray, length: int) -> np.ndarray:
-    """Mean square of each probe ``read(start, length) -> (n, C)``, read from the last backwards."""
-    energy = np.zeros(starts.shape[0], dtype=np.float64)
-    for k in range(starts.shape[0] - 1, -1, -1):
-        chunk = read(int(starts[k]), length)
-        if chunk.size:
-            energy[k] = float(np.mean(np.square(chunk, dtype=np.float64)))
-    return energy
