@@ -285,10 +285,3 @@ def test_plan_draws_are_uniform_over_every_run_of_every_row():
         assert set(draws.tolist()) == expected
         counts = np.unique(draws, return_counts=True)[1]
         assert counts.min() > 100 and counts.max() < 300  # ~200 each
-
-
-def test_plan_gating_block_constant_matches_the_profile():
-    from audiotree.excerpts import plan as excerpt_search
-    from audiotree.index.profile import GATING_BLOCKS
-
-    assert excerpt_search._GATING_BLOCKS == GATING_BLOCKS

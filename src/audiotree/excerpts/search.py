@@ -59,13 +59,12 @@ import numpy as np
 
 from audiotree.dsp.edits import downmix
 from audiotree.dsp.loudness import (
-    ABSOLUTE_GATE_LUFS,
-    BLOCK_SEC,
+    BLOCK_STEPS,
     CHANNEL_WEIGHTS,
     LUFS_OFFSET,
     MAX_K_WEIGHT_GAIN_DB,
-    RELATIVE_GATE_LU,
     STEP_SEC,
+    gated_from_block_power,
     measure,
 )
 from audiotree.errors import AudioReadError
@@ -76,8 +75,6 @@ from audiotree.validation import check_duration, check_pad_mode
 
 __all__ = ["loudest_clip", "probe_energy", "probe_layout"]
 
-# The energy map works in 100 ms steps: BS.1770 gating blocks are 4 of them, 75 % overlapped.
-_BLOCKS_PER_GATE = round(BLOCK_SEC / STEP_SEC)
 # Probe search: probes at most this many per file, this long (seconds).
 _MAX_PROBES = 4096
 _MIN_PROBE_SEC = 0.01
@@ -107,11 +104,12 @@ def _loudness_ceiling(frames: np.ndarray, rate: int) -> float:
 def _gated_estimate(block_energy: np.ndarray, window_blocks: int) -> np.ndarray:
     """Gated loudness estimate of every window of ``window_blocks`` 100 ms blocks.
 
-    Uses 400 ms gating blocks made of 4 consecutive 100 ms blocks, like BS.1770.
+    Uses 400 ms gating blocks made of 4 consecutive 100 ms blocks, gated by the
+    meter's own gate (:func:`~audiotree.dsp.loudness.gated_from_block_power`).
     Returns one estimate (LUFS-like, unfiltered) per window start.
     """
     n = block_energy.shape[0]
-    k = _BLOCKS_PER_GATE
+    k = BLOCK_STEPS
     if n < k or window_blocks < k:
         total = block_energy[: max(window_blocks, 1)]
         mean = float(total.mean()) if total.size else 0.0
@@ -120,18 +118,7 @@ def _gated_estimate(block_energy: np.ndarray, window_blocks: int) -> np.ndarray:
     csum = np.concatenate([[0.0], np.cumsum(block_energy)])
     gating = (csum[k:] - csum[:-k]) / k  # 400 ms blocks, 100 ms hop
     per_window = min(window_blocks - k + 1, gating.shape[0])
-    views = np.lib.stride_tricks.sliding_window_view(gating, per_window)
-    with np.errstate(divide="ignore"):
-        loud = LUFS_OFFSET + 10 * np.log10(views)
-    keep = loud > ABSOLUTE_GATE_LUFS
-    mean_abs = np.where(keep, views, 0).sum(axis=1) / np.maximum(keep.sum(axis=1), 1)
-    with np.errstate(divide="ignore"):
-        relative = LUFS_OFFSET + 10 * np.log10(mean_abs) + RELATIVE_GATE_LU
-    keep &= loud > relative[:, None]
-    mean_rel = np.where(keep, views, 0).sum(axis=1)
-    count = keep.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(count > 0, LUFS_OFFSET + 10 * np.log10(mean_rel / np.maximum(count, 1)), -np.inf)
+    return gated_from_block_power(np.lib.stride_tricks.sliding_window_view(gating, per_window))
 
 
 def _measure_native(frames: np.ndarray, rate: int) -> tuple[float, np.ndarray]:
