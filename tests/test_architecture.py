@@ -582,6 +582,35 @@ def test_validators_are_defined_once():
     _check_known(redefined_validators(), KNOWN_REDEFINED_VALIDATORS, "redefined validators")
 
 
+# Layers that must not reach up: each package may import only the packages (and top-level modules) listed.
+# The decoding layer knows nothing of how excerpts are chosen; the meter knows nothing of files.
+UPWARD = {
+    "audiotree.io": ("audiotree.excerpts", "audiotree.sources", "audiotree.index", "audiotree.core",
+                     "audiotree.tree_io", "audiotree.writers", "audiotree.torch", "audiotree.jax", "audiotree.cli"),
+    "audiotree.dsp": ("audiotree.io", "audiotree.excerpts", "audiotree.sources", "audiotree.index",
+                      "audiotree.core", "audiotree.formats"),
+    "audiotree.excerpts": ("audiotree.sources", "audiotree.core", "audiotree.tree_io", "audiotree.writers",
+                           "audiotree.torch", "audiotree.cli"),
+}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for package, above in UPWARD.items():
+        for module, deps in graph.items():
+            if module == package or module.startswith(package + "."):
+                out += [f"{module} -> {d}" for d in sorted(deps)
+                        if any(d == a or d.startswith(a + ".") for a in above)]
+    return out
+
+
+def test_lower_layers_do_not_import_upper_ones():
+    graph, _ = import_graph()
+    assert upward_imports(graph) == []
+    graph["audiotree.io.excerpt"].add("audiotree.excerpts.config")  # what io/excerpt.py did before #26
+    assert upward_imports(graph) == ["audiotree.io.excerpt -> audiotree.excerpts.config"]
+
+
 def test_the_widened_counts_can_fail(tmp_path, monkeypatch):
     # Each count sees the pattern it is written for, in a package made up for the test.
     pkg = tmp_path / "audiotree"

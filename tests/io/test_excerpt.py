@@ -194,3 +194,14 @@ def test_non_utf8_file_names_round_trip(tmp_path):
     name = os.fsdecode(raw)
     tree = AudioTree.from_file(name, duration=0.05)
     assert tree.filepath == [name]
+
+
+def test_the_excerpts_package_is_the_one_home_of_the_strategies():
+    import audiotree
+    import audiotree.excerpts as excerpts
+
+    assert excerpts.ExcerptConfig is audiotree.ExcerptConfig is audiotree.sources.ExcerptConfig
+    assert excerpts.select_clip.__module__ == "audiotree.excerpts.strategies"
+    assert excerpts.loudest_clip.__module__ == "audiotree.excerpts.search"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        excerpts.nothing
