@@ -1,5 +1,11 @@
 """Grain datasets of audio excerpts, and the readers of pre-rendered datasets.
 
+The public face of three subpackages, re-exported here: the builders
+(:mod:`audiotree.sources.datasets`), the readers of pre-rendered data
+(:mod:`audiotree.sources.readers`) and the set-up of worker processes
+(:mod:`audiotree.sources.workers`). The modules at this level are the sampling
+pieces the builders share (index rows, loaders, files, ordering, mixing).
+
 Importing this module changes nothing outside it. The ``mp_prefetch`` of the
 datasets built here starts workers that run from plain, unguarded scripts; see
 :mod:`audiotree.sources.workers.start` for what that prepares and for which processes.
