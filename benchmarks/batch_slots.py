@@ -5,7 +5,7 @@
 
 Runs ``benchmarks/bench_worker.py`` (the script behind the "2 workers" rows of
 BENCHMARKS.md) for ours with 0 workers, 2 workers with slots (the default,
-``audiotree.sources.batch_slots``) and 2 workers with Grain's fresh segment per
+``audiotree.sources.workers.batch_slots``) and 2 workers with Grain's fresh segment per
 batch (``AUDIOTREE_BATCH_SLOTS=0``), interleaved round by round, each run in a
 fresh interpreter, and prints the median items per CPU-second of the process
 tree and the 2-worker/0-worker ratios. Sync reads, batches of 32.
@@ -85,7 +85,7 @@ def _write(rows: list[str], args) -> None:
         f"`python benchmarks/batch_slots.py --rounds {args.rounds} --batches {args.batches}` on the synthetic corpus, "
         f"{when}, commit `{commit}`, load average {load:.1f} on 2 cores. Ours, sync reads, batches of 32; "
         "items per CPU-second of the process tree (median of interleaved rounds, min–max), each run in a fresh "
-        "interpreter by `benchmarks/bench_worker.py`. *slots* is the default (`audiotree.sources.batch_slots`); "
+        "interpreter by `benchmarks/bench_worker.py`. *slots* is the default (`audiotree.sources.workers.batch_slots`); "
         "*Grain segments* is `AUDIOTREE_BATCH_SLOTS=0`.",
         "",
         "| config | variant | items per CPU-s | vs 0 workers |",

@@ -82,7 +82,7 @@ def _cpu() -> float:
 
 
 def worker(config: str, index: str, items: int, warmup: int) -> dict:
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
     from audiotree.index import open_index
     from audiotree.sources import create_audio_dataset
 
@@ -114,7 +114,7 @@ def interleaved(index: str, chunks: int, per: int) -> dict:
     item range, so both see the same load, caches and files. Returns the CPU
     seconds of every turn.
     """
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
     from audiotree.sources import create_audio_dataset
 
     common = dict(sample_rate=RATE, duration=3.0, num_epochs=None, shuffle=True)

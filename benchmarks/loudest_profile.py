@@ -28,7 +28,7 @@ from loudest import CORPORA, RATE, build_corpus  # noqa: E402
 
 
 def _datasets(index):
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
     from audiotree.sources import create_audio_dataset
 
     common = dict(sample_rate=RATE, duration=3.0, num_epochs=None, shuffle=True)
@@ -76,7 +76,7 @@ def decode_loud_and_quiet(root: Path, fmt: str, files: int = 3) -> None:
 
 
 def plan_hot(index) -> None:
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
     from audiotree.sources.indexed import LoudestSpec, rows_from_index
 
     rows = rows_from_index(index, loudest=LoudestSpec(ExcerptConfig(strategy="loudest"), 3.0))

@@ -15,7 +15,7 @@ call is subtracted from its caller), so the categories add up to the CPU time of
 * ``energy map``: the loudest search's unfiltered block energies and window estimates;
 * ``meter``: the exact BS.1770 meter (``audiotree.dsp.loudness.measure``);
 * ``resample``: soxr via ``audiotree.dsp.resample.resample``;
-* ``finish``: mono downmix, layout, padding (``excerpt._finish`` minus resample);
+* ``finish``: mono downmix, layout, padding (``audiotree.io.excerpt.finish_frames`` minus resample);
 * ``tree``: building the batch-of-1 ``AudioTree`` (provenance strings etc.);
 * ``excerpt logic``: what is left inside ``ExcerptLoader.random_map`` (search loop, bookkeeping);
 * ``batch``: ``AudioTree.batch`` for 32 items;
@@ -93,9 +93,10 @@ def instrument_ours(clock: Clock) -> None:
     import importlib
 
     # import_module, not `import a.b as b`: packages may re-export a function under the submodule's name.
-    core, loudness, resample, excerpt, io, decode, loading = (
+    core, loudness, resample, search, reading, io, decode, loading = (
         importlib.import_module(f"audiotree.{m}")
-        for m in ("core", "dsp.loudness", "dsp.resample", "excerpt", "io", "io.decode", "sources.loading")
+        for m in ("core", "dsp.loudness", "dsp.resample", "excerpts.search", "io.excerpt", "io", "io.decode",
+                  "sources.loading")
     )
 
     def count_decoded(args, result):
@@ -108,16 +109,17 @@ def instrument_ours(clock: Clock) -> None:
     assert io.AudioFile is decode.AudioFile
     patch(decode.AudioFile, "__init__", clock, "open + header")
     patch(decode.AudioFile, "read", clock, "decode", after=count_decoded)
-    patch(excerpt, "_block_energy", clock, "energy map")
-    patch(excerpt, "_gated_estimate", clock, "energy map")
-    if hasattr(excerpt, "_loudness_ceiling"):
-        patch(excerpt, "_loudness_ceiling", clock, "energy map")
-    if hasattr(excerpt, "downmix"):
-        patch(excerpt, "downmix", clock, "finish (mono, pad)")
+    # The loudest search (excerpts.search) and the read (io.excerpt) look these up as module globals.
+    patch(search, "_block_energy", clock, "energy map")
+    patch(search, "_gated_estimate", clock, "energy map")
+    patch(search, "_loudness_ceiling", clock, "energy map")
+    patch(search, "downmix", clock, "finish (mono, pad)")
+    patch(search, "measure", clock, "meter")
     patch(loudness, "measure", clock, "meter")
     patch(resample, "resample", clock, "resample")
-    patch(excerpt, "_finish", clock, "finish (mono, pad)")
-    patch(excerpt, "_make_tree", clock, "tree (AudioTree.create)")
+    patch(reading, "finish_frames", clock, "finish (mono, pad)")
+    search.finish_frames = reading.finish_frames  # the same timed function, under the name search imported
+    core.AudioTree.from_clip = classmethod(clock.wrap("tree (AudioTree.create)", core.AudioTree.from_clip.__func__))
     patch(loading.ExcerptLoader, "random_map", clock, "excerpt logic")
     core.AudioTree.batch = staticmethod(clock.wrap("batch (AudioTree.batch)", core.AudioTree.batch))
 

@@ -226,7 +226,7 @@ def _indexed_flac(direct, counts, args) -> dict:
 
     import pyarrow.parquet as pq
 
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
     from audiotree.index import build_index, freshness, open_index
     from audiotree.io.flac_indexed import clear_header_cache
     from audiotree.sources import create_audio_dataset

@@ -68,7 +68,7 @@ def absl_flags_parsed():
     """What a plain Grain user does before ``mp_prefetch``: parse absl flags (undone afterwards).
 
     audiotree prepares Grain's flag only for its own pipelines (see
-    ``audiotree.sources.workers``); a pipeline built with ``grain.MapDataset``
+    ``audiotree.sources.workers.start``); a pipeline built with ``grain.MapDataset``
     directly follows Grain's rules, and Grain reads a flag while creating workers.
     """
     from absl import flags

@@ -498,15 +498,15 @@ KNOWN_PRIVATE_ATTRIBUTES = {
         "fsspec's public strip_protocol(url) looks the class up again; the filesystem in hand must strip",
     "audiotree.parallel.parent_death: os._exit":
         "a documented stdlib function (exit without cleanup, from a forked child)",
-    "audiotree.sources.duration_batches: node._transform":
+    "audiotree.sources.datasets.duration_batches: node._transform":
         "Grain's map steps do not expose their function; batch_by_duration finds the index loader by it",
-    "audiotree.sources.lifecycle: SharedMemoryArray._del_thread_pool":
+    "audiotree.sources.workers.lifecycle: SharedMemoryArray._del_thread_pool":
         "Grain has no public way to stop the shared-memory unlink pool before a fork",
-    "audiotree.sources.lifecycle: SharedMemoryArray._outstanding_del_requests":
+    "audiotree.sources.workers.lifecycle: SharedMemoryArray._outstanding_del_requests":
         "Grain has no public way to stop the shared-memory unlink pool before a fork",
-    "audiotree.sources.lifecycle: array._unlink_on_del":
+    "audiotree.sources.workers.lifecycle: array._unlink_on_del":
         "Grain's SharedMemoryArray has no public switch for unlink-on-delete",
-    "audiotree.sources.lifecycle: leaf._unlink_on_del":
+    "audiotree.sources.workers.lifecycle: leaf._unlink_on_del":
         "Grain's SharedMemoryArray has no public switch for unlink-on-delete",
     "audiotree.torch.loader: iterator._shutdown_workers":
         "torch's DataLoader iterator has no public way to stop persistent workers (needed to resume mid-epoch)",
@@ -578,6 +578,35 @@ def test_lazy_tables_are_not_defeated_by_eager_imports():
 
 def test_validators_are_defined_once():
     _check_known(redefined_validators(), KNOWN_REDEFINED_VALIDATORS, "redefined validators")
+
+
+# Layers that must not reach up: each package may import only the packages (and top-level modules) listed.
+# The decoding layer knows nothing of how excerpts are chosen; the meter knows nothing of files.
+UPWARD = {
+    "audiotree.io": ("audiotree.excerpts", "audiotree.sources", "audiotree.index", "audiotree.core",
+                     "audiotree.tree_io", "audiotree.writers", "audiotree.torch", "audiotree.jax", "audiotree.cli"),
+    "audiotree.dsp": ("audiotree.io", "audiotree.excerpts", "audiotree.sources", "audiotree.index",
+                      "audiotree.core", "audiotree.formats"),
+    "audiotree.excerpts": ("audiotree.sources", "audiotree.core", "audiotree.tree_io", "audiotree.writers",
+                           "audiotree.torch", "audiotree.cli"),
+}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for package, above in UPWARD.items():
+        for module, deps in graph.items():
+            if module == package or module.startswith(package + "."):
+                out += [f"{module} -> {d}" for d in sorted(deps)
+                        if any(d == a or d.startswith(a + ".") for a in above)]
+    return out
+
+
+def test_lower_layers_do_not_import_upper_ones():
+    graph, _ = import_graph()
+    assert upward_imports(graph) == []
+    graph["audiotree.io.excerpt"].add("audiotree.excerpts.config")  # what io/excerpt.py did before #26
+    assert upward_imports(graph) == ["audiotree.io.excerpt -> audiotree.excerpts.config"]
 
 
 def test_the_widened_counts_can_fail(tmp_path, monkeypatch):

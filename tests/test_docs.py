@@ -48,7 +48,8 @@ def test_no_page_announces_a_feature_as_still_to_come():
 
 
 def test_the_contributing_map_names_every_package():
-    packages = sorted(p.parent.name for p in (REPO_ROOT / "src" / "audiotree").glob("*/__init__.py"))
+    root = REPO_ROOT / "src" / "audiotree"
+    packages = sorted(".".join(p.parent.relative_to(root).parts) for p in root.glob("*/**/__init__.py"))
     text = (REPO_ROOT / "CONTRIBUTING.md").read_text()
     missing = [name for name in packages if f"`audiotree.{name}`" not in text]
     assert packages and not missing, f"CONTRIBUTING.md's package map lacks {missing}"

@@ -43,7 +43,8 @@ def test_docstring_examples_run(name, tmp_path, monkeypatch):
 def test_the_public_modules_carry_examples():
     counted = {}
     for name in ("audiotree.core", "audiotree.validation", "audiotree.seeds", "audiotree.schema",
-                 "audiotree.excerpt", "audiotree.io.excerpt", "audiotree.dsp.edits", "audiotree.sources.slots"):
+                 "audiotree.excerpts.config", "audiotree.excerpts.strategies", "audiotree.io.excerpt",
+                 "audiotree.dsp.edits", "audiotree.sources.slots"):
         tests = doctest.DocTestFinder().find(importlib.import_module(name))
         counted[name] = sum(len(t.examples) for t in tests)
     assert all(counted.values()), counted

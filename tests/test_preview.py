@@ -22,7 +22,7 @@ def run_cli(*args, cwd=None, timeout: float = 180) -> subprocess.CompletedProces
 
 # ------------------------------------------------------------------ the renderer (Python API)
 def _dataset(corpus, **kwargs):
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
     from audiotree.sources import create_balanced_audio_dataset
 
     return create_balanced_audio_dataset(

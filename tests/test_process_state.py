@@ -1,6 +1,6 @@
 """audiotree changes no process-wide state on import, and scopes its worker preparation.
 
-See ``audiotree.sources.workers``: spawn's preparation data and Grain's absl flag
+See ``audiotree.sources.workers.start``: spawn's preparation data and Grain's absl flag
 are prepared only for the workers of audiotree pipelines; a plain Grain pipeline
 in the same process behaves exactly as without audiotree.
 """
@@ -101,7 +101,7 @@ def test_importing_every_module_changes_no_process_state(tmp_path):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     before, after = report["before"], report["after"]
     # The walk really imported the package, subpackages included.
-    assert {"audiotree.sources", "audiotree.sources.workers", "audiotree.sources.lifecycle", "audiotree.io.decode",
+    assert {"audiotree.sources", "audiotree.sources.workers.start", "audiotree.sources.workers.lifecycle", "audiotree.io.decode",
             "audiotree.core", "audiotree.cli"} <= set(report["imported"]), report
     assert len(report["imported"]) >= 40, report["imported"]
     assert before["spawn"] == after["spawn"], "multiprocessing.spawn was modified on import"
@@ -117,7 +117,7 @@ def test_importing_every_module_changes_no_process_state(tmp_path):
 
 
 def test_a_worker_init_armed_thread_drops_main_only_for_its_own_next_grain_start():
-    from audiotree.sources.workers import WorkerInit
+    from audiotree.sources.workers.start import WorkerInit
 
     original = spawn.get_preparation_data
     pickle.loads(pickle.dumps(WorkerInit(None)))  # Grain pickles it right before Process.start()
@@ -138,7 +138,7 @@ def test_a_worker_init_armed_thread_drops_main_only_for_its_own_next_grain_start
 
 
 def test_an_armed_thread_starting_a_non_grain_process_keeps_main():
-    from audiotree.sources.workers import WorkerInit
+    from audiotree.sources.workers.start import WorkerInit
 
     original = spawn.get_preparation_data
     pickle.dumps(WorkerInit(print))
@@ -147,7 +147,7 @@ def test_an_armed_thread_starting_a_non_grain_process_keeps_main():
 
 
 def test_worker_init_runs_the_users_function():
-    from audiotree.sources.workers import WorkerInit
+    from audiotree.sources.workers.start import WorkerInit
 
     calls = []
     init = pickle.loads(pickle.dumps(WorkerInit(lambda i, n: calls.append((i, n))))) if False else WorkerInit(
@@ -162,7 +162,7 @@ def test_worker_init_runs_the_users_function():
 def test_grain_flag_hold_is_reference_counted_and_never_parses():
     from absl import flags
 
-    from audiotree.sources.workers import GRAIN_PROFILING_FLAG, hold_grain_flag
+    from audiotree.sources.workers.start import GRAIN_PROFILING_FLAG, hold_grain_flag
 
     import grain  # noqa: F401 - defines the flag
 

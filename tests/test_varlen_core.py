@@ -275,7 +275,7 @@ def whole_files(tmp_path):
 
 
 def test_full_strategy_reads_whole_files_with_lengths(whole_files):
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
 
     rng = np.random.default_rng(0)
     for path, seconds in zip(whole_files, (0.4, 1.3, 2.2)):
@@ -318,7 +318,7 @@ def test_whole_file_bad_input(whole_files):
         create_audio_dataset(filepaths=whole_files, duration=2.0, excerpt=ExcerptConfig(strategy="full"))
     with pytest.raises(ValueError, match="loudest' needs duration"):
         create_audio_dataset(filepaths=whole_files, duration=None, excerpt=ExcerptConfig(strategy="loudest"))
-    from audiotree.io.excerpt import select_clip
+    from audiotree.excerpts.strategies import select_clip
 
     with pytest.raises(ValueError, match="takes no duration"):
         select_clip(whole_files[0], np.random.default_rng(0), duration=1.0, excerpt=ExcerptConfig(strategy="full"))

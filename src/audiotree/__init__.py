@@ -16,10 +16,10 @@ __all__ = ["AudioTree", "ExcerptConfig", "Output", "Order", "Corpus", "AudioWrit
 
 _LAZY = {
     "AudioTree": ("audiotree.core", "AudioTree"),
-    "ExcerptConfig": ("audiotree.excerpt", "ExcerptConfig"),
-    "Output": ("audiotree.sources.options", "Output"),
-    "Order": ("audiotree.sources.options", "Order"),
-    "Corpus": ("audiotree.sources.options", "Corpus"),
+    "ExcerptConfig": ("audiotree.excerpts.config", "ExcerptConfig"),
+    "Output": ("audiotree.sources.datasets.options", "Output"),
+    "Order": ("audiotree.sources.datasets.options", "Order"),
+    "Corpus": ("audiotree.sources.datasets.options", "Corpus"),
     "AudioWriter": ("audiotree.writers", "AudioWriter"),
     "TreeWriter": ("audiotree.writers", "TreeWriter"),
     "render": ("audiotree.writers.render", "render"),
@@ -31,8 +31,8 @@ _LAZY = {
 if TYPE_CHECKING:  # pragma: no cover
     from audiotree import sources, transforms
     from audiotree.core import AudioTree
-    from audiotree.excerpt import ExcerptConfig
-    from audiotree.sources.options import Corpus, Order, Output
+    from audiotree.excerpts.config import ExcerptConfig
+    from audiotree.sources.datasets.options import Corpus, Order, Output
     from audiotree.writers import AudioWriter, TreeWriter
     from audiotree.writers.render import render
 

@@ -635,6 +635,6 @@ def _excerpt_method(tree: Any) -> str | None:
     code = (getattr(tree, "extras", None) or {}).get("excerpt_method")
     if code is None:
         return None
-    from audiotree.excerpt_search import method_name
+    from audiotree.excerpts.plan import method_name
 
     return method_name(np.asarray(code).reshape(-1)[0])

@@ -117,7 +117,7 @@ class FileMethods:
         if clip.lufs is not None:
             tree_kwargs = {**tree_kwargs, "lufs": np.asarray([clip.lufs], np.float32), "lufs_windows": clip.lufs_windows[None]}
         if clip.method is not None:
-            from audiotree.excerpt_search import method_extras
+            from audiotree.excerpts.plan import method_extras
 
             tree_kwargs = {**tree_kwargs, "extras": {**(tree_kwargs.get("extras") or {}), **method_extras(clip.method)}}
         lengths = None if clip.lengths is None else np.asarray([clip.lengths], np.int32)
@@ -154,13 +154,13 @@ class FileMethods:
         excerpt: Any = None,
         **from_file_kwargs: Any,
     ) -> "Self | None":
-        """Reads one excerpt chosen by an :class:`~audiotree.excerpt.ExcerptConfig`.
+        """Reads one excerpt chosen by an :class:`~audiotree.excerpts.config.ExcerptConfig`.
 
         ``random`` (default) draws one offset with the config's search from ``rng``;
         ``start`` reads at ``offset``; ``loudest`` delegates to
         :meth:`loudest_excerpt`. Deterministic for a given ``rng`` state.
         """
-        from audiotree.io.excerpt import select_clip
+        from audiotree.excerpts.strategies import select_clip
 
         read, tree_kwargs = _split_read_kwargs(from_file_kwargs)
         clip = select_clip(audio_path, rng, duration=duration, offset=offset, excerpt=excerpt, **read)
@@ -174,9 +174,9 @@ class FileMethods:
 
         Requires ``duration=`` in the keyword arguments; ``offset`` is refused. The
         result carries ``lufs`` and ``lufs_windows`` (0.4 s windows) of the excerpt.
-        See :mod:`audiotree.io.excerpt` for the search and its cost.
+        See :mod:`audiotree.excerpts.search` for the search and its cost.
         """
-        from audiotree.io.excerpt import loudest_clip
+        from audiotree.excerpts.search import loudest_clip
 
         read, tree_kwargs = _split_read_kwargs(from_file_kwargs, ("duration", "offset"))
         clip = loudest_clip(audio_path, rng, excerpt, **read)

@@ -471,3 +471,19 @@ def test_metering_never_imports_scipy_signal():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert -4.0 < float(out.stdout.strip()) < -2.0  # a full-scale 997 Hz sine is -3.01 LUFS
+
+
+def test_the_scalar_gate_is_the_vectorised_gate():
+    # gate_few is the per-item form of the one BS.1770 gate: it must agree with it on every input,
+    # including blocks right at the absolute gate, all-silent windows and a single block.
+    rng = np.random.default_rng(7)
+    at_gate = L.ABSOLUTE_GATE_POWER
+    cases = [[0.0], [at_gate], [at_gate * (1 + 1e-12)], [0.0] * 5, [1e-2] * 7,
+             [at_gate * 0.5, at_gate * 2.0, 1e-3, 1e-4]]
+    for n in (1, 3, 27, 100):
+        cases.append((10.0 ** rng.uniform(-10, 0, n)).tolist())
+        cases.append(np.where(rng.random(n) < 0.5, 0.0, 10.0 ** rng.uniform(-8, -1, n)).tolist())
+    for blocks in cases:
+        expected = float(L.gated_from_block_power(np.array(blocks)))
+        got = L.gate_few(blocks)
+        assert got == pytest.approx(expected, abs=1e-9) or (got == expected == -np.inf), blocks

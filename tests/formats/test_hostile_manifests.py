@@ -253,7 +253,7 @@ def test_tree_manifest_not_json_or_not_object_or_huge(tree_dir, monkeypatch):
     (tree_dir / "manifest.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="not a mapping"):
         TreeDataSource(tree_dir)
-    import audiotree.sources.tree as tree_source
+    import audiotree.sources.readers.tree as tree_source
 
     (tree_dir / "manifest.json").write_text(json.dumps({"format": "audiotree-tree", "pad": "x" * 100}))
     monkeypatch.setattr(tree_source, "MAX_MANIFEST_BYTES", 50)

@@ -1,4 +1,4 @@
-"""The render record on disk (formats/render.py) and reading a render back (sources/render.py)."""
+"""The render record on disk (formats/render.py) and reading a render back (sources/readers/render.py)."""
 
 from __future__ import annotations
 

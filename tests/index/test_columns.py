@@ -14,7 +14,7 @@ import pytest
 import soundfile
 
 from audiotree import AudioTree, ExcerptConfig
-from audiotree.excerpt_search import build_plan
+from audiotree.excerpts.plan import build_plan
 from audiotree.index import build_index, open_index
 from audiotree.index.columns import open_columns, store_folder
 from audiotree.sources import Corpus, create_audio_dataset, create_balanced_audio_dataset
@@ -149,7 +149,7 @@ def test_loudest_per_item_plans_equal_the_whole_index_plan(small_index):
 @pytest.mark.parametrize("cutoff", [-95.0, -60.0, -40.0, -25.0, -10.0])
 @pytest.mark.parametrize("seconds", [0.2, 0.35, 3.0, 7.0])
 def test_the_pruned_per_item_plan_equals_gating_every_window(cutoff, seconds):
-    from audiotree.excerpt_search import ProfileRowPlan
+    from audiotree.excerpts.plan import ProfileRowPlan
 
     rng = np.random.default_rng(int(seconds * 10) + int(-cutoff))
     # Speech-like bursts, digital silence, room tone and a loud passage: every bound case occurs.
@@ -214,7 +214,7 @@ def test_a_store_closes_the_files_it_opened(small_index, tmp_path):
 
 def test_a_file_shorter_than_the_excerpt_takes_its_lufs_from_the_profile(tmp_path):
     from audiotree.dsp.loudness import integrated_loudness
-    from audiotree.excerpt_search import ProfileRowPlan
+    from audiotree.excerpts.plan import ProfileRowPlan
 
     short = _write(tmp_path / "s" / "short.wav", 1.3, seed=7, group="music")
     out = tmp_path / "short.parquet"

@@ -7,7 +7,7 @@ import pytest
 import soundfile
 
 from audiotree import AudioTree, ExcerptConfig
-from audiotree.excerpt import search_bias_early, search_uniform
+from audiotree.excerpts.config import search_bias_early, search_uniform
 
 
 def _sparse_file(path, *, rate=16000, seconds=24.0, loud_at=13.0, loud_seconds=3.3, channels=1):
@@ -38,10 +38,10 @@ def test_config_validation():
     with pytest.raises(ValueError, match="Unknown search"):
         ExcerptConfig(search="sideways")
     with pytest.raises(ValueError, match="Unknown search"):
-        ExcerptConfig(search="audiotree.excerpt.no_such_function")
+        ExcerptConfig(search="audiotree.excerpts.config.no_such_function")
     with pytest.raises(TypeError):
         ExcerptConfig(search=42)
-    assert ExcerptConfig(search="audiotree.excerpt.search_bias_early").resolved_search is search_bias_early
+    assert ExcerptConfig(search="audiotree.excerpts.config.search_bias_early").resolved_search is search_bias_early
     assert ExcerptConfig(search=search_uniform).resolved_search is search_uniform
     with pytest.raises(Exception):
         ExcerptConfig().strategy = "start"  # frozen
@@ -194,3 +194,14 @@ def test_non_utf8_file_names_round_trip(tmp_path):
     name = os.fsdecode(raw)
     tree = AudioTree.from_file(name, duration=0.05)
     assert tree.filepath == [name]
+
+
+def test_the_excerpts_package_is_the_one_home_of_the_strategies():
+    import audiotree
+    import audiotree.excerpts as excerpts
+
+    assert excerpts.ExcerptConfig is audiotree.ExcerptConfig is audiotree.sources.ExcerptConfig
+    assert excerpts.select_clip.__module__ == "audiotree.excerpts.strategies"
+    assert excerpts.loudest_clip.__module__ == "audiotree.excerpts.search"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        excerpts.nothing

@@ -18,7 +18,7 @@ import pytest
 import soundfile
 
 from audiotree.errors import AudioReadError
-from audiotree.excerpt import ExcerptConfig
+from audiotree.excerpts.config import ExcerptConfig
 from audiotree.io.flac_indexed import FlacSeekFile, clear_header_cache, seek_hint
 from audiotree.io.flac_seek import header_seek_points, seek_points
 

@@ -16,7 +16,7 @@ from helpers import run_script
 
 @pytest.mark.parametrize("module", [
     "audiotree.parallel.chunks", "audiotree.parallel.executors", "audiotree.parallel.staging",
-    "audiotree.formats.arrayrecord", "audiotree.writers.arrayrecord", "audiotree.sources.arrayrecord",
+    "audiotree.formats.arrayrecord", "audiotree.writers.arrayrecord", "audiotree.sources.readers.arrayrecord",
 ])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)

@@ -173,7 +173,7 @@ def test_index_on_ray_equals_serial(cluster, corpus, tmp_path):
 
 def _slow_duration(path: str, log: str) -> float:
     """A real header probe that takes long enough to be caught mid-task; logs each attempt."""
-    from audiotree.sources.windowed import _header_duration
+    from audiotree.sources.datasets.windowed import _header_duration
 
     with open(log, "a") as f:
         f.write(f"start {os.getpid()} {path}\n")

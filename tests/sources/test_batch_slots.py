@@ -1,4 +1,4 @@
-"""Batches from mp_prefetch workers through reused shared-memory slots (audiotree.sources.batch_slots).
+"""Batches from mp_prefetch workers through reused shared-memory slots (audiotree.sources.workers.batch_slots).
 
 The fast tests run the writer and the reader in one process (real segments under
 /dev/shm); the slow ones go through Grain's mp_prefetch with 2 spawned workers.
@@ -55,7 +55,7 @@ def _elements(n: int):
 
 
 def test_in_process_round_trip_reuses_slots_and_leaves_no_name():
-    from audiotree.sources.batch_slots import InSlot, SlotReader, SlotWriterIterDataset, new_token
+    from audiotree.sources.workers.batch_slots import InSlot, SlotReader, SlotWriterIterDataset, new_token
 
     token = new_token()
     writer = iter(SlotWriterIterDataset(_elements(12), token=token, slots=2))
@@ -88,7 +88,7 @@ def test_in_process_round_trip_reuses_slots_and_leaves_no_name():
 def test_a_slot_grows_when_an_element_outgrows_it():
     import grain
 
-    from audiotree.sources.batch_slots import SlotReader, SlotWriterIterDataset, new_token
+    from audiotree.sources.workers.batch_slots import SlotReader, SlotWriterIterDataset, new_token
 
     sizes = [10, 100_000, 20, 400_000]
     ds = grain.MapDataset.source(sizes).map(lambda n: np.arange(n, dtype=np.float32)).to_iter_dataset()
@@ -106,14 +106,14 @@ def test_a_slot_grows_when_an_element_outgrows_it():
 def test_sweep_removes_only_names_of_dead_workers():
     import multiprocessing
 
-    from audiotree.sources.batch_slots import SlotReader, new_token, prepare_tracker
+    from audiotree.sources.workers.batch_slots import SlotReader, new_token, prepare_tracker
 
     token = new_token()
     # A spawned worker (sharing this process's resource tracker, like Grain's) that creates a slot
     # and dies by SIGKILL before sending it: no finaliser of its own runs.
     code = (
         "import os, signal, numpy as np, grain\n"
-        "from audiotree.sources.batch_slots import SlotWriterIterDataset\n"
+        "from audiotree.sources.workers.batch_slots import SlotWriterIterDataset\n"
         "ds = grain.MapDataset.range(3).map(lambda i: np.zeros(1000)).to_iter_dataset()\n"
         f"it = iter(SlotWriterIterDataset(ds, token={token!r}, slots=2))\n"
         "next(it)\n"
@@ -195,7 +195,7 @@ def test_a_worker_killed_mid_run_gives_a_clear_error_and_no_leaked_slot(corpus):
 
 _SEND = """
 import numpy as np, grain
-from audiotree.sources.batch_slots import SlotWriterIterDataset
+from audiotree.sources.workers.batch_slots import SlotWriterIterDataset
 def make(i):
     return {{"wave": np.full((3, 5 + i), i, np.float32), "ids": np.arange(i, dtype=np.int64), "name": f"item{{i}}"}}
 ds = grain.MapDataset.range(4).map(make).to_iter_dataset()
@@ -212,7 +212,7 @@ def test_slots_from_a_forked_or_spawned_worker(method):
 
     import grain
 
-    from audiotree.sources.batch_slots import InSlot, SlotReader, new_token, prepare_tracker
+    from audiotree.sources.workers.batch_slots import InSlot, SlotReader, new_token, prepare_tracker
 
     token = new_token()
     prepare_tracker()  # what the trainer's iterator does before Grain starts workers

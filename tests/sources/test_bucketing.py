@@ -156,7 +156,7 @@ def test_hosts_split_every_batch_disjointly_with_equal_shapes():
 
 def test_module_doctests():
     import audiotree.sources.bucketing as bucketing
-    import audiotree.sources.duration_batches as duration_batches
+    import audiotree.sources.datasets.duration_batches as duration_batches
 
     for module in (bucketing, duration_batches):
         result = doctest.testmod(module)

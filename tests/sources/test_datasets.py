@@ -434,7 +434,7 @@ def _duration_of(t):
 
 def test_transformations_of_our_datasets_stay_audiotree_datasets(corpus):
     """Chains built from our datasets keep our to_iter_dataset/mp_prefetch, and their data is Grain's."""
-    from audiotree.sources.lifecycle import ClosingIterDataset
+    from audiotree.sources.workers.lifecycle import ClosingIterDataset
     from audiotree.sources.memory import AudioIterDataset, AudioMapDataset
 
     ds = create_audio_dataset(corpus["music"], duration=0.2, sample_rate=8000)

@@ -1,4 +1,4 @@
-"""Grain multiprocessing from plain, unguarded scripts (see audiotree.sources.workers and .lifecycle)."""
+"""Grain multiprocessing from plain, unguarded scripts (see audiotree.sources.workers.start and .lifecycle)."""
 
 from __future__ import annotations
 

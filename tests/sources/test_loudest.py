@@ -17,8 +17,9 @@ import soundfile
 
 from audiotree.dsp.loudness import integrated_loudness, measure
 from audiotree import AudioTree
-from audiotree.excerpt import ExcerptConfig
-from audiotree.excerpt_search import EXCERPT_METHODS, build_plan, probe_layout
+from audiotree.excerpts.config import ExcerptConfig
+from audiotree.excerpts.plan import EXCERPT_METHODS, build_plan
+from audiotree.excerpts.search import probe_layout
 from audiotree.index import build_index
 from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset
 
@@ -284,10 +285,3 @@ def test_plan_draws_are_uniform_over_every_run_of_every_row():
         assert set(draws.tolist()) == expected
         counts = np.unique(draws, return_counts=True)[1]
         assert counts.min() > 100 and counts.max() < 300  # ~200 each
-
-
-def test_plan_gating_block_constant_matches_the_profile():
-    from audiotree import excerpt_search
-    from audiotree.index.profile import GATING_BLOCKS
-
-    assert excerpt_search._GATING_BLOCKS == GATING_BLOCKS

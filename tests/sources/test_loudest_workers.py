@@ -19,7 +19,7 @@ import pytest
 import soundfile
 
 from audiotree import AudioTree, ExcerptConfig
-from audiotree.excerpt_search import EXCERPT_METHODS
+from audiotree.excerpts.plan import EXCERPT_METHODS
 from audiotree.index import build_index
 from audiotree.sources import Corpus, create_audio_dataset
 from helpers import run_script

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from audiotree.sources.workers import GRAIN_PROFILING_FLAG
+from audiotree.sources.workers.start import GRAIN_PROFILING_FLAG
 
 SCRIPT = """
 import grain

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 import torch.utils.data  # noqa: E402
 
 import audiotree.torch as att  # noqa: E402
-from audiotree.excerpt import ExcerptConfig  # noqa: E402
+from audiotree.excerpts.config import ExcerptConfig  # noqa: E402
 from audiotree.sources import Output, create_audio_dataset, create_balanced_audio_dataset  # noqa: E402
 
 FAST = dict(duration=0.25, sample_rate=8000)

@@ -178,7 +178,7 @@ class PipelineOptions:
     on_read_error: str = "raise"
 
     def excerpt_config(self):
-        from audiotree.excerpt import ExcerptConfig
+        from audiotree.excerpts.config import ExcerptConfig
 
         knobs: dict[str, Any] = {"strategy": self.strategy}
         if self.lufs_cutoff is not None:
@@ -191,7 +191,7 @@ class PipelineOptions:
     def cutoff_for_plots(self) -> float | None:
         if self.strategy != "loudest":
             return self.lufs_cutoff
-        from audiotree.excerpt import ExcerptConfig
+        from audiotree.excerpts.config import ExcerptConfig
 
         return float(self.lufs_cutoff if self.lufs_cutoff is not None else ExcerptConfig.lufs_cutoff)
 

@@ -104,7 +104,7 @@ def demo(out_dir: Path, workers: int, batches: int, batch_size: int, n: int) -> 
     import grain
 
     from audiotree import AudioTree
-    from audiotree.excerpt import ExcerptConfig
+    from audiotree.excerpts.config import ExcerptConfig
     from audiotree.sources import create_balanced_audio_dataset
 
     excerpt = ExcerptConfig(strategy="loudest", lufs_cutoff=-40, num_tries=5)

@@ -35,16 +35,16 @@ import os
 import numpy as np
 
 from audiotree.dsp.edits import downmix
-from audiotree.dsp.loudness import CHANNEL_WEIGHTS, gated_from_block_power
+from audiotree.dsp.loudness import BLOCK_STEPS, CHANNEL_WEIGHTS, STEP_SEC, gated_from_block_power
 from audiotree.dsp.window_meter import WindowMeter
 
 __all__ = ["BLOCK_SEC", "GATING_BLOCKS", "profile_step", "file_profile", "window_loudness", "window_blocks",
            "encode_profile", "decode_profile", "ZERO_BLOCK"]
 
 #: Profile block length in seconds (the BS.1770 gating step).
-BLOCK_SEC = 0.1
+BLOCK_SEC = STEP_SEC
 #: Profile blocks per 400 ms gating block.
-GATING_BLOCKS = 4
+GATING_BLOCKS = BLOCK_STEPS
 # Seconds of audio filtered per read; bounds memory (~ rate * channels * 8 bytes * this).
 _CHUNK_SECONDS = 20.0
 # Window starts gated per vectorised pass (bounds the (starts, blocks) working array).

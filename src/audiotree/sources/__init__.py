@@ -1,8 +1,14 @@
 """Grain datasets of audio excerpts, and the readers of pre-rendered datasets.
 
+The public face of three subpackages, re-exported here: the builders
+(:mod:`audiotree.sources.datasets`), the readers of pre-rendered data
+(:mod:`audiotree.sources.readers`) and the set-up of worker processes
+(:mod:`audiotree.sources.workers`). The modules at this level are the sampling
+pieces the builders share (index rows, loaders, files, ordering, mixing).
+
 Importing this module changes nothing outside it. The ``mp_prefetch`` of the
 datasets built here starts workers that run from plain, unguarded scripts; see
-:mod:`audiotree.sources.workers` for what that prepares and for which processes.
+:mod:`audiotree.sources.workers.start` for what that prepares and for which processes.
 """
 
 from __future__ import annotations
@@ -11,11 +17,11 @@ import importlib
 from typing import Any
 
 from audiotree.errors import AudioReadError
-from audiotree.excerpt import ExcerptConfig
-from audiotree.sources.builders import create_audio_dataset, create_balanced_audio_dataset, create_windowed_audio_dataset
-from audiotree.sources.datasets import shard_dataset
-from audiotree.sources.options import Corpus, Order, Output
-from audiotree.sources.windowed import (
+from audiotree.excerpts.config import ExcerptConfig
+from audiotree.sources.datasets.builders import create_audio_dataset, create_balanced_audio_dataset, create_windowed_audio_dataset
+from audiotree.sources.datasets.by_file import shard_dataset
+from audiotree.sources.datasets.options import Corpus, Order, Output
+from audiotree.sources.datasets.windowed import (
     WindowConfig,
     WindowLufsCache,
     build_window_lufs_cache,
@@ -58,15 +64,15 @@ __all__ = [
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.
 _LAZY = {
-    "AudioDataSource": "audiotree.sources.audio",
-    "TreeDataSource": "audiotree.sources.tree",
-    "batch_by_duration": "audiotree.sources.duration_batches",
+    "AudioDataSource": "audiotree.sources.readers.audio",
+    "TreeDataSource": "audiotree.sources.readers.tree",
+    "batch_by_duration": "audiotree.sources.datasets.duration_batches",
     "plan_buckets": "audiotree.sources.bucketing",
     "BucketPlan": "audiotree.sources.bucketing",
     # Reads what `audiotree render` wrote (finished parts, in item order).
-    "open_render": "audiotree.sources.render",
-    "ArrayRecordAudioSource": "audiotree.sources.arrayrecord",
-    "open_arrayrecord": "audiotree.sources.arrayrecord",
+    "open_render": "audiotree.sources.readers.render",
+    "ArrayRecordAudioSource": "audiotree.sources.readers.arrayrecord",
+    "open_arrayrecord": "audiotree.sources.readers.arrayrecord",
 }
 
 

@@ -168,7 +168,7 @@ class IndexRows:
 
     # ------------------------------------------------------------ loudest
     def loudest_row(self, i: int):
-        """Row ``i``'s ``loudest`` plan (a :class:`~audiotree.excerpt_search.ProfileRowPlan`), or ``None``.
+        """Row ``i``'s ``loudest`` plan (a :class:`~audiotree.excerpts.plan.ProfileRowPlan`), or ``None``.
 
         ``None`` without ``loudest`` or when the row has no profile (then
         ``loudest`` searches the file). Computed from the row's profile alone:
@@ -182,7 +182,7 @@ class IndexRows:
         profile = self.store.profile(r)
         if profile is None or profile.size == 0:
             return None
-        from audiotree.excerpt_search import ProfileRowPlan
+        from audiotree.excerpts.plan import ProfileRowPlan
 
         duration, cutoff, keep = self.loudest
         return ProfileRowPlan(profile, duration=duration, cutoff=cutoff, keep_profiles=keep)
@@ -262,7 +262,7 @@ class PathColumn:
 
 def _qualifying_flags(store: Any, duration: float, cutoff: float) -> np.ndarray:
     """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin), or no profile. Computed once, kept."""
-    from audiotree.excerpt_search import PROFILE_MARGIN_LU, ProfileRowPlan
+    from audiotree.excerpts.plan import PROFILE_MARGIN_LU, ProfileRowPlan
 
     name = f"qualifying-{duration:.6g}s-{cutoff:.6g}LUFS-{PROFILE_MARGIN_LU:g}"
     if store.has_extra(name):

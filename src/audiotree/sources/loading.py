@@ -16,8 +16,8 @@ import numpy as np
 
 from audiotree.errors import AudioReadError, ChannelMismatchError
 from audiotree.core import AudioTree
-from audiotree.excerpt import ExcerptConfig
-from audiotree.io.excerpt import select_clip
+from audiotree.excerpts.config import ExcerptConfig
+from audiotree.excerpts.strategies import select_clip
 from audiotree.io.failures import ON_READ_ERROR, check_on_read_error
 from audiotree.io.storage import call_with_storage_options
 

@@ -102,7 +102,7 @@ class AudioMapDataset(_Chained, grain.MapDataset):
     ``batch``, ``shuffle``, ``slice``, ...) return an ``AudioMapDataset`` again,
     so a chain that starts at an audiotree builder keeps audiotree's
     ``to_iter_dataset``/``mp_prefetch`` (memory checks, default read options,
-    and workers that run from plain scripts, see :mod:`audiotree.sources.workers`).
+    and workers that run from plain scripts, see :mod:`audiotree.sources.workers.start`).
     ``item_bytes`` stays the builder's estimate through ``map`` (we cannot know
     what a function returns) and is multiplied by ``batch``.
     """
@@ -220,18 +220,18 @@ class AudioIterDataset(_Chained, grain.IterDataset):
                     sequential_slice: bool = False, *, batch_slots: bool = True):
         """Grain's ``mp_prefetch``, with workers that run from plain scripts.
 
-        See :mod:`audiotree.sources.workers` for what is prepared, for which
+        See :mod:`audiotree.sources.workers.start` for what is prepared, for which
         processes, and the ``AUDIOTREE_PLAIN_WORKERS=1`` opt-out; iterators
-        still open at interpreter exit are closed (:mod:`audiotree.sources.lifecycle`).
+        still open at interpreter exit are closed (:mod:`audiotree.sources.workers.lifecycle`).
         With ``batch_slots`` (the default, on Linux), workers send their
         elements' arrays through a few shared-memory slots that are reused
-        across batches (:mod:`audiotree.sources.batch_slots`); ``False`` or
+        across batches (:mod:`audiotree.sources.workers.batch_slots`); ``False`` or
         ``AUDIOTREE_BATCH_SLOTS=0`` keeps Grain's fresh segment per batch.
         The elements are the same either way.
         """
-        from audiotree.sources.batch_slots import SlotWriterIterDataset, new_token, slots_available
-        from audiotree.sources.lifecycle import ClosingIterDataset
-        from audiotree.sources.workers import WorkerInit, plain_workers_requested
+        from audiotree.sources.workers.batch_slots import SlotWriterIterDataset, new_token, slots_available
+        from audiotree.sources.workers.lifecycle import ClosingIterDataset
+        from audiotree.sources.workers.start import WorkerInit, plain_workers_requested
 
         resolved = options or grain.MultiprocessingOptions(num_workers=10)
         read = WORKER_READ_OPTIONS if self._defaulted and resolved.num_workers > 0 else self._read_options
@@ -250,7 +250,7 @@ class AudioIterDataset(_Chained, grain.IterDataset):
         init = WorkerInit(worker_init_fn, prepare_spawn=not plain)
         token = None
         if resolved.num_workers > 0 and batch_slots and slots_available():
-            # Reused shared-memory slots instead of a fresh segment per batch (audiotree.sources.batch_slots).
+            # Reused shared-memory slots instead of a fresh segment per batch (audiotree.sources.workers.batch_slots).
             token = new_token()
             base = SlotWriterIterDataset(base, token=token, slots=resolved.per_worker_buffer_size + 3)
         prefetched = base.mp_prefetch(options, worker_init_fn=init, sequential_slice=sequential_slice)

@@ -19,10 +19,10 @@ import grain
 
 from audiotree.formats.render import MAX_RECORD_BYTES, RECORD, parse_record, read_record
 from audiotree.io import storage
-from audiotree.sources.arrayrecord import ArrayRecordAudioSource, open_arrayrecord
-from audiotree.sources.audio import AudioDataSource
+from audiotree.sources.readers.arrayrecord import ArrayRecordAudioSource, open_arrayrecord
+from audiotree.sources.readers.audio import AudioDataSource
 from audiotree.sources.memory import wrap_stored
-from audiotree.sources.tree import TreeDataSource
+from audiotree.sources.readers.tree import TreeDataSource
 
 __all__ = ["open_render", "RenderParts", "host_range"]
 

@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 from audiotree.fs import read_limited
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
-from audiotree.sources.lifecycle import hold_grain_flag_while_alive
+from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.arrayrecord import (
     INDEX_NAME,
     MAX_INDEX_BYTES,
@@ -240,7 +240,7 @@ class ArrayRecordAudioSource:
         if found != total:
             raise ValueError(f"The ArrayRecord shards {self.shard_files[:3]} hold {found} records but their "
                              f"indexes list {total}; a shard was replaced or truncated. Re-render the dataset.")
-        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.lifecycle)
+        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.workers.lifecycle)
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0

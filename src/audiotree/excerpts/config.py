@@ -5,7 +5,7 @@ How a dataset picks the part of a file it reads: the ``start``, ``random``,
 reads whole files (whole utterances for TTS/ASR), cropped to ``crop_to`` seconds
 seconds; such items carry ``lengths`` so batches of them pad and mask
 correctly (see :meth:`audiotree.AudioTree.batch`). This module is pure
-configuration; reading lives in :mod:`audiotree.io.excerpt`.
+configuration; applying it is :mod:`audiotree.excerpts.strategies`.
 
 >>> import numpy as np
 >>> config = ExcerptConfig(strategy="random", search="bias_early")
@@ -93,7 +93,7 @@ class ExcerptConfig:
         loudest attempt, ``"skip"`` the item (``None``), or ``"raise"``.
       scan_max_seconds: after a first miss, ``loudest`` decodes files up to this
         long whole and searches an energy map; longer files are probed (see
-        :mod:`audiotree.excerpt_search`).
+        :mod:`audiotree.excerpts.search`).
       skip_silent: ``loudest`` over a corpus index only: leave files whose
         profile has no window above the cutoff out of sampling (group weights
         are unchanged; the rest of the group is sampled). Without it,

@@ -16,7 +16,7 @@ from typing import Any
 
 from audiotree.core import AudioTree
 from audiotree.io.manifest import ManifestReader
-from audiotree.sources.lifecycle import hold_grain_flag_while_alive
+from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 
 __all__ = ["AudioDataSource"]
 
@@ -50,7 +50,7 @@ class AudioDataSource(ManifestReader):
     @functools.wraps(ManifestReader.__init__)
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.lifecycle)
+        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.workers.lifecycle)
 
     def __getitem__(self, index: int) -> Any:
         """Item ``index`` as a batch-of-1 ``AudioTree`` (or ``None`` when dropped by ``on_read_error``)."""

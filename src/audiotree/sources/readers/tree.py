@@ -36,7 +36,7 @@ import numpy as np
 from audiotree.formats import header as _format
 from audiotree.fs import read_limited
 from audiotree.io import storage
-from audiotree.sources.lifecycle import hold_grain_flag_while_alive
+from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.tree_inline import inline_bytes
 from audiotree.formats.tree import (
     INDEX_DTYPE,
@@ -184,7 +184,7 @@ class TreeDataSource:
         self._array_names = [name for name, kind in kept if kind == "array"]
         self._string_names = [name for name, kind in kept if kind == "string"]
         self.load_into_memory = bool(load_into_memory)
-        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.lifecycle)
+        hold_grain_flag_while_alive(self)  # mp_prefetch from a plain script (audiotree.sources.workers.lifecycle)
         self._lock = threading.Lock()
         self._handles: dict | None = None
         self._memory: dict | None = None

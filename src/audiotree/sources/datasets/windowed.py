@@ -40,7 +40,7 @@ from audiotree.io.decode import AudioFile, probe
 from audiotree.io.excerpt import OffsetPastEndError
 from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
-from audiotree.sources.common import building_with_storage_options, check_common, resolve_files
+from audiotree.sources.datasets.common import building_with_storage_options, check_common, resolve_files
 from audiotree.sources.containers import host_items
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes

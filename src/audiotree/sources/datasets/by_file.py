@@ -18,16 +18,16 @@ from typing import Any, Mapping, Sequence
 
 import grain
 
-from audiotree.excerpt import ExcerptConfig
+from audiotree.excerpts.config import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
-from audiotree.sources.common import building_with_storage_options, check_common, probe_channels, resolve_files
+from audiotree.sources.datasets.common import building_with_storage_options, check_common, probe_channels, resolve_files
 from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import check_weights, mix_shuffled
 from audiotree.sources.ordering import EpochShuffledMapDataset
-from audiotree.sources.windowed import WindowConfig, windowed_group_dataset
+from audiotree.sources.datasets.windowed import WindowConfig, windowed_group_dataset
 from audiotree.validation import check_duration, check_pad_mode
 
 __all__ = ["build_file_dataset", "build_balanced_dataset", "shard_dataset"]

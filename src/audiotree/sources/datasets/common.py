@@ -1,6 +1,6 @@
 """What every dataset builder checks and resolves first: arguments, files, channels.
 
-Shared by :mod:`audiotree.sources.datasets` and :mod:`audiotree.sources.windowed`
+Shared by :mod:`audiotree.sources.datasets.by_file` and :mod:`audiotree.sources.datasets.windowed`
 (which is why it is a module of its own: neither builder imports the other's
 internals).
 """

@@ -2,7 +2,7 @@
 
 Every builder returns a Grain ``MapDataset`` of batch-of-1 ``AudioTree`` items.
 Each takes its own few arguments and the option objects of
-:mod:`audiotree.sources.options` (:class:`Output`, :class:`Order`,
+:mod:`audiotree.sources.datasets.options` (:class:`Output`, :class:`Order`,
 :class:`Corpus`), in which every word means the same thing in all three.
 ``sample_rate``, ``shuffle``, ``shuffle_seed`` and ``excerpt_seed`` may also be
 passed loose (the seed page's calls keep working).
@@ -21,11 +21,11 @@ from typing import Any, Mapping
 
 import grain
 
-from audiotree.excerpt import ExcerptConfig
-from audiotree.sources.datasets import build_balanced_dataset, build_file_dataset
+from audiotree.excerpts.config import ExcerptConfig
+from audiotree.sources.datasets.by_file import build_balanced_dataset, build_file_dataset
 from audiotree.sources.files import SourceSpec
-from audiotree.sources.options import Corpus, Order, Output, gather_options
-from audiotree.sources.windowed import WindowConfig, build_windowed_dataset
+from audiotree.sources.datasets.options import Corpus, Order, Output, gather_options
+from audiotree.sources.datasets.windowed import WindowConfig, build_windowed_dataset
 
 __all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "create_windowed_audio_dataset"]
 
@@ -165,7 +165,7 @@ def create_windowed_audio_dataset(
     corpus: Corpus | None = None,
     **shorthands: Any,
 ) -> grain.MapDataset:
-    """Excerpts sampled by window of the files, weighted by length (see :mod:`audiotree.sources.windowed`).
+    """Excerpts sampled by window of the files, weighted by length (see :mod:`audiotree.sources.datasets.windowed`).
 
     Args:
       sources / filepaths: folders or globs, or an explicit list (exactly one),

@@ -1,4 +1,4 @@
-"""Where the loud passages of a long file are: the two searches behind ``loudest``.
+"""Where the loud passages of a long file are, by a corpus index: the plan behind ``loudest``.
 
 With a corpus index (:class:`LoudestPlan`)
     The index holds each file's loudness profile (K-weighted mean square per
@@ -19,15 +19,8 @@ With a corpus index (:class:`LoudestPlan`)
     ``num_tries``. Files with no window above ``cutoff + margin`` are known
     before anything is read.
 
-Without an index (:func:`probe_energy`)
-    After a first random attempt misses on a file longer than
-    ``scan_max_seconds``, short probes spaced at most ``duration / 2`` apart
-    (with a random phase) measure the raw energy along the file. Probes are
-    read from the end of the file backwards, so every hop is a real seek (a
-    short forward hop on Ogg/Vorbis decodes through instead). The loudest
-    probes, in order, then each get one read of ``2 * duration`` around them,
-    in which a 100 ms energy map picks the loudest window to meter. Any loud
-    passage at least ``duration / 2`` long is hit by a probe.
+
+Without an index, ``loudest`` searches the file itself: :mod:`audiotree.excerpts.search`.
 """
 
 from __future__ import annotations
@@ -38,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from audiotree.dsp.loudness import ABSOLUTE_GATE_POWER, BLOCK_STEPS, LUFS_OFFSET, gate_few, gated_from_block_power
+
 __all__ = [
     "EXCERPT_METHODS", "PROFILE_MARGIN_LU", "LoudestPlan", "ProfileRowPlan", "RowPlan", "build_plan", "method_extras",
-    "method_name", "probe_energy", "probe_layout",
+    "method_name",
 ]
 
 #: How an item's excerpt was chosen, stored as ``extras["excerpt_method"]``
@@ -51,35 +46,6 @@ EXCERPT_METHODS = ("start", "random", "search", "index")
 #: qualifying: 5x the profile's measured error on program material (0.1 LU),
 #: so a window the meter would put below the cutoff is (all but) never drawn.
 PROFILE_MARGIN_LU = 0.5
-_LUFS_OFFSET = -0.691
-_ABS_GATE = 10 ** ((-70.0 - _LUFS_OFFSET) / 10)  # BS.1770: -70 LUFS absolute gate, as a mean square
-_REL_GATE = 0.1  # and 10 LU below the absolutely gated mean
-_GATING_BLOCKS = 4  # 100 ms profile blocks per 400 ms gating block (audiotree.index.profile.GATING_BLOCKS)
-
-
-def _to_lufs(ms: float) -> float:
-    return _LUFS_OFFSET + 10 * math.log10(ms) if ms > 0 else -math.inf
-
-
-def _gate_one(gating: list) -> float:
-    """BS.1770 gated loudness of one window's gating-block mean squares (floats).
-
-    The same gates as :func:`audiotree.dsp.loudness.gated_from_block_power`,
-    for a single window: its general (batched, masked) form costs ~10x more
-    than this on a few dozen blocks, once per item.
-    """
-    kept = [ms for ms in gating if ms > _ABS_GATE]
-    if not kept:
-        return -math.inf
-    floor = sum(kept) / len(kept) * _REL_GATE
-    kept = [ms for ms in kept if ms > floor]
-    return _to_lufs(sum(kept) / len(kept)) if kept else -math.inf
-
-
-# Probe search: probes at most this many per file, this long (seconds).
-_MAX_PROBES = 4096
-_MIN_PROBE_SEC = 0.01
-_MAX_PROBE_SEC = 0.1
 
 
 def method_extras(name: str) -> dict:
@@ -172,7 +138,7 @@ class RowPlan:
         return None
 
     def _windows(self, block: int) -> np.ndarray:
-        w, g = self.plan.window_blocks, _GATING_BLOCKS
+        w, g = self.plan.window_blocks, BLOCK_STEPS
         if w < g:
             return np.zeros(0, np.float32)
         at = self.plan.gptr.item(self.i) + block
@@ -189,7 +155,7 @@ class RowPlan:
         p, i = self.plan, self.i
         if p.gating is None:
             return None
-        w, g = p.window_blocks, _GATING_BLOCKS
+        w, g = p.window_blocks, BLOCK_STEPS
         at = p.gptr.item(i) + block
         gating = p.gating[at:min(at + (1 if w < g else w - g + 1), p.gptr.item(i + 1))]
         if not gating.size:
@@ -199,8 +165,8 @@ class RowPlan:
         if run >= 0 and block < first.item(run) + count.item(run):
             k = self.ends.item(run) - count.item(run) + block - first.item(run)
             return p.start_lufs.item(p.qptr.item(i) + k), self._windows(block)
-        mean_squares = [10 ** ((lufs - _LUFS_OFFSET) / 10) if lufs > -math.inf else 0.0 for lufs in gating.tolist()]
-        return _gate_one(mean_squares), self._windows(block)
+        mean_squares = [10 ** ((lufs - LUFS_OFFSET) / 10) if lufs > -math.inf else 0.0 for lufs in gating.tolist()]
+        return gate_few(mean_squares), self._windows(block)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -262,11 +228,11 @@ def _gating_lufs(profile: np.ndarray, window_blocks: int) -> np.ndarray:
     For windows shorter than a gating block, the loudness of each window instead.
     """
     p = np.asarray(profile, dtype=np.float64)
-    g = _GATING_BLOCKS if window_blocks >= _GATING_BLOCKS else min(window_blocks, p.size)
+    g = BLOCK_STEPS if window_blocks >= BLOCK_STEPS else min(window_blocks, p.size)
     if p.size < g:
         return np.zeros(0, np.float32)
     with np.errstate(divide="ignore"):
-        return (_LUFS_OFFSET + 10 * np.log10(np.lib.stride_tricks.sliding_window_view(p, g).mean(axis=1))
+        return (LUFS_OFFSET + 10 * np.log10(np.lib.stride_tricks.sliding_window_view(p, g).mean(axis=1))
                 ).astype(np.float32)
 
 
@@ -376,7 +342,7 @@ class ProfileRowPlan:
         self.cutoff = float(cutoff)
         self.keep_profiles = bool(keep_profiles)
         self.threshold = threshold = self.cutoff + margin
-        g = _GATING_BLOCKS if w >= _GATING_BLOCKS else w
+        g = BLOCK_STEPS if w >= BLOCK_STEPS else w
         # Mean square of each gating block (each window's only block when w < 4), and, per window, the
         # bounds of its gated mean square: its plain mean (below) and its loudest gating block (above).
         self._gating_ms = gating = _sliding_mean(p, g)
@@ -386,9 +352,9 @@ class ProfileRowPlan:
         # The running sum's worst-case rounding error, so that "surely above" is never wrong.
         error = 4e-16 * gating.size * float(csum[-1]) / per_window
         upper = _sliding_max(gating, per_window)
-        level = 10 ** ((threshold - _LUFS_OFFSET) / 10)
+        level = 10 ** ((threshold - LUFS_OFFSET) / 10)
         slack = 1 + 1e-6
-        sure = mean - error > max(level, _ABS_GATE) * slack
+        sure = mean - error > max(level, ABSOLUTE_GATE_POWER) * slack
         maybe = np.flatnonzero(~sure & (upper * slack > level))
         self._mean, self._upper, self._level = mean, upper, level
         self._exact: dict[int, float] = {}
@@ -405,9 +371,7 @@ class ProfileRowPlan:
 
     def _gate(self, starts: np.ndarray) -> np.ndarray:
         """Exact gated loudness (float64 LUFS) of the windows at ``starts`` (remembered)."""
-        from audiotree.dsp.loudness import gated_from_block_power
-
-        per_window = self.window_blocks - (_GATING_BLOCKS if self.window_blocks >= _GATING_BLOCKS
+        per_window = self.window_blocks - (BLOCK_STEPS if self.window_blocks >= BLOCK_STEPS
                                            else self.window_blocks) + 1
         view = np.lib.stride_tricks.sliding_window_view(self._gating_ms, per_window)
         out = np.empty(starts.size, dtype=np.float64)
@@ -432,7 +396,7 @@ class ProfileRowPlan:
             # Only a window whose upper bound reaches the best lower bound can be the loudest.
             # (That holds where the best lower bound is above the absolute gate; below it, gate them all.)
             floor = float(self._mean.max()) * (1 - 1e-6)
-            floor = floor if floor > _ABS_GATE * (1 + 1e-6) else -np.inf
+            floor = floor if floor > ABSOLUTE_GATE_POWER * (1 + 1e-6) else -np.inf
             candidates = np.flatnonzero(self._upper * (1 + 1e-6) >= floor)
             exact = self._gate(candidates)
             self._best = int(candidates[int(np.argmax(exact))]) if candidates.size else 0
@@ -468,41 +432,8 @@ class ProfileRowPlan:
         """Profile loudness of the window at ``block``: (gated LUFS as float32, its 400 ms windows' LUFS)."""
         w = self.window_blocks
         lufs = float(np.float32(self._lufs(int(block))))
-        if w < _GATING_BLOCKS:
+        if w < BLOCK_STEPS:
             return lufs, np.zeros(0, np.float32)
-        quads = self._gating_ms[block:block + w - _GATING_BLOCKS + 1:_GATING_BLOCKS]
+        quads = self._gating_ms[block:block + w - BLOCK_STEPS + 1:BLOCK_STEPS]
         with np.errstate(divide="ignore"):
-            return lufs, (_LUFS_OFFSET + 10 * np.log10(quads)).astype(np.float32)
-
-
-# ------------------------------------------------------------------- probes
-def probe_layout(frames: int, rate: int, duration: float, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """Probe start frames (ascending) and probe length in frames for a file of ``frames``.
-
-    Spacing is ``duration / 2`` (wider only past :data:`_MAX_PROBES` probes), with
-    a random phase; each probe is ``2 * duration / n`` seconds, clamped to
-    [10 ms, 100 ms], so the probes read at most ``max(2 * duration, n * 10 ms)``.
-
-    >>> starts, length = probe_layout(16_000 * 40, 16_000, 3.0, np.random.default_rng(0))
-    >>> len(starts), length
-    (27, 1600)
-    """
-    total = frames / rate
-    spacing = max(duration / 2.0, total / _MAX_PROBES)
-    n = max(1, int(math.ceil(total / spacing)))
-    length = int(round(min(max(2.0 * duration / n, _MIN_PROBE_SEC), _MAX_PROBE_SEC) * rate))
-    length = max(1, min(length, frames))
-    phase = float(rng.uniform(0.0, spacing))
-    starts = np.round((phase + spacing * np.arange(n)) * rate).astype(np.int64)
-    starts = np.unique(np.minimum(starts, frames - length))
-    return starts, length
-
-
-def probe_energy(read, starts: np.ndarray, length: int) -> np.ndarray:
-    """Mean square of each probe ``read(start, length) -> (n, C)``, read from the last backwards."""
-    energy = np.zeros(starts.shape[0], dtype=np.float64)
-    for k in range(starts.shape[0] - 1, -1, -1):
-        chunk = read(int(starts[k]), length)
-        if chunk.size:
-            energy[k] = float(np.mean(np.square(chunk, dtype=np.float64)))
-    return energy
+            return lufs, (LUFS_OFFSET + 10 * np.log10(quads)).astype(np.float32)

@@ -45,7 +45,7 @@ import grain
 import jax
 from grain.multiprocessing import SharedMemoryArray
 
-from audiotree.sources.workers import disarm_this_thread, hold_grain_flag
+from audiotree.sources.workers.start import disarm_this_thread, hold_grain_flag
 
 __all__ = ["ClosingIterDataset", "hold_grain_flag_while_alive"]
 
@@ -177,7 +177,7 @@ def _register_exit_hook() -> None:
 
 
 def hold_grain_flag_while_alive(owner: object) -> None:
-    """Holds :func:`~audiotree.sources.workers.hold_grain_flag` until ``owner`` is garbage collected.
+    """Holds :func:`~audiotree.sources.workers.start.hold_grain_flag` until ``owner`` is garbage collected.
 
     For audiotree's data sources, which users hand to ``grain.MapDataset.source``
     themselves: that pipeline's ``mp_prefetch`` is Grain's, so nothing of ours
@@ -209,7 +209,7 @@ class _Hold:
 class _TrackingIterator(grain.DatasetIterator):
     """Passes elements through, remembering their shared-memory arrays.
 
-    With a ``hold`` (:func:`audiotree.sources.workers.hold_grain_flag`), it
+    With a ``hold`` (:func:`audiotree.sources.workers.start.hold_grain_flag`), it
     holds it while workers may start: from creation until the stream ends,
     again after ``set_state`` (which may restart workers), and never after
     ``close()`` or garbage collection.
@@ -277,7 +277,7 @@ class ClosingIterDataset(grain.IterDataset):
     """A pass-through whose iterators and batches are released at interpreter exit.
 
     With ``prepare_workers`` (audiotree's default), creating an iterator also
-    holds :func:`audiotree.sources.workers.hold_grain_flag` until it closes.
+    holds :func:`audiotree.sources.workers.start.hold_grain_flag` until it closes.
     """
 
     def __init__(self, parent: grain.IterDataset, *, prepare_workers: bool = True, slot_token: str | None = None):
@@ -297,7 +297,7 @@ class ClosingIterDataset(grain.IterDataset):
         try:
             reader = None
             if self._slot_token is not None:
-                from audiotree.sources.batch_slots import SlotReader, prepare_tracker
+                from audiotree.sources.workers.batch_slots import SlotReader, prepare_tracker
 
                 prepare_tracker()
                 reader = SlotReader(self._slot_token)

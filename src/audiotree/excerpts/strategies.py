@@ -1,0 +1,89 @@
+"""Applying an excerpt strategy: one file open, one :class:`~audiotree.io.excerpt.Clip`.
+
+:func:`select_clip` reads the excerpt an :class:`~audiotree.excerpts.config.ExcerptConfig`
+chooses: ``start`` (at ``offset``), ``random`` (an offset drawn by its
+``search``), ``full`` (the whole file, up to ``crop_to``) or ``loudest`` (the
+search of :mod:`audiotree.excerpts.search`). Every strategy is deterministic
+given its ``np.random.Generator``; the dataset builders hand each global index
+its own generator, so ``ds[i]`` is reproducible and independent of worker count.
+
+>>> import numpy as np, soundfile, tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "tone.wav")
+>>> soundfile.write(path, np.full((8000, 1), 0.25, np.float32), 8000)
+>>> clip = select_clip(path, np.random.default_rng(0), duration=0.25, excerpt=ExcerptConfig(strategy="start"))
+>>> clip.data.shape, clip.offset
+((1, 2000), 0.0)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from audiotree.excerpts.config import ExcerptConfig
+from audiotree.excerpts.search import loudest_clip
+from audiotree.io.excerpt import Clip, read_at
+from audiotree.io.segment import check_window
+from audiotree.validation import check_duration, check_pad_mode
+
+__all__ = ["select_clip"]
+
+
+def select_clip(
+    audio_path: str | os.PathLike,
+    rng: np.random.Generator,
+    *,
+    duration: float | None,
+    offset: float = 0.0,
+    excerpt: ExcerptConfig | None = None,
+    sample_rate: int | None = None,
+    mono: bool = False,
+    pad_mode: str | None = "constant",
+    plan: Any = None,
+    window: tuple[float, float] | None = None,
+) -> Clip | None:
+    """Reads one excerpt of ``duration`` s chosen by ``excerpt`` (one file open).
+
+    ``random`` draws the offset with ``excerpt.search`` from ``rng`` (starting at
+    ``offset``); ``start`` reads at ``offset``; ``loudest`` delegates to
+    :func:`loudest_clip` (``plan``: a corpus index's
+    :class:`~audiotree.excerpts.plan.RowPlan`); ``full`` (or ``duration=None``
+    with ``random`` or ``start``) reads the whole file from ``offset``, up to
+    ``crop_to``, and records ``lengths``. Returns a :class:`Clip` (or
+    ``None`` from ``loudest`` with ``on_failure="skip"``).
+
+    ``window=(start, end)`` seconds reads the segment ``[start, end)`` of the
+    file as if it were the whole file (:mod:`audiotree.io.segment`): offsets
+    are drawn inside it, ``full`` reads exactly it, and padding never takes
+    audio from outside it. The clip's ``offset`` still counts from the file's start.
+    """
+    check_duration(duration)
+    check_pad_mode(pad_mode)
+    window = check_window(window)
+    excerpt = excerpt or ExcerptConfig()
+    if excerpt.strategy == "full" or (duration is None and excerpt.strategy != "loudest"):
+        if duration is not None:
+            raise ValueError(
+                "strategy='full' reads whole files and takes no duration=; cap them with "
+                "ExcerptConfig(strategy='full', crop_to=...)."
+            )
+        path = os.fspath(audio_path)
+        # No padding: the item is exactly as long as the file (or crop_to).
+        data, rate, start_seconds = read_at(path, None, offset, excerpt.crop_to, sample_rate, mono, None, window)
+        return Clip(path=path, data=data, sample_rate=rate, offset=start_seconds, lengths=int(data.shape[-1]))
+    if excerpt.strategy == "loudest":
+        if offset:
+            raise ValueError("strategy='loudest' chooses its own offset; do not pass offset.")
+        return loudest_clip(
+            audio_path, rng, excerpt, duration=duration, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,
+            plan=plan, window=window,
+        )
+    path = os.fspath(audio_path)
+    choose = None
+    if excerpt.strategy == "random":
+        search = excerpt.resolved_search
+        choose = lambda info: search(rng, offset, duration, info.duration, 0, 1)  # noqa: E731 - needs the header
+    data, rate, start_seconds = read_at(path, choose, offset, duration, sample_rate, mono, pad_mode, window)
+    return Clip(path=path, data=data, sample_rate=rate, offset=start_seconds)

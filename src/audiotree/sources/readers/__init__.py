@@ -1,0 +1,1 @@
+"""Readers of pre-rendered data: AudioWriter, TreeWriter, ArrayRecord datasets and renders."""
