@@ -7,7 +7,7 @@ escape: no ``MemoryError``, no plain ``ValueError``, no libsndfile exception.
 
 :func:`check_file` applies the rule to every read the library makes of a file
 (open, whole read, excerpts at the start, middle and end, a dataset-style
-excerpt through :func:`audiotree.excerpt.read_excerpt`), and raises
+excerpt through :func:`audiotree.io.excerpt.read_excerpt`), and raises
 :class:`RuleViolation` when it is broken. :func:`seed_bytes` synthesises the
 small valid files the mutants start from, and :func:`mutate` makes one mutant.
 Everything is deterministic given its seed.

@@ -6,7 +6,7 @@ read, excerpts at start/middle/end, a dataset-style excerpt); any break of the
 decode rule (see ``decode_rule.py``) is raised as ``RuleViolation``, which
 libFuzzer reports as a crash and saves as ``crash-<sha1>``. The audiotree
 modules are instrumented, so inputs that reach new branches of the Python
-decode layer (audiotree.io, audiotree.excerpt) are kept in the corpus.
+decode layer (audiotree.io, audiotree.excerpts) are kept in the corpus.
 
 Usage (see fuzz/README.md)::
 
@@ -29,7 +29,7 @@ import atheris
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 with atheris.instrument_imports(include=["audiotree"]):
-    import audiotree.excerpt  # noqa: F401 - instrumented for coverage
+    import audiotree.excerpts  # noqa: F401 - instrumented for coverage
     import audiotree.io  # noqa: F401
 
 from decode_rule import FORMATS, check_file, seed_bytes  # noqa: E402

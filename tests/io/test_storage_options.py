@@ -99,7 +99,7 @@ def test_balanced_mix_on_s3_with_two_workers_uses_the_options_in_every_worker(op
 
     reference = list(itertools.islice(iter(build(str(s3["local"] / "speech"), str(s3["local"] / "music"))
                                            .to_iter_dataset(SYNC)), 12))
-    remote = build("s3://options-bucket/speech", "s3://options-bucket/music", storage_options=options)
+    remote = build("s3://options-bucket/speech", "s3://options-bucket/music", corpus=Corpus(storage_options=options))
     it = iter(remote.to_iter_dataset(SYNC).mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
     try:
         got = [next(it) for _ in range(12)]

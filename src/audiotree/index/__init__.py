@@ -5,7 +5,7 @@ One Parquet file, one row per audio file (see :mod:`audiotree.index.schema`):
 header facts, readability, label columns and a loudness profile on BS.1770's
 100 ms block grid. Build it with :func:`build_index` (or ``audiotree index``),
 open it with :func:`open_index`, or hand it to the dataset builders
-(``create_audio_dataset(index="corpus.parquet")``). Plain pyarrow, pandas,
+(``create_audio_dataset(corpus=Corpus(index="corpus.parquet"))``). Plain pyarrow, pandas,
 polars or DuckDB read it without audiotree.
 
 >>> import audiotree.index as ai

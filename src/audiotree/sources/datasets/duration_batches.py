@@ -348,7 +348,7 @@ def batch_by_duration(
 
     Args:
       items: a ``MapDataset`` of batch-of-1 items, e.g.
-        ``create_audio_dataset(index="corpus.parquet", duration=None)`` (an
+        ``create_audio_dataset(corpus=Corpus(index="corpus.parquet"), duration=None)`` (an
         index of files or of segments) or ``create_audio_dataset(filepaths=files,
         duration=None)``. Shuffled or not, endless or not: batch_by_duration
         owns the order (it reads epoch ``e``'s item ``i`` wherever the items'
