@@ -42,7 +42,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
-from audiotree.sources import Corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sections import replace_section, wrap  # noqa: E402
@@ -133,7 +132,7 @@ def _items(ds, n: int, workers: int) -> list[np.ndarray]:
 def equality(corpus: dict, where: str, sources: dict, items: int, tmp: Path) -> list[dict]:
     from audiotree import ExcerptConfig
     from audiotree.index import build_index
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, create_audio_dataset
 
     indexes = {}
     for shape, source in sources.items():

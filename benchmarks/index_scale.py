@@ -45,7 +45,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from audiotree.sources import Corpus
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -102,7 +101,7 @@ def worker(strategy: str, workers: int, index: str, batches: int) -> None:
     import numpy as np
 
     from audiotree import AudioTree, ExcerptConfig
-    from audiotree.sources import create_balanced_audio_dataset
+    from audiotree.sources import Corpus, create_balanced_audio_dataset
 
     cpu_imports, t_imports = bench_worker.tree_cpu_seconds(), time.perf_counter()
     excerpt = ExcerptConfig(strategy=strategy)

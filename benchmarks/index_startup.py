@@ -29,7 +29,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from audiotree.sources import Corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sections import replace_section, wrap  # noqa: E402
@@ -131,7 +130,7 @@ def _worker(mode: str, target: str) -> None:
     import grain
 
     from audiotree import AudioTree
-    from audiotree.sources import create_balanced_audio_dataset
+    from audiotree.sources import Corpus, create_balanced_audio_dataset
 
     rss0, _ = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()

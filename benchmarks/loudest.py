@@ -33,7 +33,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from audiotree.sources import Corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sections import replace_section, wrap  # noqa: E402
@@ -84,7 +83,7 @@ def _cpu() -> float:
 def worker(config: str, index: str, items: int, warmup: int) -> dict:
     from audiotree.excerpts.config import ExcerptConfig
     from audiotree.index import open_index
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, create_audio_dataset
 
     common = dict(sample_rate=RATE, duration=3.0, num_epochs=None, shuffle=True)
     if config == "random":
@@ -115,7 +114,7 @@ def interleaved(index: str, chunks: int, per: int) -> dict:
     seconds of every turn.
     """
     from audiotree.excerpts.config import ExcerptConfig
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, create_audio_dataset
 
     common = dict(sample_rate=RATE, duration=3.0, num_epochs=None, shuffle=True)
     datasets = {"random": create_audio_dataset(corpus=Corpus(index=index), **common),

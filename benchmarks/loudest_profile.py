@@ -21,7 +21,6 @@ import timeit
 from pathlib import Path
 
 import numpy as np
-from audiotree.sources import Corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loudest import CORPORA, RATE, build_corpus  # noqa: E402
@@ -29,7 +28,7 @@ from loudest import CORPORA, RATE, build_corpus  # noqa: E402
 
 def _datasets(index):
     from audiotree.excerpts.config import ExcerptConfig
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, create_audio_dataset
 
     common = dict(sample_rate=RATE, duration=3.0, num_epochs=None, shuffle=True)
     return (create_audio_dataset(corpus=Corpus(index=index), **common),

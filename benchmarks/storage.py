@@ -38,7 +38,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from audiotree.sources import Corpus, Output
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _sections  # noqa: E402
@@ -229,7 +228,7 @@ def _indexed_flac(direct, counts, args) -> dict:
     from audiotree.excerpts.config import ExcerptConfig
     from audiotree.index import build_index, freshness, open_index
     from audiotree.io.flac_indexed import clear_header_cache
-    from audiotree.sources import create_audio_dataset
+    from audiotree.sources import Corpus, Output, create_audio_dataset
 
     shapes = [_FLAC_SHAPES[k % len(_FLAC_SHAPES)] for k in range(args.flac_files)]
     for k, (seconds, rate, channels) in enumerate(shapes):
@@ -353,7 +352,7 @@ def main(argv=None) -> int:
         os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy_port}"
         s3fs.S3FileSystem.clear_instance_cache()
         from audiotree.io import AudioFile
-        from audiotree.sources import create_audio_dataset
+        from audiotree.sources import Output, create_audio_dataset
 
         rows = []
         for fmt in ("WAV", "FLAC"):
