@@ -22,7 +22,7 @@ SCRIPT = """
 import grain
 from pathlib import Path
 from audiotree import AudioTree
-from audiotree.sources import (AudioDataSource, TreeDataSource, create_audio_dataset,
+from audiotree.sources import (AudioDataSource, TreeDataSource, WindowConfig, create_audio_dataset,
     create_balanced_audio_dataset, create_windowed_audio_dataset, open_arrayrecord, open_render)
 
 SOURCES = {{
@@ -34,7 +34,7 @@ SOURCES = {{
     "create_balanced_audio_dataset": lambda: create_balanced_audio_dataset(
         {{"a": [{music!r}], "b": [{speech!r}]}}, duration=0.2, sample_rate=8000, num_epochs=1),
     "create_windowed_audio_dataset": lambda: create_windowed_audio_dataset(
-        {music!r}, duration=0.2, sample_rate=8000, num_epochs=1),
+        {music!r}, window=WindowConfig(duration=0.2), sample_rate=8000, num_epochs=1),
 }}
 
 def main():
