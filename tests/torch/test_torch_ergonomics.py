@@ -110,8 +110,9 @@ def test_measure_lufs_gives_loudness_for_any_strategy(corpus):
 
     windows = create_windowed_audio_dataset(folders, window=WindowConfig(duration=0.25), sample_rate=8000, output=Output(measure_lufs=True))
     assert np.isfinite(windows[0].lufs).all()
-    for builder in (create_audio_dataset, create_windowed_audio_dataset):
+    for builder, length in ((create_audio_dataset, dict(duration=0.25)),
+                            (create_windowed_audio_dataset, dict(window=WindowConfig(duration=0.25)))):
         with pytest.raises(TypeError, match="measure_lufs must be True or False"):
-            builder(folders, measure_lufs="yes", **FAST)
+            builder(folders, output=Output(measure_lufs="yes"), sample_rate=8000, **length)
     with pytest.raises(TypeError, match="measure_lufs"):
         create_balanced_audio_dataset({"a": [str(folders[0])]}, output=Output(measure_lufs=1), **FAST)
