@@ -43,7 +43,12 @@ _IMAGE_SCRIPT = """
   }
   images.forEach(function (img, i) {
     function settle(value) { if (state[i] === null) { state[i] = value; report(); } }
-    function decode() { img.decode().then(function () { settle("ok"); }, function () { settle("error"); }); }
+    function decode() {
+      img.decode().then(function () { settle("ok"); }, function () { settle("error"); });
+      // Headless Chromium under load can leave decode() pending past the dump while the image is loaded with
+      // its natural size; the screenshot check then looks at the pixels themselves.
+      setTimeout(function () { if (img.complete && img.naturalWidth > 0) { settle("ok"); } }, 3000);
+    }
     if (img.complete) { decode(); } else { img.addEventListener("load", decode); }
     img.addEventListener("error", function () { settle("error"); });
   });
