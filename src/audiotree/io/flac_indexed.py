@@ -43,7 +43,7 @@ import numpy as np
 
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
-from audiotree.io.failures import check_finite
+from audiotree.io.failures import SKIP_HINT, check_finite
 from audiotree.io.flac_seek import decode_stream, header_length, stream_info
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
@@ -154,7 +154,7 @@ def _byte_reader(path: str) -> Callable[[int, int], bytes]:
                 fd = os.open(local, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError as exc:
                 raise AudioReadError(f"Failed to read audio file '{path}': {exc}. Check the path (was it moved or "
-                                     "deleted?), or use on_read_error=\"skip\".", path) from exc
+                                     f"deleted?), {SKIP_HINT}.", path) from exc
             try:
                 return os.pread(fd, hi - lo, base + lo)
             finally:

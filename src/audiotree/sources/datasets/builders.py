@@ -17,6 +17,7 @@ excerpt, and the stream does not depend on how many workers or threads read it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import grain
@@ -29,7 +30,8 @@ from audiotree.sources.datasets.windowed import WindowConfig, build_windowed_dat
 
 __all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "create_windowed_audio_dataset"]
 
-_WINDOW_KNOBS = ("duration", "hop", "alpha", "jitter", "lufs_cache", "lufs_cutoff", "lufs_window_sec")
+#: The settings a WindowConfig carries (passed loose, each is refused naming its WindowConfig spelling).
+_WINDOW_KNOBS = tuple(field.name for field in dataclasses.fields(WindowConfig))
 
 
 def create_audio_dataset(
