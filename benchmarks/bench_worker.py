@@ -36,6 +36,7 @@ doing soundfile seek+read, mono, soxr HQ and padding, under a ``DataLoader``) an
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -50,6 +51,9 @@ CONFIGS = {
     "random": dict(strategy="random", duration=3.0, sample_rate=44_100),
     "loudest": dict(strategy="loudest", duration=3.0, sample_rate=48_000, num_tries=5, lufs_cutoff=-40.0),
 }
+#: Every format the benchmark corpora hold. audiotree 1.0 discovers only ``.wav``/``.flac`` unless told,
+#: so without this it read a different (smaller, cheaper) file set, or none (the hires effects are MP3/OGG).
+CORPUS_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg")
 
 
 def _folders(corpus: str) -> dict[str, str]:
@@ -62,11 +66,17 @@ def grain_dataset(config: str, corpus: str):
 
     cfg = CONFIGS[config]
     folders = _folders(corpus)
+    # The same files for everyone: ours discovers every decodable format by default; a release
+    # whose builders take ``extensions=`` (audiotree 1.0) is told the corpus's formats.
+    same_files = {}
+    if "extensions" in inspect.signature(create_audio_dataset).parameters:
+        same_files["extensions"] = list(CORPUS_EXTENSIONS)
     if config == "random":
-        return create_audio_dataset(list(folders.values()), duration=cfg["duration"], sample_rate=cfg["sample_rate"], num_epochs=None)
+        return create_audio_dataset(list(folders.values()), duration=cfg["duration"], sample_rate=cfg["sample_rate"],
+                                    num_epochs=None, **same_files)
     excerpt = ExcerptConfig(strategy="loudest", lufs_cutoff=cfg["lufs_cutoff"], num_tries=cfg["num_tries"])
     return create_balanced_audio_dataset(
-        folders, weights=WEIGHTS, duration=cfg["duration"], sample_rate=cfg["sample_rate"], excerpt=excerpt,
+        folders, weights=WEIGHTS, duration=cfg["duration"], sample_rate=cfg["sample_rate"], excerpt=excerpt, **same_files,
     )
 
 
