@@ -196,6 +196,11 @@ def subprocess_env(extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.setdefault("JAX_PLATFORMS", "cpu")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # One BLAS thread in every run, as a DataLoader worker sets torch's threads to one: the plain loop's
+    # stereo downmix is a matrix-vector product, and OpenBLAS's idle threads spinning on the second
+    # core took 57 % of its CPU (real corpus, 253 against 595 items per CPU-second with one thread).
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(name, "1")
     env.update(extra or {})
     return env
 
@@ -601,8 +606,9 @@ def render(data: dict) -> str:
         "then per item `cut.truncate(offset=random, duration=3.0).resample(44100).load_audio()`) and the plain "
         "`Dataset` (in-process, i.e. 0 workers, the harness calls `torch.set_num_threads(1)`, as a `DataLoader` "
         "worker does itself, so torch's intra-op pool does not spin on the second core); the plain loop forks 2 "
-        "processes for 2 workers. Each library's dataset is built the way its docs show; lhotse resamples with its "
-        "own backend (SciPy here, torchaudio is not installed).",
+        "processes for 2 workers. Every run has one BLAS/OpenMP thread (`OPENBLAS_NUM_THREADS=1`, ...), so no "
+        "implementation pays for idle BLAS threads spinning on the other core. Each library's dataset is built the "
+        "way its docs show; lhotse resamples with its own backend (SciPy here, torchaudio is not installed).",
         f"* Timed window: {rb[0].batches if rb else '?'} (random) / {lb[0].batches if lb else '?'} (loudest) batches "
         "after a warm-up (the first batch; with 2 workers the first 4). Items per CPU-second count the items the "
         "process tree made between two quiet points (every item is stamped where it is made; the CPU clock starts "
