@@ -125,6 +125,23 @@ def test_k_weighted_power_matches_per_channel_filtering():
         np.testing.assert_allclose(p[b], expected, rtol=1e-9, atol=1e-12 * expected.max())
 
 
+def test_k_weighted_power_sums_channels_in_place_without_touching_the_input():
+    # The weighted sum is accumulated into the filter's own output buffer: the caller's
+    # float64 audio (which the filter could alias) must come back unchanged, and
+    # mono power is exactly the squared K-filter output (weight 1).
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4800)) * 0.1
+    before = x.copy()
+    p = L.k_weighted_power(x, 48000)
+    np.testing.assert_array_equal(x, before)
+    sos = np.array(L.k_weighting_sos(48000))
+    np.testing.assert_allclose(L.k_weighted_power(x[:1], 48000), sosfilt(sos, x[0]) ** 2, rtol=1e-9, atol=1e-15)
+    expected = sum(sosfilt(sos, x[c]) ** 2 for c in range(3))
+    np.testing.assert_allclose(p, expected, rtol=1e-9, atol=1e-15)
+    lufs, windows = L.measure(x, 48000)
+    np.testing.assert_array_equal(x, before)
+
+
 # --------------------------------------------------------------------------
 # EBU Tech 3341 minimum requirements (integrated loudness, +-0.1 LU)
 # --------------------------------------------------------------------------
