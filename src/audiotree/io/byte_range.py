@@ -173,12 +173,7 @@ class MemberInput(ReadOnlyInput):
                 return 0
             self._pos += got
             return got
-        try:
-            data = self.read(len(buffer))
-        except AudioReadError:
-            return 0
-        buffer[: len(data)] = data
-        return len(data)
+        return super().readinto(buffer)
 
     def seek(self, offset: int, whence: int = 0) -> int:
         if whence == 0:

@@ -4,7 +4,7 @@ soundfile and PyAV call ``readinto``/``seek``/``tell`` from C callbacks that
 cannot raise (cffi prints the error and reports a short read). So an input
 keeps the storage error its read hit in ``failure``, reads after it return
 nothing, and the caller raises it with :meth:`ReadOnlyInput.check` once the
-decoder returns. Subclasses provide ``read``, ``readinto``, ``seek``, ``tell``,
+decoder returns. Subclasses provide ``read`` (``readinto`` goes through it unless overridden), ``seek``, ``tell``,
 ``close`` and the ``failure`` slot.
 
 >>> class Empty(ReadOnlyInput):
@@ -17,6 +17,8 @@ decoder returns. Subclasses provide ``read``, ``readinto``, ``seek``, ``tell``,
 """
 
 from __future__ import annotations
+
+from audiotree.errors import AudioReadError
 
 __all__ = ["ReadOnlyInput"]
 
@@ -31,6 +33,15 @@ class ReadOnlyInput:
 
     def readable(self) -> bool:
         return True
+
+    def readinto(self, buffer) -> int:
+        """Fills ``buffer`` by :meth:`read`; 0 bytes after a storage failure (kept in ``failure``)."""
+        try:
+            data = self.read(len(buffer))
+        except AudioReadError:
+            return 0
+        buffer[: len(data)] = data
+        return len(data)
 
     def check(self) -> None:
         """Raises the storage error a read hit (see ``failure``), if any."""

@@ -223,14 +223,6 @@ class RemoteInput(ReadOnlyInput):
             self.failure = remote_error(self.url, exc, "read")
             raise self.failure from exc
 
-    def readinto(self, buffer) -> int:
-        try:
-            data = self.read(len(buffer))
-        except AudioReadError:
-            return 0
-        buffer[: len(data)] = data
-        return len(data)
-
     def expect(self, nbytes: int) -> None:
         """Announces that the next read starting at a new position will consume about ``nbytes``.
 
