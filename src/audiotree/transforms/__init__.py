@@ -18,7 +18,9 @@ engines, or any audio library beyond NumPy/SciPy (loaded lazily).
 
 from __future__ import annotations
 
-from audiotree.lazy_exports import lazy_exports
+import importlib
+from typing import Any
+
 from audiotree.transforms.base import map_transform, random_transform
 from audiotree.transforms.choose import choose
 from audiotree.transforms.codec import AudioCodec, LatentAudioCodec, encode_latents, encode_with_codec
@@ -64,8 +66,13 @@ __all__ = [
 ]
 
 
-# ``audiotree.transforms.jax`` loads on first access only. (``.kernels`` is NumPy only and is
-# imported by ``.functional``, so it is already an attribute here.)
-_LAZY = {"jax": ("audiotree.transforms.jax", None)}
+def __getattr__(name: str) -> Any:
+    # ``audiotree.transforms.jax`` loads on first access only. (``.kernels`` is NumPy only and is
+    # imported by ``.functional``, so it is already an attribute here.)
+    if name == "jax":
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | {"jax"})
