@@ -7,13 +7,16 @@ file handle or memory map would be wrong in the child, and a cache would be
 copied whole into every worker. A class lists those attributes with a factory
 for their fresh value; pickling leaves them out and unpickling builds them new.
 
->>> import pickle, threading
+>>> import threading
 >>> class Reader(ProcessLocal):
 ...     process_local = {"_lock": threading.Lock, "_open": dict}
 ...     def __init__(self, path):
 ...         self.path, self._lock, self._open = path, threading.Lock(), {"a": object()}
->>> copy = pickle.loads(pickle.dumps(Reader("x.wav")))
->>> copy.path, copy._open
+>>> state = Reader("x.wav").__getstate__()   # what pickle stores
+>>> sorted(state)
+['path']
+>>> fresh = Reader.__new__(Reader); fresh.__setstate__(state)   # what unpickling does
+>>> fresh.path, fresh._open
 ('x.wav', {})
 """
 
