@@ -7,8 +7,9 @@ JAX's pytree utilities but not Grain, torch, or any decoder beyond soundfile.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from audiotree.lazy_exports import lazy_exports
 
 from audiotree.version import __version__ as __version__  # re-exported
 
@@ -37,16 +38,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from audiotree.writers.render import render
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'audiotree' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

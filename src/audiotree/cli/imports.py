@@ -18,6 +18,13 @@ _EXECUTOR = click.option("--executor", type=click.Choice(["process", "serial", "
 _JOBS = click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes (default: one per core).")
 
 
+def _import_options(command):
+    """The options every importer takes, in the order ``--help`` lists them."""
+    for option in (_JOBS, _EXECUTOR, _LOUDNESS, _AUDIO_ROOT, _OUT):
+        command = option(command)
+    return command
+
+
 def _report(report) -> None:
     click.echo(f"{report.path}: {report.rows} segments from {report.read} recordings; "
                f"{report.unreadable} unreadable")
@@ -30,11 +37,7 @@ def import_group() -> None:
 
 @import_group.command(name="kaldi")
 @click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
-@_OUT
-@_AUDIO_ROOT
-@_LOUDNESS
-@_EXECUTOR
-@_JOBS
+@_import_options
 def import_kaldi_command(data_dir: str, out: str, audio_root: str | None, loudness: bool, executor: str,
                          jobs: int | None) -> None:
     """Index the utterances of the Kaldi data directory DATA_DIR (wav.scp, segments, text, utt2spk, spk2gender)."""
@@ -46,11 +49,7 @@ def import_kaldi_command(data_dir: str, out: str, audio_root: str | None, loudne
 
 @import_group.command(name="lhotse")
 @click.argument("manifests", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@_OUT
-@_AUDIO_ROOT
-@_LOUDNESS
-@_EXECUTOR
-@_JOBS
+@_import_options
 def import_lhotse_command(manifests: tuple, out: str, audio_root: str | None, loudness: bool, executor: str,
                           jobs: int | None) -> None:
     """Index lhotse manifests: RECORDINGS.jsonl.gz SUPERVISIONS.jsonl.gz, or one CUTS.jsonl.gz."""

@@ -15,27 +15,12 @@ the same name is ``sys.modules["audiotree.dsp.resample"]``, reachable with
 from __future__ import annotations
 
 from audiotree.dsp.loudness import (
-    gain_db_to_linear,
-    gated_from_block_power,
-    integrated_from_power,
-    integrated_loudness,
-    k_weighted_power,
-    k_weighting_sos,
-    measure,
-    shift_lufs,
-    windowed_from_power,
+    gain_db_to_linear, gated_from_block_power, integrated_from_power, integrated_loudness, k_weighted_power,
+    k_weighting_sos, measure, shift_lufs, windowed_from_power,
 )
 from audiotree.dsp.resample import resample
 
 __all__ = [
-    "gain_db_to_linear",
-    "gated_from_block_power",
-    "integrated_from_power",
-    "integrated_loudness",
-    "k_weighted_power",
-    "k_weighting_sos",
-    "measure",
-    "resample",
-    "shift_lufs",
-    "windowed_from_power",
+    "gain_db_to_linear", "gated_from_block_power", "integrated_from_power", "integrated_loudness", "k_weighted_power",
+    "k_weighting_sos", "measure", "resample", "shift_lufs", "windowed_from_power",
 ]

@@ -360,14 +360,19 @@ def parse_manifest(obj: Any, directory: Path, where: str, info: FormatInfo) -> T
             raise _invalid(where, f"leaves {files_seen[key]!r} and {leaf!r} share the file {path.name!r}.")
         files_seen[key] = leaf
 
+    def checked_entry(entry: Any, what: str, known: tuple[str, ...], required: tuple[str, ...]) -> dict:
+        if not isinstance(entry, dict):
+            raise _invalid(where, f"{what} must be a JSON object, got {type(entry).__name__}.")
+        check_known_keys(entry, known, info, f"Invalid manifest {where}", what)
+        for key in required:
+            if key not in entry:
+                raise _invalid(where, f"{what} lacks {key!r}.")
+        return entry
+
     arrays: dict[str, ArraySpec] = {}
     for name, entry in leaves.items():
-        if not isinstance(entry, dict):
-            raise _invalid(where, f"leaf {name!r} must be a JSON object, got {type(entry).__name__}.")
-        check_known_keys(entry, ("dtype", "shape_per_sample", "file"), info, f"Invalid manifest {where}", f"leaf {name!r}")
-        for key in ("dtype", "shape_per_sample", "file"):
-            if key not in entry:
-                raise _invalid(where, f"leaf {name!r} lacks {key!r}.")
+        fields = ("dtype", "shape_per_sample", "file")
+        entry = checked_entry(entry, f"leaf {name!r}", fields, fields)
         dtype_str = entry["dtype"]
         if not isinstance(dtype_str, str) or dtype_str not in ALLOWED_DTYPES:
             raise _invalid(
@@ -392,12 +397,8 @@ def parse_manifest(obj: Any, directory: Path, where: str, info: FormatInfo) -> T
 
     strings: dict[str, StringSpec] = {}
     for name, entry in string_leaves.items():
-        if not isinstance(entry, dict):
-            raise _invalid(where, f"string leaf {name!r} must be a JSON object, got {type(entry).__name__}.")
-        check_known_keys(entry, ("index_file", "data_file", "encoding"), info, f"Invalid manifest {where}", f"string leaf {name!r}")
-        for key in ("index_file", "data_file"):
-            if key not in entry:
-                raise _invalid(where, f"string leaf {name!r} lacks {key!r}.")
+        entry = checked_entry(entry, f"string leaf {name!r}", ("index_file", "data_file", "encoding"),
+                              ("index_file", "data_file"))
         encoding = entry.get("encoding", "utf-8")
         if encoding != "utf-8":
             raise _invalid(where, f"string leaf {name!r} has encoding {encoding!r}; only 'utf-8' is defined.")

@@ -15,8 +15,9 @@ polars or DuckDB read it without audiotree.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from audiotree.lazy_exports import lazy_exports
 
 __all__ = [
     "build_index",
@@ -68,14 +69,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from audiotree.index.reader import ON_STALE, CorpusIndex, StaleFileError, open_index
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'audiotree.index' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -14,6 +14,7 @@ import os
 from typing import Any, Mapping
 
 from audiotree.errors import AudioReadError
+from audiotree.io.input_file import ReadOnlyInput
 from audiotree.io import storage
 
 __all__ = ["MemberInput", "RemoteSpan", "HEAD_FETCH", "SEEK_BACK", "MIN_FETCH", "MAX_FETCH"]
@@ -91,7 +92,7 @@ class RemoteSpan:
         self.closed = True
 
 
-class MemberInput:
+class MemberInput(ReadOnlyInput):
     """A read-only, seekable file object over bytes ``[offset, offset + size)`` of a shard.
 
     It is what the decoders receive for a tar member (like
@@ -172,12 +173,7 @@ class MemberInput:
                 return 0
             self._pos += got
             return got
-        try:
-            data = self.read(len(buffer))
-        except AudioReadError:
-            return 0
-        buffer[: len(data)] = data
-        return len(data)
+        return super().readinto(buffer)
 
     def seek(self, offset: int, whence: int = 0) -> int:
         if whence == 0:
@@ -190,12 +186,6 @@ class MemberInput:
     def tell(self) -> int:
         return self._pos
 
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
     def expect(self, nbytes: int) -> None:
         """Announces the excerpt's size: the next seek's fetch brings it whole (remote members)."""
         if isinstance(self._file, RemoteSpan):
@@ -205,10 +195,6 @@ class MemberInput:
         """Fetches the member's first bytes (its header) now, in one ranged read (remote members)."""
         if isinstance(self._file, RemoteSpan) and self.size:
             self._file.read(self._base, min(self.size, HEAD_FETCH))
-
-    def check(self) -> None:
-        if self.failure is not None:
-            raise self.failure
 
     @property
     def closed(self) -> bool:
@@ -223,12 +209,6 @@ class MemberInput:
                 self._file = -1
         else:
             self._file.close()
-
-    def __enter__(self) -> MemberInput:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def bytes_fetched(self) -> int:

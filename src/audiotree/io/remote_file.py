@@ -27,6 +27,7 @@ import warnings
 from typing import Any, Callable, Mapping
 
 from audiotree.errors import AudioReadError
+from audiotree.io.input_file import ReadOnlyInput
 from audiotree.io.storage import (
     filesystem,
     http_status,
@@ -191,7 +192,7 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-class RemoteInput:
+class RemoteInput(ReadOnlyInput):
     """An open remote object: a seekable binary file object plus its size and URL.
 
     ``read``/``seek``/``tell`` delegate to the fsspec file; the object is what
@@ -222,14 +223,6 @@ class RemoteInput:
             self.failure = remote_error(self.url, exc, "read")
             raise self.failure from exc
 
-    def readinto(self, buffer) -> int:
-        try:
-            data = self.read(len(buffer))
-        except AudioReadError:
-            return 0
-        buffer[: len(data)] = data
-        return len(data)
-
     def expect(self, nbytes: int) -> None:
         """Announces that the next read starting at a new position will consume about ``nbytes``.
 
@@ -255,22 +248,11 @@ class RemoteInput:
             return
         cache._fetch(0, min(self.size, MIN_WINDOW))
 
-    def check(self) -> None:
-        """Raises the storage error a read hit (see :attr:`failure`), if any."""
-        if self.failure is not None:
-            raise self.failure
-
     def seek(self, offset: int, whence: int = 0) -> int:
         return self._file.seek(offset, whence)
 
     def tell(self) -> int:
         return self._file.tell()
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
 
     @property
     def closed(self) -> bool:
@@ -278,12 +260,6 @@ class RemoteInput:
 
     def close(self) -> None:
         self._file.close()
-
-    def __enter__(self) -> RemoteInput:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def bytes_fetched(self) -> int:

@@ -13,8 +13,7 @@ datasets built here starts workers that run from plain, unguarded scripts; see
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from audiotree.lazy_exports import lazy_exports
 
 from audiotree.errors import AudioReadError
 from audiotree.excerpts.config import ExcerptConfig
@@ -76,14 +75,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'audiotree.sources' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

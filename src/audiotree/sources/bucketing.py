@@ -53,6 +53,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
+from audiotree.process_local import ProcessLocal
 from audiotree.validation import is_int, is_real, renamed_keywords
 
 __all__ = ["BucketPlan", "plan_buckets", "optimal_bucket_edges", "DEFAULT_NUM_BUCKETS", "FILLER"]
@@ -178,7 +179,7 @@ class EpochPlan:
         return len(self.batches)
 
 
-class BucketPlan:
+class BucketPlan(ProcessLocal):
     """Batches of item indices by duration bucket: a pure function of ``(shuffle_seed, epoch)``.
 
     Build it with :func:`plan_buckets`. See the module docstring for the
@@ -191,6 +192,9 @@ class BucketPlan:
       batch_sizes: ``(K,)`` slots per batch of each bucket (all hosts together).
       bucket_of: ``(n,)`` bucket of each item, ``-1`` for skipped items.
     """
+
+    #: Rebuilt fresh in every process this object is unpickled in (see audiotree.process_local).
+    process_local = {"_lock": threading.Lock, "_cache": dict, "_starts": lambda: [0]}
 
     def __init__(self, durations, *, edges, max_seconds, shuffle_seed, shuffle, remainder, groups, weight_by,
                  num_shards, names, too_long):
@@ -223,15 +227,6 @@ class BucketPlan:
         self._lock = threading.Lock()
         self._cache: dict[int, EpochPlan] = {}
         self._starts: list[int] = [0]  # batch index where each planned epoch starts
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_lock"], state["_cache"], state["_starts"] = None, {}, [0]
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (f"BucketPlan(items={self.durations.size}, edges={self.edges.tolist()}, "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import grain
 import numpy as np
@@ -98,21 +98,11 @@ class IndexRows:
         values = self.store.column(name)
         return values if self.selection is None else values[self.rows()]
 
-    @property
-    def sizes(self) -> np.ndarray:
-        return self._gather("size")
-
-    @property
-    def mtimes(self) -> np.ndarray:
-        return self._gather("mtime_ns")
-
-    @property
-    def durations(self) -> np.ndarray:
-        return self._gather("duration")
-
-    @property
-    def channels(self) -> np.ndarray:
-        return self._gather("channels")
+    # ``(n,)`` columns of the selected rows, read from the store on each access.
+    sizes = property(lambda self: self._gather("size"), doc="``(n,)`` file sizes in bytes.")
+    mtimes = property(lambda self: self._gather("mtime_ns"), doc="``(n,)`` modification times in ns.")
+    durations = property(lambda self: self._gather("duration"), doc="``(n,)`` durations in seconds.")
+    channels = property(lambda self: self._gather("channels"), doc="``(n,)`` channel counts.")
 
     @property
     def windows(self) -> np.ndarray | None:

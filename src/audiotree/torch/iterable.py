@@ -13,19 +13,8 @@ from typing import Any
 import torch.utils.data as _tud
 
 from audiotree.torch.reading import (
-    DEFAULT_READ_THREADS,
-    ENDLESS_EPOCH_STRIDE,
-    ENDLESS_LENGTH_ERROR,
-    STATE_VERSION,
-    SharedEpoch,
-    SharedEpochMixin,
-    check_count,
-    check_epoch,
-    check_threads,
-    dataset_length,
-    read_item,
-    read_pool,
-    worker_info,
+    DEFAULT_READ_THREADS, ENDLESS_EPOCH_STRIDE, ENDLESS_LENGTH_ERROR, STATE_VERSION, SharedEpoch, SharedEpochMixin,
+    check_count, check_epoch, check_threads, dataset_length, read_item, read_pool, worker_info,
 )
 
 __all__ = ["TorchIterableDataset", "ShardIterator"]

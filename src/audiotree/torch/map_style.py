@@ -14,17 +14,8 @@ import torch.utils.data as _tud
 from audiotree.seeds import check_seed, epoch_rng
 from audiotree.validation import renamed_keywords
 from audiotree.torch.reading import (
-    DEFAULT_READ_THREADS,
-    STATE_VERSION,
-    EpochCursor,
-    SharedEpoch,
-    SharedEpochMixin,
-    check_count,
-    check_epoch,
-    check_threads,
-    dataset_length,
-    read_item,
-    read_pool,
+    DEFAULT_READ_THREADS, STATE_VERSION, EpochCursor, SharedEpoch, SharedEpochMixin, check_count, check_epoch,
+    check_threads, dataset_length, read_item, read_pool,
 )
 
 __all__ = ["TorchMapDataset", "EpochSampler"]

@@ -211,20 +211,10 @@ class RandomTransform(_Transform, _grain_transforms.RandomMap):
 
     _kind = "random"
 
-    def __init__(
-        self,
-        fn: Callable,
-        params: dict | None = None,
-        *,
-        name: str | None = None,
-        explicit: Iterable[str] | None = None,
-        prob: float = 1.0,
-        split_seed: bool = True,
-        scope: Any = None,
-        output_key: Any = None,
-        pre: Callable | None = None,
-    ) -> None:
-        super().__init__(fn, params, name=name, explicit=explicit, scope=scope, output_key=output_key, pre=pre)
+    def __init__(self, fn: Callable, params: dict | None = None, *, prob: float = 1.0, split_seed: bool = True,
+                 **options: Any) -> None:
+        """``options``: ``name``, ``explicit``, ``scope``, ``output_key`` and ``pre``, as for every transform."""
+        super().__init__(fn, params, **options)
         self.prob = check_prob(prob)
         self.split_seed = _check_split_seed(split_seed)
 

@@ -82,9 +82,9 @@ def create_audio_dataset(
     >>> ds[0].waveform.shape
     (1, 1, 4000)
     """
-    flat = gather_options("create_audio_dataset", build_file_dataset, output=output, order=order, corpus=corpus,
-                          shorthands=shorthands)
-    return build_file_dataset(sources, filepaths, duration=duration, num_epochs=num_epochs, excerpt=excerpt, **flat)
+    options = gather_options("create_audio_dataset", output=output, order=order, corpus=corpus,
+                             shorthands=shorthands, unused=("group_by",))
+    return build_file_dataset(sources, filepaths, duration=duration, num_epochs=num_epochs, excerpt=excerpt, **options)
 
 
 def create_balanced_audio_dataset(
@@ -147,11 +147,11 @@ def create_balanced_audio_dataset(
     groups, datasets = {}, {}
     for name, spec in (sources or {}).items():
         (datasets if isinstance(spec, grain.MapDataset) else groups)[name] = spec
-    flat = gather_options("create_balanced_audio_dataset", build_balanced_dataset, output=output, order=order,
-                          corpus=corpus, shorthands=shorthands)
+    options = gather_options("create_balanced_audio_dataset", output=output, order=order, corpus=corpus,
+                             shorthands=shorthands, unused=("source",))
     return build_balanced_dataset(groups if sources is not None and (groups or not datasets) else None, weights,
                                   datasets or None, duration=duration, num_epochs=num_epochs, excerpt=excerpt,
-                                  window=window, **flat)
+                                  window=window, **options)
 
 
 def create_windowed_audio_dataset(
@@ -212,7 +212,7 @@ def create_windowed_audio_dataset(
         if knob in shorthands:
             raise TypeError(f"create_windowed_audio_dataset() takes window=WindowConfig({knob}=...) now, "
                             f"not {knob}=.")
-    flat = gather_options("create_windowed_audio_dataset", build_windowed_dataset, output=output, order=order,
-                          corpus=corpus, shorthands=shorthands)
+    options = gather_options("create_windowed_audio_dataset", output=output, order=order, corpus=corpus,
+                             shorthands=shorthands, unused=("channels", "on_read_error", "group_by"))
     return build_windowed_dataset(sources, filepaths, window=window, durations=durations, lufs_per_file=lufs_per_file,
-                                  num_epochs=num_epochs, **flat)
+                                  num_epochs=num_epochs, **options)

@@ -20,6 +20,7 @@ import grain
 
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
+from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import building_with_storage_options, check_common, probe_channels, resolve_files
 from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
@@ -48,71 +49,56 @@ def build_file_dataset(
     sources: SourceSpec | None = None,
     filepaths: Sequence[str | os.PathLike] | None = None,
     *,
-    shuffle: bool = True,
     num_epochs: int | None = 1,
-    shuffle_seed: int = 0,
-    excerpt_seed: int | None = None,
-    sample_rate: int = 44_100,
-    mono: bool = True,
     duration: float | None = 1.0,
-    pad_mode: str | None = "constant",
-    extensions: Sequence[str] | None = None,
     excerpt: ExcerptConfig = ExcerptConfig(),
-    source: str | None = None,
-    channels: int | None = None,
-    on_read_error: str = "raise",
-    index: Any = None,
-    labels: Sequence[str] | None = None,
-    min_duration: float | None = None,
-    max_duration: float | None = None,
-    on_stale: str = "raise",
-    measure_lufs: bool = False,
-    storage_options: Mapping[str, Any] | None = None,
-    audio_column: str | None = None,
-    shard_options: Any = None,
+    output: Output, order: Order, corpus: Corpus,  # resolved by the public builder
 ) -> grain.MapDataset:
-    """:func:`~audiotree.sources.create_audio_dataset` with every option as a keyword of its own."""
-    sample_rate, shuffle_seed, excerpt_seed = check_common(
-        num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
-        shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
-    )
+    """:func:`~audiotree.sources.create_audio_dataset`, its option objects resolved by ``gather_options``."""
+    channels = output.channels
+    sample_rate, shuffle_seed, excerpt_seed = check_common(num_epochs=num_epochs, on_read_error=corpus.on_read_error,
+                                                           output=output, order=order)
     if not isinstance(excerpt, ExcerptConfig):
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
     duration, excerpt = resolve_whole_files(duration, excerpt)
     check_duration(duration)
-    check_pad_mode(pad_mode)
+    check_pad_mode(output.pad_mode)
     from audiotree.sources import indexed
 
     rows = None
-    loudest = indexed.loudest_spec(excerpt, duration, has_index=index is not None, mono=mono)
-    if index is not None:
-        rows = indexed.rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
-                                        max_duration=max_duration, on_stale=on_stale, loudest=loudest)
-        rows = host_items(rows, shard_options)
+    loudest = indexed.loudest_spec(excerpt, duration, has_index=corpus.index is not None, mono=output.mono)
+    if corpus.index is not None:
+        rows = indexed.rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
+                                        min_duration=corpus.min_duration, max_duration=corpus.max_duration,
+                                        on_stale=corpus.on_stale, loudest=loudest)
+        rows = host_items(rows, order.shard_options)
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
-        if not mono:
+        if not output.mono:
             channels = indexed.checked_channels(rows, channels)
     else:
-        indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
-        files = resolve_files(sources, filepaths, extensions, on_read_error=on_read_error, audio_column=audio_column)
-        files = host_items(files, shard_options)
-        if not mono and channels is None:
+        indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration,
+                                     max_duration=corpus.max_duration)
+        files = resolve_files(sources, filepaths, corpus.extensions, on_read_error=corpus.on_read_error,
+                              audio_column=corpus.audio_column)
+        files = host_items(files, order.shard_options)
+        if not output.mono and channels is None:
             channels = probe_channels(files[0])
     loader = ExcerptLoader(
-        sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=mono,
-        pad_mode=pad_mode, excerpt=excerpt, source=source, channels=None if mono else channels,
-        on_read_error=on_read_error, storage_options=storage_options,
+        sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=output.mono,
+        pad_mode=output.pad_mode, excerpt=excerpt, source=output.source, channels=None if output.mono else channels,
+        on_read_error=corpus.on_read_error, storage_options=corpus.storage_options,
     )
     if rows is not None:
-        loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=source is None)
+        loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=corpus.on_stale,
+                                       stamp_group=output.source is None)
     ds = _file_dataset(
-        files, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
+        files, shuffle=order.shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
         loader=loader,
     )
-    if check_measure_lufs(measure_lufs):
+    if check_measure_lufs(output.measure_lufs):
         ds = ds.map(MeasureLufs())
     item_bytes = estimate_item_bytes(
-        channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=item_seconds(duration, excerpt)
+        channels=1 if output.mono else (channels or 2), sample_rate=sample_rate, duration=item_seconds(duration, excerpt)
     )
     return AudioMapDataset(ds, item_bytes=item_bytes)
 
@@ -152,35 +138,16 @@ def build_balanced_dataset(
     weights: Mapping[str, float] | None = None,
     datasets: Mapping[str, grain.MapDataset] | None = None,
     *,
-    shuffle: bool = True,
     num_epochs: int | None = None,
-    shuffle_seed: int = 0,
-    excerpt_seed: int | None = None,
-    sample_rate: int = 44_100,
-    mono: bool = True,
     duration: float | None = 1.0,
-    pad_mode: str | None = "constant",
-    extensions: Sequence[str] | None = None,
     excerpt: ExcerptConfig = ExcerptConfig(),
     window: WindowConfig | None = None,
-    channels: int | None = None,
-    on_read_error: str = "raise",
-    index: Any = None,
-    group_by: str | None = None,
-    labels: Sequence[str] | None = None,
-    min_duration: float | None = None,
-    max_duration: float | None = None,
-    on_stale: str = "raise",
-    measure_lufs: bool = False,
-    storage_options: Mapping[str, Any] | None = None,
-    audio_column: str | None = None,
-    shard_options: Any = None,
+    output: Output, order: Order, corpus: Corpus,  # resolved by the public builder
 ) -> grain.MapDataset:
-    """:func:`~audiotree.sources.create_balanced_audio_dataset` with every option as a keyword of its own."""
-    sample_rate, shuffle_seed, excerpt_seed = check_common(
-        num_epochs=num_epochs, on_read_error=on_read_error, sample_rate=sample_rate,
-        shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
-    )
+    """:func:`~audiotree.sources.create_balanced_audio_dataset`, its option objects resolved by ``gather_options``."""
+    channels = output.channels
+    sample_rate, shuffle_seed, excerpt_seed = check_common(num_epochs=num_epochs, on_read_error=corpus.on_read_error,
+                                                           output=output, order=order)
     from audiotree.sources import indexed
 
     group_rows: dict = {}
@@ -188,33 +155,35 @@ def build_balanced_dataset(
         raise TypeError(f"excerpt must be an ExcerptConfig, got {type(excerpt).__name__}.")
     loudest = indexed.loudest_spec(
         excerpt, 1.0 if duration is None else duration,
-        has_index=index is not None or any(indexed.is_index_path(v) for v in (sources or {}).values()), mono=mono,
+        has_index=corpus.index is not None or any(indexed.is_index_path(v) for v in (sources or {}).values()),
+        mono=output.mono,
     )
-    if index is not None:
-        if group_by is None:
+    if corpus.index is not None:
+        if corpus.group_by is None:
             raise ValueError("Corpus(index=...) with create_balanced_audio_dataset needs Corpus(group_by=...) "
                              "(e.g. group_by='group'); or use sources={'speech': 'speech.parquet', ...}.")
         if sources is not None:
             raise ValueError("Pass Corpus(index=..., group_by=...) or sources=, not both.")
-        group_rows = indexed.rows_by_group(index, group_by, labels=labels, min_duration=min_duration,
-                                           max_duration=max_duration, loudest=loudest)
+        group_rows = indexed.rows_by_group(corpus.index, corpus.group_by, labels=corpus.labels,
+                                           min_duration=corpus.min_duration,
+                                           max_duration=corpus.max_duration, loudest=loudest)
         sources = {name: None for name in group_rows}
-    elif group_by is not None:
+    elif corpus.group_by is not None:
         raise ValueError("Corpus(group_by=...) groups the rows of an index; pass Corpus(index=...) as well.")
     for name, spec in (sources or {}).items():
         if indexed.is_index_path(spec):
-            group_rows[name] = indexed.rows_from_index(spec, labels=labels, min_duration=min_duration,
-                                                       max_duration=max_duration, what=f"group {name!r}",
+            group_rows[name] = indexed.rows_from_index(spec, labels=corpus.labels, min_duration=corpus.min_duration,
+                                                       max_duration=corpus.max_duration, what=f"group {name!r}",
                                                        loudest=loudest)
     if group_rows:
         from audiotree.index.reader import check_on_stale
 
-        check_on_stale(on_stale)
+        check_on_stale(corpus.on_stale)
     else:
-        indexed.refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
-    check_measure_lufs(measure_lufs)
-    if shard_options is not None:
-        check_shard_options(shard_options)
+        indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration)
+    check_measure_lufs(output.measure_lufs)
+    if order.shard_options is not None:
+        check_shard_options(order.shard_options)
     if sources is None and datasets is None:
         raise ValueError("Pass sources= ({group: folders, an index or a MapDataset}), or Corpus(index=..., group_by=...).")
     sources = dict(sources or {})
@@ -227,12 +196,12 @@ def build_balanced_dataset(
         if duration is None or (duration != 1.0 and duration != window.duration):
             raise ValueError(f"window= carries its own duration ({window.duration} s); do not pass duration="
                              f"{duration!r} as well.")
-        if on_read_error != "raise":
+        if corpus.on_read_error != "raise":
             raise ValueError("window= supports only Corpus(on_read_error='raise').")
     if window is None:
         duration, excerpt = resolve_whole_files(duration, excerpt)
     check_duration(duration)
-    check_pad_mode(pad_mode)
+    check_pad_mode(output.pad_mode)
     collisions = sorted(set(sources) & set(datasets))
     if collisions:
         raise ValueError(f"Group names used twice: {collisions}.")
@@ -247,17 +216,17 @@ def build_balanced_dataset(
     for name, folders in sources.items():
         what = f"group {name!r}"
         if name in group_rows:
-            group_rows[name] = host_items(group_rows[name], shard_options, what=what)
+            group_rows[name] = host_items(group_rows[name], order.shard_options, what=what)
             group_files[name] = range(len(group_rows[name]))
         else:
             group_files[name] = host_items(resolve_files(
-                folders, None, extensions, on_read_error=on_read_error, audio_column=audio_column),
-                shard_options, what=what)
-    if window is None and not mono and channels is None and group_files:
+                folders, None, corpus.extensions, on_read_error=corpus.on_read_error, audio_column=corpus.audio_column),
+                order.shard_options, what=what)
+    if window is None and not output.mono and channels is None and group_files:
         first = next(iter(group_files))
         channels = indexed.first_channels(group_rows[first]) if first in group_rows else \
             probe_channels(group_files[first][0])
-    if window is None and not mono:
+    if window is None and not output.mono:
         for rows in group_rows.values():
             channels = indexed.checked_channels(rows, channels)
 
@@ -268,36 +237,37 @@ def build_balanced_dataset(
         rows = group_rows.get(name)
         if window is not None:
             parts.append(windowed_group_dataset(
-                files if rows is None else rows.paths, window, name=name, shuffle=shuffle,
+                files if rows is None else rows.paths, window, name=name, shuffle=order.shuffle,
                 num_epochs=num_epochs, shuffle_seed=group_shuffle, excerpt_seed=group_excerpt,
-                sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, rows=rows, on_stale=on_stale,
-                storage_options=storage_options,
+                sample_rate=sample_rate, mono=output.mono, pad_mode=output.pad_mode, rows=rows, on_stale=corpus.on_stale,
+                storage_options=corpus.storage_options,
             ))
             continue
         loader = ExcerptLoader(
-            sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=mono,
-            pad_mode=pad_mode, excerpt=excerpt, source=name, channels=None if mono else channels,
-            on_read_error=on_read_error, storage_options=storage_options,
+            sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=output.mono,
+            pad_mode=output.pad_mode, excerpt=excerpt, source=name, channels=None if output.mono else channels,
+            on_read_error=corpus.on_read_error, storage_options=corpus.storage_options,
         )
         if rows is not None:
-            loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=on_stale)
+            loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=corpus.on_stale)
         parts.append(_file_dataset(
-            files, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=group_shuffle,
+            files, shuffle=order.shuffle, num_epochs=num_epochs, shuffle_seed=group_shuffle,
             excerpt_seed=group_excerpt, loader=loader,
         ))
     for name, ds in datasets.items():
         if not isinstance(ds, grain.MapDataset):
             raise TypeError(f"datasets[{name!r}] must be a grain.MapDataset, got {type(ds).__name__}.")
-        if shard_options is not None:
-            ds = shard_dataset(ds, shard_options)
+        if order.shard_options is not None:
+            ds = shard_dataset(ds, order.shard_options)
         parts.append(ds.map(StampSource(name)))
 
     mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"))
-    if measure_lufs:
+    if output.measure_lufs:
         mixed = mixed.map(MeasureLufs())
     window_duration = getattr(window, "duration", None)
     item_duration = float(window_duration) if window_duration is not None else item_seconds(duration, excerpt)
-    item_bytes = estimate_item_bytes(channels=1 if mono else (channels or 2), sample_rate=sample_rate, duration=item_duration)
+    item_bytes = estimate_item_bytes(channels=1 if output.mono else (channels or 2), sample_rate=sample_rate,
+                                     duration=item_duration)
     return AudioMapDataset(mixed, item_bytes=item_bytes)
 
 

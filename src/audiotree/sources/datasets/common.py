@@ -7,6 +7,7 @@ internals).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -41,10 +42,10 @@ def building_with_storage_options(builder: Builder) -> Builder:
     apply them again around every read (in whatever worker process reads).
     """
     @functools.wraps(builder)
-    def build(*args: Any, **kwargs: Any) -> Any:
-        kwargs["storage_options"] = check_storage_options(kwargs.get("storage_options"))
-        with use_storage_options(kwargs["storage_options"]):
-            return builder(*args, **kwargs)
+    def build(*args: Any, corpus: Any, **kwargs: Any) -> Any:
+        corpus = dataclasses.replace(corpus, storage_options=check_storage_options(corpus.storage_options))
+        with use_storage_options(corpus.storage_options):
+            return builder(*args, corpus=corpus, **kwargs)
 
     return build  # type: ignore[return-value]
 
@@ -58,12 +59,13 @@ def _check_num_epochs(num_epochs: Any) -> None:
         raise ValueError(f"num_epochs must be >= 1 (or None to repeat forever), got {num_epochs}.")
 
 
-def check_common(*, num_epochs, on_read_error, sample_rate, shuffle_seed, excerpt_seed) -> tuple[int, int, int | None]:
-    """Validation shared by the builders; returns (sample_rate, shuffle_seed, excerpt_seed)."""
+def check_common(*, num_epochs: Any, on_read_error: str, output: Any, order: Any) -> tuple[int, int, int | None]:
+    """Validation shared by the builders; returns the checked (sample_rate, shuffle_seed, excerpt_seed)."""
     _check_num_epochs(num_epochs)
     check_on_read_error(on_read_error)
-    sample_rate = check_sample_rate(sample_rate)
-    shuffle_seed = check_seed("shuffle_seed", shuffle_seed)
+    sample_rate = check_sample_rate(output.sample_rate)
+    shuffle_seed = check_seed("shuffle_seed", order.shuffle_seed)
+    excerpt_seed = order.excerpt_seed
     if excerpt_seed is not None:
         excerpt_seed = check_seed("excerpt_seed", excerpt_seed)
     return sample_rate, shuffle_seed, excerpt_seed

@@ -26,8 +26,7 @@ True
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from audiotree.validation import check_pad_mode
 
@@ -170,14 +169,15 @@ def _moved(word: str) -> str | None:
     return None
 
 
-def gather_options(builder: str, implementation: Callable, *, output: Any, order: Any, corpus: Any,
-                   shorthands: Mapping[str, Any]) -> dict[str, Any]:
-    """The flat keywords of ``implementation`` from a builder's option objects and shorthands.
+def gather_options(builder: str, *, output: Any, order: Any, corpus: Any, shorthands: Mapping[str, Any],
+                   unused: Sequence[str] = ()) -> dict[str, Any]:
+    """A builder's option objects, with defaults for the missing ones and its shorthands applied.
 
-    Raises ``TypeError`` for an object of the wrong type, for a loose option
-    of an earlier release (naming its new spelling) or an unknown keyword, and
+    Returns ``{"output": Output, "order": Order, "corpus": Corpus}``. Raises
+    ``TypeError`` for an object of the wrong type, for a loose option of an
+    earlier release (naming its new spelling) or an unknown keyword, and
     ``ValueError`` for a shorthand that contradicts its object, or for a field
-    that ``builder`` does not use set away from its default.
+    named in ``unused`` (one ``builder`` does not use) set away from its default.
     """
     objects = {"output": output, "order": order, "corpus": corpus}
     for name, value in objects.items():
@@ -199,15 +199,10 @@ def gather_options(builder: str, implementation: Callable, *, output: Any, order
             raise ValueError(f"{builder}(): {word}={value!r} contradicts {target}.{word}="
                              f"{getattr(given, word)!r}; set it in one place.")
         objects[target] = dataclasses.replace(given, **{word: value})
-    accepted = inspect.signature(implementation).parameters
-    flat: dict[str, Any] = {}
     for name, value in objects.items():
-        default = _CLASSES[name]()
+        cls = _CLASSES[name]
         for field in _FIELDS[name]:
-            chosen = getattr(value, field)
-            if field in accepted:
-                flat[field] = list(chosen) if isinstance(chosen, tuple) else chosen
-            elif chosen != getattr(default, field):
-                raise ValueError(f"{builder}() does not use {_CLASSES[name].__name__}.{field} "
-                                 f"(got {chosen!r}); leave it at its default.")
-    return flat
+            if field in unused and getattr(value, field) != getattr(cls(), field):
+                raise ValueError(f"{builder}() does not use {cls.__name__}.{field} "
+                                 f"(got {getattr(value, field)!r}); leave it at its default.")
+    return objects

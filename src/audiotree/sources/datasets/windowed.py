@@ -40,6 +40,7 @@ from audiotree.io.decode import AudioFile, probe
 from audiotree.io.excerpt import OffsetPastEndError
 from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
+from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import building_with_storage_options, check_common, resolve_files
 from audiotree.sources.containers import host_items
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
@@ -522,48 +523,32 @@ def build_windowed_dataset(
     window: WindowConfig = WindowConfig(),
     durations: Mapping[str, float] | None = None,
     lufs_per_file: Mapping[str, Any] | None = None,
-    shuffle: bool = True,
     num_epochs: int | None = 1,
-    shuffle_seed: int = 0,
-    excerpt_seed: int | None = None,
-    sample_rate: int = 44_100,
-    mono: bool = True,
-    pad_mode: str | None = "constant",
-    extensions: Sequence[str] | None = None,
-    source: str | None = None,
-    index: Any = None,
-    labels: Sequence[str] | None = None,
-    min_duration: float | None = None,
-    max_duration: float | None = None,
-    on_stale: str = "raise",
-    measure_lufs: bool = False,
-    storage_options: Mapping[str, Any] | None = None,
-    audio_column: str | None = None,
-    shard_options: Any = None,
+    output: Output, order: Order, corpus: Corpus,  # resolved by the public builder
 ) -> grain.MapDataset:
-    """:func:`~audiotree.sources.create_windowed_audio_dataset` with every option as a keyword of its own."""
+    """:func:`~audiotree.sources.create_windowed_audio_dataset`, its option objects resolved by ``gather_options``."""
     if not isinstance(window, WindowConfig):
         raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
     # An unreadable file always raises here (WindowLoader has no other policy).
-    sample_rate, shuffle_seed, excerpt_seed = check_common(
-        num_epochs=num_epochs, on_read_error="raise", sample_rate=sample_rate,
-        shuffle_seed=shuffle_seed, excerpt_seed=excerpt_seed,
-    )
+    sample_rate, shuffle_seed, excerpt_seed = check_common(num_epochs=num_epochs, on_read_error="raise",
+                                                           output=output, order=order)
     rows = None
-    if index is not None:
-        rows = rows_for_builder(index, sources, filepaths, labels=labels, min_duration=min_duration,
-                                max_duration=max_duration, on_stale=on_stale)
-        rows = host_items(rows, shard_options)
+    if corpus.index is not None:
+        rows = rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
+                                min_duration=corpus.min_duration, max_duration=corpus.max_duration,
+                                on_stale=corpus.on_stale)
+        rows = host_items(rows, order.shard_options)
         files = rows.paths
     else:
-        refuse_index_options(labels=labels, min_duration=min_duration, max_duration=max_duration)
-        files = host_items(resolve_files(sources, filepaths, extensions, audio_column=audio_column), shard_options)
+        refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration)
+        files = resolve_files(sources, filepaths, corpus.extensions, audio_column=corpus.audio_column)
+        files = host_items(files, order.shard_options)
     ds = windowed_group_dataset(
-        files, window, name=source, shuffle=shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed,
-        excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, durations=durations,
-        lufs_per_file=lufs_per_file, rows=rows, on_stale=on_stale, storage_options=storage_options,
+        files, window, name=output.source, shuffle=order.shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed,
+        excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=output.mono, pad_mode=output.pad_mode, durations=durations,
+        lufs_per_file=lufs_per_file, rows=rows, on_stale=corpus.on_stale, storage_options=corpus.storage_options,
     )
-    if check_measure_lufs(measure_lufs):
+    if check_measure_lufs(output.measure_lufs):
         ds = ds.map(MeasureLufs())
-    item_bytes = estimate_item_bytes(channels=1 if mono else 2, sample_rate=sample_rate, duration=window.duration)
+    item_bytes = estimate_item_bytes(channels=1 if output.mono else 2, sample_rate=sample_rate, duration=window.duration)
     return AudioMapDataset(ds, item_bytes=item_bytes)

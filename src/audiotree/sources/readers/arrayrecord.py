@@ -34,6 +34,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from audiotree.process_local import ProcessLocal
 from audiotree.fs import read_limited
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
@@ -296,7 +297,7 @@ def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, 
     return wrap_stored(grain.MapDataset.source(source), item_bytes=source.item_bytes())
 
 
-class _StagedShards:
+class _StagedShards(ProcessLocal):
     """Records of remote shard files, each downloaded into a local cache when first read (see the module docstring).
 
     At most :data:`OPEN_SHARDS` staged shards are open per process; the
@@ -305,6 +306,9 @@ class _StagedShards:
     """
 
     OPEN_SHARDS = 2
+
+    #: Rebuilt fresh in every process this object is unpickled in (see audiotree.process_local).
+    process_local = {"_lock": threading.Lock, "_cache": lambda: None, "_open": dict}
 
     def __init__(self, urls: list[str], counts: list[int], *, storage_options, cache_limit, cache_dir,
                  indexes: list[str | None] | None = None, contents: list[tuple | None] | None = None) -> None:
@@ -325,16 +329,6 @@ class _StagedShards:
         self._lock = threading.Lock()
         if cache_limit is not None:
             self._cache_folder()  # an unwritable cache folder is named now, not at the first item
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state.update(_cache=None, _open={})
-        state.pop("_lock")
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0

@@ -17,6 +17,7 @@ from typing import Any
 
 import grain
 
+from audiotree.process_local import ProcessLocal
 from audiotree.formats.render import MAX_RECORD_BYTES, RECORD, parse_record, read_record
 from audiotree.io import storage
 from audiotree.sources.readers.arrayrecord import ArrayRecordAudioSource, open_arrayrecord
@@ -53,7 +54,7 @@ def _open_part(fmt: str, options: dict, location: str):
     return TreeDataSource(location, **options)
 
 
-class RenderParts:
+class RenderParts(ProcessLocal):
     """A Grain ``RandomAccessDataSource`` over items ``[start, stop)`` of a render's parts, in item order.
 
     Each part's reader is built on first use of one of its items (one
@@ -63,6 +64,9 @@ class RenderParts:
     ``ValueError``/``FileNotFoundError`` naming it; the other parts stay
     readable.
     """
+
+    #: Rebuilt fresh in every process this object is unpickled in (see audiotree.process_local).
+    process_local = {"_lock": threading.Lock, "_sources": dict}
 
     def __init__(self, root: str, parts: list[tuple[str, int]], open_part, *, start: int = 0,
                  stop: int | None = None) -> None:
@@ -77,16 +81,6 @@ class RenderParts:
         self.start = start
         self.stop = total if stop is None else stop
         self._sources: dict[int, Any] = {}
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_sources"] = {}
-        state.pop("_lock")
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:

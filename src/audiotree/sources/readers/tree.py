@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from audiotree.process_local import ProcessLocal
 from audiotree.formats import header as _format
 from audiotree.fs import read_limited
 from audiotree.io import storage
@@ -83,7 +84,7 @@ def _leaf_sizes(manifest: TreeManifest) -> dict[str, int | None]:
     return sizes
 
 
-class TreeDataSource:
+class TreeDataSource(ProcessLocal):
     """A Grain ``RandomAccessDataSource`` over a :class:`~audiotree.TreeWriter` folder.
 
     ``source[i]`` rebuilds sample ``i`` with the written structure: every array
@@ -108,6 +109,9 @@ class TreeDataSource:
       ValueError: a manifest or file that fails validation (the message names
         the file and the problem), or an unknown or all-excluding prefix.
     """
+
+    #: Rebuilt fresh in every process this object is unpickled in (see audiotree.process_local).
+    process_local = {"_lock": threading.Lock, "_handles": lambda: None}
 
     def __init__(
         self,
@@ -289,16 +293,6 @@ class TreeDataSource:
             self._handles = None
         except Exception:  # pragma: no cover
             pass
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_handles"] = None
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- reading
     def _string_at(self, name: str, index_map: Any, data_map: Any, i: int) -> str:

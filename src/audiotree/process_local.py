@@ -1,0 +1,45 @@
+"""State that belongs to one process: open handles, caches and locks, rebuilt fresh after pickling.
+
+Readers and plans travel to worker processes by pickle (Grain's
+``mp_prefetch``, torch ``DataLoader`` workers under spawn). What they opened or
+cached in the parent must not travel with them: a lock cannot be pickled, a
+file handle or memory map would be wrong in the child, and a cache would be
+copied whole into every worker. A class lists those attributes with a factory
+for their fresh value; pickling leaves them out and unpickling builds them new.
+
+>>> import threading
+>>> class Reader(ProcessLocal):
+...     process_local = {"_lock": threading.Lock, "_open": dict}
+...     def __init__(self, path):
+...         self.path, self._lock, self._open = path, threading.Lock(), {"a": object()}
+>>> state = Reader("x.wav").__getstate__()   # what pickle stores
+>>> sorted(state)
+['path']
+>>> fresh = Reader.__new__(Reader); fresh.__setstate__(state)   # what unpickling does
+>>> fresh.path, fresh._open
+('x.wav', {})
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar, Mapping
+
+__all__ = ["ProcessLocal"]
+
+
+class ProcessLocal:
+    """Leaves the attributes of ``process_local`` out of its pickle and rebuilds them on load."""
+
+    #: attribute name -> a callable giving its fresh value in a new process
+    process_local: ClassVar[Mapping[str, Callable[[], Any]]] = {}
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for name in self.process_local:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        for name, fresh in self.process_local.items():
+            setattr(self, name, fresh())
