@@ -125,6 +125,7 @@ class _Slot:
     def __init__(self, name: str, capacity: int):
         self.name = name
         size = _HEADER + capacity
+        # A plain mmap rather than SharedMemory: dropping and repopulating pages needs its madvise.
         fd = os.open(os.path.join(_SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, size)
@@ -136,7 +137,6 @@ class _Slot:
         self.capacity = capacity
         self.header = np.frombuffer(self.map, np.uint8, count=_HEADER)
         self.data = np.frombuffer(self.map, np.uint8, offset=_HEADER, count=capacity)
-        self.map_address = self.header.ctypes.data  # where the mapping starts in this process
         self.sent = False
 
     def populate(self) -> bool:
@@ -172,8 +172,8 @@ class _Ring:
         self._count = count
         self._slots: list[_Slot | None] = []
         self._generation = 0
-        # The one slot whose pages this process keeps mapped (None: none yet; all of them where
-        # the kernel cannot populate a slot in one call).
+        # The one slot whose pages this process keeps mapped (None: none yet). False where the
+        # kernel cannot populate a slot in one call: then every slot stays mapped.
         self._resident: _Slot | None = None
         self._evicting = True
         self._all: list[_Slot] = []  # for the exit finaliser
@@ -195,6 +195,8 @@ class _Ring:
             old = self._slots[i]
             self._all.remove(old)
             old.discard()
+            if old is self._resident:
+                self._resident = None
             self._slots[i] = self._new(i, need)
             return self._slots[i]
         if len(self._slots) < self._count:
@@ -211,7 +213,7 @@ class _Ring:
         if not slot.populate():
             self._evicting = False  # old kernel: keep every slot mapped, as faults would cost more
             return
-        if self._resident is not None and self._resident in self._all:
+        if self._resident is not None:
             self._resident.evict()
         self._resident = slot
 
