@@ -90,7 +90,8 @@ def test_kaldi_without_segments_is_one_utterance_per_recording(kaldi_dir):
 
 @pytest.mark.parametrize("entry, message", [
     ("rec3 sox audio/rec1.wav -t wav - |", r"wav.scp line 3: recording 'rec3' is a command pipe .* never runs"),
-    ("rec3 flac -c -d -s audio/rec2.flac |", r"wav.scp line 3: .*command pipe"),
+    ("rec3 flac -c -d -s audio/rec2.flac | sox - -t wav - |", r"wav.scp line 3: .*command pipe"),
+    ("rec3 ffmpeg -i audio/rec1.wav -ar 8000 -f wav - |", r"wav.scp line 3: .*command pipe .*ffmpeg option '-ar'"),
     ("rec3 data/raw.ark:1234", r"wav.scp line 3: recording 'rec3' points into an archive"),
     ("rec3 audio/nope.wav", r"wav.scp line 3: recording 'rec3' names '.*nope.wav', which does not exist"),
     ("rec1 audio/rec2.flac", r"wav.scp line 3: recording 'rec1' was already given on line 1"),
@@ -137,7 +138,7 @@ def test_kaldi_cli_matches_python(kaldi_dir):
     assert _segments(py) == _segments(out)
     piped = root / "data" / "piped"
     shutil.copytree(data, piped)
-    (piped / "wav.scp").write_text("rec1 sox audio/rec1.wav -t wav - |\n")
+    (piped / "wav.scp").write_text("rec1 sox audio/rec1.wav -t wav - rate 8000 |\n")
     from audiotree.cli import main
 
     assert main(["import", "kaldi", str(piped), "--out", str(root / "x.parquet")]) == 2

@@ -44,6 +44,7 @@ SOUNDFILE_EXTENSIONS: tuple[str, ...] = (
     ".rf64",
     ".au",
     ".snd",
+    ".sph",
 )
 
 #: Extensions that only PyAV (FFmpeg) can decode. Listed only in
