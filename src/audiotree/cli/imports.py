@@ -7,6 +7,8 @@ import functools
 
 import click
 
+from audiotree.cli._common import warnings_as_lines
+
 __all__ = ["import_group", "export_group"]
 
 _OUT = click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
@@ -45,8 +47,10 @@ def import_kaldi_command(data_dir: str, out: str, audio_root: str | None, loudne
     """Index the utterances of the Kaldi data directory DATA_DIR (wav.scp, segments, text, utt2spk, spk2gender)."""
     from audiotree.index import import_kaldi
 
-    _report(import_kaldi(data_dir, out, audio_root=audio_root, loudness=loudness, executor=executor,
-                         max_workers=jobs))
+    with warnings_as_lines():
+        report = import_kaldi(data_dir, out, audio_root=audio_root, loudness=loudness, executor=executor,
+                              max_workers=jobs)
+    _report(report)
 
 
 @import_group.command(name="lhotse")
@@ -57,14 +61,15 @@ def import_lhotse_command(manifests: tuple, out: str, audio_root: str | None, lo
     """Index lhotse manifests: RECORDINGS.jsonl.gz SUPERVISIONS.jsonl.gz, or one CUTS.jsonl.gz."""
     from audiotree.index import import_lhotse
 
-    if len(manifests) == 2:
-        report = import_lhotse(manifests[0], manifests[1], out, audio_root=audio_root, loudness=loudness,
-                               executor=executor, max_workers=jobs)
-    elif len(manifests) == 1:
-        report = import_lhotse(out=out, cuts=manifests[0], audio_root=audio_root, loudness=loudness,
-                               executor=executor, max_workers=jobs)
-    else:
+    if len(manifests) not in (1, 2):
         raise click.UsageError("give RECORDINGS SUPERVISIONS, or one CUTS manifest.")
+    with warnings_as_lines():
+        if len(manifests) == 2:
+            report = import_lhotse(manifests[0], manifests[1], out, audio_root=audio_root, loudness=loudness,
+                                   executor=executor, max_workers=jobs)
+        else:
+            report = import_lhotse(out=out, cuts=manifests[0], audio_root=audio_root, loudness=loudness,
+                                   executor=executor, max_workers=jobs)
     _report(report)
 
 
@@ -78,7 +83,9 @@ def import_nemo_command(manifests: tuple, out: str, loudness: bool, executor: st
     """
     from audiotree.index import import_nemo
 
-    _report(import_nemo(list(manifests), out, loudness=loudness, executor=executor, max_workers=jobs))
+    with warnings_as_lines():
+        report = import_nemo(list(manifests), out, loudness=loudness, executor=executor, max_workers=jobs)
+    _report(report)
 
 
 @click.group(name="export", short_help="Write a corpus index as another toolkit's manifests.")
