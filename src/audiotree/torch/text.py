@@ -31,6 +31,7 @@ import torch
 
 from audiotree.core import AudioTree
 from audiotree.torch.tensors import collate, to_torch
+from audiotree.validation import is_int
 
 __all__ = ["TextCollator"]
 
@@ -61,7 +62,7 @@ class TextCollator:
         for name, value in (("text", text), ("targets", targets), ("target_lengths", target_lengths)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be an extras key (a non-empty string), got {value!r}.")
-        if isinstance(pad_value, bool) or not isinstance(pad_value, (int, np.integer)):
+        if not is_int(pad_value):
             raise TypeError(f"pad_value must be an int, got {pad_value!r}.")
         self.tokenize, self.text, self.targets, self.target_lengths = tokenize, text, targets, target_lengths
         self.pad_value = int(pad_value)
