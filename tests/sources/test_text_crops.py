@@ -32,12 +32,12 @@ def asr_index(tmp_path):
 
 
 def test_a_crop_with_a_text_label_is_refused_naming_the_fix(asr_index):
-    with pytest.raises(ValueError, match=r"labels \['text'\] .* are text .*duration=1.0 reads a 1.0 s crop.*"
-                                         r"duration=None.*Output\(pad_mode=.*allow_text_crops=True"):
+    with pytest.raises(ValueError, match=r"labels \['text'\] .* are text .*duration=1.0 reads a 1.0 s crop.*3 of 3 "
+                                         r"items longer.*duration=None.*Output\(pad_mode=.*allow_text_crops=True"):
         create_audio_dataset(corpus=Corpus(index=asr_index, labels=["text"]), sample_rate=16000)
-    with pytest.raises(ValueError, match=r"group 'all'.*duration=None"):
+    with pytest.raises(ValueError, match=r"group 'all'.*2 of 3 items longer.*duration=None"):
         create_balanced_audio_dataset({"all": asr_index}, corpus=Corpus(labels=["speaker", "text"]),
-                                      duration=0.5, sample_rate=16000)
+                                      duration=2.25, sample_rate=16000)
 
 
 def test_whole_items_and_knowing_crops_pass(asr_index):
@@ -48,6 +48,10 @@ def test_whole_items_and_knowing_crops_pass(asr_index):
     crops = create_audio_dataset(corpus=Corpus(index=asr_index, labels=["text"]), excerpt=ExcerptConfig(
         allow_text_crops=True), shuffle=False, sample_rate=16000)
     assert crops[0].waveform.shape == (1, 1, 16000) and crops[0].extras["text"] == ["one two"]
+    # Items no longer than the excerpt are read whole (padded), so their text is right.
+    padded = create_audio_dataset(corpus=Corpus(index=asr_index, labels=["text"]), duration=3.0, shuffle=False,
+                                  sample_rate=16000)
+    assert padded[0].waveform.shape == (1, 1, 48000) and padded[0].extras["text"] == ["one two"]
     # A category label (a speaker) describes every part of the file: crops keep it without asking.
     speakers = create_audio_dataset(corpus=Corpus(index=asr_index, labels=["speaker"]), sample_rate=16000)
     assert np.asarray(speakers[0].extras["speaker"]).shape == (1,)

@@ -10,8 +10,9 @@ path starts from the manifest's own folder), ``duration`` (seconds read),
 :func:`read_manifests` turns one or more manifests into a segment list
 (:class:`~audiotree.formats.imported.ImportedSegments`): each line is the
 segment ``[offset, offset + duration)`` of its file (no ``offset``: from 0; no
-``duration``: to the end of the file), its ``text`` a text label, and every
-other field a label column as is. A field whose name is one of the index's
+``duration``: to the end of the file), its ``text`` (and any field whose name
+ends in ``text``, such as ``pred_text``) a text label, and every other field a
+label column as is. A field whose name is one of the index's
 own columns (``path``, ``id``, ``sample_rate``, ...) is kept as
 ``nemo_<name>``; a list or object value is kept as its JSON text. Ids: the
 recording id is the file name without extension (its path relative to the
@@ -172,7 +173,7 @@ def read_manifests(manifests: Sequence[str | os.PathLike] | str | os.PathLike) -
         label = f"nemo_{name}" if name in taken else name
         values, as_json = _label([r.get(name) for r in rows])
         columns[label] = values
-        if name == "text" or as_json:
+        if name.endswith("text") or as_json:  # text, pred_text, normalized_text: transcripts
             text.append(label)
     if len(files) > 1:
         _check_spans(origins, lines, segment_paths, starts, ends)
