@@ -29,8 +29,16 @@ __all__ = ["import_kaldi", "import_lhotse", "import_nemo", "export_lhotse"]
 
 def _build(recordings: dict, columns: dict, where: str, lines: list, out: Any, kwargs: dict,
            text_columns: Any = None) -> IndexBuildReport:
+    from audiotree.io.extensions import supported_extensions
+
     table = read_segments(columns, where=where, lines=lines, text_columns=text_columns)
     kwargs.setdefault("show_progress", False)
+    # Every listed recording is indexed, whatever its extension (a Kaldi ``.sph``, which libsndfile reads):
+    # one that does not decode becomes an unreadable row naming it, never a silent omission.
+    listed = {os.path.splitext(p)[1].lower() for p in recordings.values()}
+    extra = sorted(e for e in listed if len(e) > 1 and e not in supported_extensions())
+    if extra and kwargs.get("extensions") is None:
+        kwargs["extensions"] = (*supported_extensions(), *extra)
     return build_index(sorted(set(recordings.values())), out, segments=table, **kwargs)
 
 

@@ -44,7 +44,6 @@ SOUNDFILE_EXTENSIONS: tuple[str, ...] = (
     ".rf64",
     ".au",
     ".snd",
-    ".sph",
 )
 
 #: Extensions that only PyAV (FFmpeg) can decode. Listed only in
