@@ -13,21 +13,30 @@ import numpy as np
 import pytest
 
 from audiotree.excerpts import ExcerptConfig
-from audiotree.index import import_kaldi, import_nemo
+from audiotree.index import build_index, import_kaldi
 from audiotree.sources import Corpus, create_audio_dataset, create_balanced_audio_dataset
+
+
+def _sox_files(folder):
+    for i, seconds in enumerate((2.0, 2.5, 3.0)):
+        subprocess.run(["sox", "-n", "-r", "16000", "-b", "16", "-c", "1", str(folder / f"u{i}.wav"), "synth",
+                        str(seconds), "sine", str(300 + 100 * i)], check=True, capture_output=True)
+
+
+TEXTS = ("one two", "three", "four five six")
 
 
 @pytest.fixture()
 def asr_index(tmp_path):
-    for i, seconds in enumerate((2.0, 2.5, 3.0)):
-        subprocess.run(["sox", "-n", "-r", "16000", "-b", "16", "-c", "1", str(tmp_path / f"u{i}.wav"), "synth",
-                        str(seconds), "sine", str(300 + 100 * i)], check=True, capture_output=True)
-    with open(tmp_path / "train.json", "w") as f:
-        for i, (seconds, words) in enumerate(((2.0, "one two"), (2.5, "three"), (3.0, "four five six"))):
-            f.write(json.dumps({"audio_filepath": f"u{i}.wav", "duration": seconds, "text": words,
-                                "speaker": f"s{i % 2}"}) + "\n")
+    """Three utterances and their transcripts (a labels CSV with a declared text column), indexed."""
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    _sox_files(audio)
+    rows = "".join(f"audio/u{i}.wav,{text},s{i % 2}\n" for i, text in enumerate(TEXTS))
+    (tmp_path / "labels.csv").write_text("path,text,speaker\n" + rows)
     out = str(tmp_path / "asr.parquet")
-    import_nemo(str(tmp_path / "train.json"), out, executor="serial")
+    build_index(str(audio), out, labels=str(tmp_path / "labels.csv"), text_columns=["text"], executor="serial",
+                show_progress=False)
     return out
 
 
@@ -62,13 +71,26 @@ def test_the_kaldi_transcript_counts_as_text(tmp_path):
                     "sine", "440"], check=True, capture_output=True)
     data = tmp_path / "data"
     data.mkdir()
-    (data / "wav.scp").write_text(f"rec sox {tmp_path}/rec.wav -t wav - |\n")
+    (data / "wav.scp").write_text(f"rec {tmp_path}/rec.wav\n")
     (data / "segments").write_text("a rec 0.0 1.5\nb rec 2.0 3.5\n")
     (data / "text").write_text("a HELLO\nb WORLD\n")
     out = str(tmp_path / "k.parquet")
     import_kaldi(str(data), out, executor="serial", loudness=False)
     with pytest.raises(ValueError, match="allow_text_crops"):
         create_audio_dataset(corpus=Corpus(index=out, labels=["text"]), duration=0.5, sample_rate=16000)
+
+
+def test_a_nemo_transcript_counts_as_text(tmp_path):
+    from audiotree.index import import_nemo
+
+    _sox_files(tmp_path)
+    with open(tmp_path / "train.json", "w") as f:
+        for i, (seconds, words) in enumerate(zip((2.0, 2.5, 3.0), TEXTS)):
+            f.write(json.dumps({"audio_filepath": f"u{i}.wav", "duration": seconds, "text": words}) + "\n")
+    out = str(tmp_path / "nemo.parquet")
+    import_nemo(str(tmp_path / "train.json"), out, executor="serial", loudness=False)
+    with pytest.raises(ValueError, match="allow_text_crops"):
+        create_audio_dataset(corpus=Corpus(index=out, labels=["text"]), sample_rate=16000)
 
 
 def test_the_setting_is_checked():
