@@ -47,9 +47,10 @@ def import_kaldi(data_dir: str | os.PathLike, out: str | os.PathLike, *, audio_r
     """Builds the segment index ``out`` from a Kaldi data directory.
 
     Args:
-      data_dir: the folder with ``wav.scp`` (plain paths only; a piped entry
-        is refused, naming its line, and never run) and optionally
-        ``segments``, ``text``, ``utt2spk``, ``spk2gender``.
+      data_dir: the folder with ``wav.scp`` (paths, or decode-only pipes such
+        as ``flac -c -d -s x.flac |``, parsed and never run, read as the file
+        they name; any other command is refused, naming its line) and
+        optionally ``segments``, ``text``, ``utt2spk``, ``spk2gender``.
       out: the index file (``.parquet``).
       audio_root: the folder relative ``wav.scp`` paths start from (default:
         the current directory, as in Kaldi).
