@@ -263,9 +263,11 @@ def _resolve_link(container: str, name: str) -> str:
     if storage.is_url(name) or os.path.isabs(name):
         return name
     if storage.is_url(container):
-        scheme, rest = container.split("://", 1)
-        folder = posixpath.dirname(rest)
-        return f"{scheme}://{posixpath.normpath(posixpath.join(folder, name))}"
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(container)  # a query (a signed URL's) belongs to the Parquet file, not to its folder
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(parts.path), name))
+        return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
     folder = os.path.dirname(os.fspath(storage.local_path(container)))
     return os.path.normpath(os.path.join(folder, os.path.expanduser(name)))
 
