@@ -203,3 +203,51 @@ def test_parquet_page_checksums_pass_on_an_intact_file_and_through_pyarrow(tmp_p
                    compression="snappy")
     with AudioFile(parquet_url(str(snappy), "audio", 0, 1)) as f:
         assert f.read_all().shape == (int(0.3 * RATE), 1)
+
+
+# ------------------------------------------------------------------ the same mutants on every path
+
+
+def _outcome(url: str):
+    """``"refused"``, or the frames and a digest of the whole decode."""
+    try:
+        with AudioFile(url) as f:
+            x = f.read_all()
+            return (f.info.frames, x.shape, hash(x.tobytes()))
+    except AudioReadError:
+        return "refused"
+
+
+@pytest.mark.parametrize("fmt", ["flac", "wav"])
+def test_mutants_read_the_same_as_file_member_and_cell(tmp_path, fmt):
+    """Issue 36's oracle: every mutant is refused, or decodes to the same samples, whatever holds its bytes."""
+    from conftest import REPO_ROOT
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "fuzz"))
+    from decode_rule import mutate, seed_bytes
+
+    seed = seed_bytes(fmt, channels=1, seed=0)
+    rng = np.random.default_rng([36, len(fmt)])
+    mutants = [_lowered(seed, LOWERED)] if fmt == "flac" else []
+    mutants += [mutate(seed, rng) for _ in range(40)]
+    names = [f"m{i:03d}.{fmt}" for i in range(len(mutants))]
+    for name, data in zip(names, mutants):
+        (tmp_path / name).write_bytes(data)
+    shard = tmp_path / "mutants.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in zip(names, mutants):
+            add_member(tar, name, data)
+    members = {u.split("://")[1].split("?")[0]: u for u in find_audio_files(str(shard))}
+    cells = tmp_path / "mutants.parquet"
+    _parquet(cells, mutants, "verbatim")
+    differ = []
+    for i, name in enumerate(names):
+        as_file = _outcome(str(tmp_path / name))
+        as_member = _outcome(members[name])
+        as_cell = _outcome(parquet_url(str(cells), "audio", 0, i))
+        if not as_file == as_member == as_cell:
+            differ.append(f"{name}: file {as_file}, member {as_member}, cell {as_cell}")
+    assert not differ, "\n".join(differ)
+    if fmt == "flac":
+        assert _outcome(members[names[0]]) == "refused"  # the lowered length: was read as its first 6000 samples
