@@ -26,6 +26,7 @@ from audiotree.io import AudioFile
 from audiotree.io.tar_shards import list_shard
 from audiotree.sources import Corpus, create_audio_dataset, find_audio_files
 from container_factories import RATE, add_member, flac_bytes
+from test_storage import http_server  # noqa: F401 (the HTTP server of the storage tests)
 
 needs_gnu_tar = pytest.mark.skipif(shutil.which("tar") is None, reason="GNU tar is not installed")
 WRITERS = ["gnu", "tarfile", "webdataset"]
@@ -240,3 +241,15 @@ def test_member_url_as_a_source(tmp_path, monkeypatch):
     assert find_audio_files(ranged) == ranged  # a recorded member URL is its own source too
     with pytest.raises(FileNotFoundError, match="missing.tar"):
         find_audio_files("tar://utt1.flac::missing.tar")
+
+
+def test_remote_shard_cut_at_a_member_boundary_is_reported(http_server, tmp_path):  # noqa: F811
+    data = {f"u{i}.flac": flac_bytes(0.4, i) for i in range(3)}
+    whole = tmp_path / "whole.tar"
+    _write_shard(whole, data, "webdataset", tmp_path)
+    third = tarfile.open(whole).getmember("u2.flac").offset
+    http_server.objects["/i36/cut.tar"] = whole.read_bytes()[:third]
+    listing = list_shard(http_server.base + "/i36/cut.tar")
+    assert [m.name for m in listing.members] == ["u0.flac", "u1.flac"]
+    assert len(listing.problems) == 1 and "end-of-archive" in str(listing.problems[0])
+    assert "/i36/cut.tar" in str(listing.problems[0])
