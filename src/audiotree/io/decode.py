@@ -318,12 +318,13 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         if fmt == "OGG":  # two maximal pages: the last one and the page before it
             tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
             tail = read_span(reader.source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
-        flac_end = None  # where the last FLAC frame ends, by its header (local files: one 64 KiB tail read)
-        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader) and isinstance(reader.source, str):
+        # Where the last FLAC frame ends, by its header: a small tail read through the same file object the
+        # decoder reads (a path, a remote file, a tar member or a Parquet cell), so every path checks the same.
+        flac_end = None
+        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader):
             flac_head = head[:64] or read_span(reader.source, 0, 64)
             if flac_head[:4] == b"fLaC":
-                tail = read_span(reader.source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES)
-                flac_end = integrity.flac_frames_end(tail, flac_head)
+                flac_end = integrity.flac_last_frame_end(lambda n: read_span(reader.source, -n, n), flac_head)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
             frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader.source, id3, 2048)
@@ -410,9 +411,6 @@ def _mpeg_frame_count(path: str, size: int, mtime_ns: int, id3: int) -> tuple[in
             return 0, 0
     return mpeg_frames.count_frames(data, start)
 
-
-# Bytes at the end of a FLAC file searched for its last two frame headers.
-_FLAC_TAIL_BYTES = 1 << 16
 
 # Bytes of an Ogg file checked when it is opened: the header pages (a Vorbis
 # setup header is up to a few KiB) and the first audio pages after them.

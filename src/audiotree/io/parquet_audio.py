@@ -93,7 +93,8 @@ def _open_entry(path: str) -> tuple[tuple, Any, int]:
         source = storage.local_path(path)
         size = key[1][0]
     try:
-        opened = pq.ParquetFile(source)
+        # Page CRCs (where the writer recorded them) are checked on every read through pyarrow.
+        opened = pq.ParquetFile(source, page_checksum_verification=True)
     except Exception as exc:
         if not isinstance(source, str):
             source.close()
@@ -218,6 +219,10 @@ def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
     offset, nbytes = (int(x) for x in spans[row])
     if (offset, nbytes) == parquet_cells.NULL:
         raise _empty(url)
+    if (offset, nbytes) == parquet_cells.BAD_CHECKSUM:
+        raise _fail(url, f"the page holding the audio cell of row {row} of row group {group} fails the CRC32 checksum "
+                         "its writer recorded: the file is corrupt. Re-create or re-download it, or use "
+                         "on_read_error=\"skip\".")
     return offset, nbytes
 
 
@@ -320,7 +325,13 @@ def linked_file(url: str, ref: Any) -> str | None:
 def read_labels(path: str, column: str, label_columns: Sequence[str]) -> Any:
     """The label columns of a Parquet file as an Arrow table (one row per audio row), skipping the audio."""
     opened = _open_file(path)
-    return opened.read(columns=list(label_columns)) if label_columns else None
+    if not label_columns:
+        return None
+    try:
+        return opened.read(columns=list(label_columns))
+    except OSError as exc:  # a page that fails its checksum, a cut file
+        raise _fail(path, f"reading its label columns failed ({exc}). The file may be corrupt; re-create it, or use "
+                          "on_read_error=\"skip\".") from exc
 
 
 def forget() -> None:
