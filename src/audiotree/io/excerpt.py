@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from audiotree.dsp.edits import downmix
+from audiotree.errors import AudioReadError
 from audiotree.io.segment import open_audio
 from audiotree.validation import check_duration, check_pad_mode
 
@@ -87,8 +88,15 @@ def finish_frames(frames: np.ndarray, native_rate: int, sample_rate: int | None,
     return data, rate
 
 
-class OffsetPastEndError(ValueError):
-    """An excerpt's offset at or past the end of its file (the caller's idea of its length was wrong)."""
+class OffsetPastEndError(AudioReadError, ValueError):
+    """An excerpt's offset at or past the end of its file, as the file's header gives it.
+
+    Either the offset is wrong or the file is shorter than whoever chose the
+    offset believed (its header is damaged, or it changed since it was
+    indexed). Both an :class:`~audiotree.errors.AudioReadError` (so
+    ``on_read_error`` handles it like any other unreadable file) and a
+    ``ValueError`` (what it was before).
+    """
 
 
 def _start_frame(path: str, info: Any, offset: float) -> int:
@@ -98,7 +106,10 @@ def _start_frame(path: str, info: Any, offset: float) -> int:
     if offset > 0 and start >= info.frames:
         raise OffsetPastEndError(
             f"Offset {float(offset):.3f} s is at or past the end of '{path}' "
-            f"(duration {info.duration:.3f} s)."
+            f"(duration {info.duration:.3f} s by its header). If the file is longer than that, its header is "
+            "damaged: re-encode it; otherwise read at an offset within its duration, or use "
+            "on_read_error=\"skip\" to skip it.",
+            path,
         )
     return start
 

@@ -8,17 +8,22 @@ Workarounds (measured with PyAV 18)
 
 Placement precision
     A read that starts at frame 0 counts decoded samples and is exact. After a
-    seek, the first frame is placed by its timestamp: exact where timestamps
-    count samples (MP4/M4A, most audio containers), but only to within one
-    timestamp tick where ticks are coarser than a sample. Matroska and WebM
-    tick in milliseconds, so a seek read of an Opus/WebM file can be shifted by
-    up to one tick (48 samples at 48 kHz; 24 in our 16-channel Opus test).
-    Read such files from the start, or convert them, when sample-exact
-    excerpts matter.
+    seek, the first frame is placed by its timestamp where timestamps count
+    samples (MP4/M4A, most audio containers). Matroska and WebM tick in
+    milliseconds (48 samples at 48 kHz), and FFmpeg's Opus decoder re-applies
+    its pre-skip after a flush, so a timestamp can be off by more than a
+    sample: there the packets are listed once (demuxed, not decoded; cached
+    per local file) with their exact sample counts (the Opus TOC byte, or the
+    codec's fixed frame size), and the first frame after a seek is placed where
+    its packet ends. A codec with neither (Vorbis in WebM) is read from the
+    start instead: exact, at the cost of decoding everything before the excerpt.
+    Raw ADTS/AC-3 streams have no length header (FFmpeg estimates one from the
+    bitrate), so their packets are counted the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from fractions import Fraction
 from typing import Any
@@ -103,6 +108,80 @@ def _check_media_size(source: Any, packets: int, channels: int) -> None:
                          "than that many packets can; the sample table is corrupt")
 
 
+# Raw elementary streams: no container length, FFmpeg estimates one from the bitrate.
+_RAW_STREAMS = frozenset({"AAC", "AC3", "EAC3"})
+
+# Opus frame lengths in 48 kHz samples by TOC configuration (RFC 6716 3.1):
+# SILK 10/20/40/60 ms, hybrid 10/20 ms, CELT 2.5/5/10/20 ms.
+_OPUS_FRAME = [480, 960, 1920, 2880] * 3 + [480, 960] * 2 + [120, 240, 480, 960] * 4
+
+
+def _opus_packet_samples(data: bytes) -> int | None:
+    """48 kHz samples in one Opus packet, from its TOC byte (and frame count byte), or None if malformed."""
+    if not data:
+        return None
+    toc = data[0]
+    code = toc & 3
+    if code == 3:
+        if len(data) < 2:
+            return None
+        count = data[1] & 0x3F
+    else:
+        count = 1 if code == 0 else 2
+    return _OPUS_FRAME[toc >> 3] * count
+
+
+def _trimmed(packet: Any) -> tuple[int, int] | None:
+    """(samples skipped at the start, discarded at the end) of a packet's output by its side data, or None."""
+    try:
+        if not packet.has_sidedata("skip_samples"):
+            return None
+        data = bytes(packet.get_sidedata("skip_samples"))
+    except (AttributeError, TypeError, ValueError):  # an older PyAV without packet side data
+        return None
+    if len(data) < 8:
+        return None
+    return int.from_bytes(data[:4], "little"), int.from_bytes(data[4:8], "little")
+
+
+def _packet_ends(container: Any, stream: Any, codec_name: str, frame_size: int, delay: int) -> tuple[dict, int] | None:
+    """({packet pts: exact end sample of its output}, total samples) by demuxing the stream, else None.
+
+    Sample 0 is the first output sample. A packet's output is its sample
+    count less what its ``skip_samples`` side data trims (Matroska's
+    CodecDelay and DiscardPadding); without side data on the first packet the
+    decoder's ``delay`` is trimmed from the start. None when a packet's sample
+    count is unknown without decoding or a packet has no timestamp.
+    """
+    ends, total = {}, None
+    for packet in container.demux(stream):
+        if packet.size == 0 and packet.pts is None:
+            continue  # the demuxer's end-of-stream marker
+        if codec_name == "opus":
+            samples = _opus_packet_samples(bytes(packet))
+        else:
+            samples = frame_size or None
+        if samples is None or packet.pts is None:
+            return None
+        trim = _trimmed(packet)
+        if total is None:
+            total = -delay if trim is None else 0
+        if trim is not None:
+            samples = max(0, samples - trim[0] - trim[1])
+        total += samples
+        ends[int(packet.pts)] = total
+    return ends, max(total or 0, 0)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_packet_ends(path: str, size: int, mtime_ns: int, codec_name: str, frame_size: int, delay: int):
+    """:func:`_packet_ends` of a local file, once per path, size and mtime."""
+    import av
+
+    with av.open(path, mode="r") as container:
+        return _packet_ends(container, container.streams.audio[0], codec_name, frame_size, delay)
+
+
 class PyAVReader:
     """A PyAV (FFmpeg) container opened once, read with sample-aligned seeks."""
 
@@ -124,6 +203,7 @@ class PyAVReader:
         "_jitter",
         "length_slack",
         "_packer",
+        "_ends",
     )
 
     def __init__(self, path: str, source: Any = None) -> None:
@@ -132,6 +212,7 @@ class PyAVReader:
         self._dirty = False
         self._packer = None  # an av.AudioResampler, made for the first frame of > 8 planes
         self.length_slack = 0  # raised by _duration_frames when the length is an estimate
+        self._ends: dict | None = None  # exact end sample of each packet by pts (coarse timestamps only)
         self._open_container()
         container, stream, codec = self._container, self._stream, self._codec
         try:
@@ -154,13 +235,16 @@ class PyAVReader:
             # samples fall before 0 and are dropped.
             start_time = stream.start_time
             self._origin = int(start_time) if start_time is not None and start_time > 0 else 0
-            frames = self._duration_frames(container, stream, sample_rate)
+            fmt_name = (container.format.name or "").split(",")[0].upper()
+            frame_size = int(codec.frame_size or 0)
+            if self._jitter > 2:  # timestamps coarser than a sample: list the packets' exact positions
+                frames = self._list_packets(frame_size)
+            else:
+                frames = self._duration_frames(container, stream, sample_rate, fmt_name in _RAW_STREAMS)
             # Pre-roll covers decoder warm-up after a flush: one codec frame
             # is enough for AAC's MDCT overlap (measured); 0.1 s also covers
             # Opus (80 ms recommended) and Vorbis long blocks.
-            frame_size = int(codec.frame_size or 0)
             self.preroll = max(2 * frame_size, -(-sample_rate // 10), 4096)
-            fmt_name = (container.format.name or "").split(",")[0].upper()
             _check_packet_count(fmt_name, stream, frame_size, frames)
             if fmt_name == "MOV" and codec.name == "aac":
                 _check_media_size(self.source, int(stream.frames or 0), channels)
@@ -186,18 +270,39 @@ class PyAVReader:
         self._codec = stream.codec_context if stream is not None else None
         self._dirty = False
 
-    def _duration_frames(self, container: Any, stream: Any, sample_rate: int) -> int:
+    def _list_packets(self, frame_size: int) -> int:
+        """Length in frames of a stream with coarse timestamps, from its packet list (see the module docstring).
+
+        Sets ``_ends`` when every packet's sample count is known without
+        decoding; otherwise reads will decode from the start and the length
+        is the container's.
+        """
+        codec, source = self._codec, self.source
+        name, delay = codec.name or "", int(getattr(codec, "delay", 0) or 0)
+        if isinstance(source, str):
+            stat = os.stat(source)
+            found = _cached_packet_ends(source, stat.st_size, stat.st_mtime_ns, name, frame_size, delay)
+        else:
+            self._dirty = True
+            found = _packet_ends(self._container, self._stream, name, frame_size, delay)
+        if found is None:
+            return self._duration_frames(self._container, self._stream, self._rate, False)
+        self._ends, total = found
+        return total
+
+    def _duration_frames(self, container: Any, stream: Any, sample_rate: int, raw: bool) -> int:
         """Stream length in frames, from metadata (no decoding).
 
         Preference: the stream duration (exact for MP4/M4A, where it comes
         from the edit list and so already excludes encoder priming/padding);
         else the container duration (may be a bitrate estimate); else the sum
         of packet durations from demuxing (reads the file but decodes
-        nothing; needed for raw ADTS ``.aac``).
+        nothing; what ``raw`` streams such as ADTS ``.aac`` always use: their
+        durations are FFmpeg's estimates from the bitrate).
         """
-        if stream.duration is not None and stream.duration > 0:
+        if not raw and stream.duration is not None and stream.duration > 0:
             return self._to_samples(int(stream.duration))
-        if container.duration is not None and container.duration > 0:
+        if not raw and container.duration is not None and container.duration > 0:
             # container.duration is in AV_TIME_BASE (microseconds), and may be
             # FFmpeg's estimate from the bitrate: allow decoding to end a
             # quarter second short of it (see AudioFile.read).
@@ -247,7 +352,9 @@ class PyAVReader:
         self._dirty = True
         container, stream, codec = self._container, self._stream, self._codec
         for packet in container.demux(stream):
-            yield from codec.decode(packet)
+            key = packet.pts
+            for frame in codec.decode(packet):
+                yield key, frame
 
     def _as_frames_by_channels(self, frame: Any, channels: int) -> np.ndarray:
         """Frame samples as (samples, channels) in their native dtype (a view when possible)."""
@@ -287,14 +394,25 @@ class PyAVReader:
         out = np.zeros((count, channels), dtype=np.float32)
         filled_to = start  # samples in [start, filled_to) are final
         seek_frame: int | None = max(0, start - self.preroll)
+        ends = self._ends
+        if ends is None and self._jitter > 2:
+            seek_frame = None  # coarse timestamps and no packet list: count from the start
         while True:
             from_beginning = seek_frame is None or seek_frame == 0
             expected: int | None = None
             overshot = False
-            for frame in self._decode_from(seek_frame):
+            shift = 0
+            for key, frame in self._decode_from(seek_frame):
                 n = frame.samples
-                if frame.pts is not None:
+                anchor = None if ends is None or expected is not None or from_beginning else ends.get(key)
+                if anchor is not None:
+                    pos = anchor - n  # where its packet ends, exactly (the decoder may trim its start)
+                elif frame.pts is not None:
                     pos = self._frame_position(int(frame.pts))
+                    if from_beginning and self._jitter > 2:
+                        # Coarse timestamps count from the first frame's (Vorbis in WebM starts at 3 ms): no gap.
+                        shift = pos if expected is None else shift
+                        pos -= shift
                     if expected is not None and abs(pos - expected) <= self._jitter:
                         pos = expected  # count samples; the timestamp is just coarse
                 elif expected is not None:
