@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import integrity, mpeg_frames, ogg_pages, open_checks, storage
+from audiotree.io import integrity, mpeg_frames, ogg_chain, ogg_pages, open_checks, storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 from audiotree.io.failures import (
     SKIP_HINT,
@@ -169,6 +169,10 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
         except AudioReadError:
             reader.close()
             raise
+        if reader.info.format == "OGG":  # a chain of streams: each link checked as it opens
+            chained = ogg_chain.reopen_if_chained(path, reader, source, lambda r, n: _check_length_claim(path, n, r))
+            if chained is not reader:
+                return chained
         return _checked(path, size, reader)
     if not isinstance(src, str) and src.failure is not None:
         sf_exc = src.failure
