@@ -95,8 +95,16 @@ class OffsetPastEndError(AudioReadError, ValueError):
     offset believed (its header is damaged, or it changed since it was
     indexed). Both an :class:`~audiotree.errors.AudioReadError` (so
     ``on_read_error`` handles it like any other unreadable file) and a
-    ``ValueError`` (what it was before).
+    ``ValueError`` (what it was before). ``reason`` is the fault alone, for a
+    caller that knows more (where the offset came from) to put in its own message.
     """
+
+    def __init__(self, message: str, file_path: str | None = None, reason: str = ""):
+        super().__init__(message, file_path)
+        self.reason = reason or message
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.file_path, self.reason))
 
 
 def _start_frame(path: str, info: Any, offset: float) -> int:
@@ -104,12 +112,11 @@ def _start_frame(path: str, info: Any, offset: float) -> int:
     if offset < 0:
         raise ValueError(f"offset must be >= 0 seconds, got {offset!r}.")
     if offset > 0 and start >= info.frames:
+        reason = f"offset {float(offset):.3f} s is at or past the end of the file (duration {info.duration:.3f} s by its header)"
         raise OffsetPastEndError(
-            f"Offset {float(offset):.3f} s is at or past the end of '{path}' "
-            f"(duration {info.duration:.3f} s by its header). If the file is longer than that, its header is "
-            "damaged: re-encode it; otherwise read at an offset within its duration, or use "
-            "on_read_error=\"skip\" to skip it.",
-            path,
+            f"Failed to read audio file '{path}': {reason}. If the file is longer than that, its header is damaged: "
+            "re-encode it; otherwise read at an offset within its duration, or use on_read_error=\"skip\" to skip it.",
+            path, reason,
         )
     return start
 
