@@ -32,6 +32,8 @@ Bad data never passes as audio
     lying header), refuses Ogg streams without their end-of-stream page and
     MP3s whose Xing/Info header records more bytes than the file has, and
     tells genuinely empty files from ones claiming 0 frames over audio data.
+    A chained Ogg file (streams one after another) is read link by link
+    (:mod:`audiotree.io.ogg_chain`).
     A decode that stops before the promised frames is an error, never padding.
     The one estimate is an MP3 without a length header: decoding may end up
     to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES` MPEG frames before mpg123's
@@ -598,7 +600,9 @@ def probe(path: str | os.PathLike[str], *, storage_options: dict | None = None) 
     whose edit list already hides AAC encoder priming and padding), else the
     container duration (which FFmpeg may estimate from the bitrate), else
     the packet durations found by demuxing the file without decoding it
-    (raw ADTS ``.aac``).
+    (raw ADTS ``.aac`` and AC-3 always count their packets: FFmpeg's duration
+    for them is a bitrate estimate). Matroska/WebM Opus and AAC end where
+    their last packet does. A chained Ogg file's length is the sum of its links'.
 
     Raises:
         AudioReadError: if the file cannot be opened as audio.

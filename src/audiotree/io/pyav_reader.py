@@ -11,14 +11,18 @@ Placement precision
     seek, the first frame is placed by its timestamp where timestamps count
     samples (MP4/M4A, most audio containers). Matroska and WebM tick in
     milliseconds (48 samples at 48 kHz), and FFmpeg's Opus decoder re-applies
-    its pre-skip after a flush, so a timestamp can be off by more than a
-    sample: there the packets are listed once (demuxed, not decoded; cached
-    per local file) with their exact sample counts (the Opus TOC byte, or the
-    codec's fixed frame size), and the first frame after a seek is placed where
-    its packet ends. A codec with neither (Vorbis in WebM) is read from the
-    start instead: exact, at the cost of decoding everything before the excerpt.
+    its pre-skip after a flush, so there a timestamp alone could be off by
+    more than a sample. But every Opus packet lasts a multiple of 2.5 ms, and
+    every packet of a fixed-frame codec (AAC) the same number of samples, so a
+    packet starts on a grid (less the decoder's delay) whose step is more than
+    twice a tick: the timestamp names the exact start, and the first frame
+    after a seek is placed where its packet ends (its length read from the
+    Opus TOC byte). The stream's length is where its last packet ends, less
+    the end trim of its ``skip_samples`` side data. A codec with no such grid
+    (Vorbis in WebM) is read from the start instead: exact, at the cost of
+    decoding everything before the excerpt.
     Raw ADTS/AC-3 streams have no length header (FFmpeg estimates one from the
-    bitrate), so their packets are counted the same way.
+    bitrate), so their packets are counted once (cached per local file).
 """
 
 from __future__ import annotations
@@ -144,42 +148,18 @@ def _trimmed(packet: Any) -> tuple[int, int] | None:
     return int.from_bytes(data[:4], "little"), int.from_bytes(data[4:8], "little")
 
 
-def _packet_ends(container: Any, stream: Any, codec_name: str, frame_size: int, delay: int) -> tuple[dict, int] | None:
-    """({packet pts: exact end sample of its output}, total samples) by demuxing the stream, else None.
-
-    Sample 0 is the first output sample. A packet's output is its sample
-    count less what its ``skip_samples`` side data trims (Matroska's
-    CodecDelay and DiscardPadding); without side data on the first packet the
-    decoder's ``delay`` is trimmed from the start. None when a packet's sample
-    count is unknown without decoding or a packet has no timestamp.
-    """
-    ends, total = {}, None
-    for packet in container.demux(stream):
-        if packet.size == 0 and packet.pts is None:
-            continue  # the demuxer's end-of-stream marker
-        if codec_name == "opus":
-            samples = _opus_packet_samples(bytes(packet))
-        else:
-            samples = frame_size or None
-        if samples is None or packet.pts is None:
-            return None
-        trim = _trimmed(packet)
-        if total is None:
-            total = -delay if trim is None else 0
-        if trim is not None:
-            samples = max(0, samples - trim[0] - trim[1])
-        total += samples
-        ends[int(packet.pts)] = total
-    return ends, max(total or 0, 0)
+def _raw_packet_frames(container: Any, stream: Any) -> int:
+    """Sum of the packet durations of a stream, in its time base, by demuxing it (nothing is decoded)."""
+    return sum(int(packet.duration or 0) for packet in container.demux(stream))
 
 
-@functools.lru_cache(maxsize=32)
-def _cached_packet_ends(path: str, size: int, mtime_ns: int, codec_name: str, frame_size: int, delay: int):
-    """:func:`_packet_ends` of a local file, once per path, size and mtime."""
+@functools.lru_cache(maxsize=1024)
+def _cached_raw_packet_frames(path: str, size: int, mtime_ns: int) -> int:
+    """:func:`_raw_packet_frames` of a local file's first audio stream, once per path, size and mtime."""
     import av
 
     with av.open(path, mode="r") as container:
-        return _packet_ends(container, container.streams.audio[0], codec_name, frame_size, delay)
+        return _raw_packet_frames(container, container.streams.audio[0])
 
 
 class PyAVReader:
@@ -203,7 +183,8 @@ class PyAVReader:
         "_jitter",
         "length_slack",
         "_packer",
-        "_ends",
+        "_grid",
+        "_lead",
     )
 
     def __init__(self, path: str, source: Any = None) -> None:
@@ -212,7 +193,8 @@ class PyAVReader:
         self._dirty = False
         self._packer = None  # an av.AudioResampler, made for the first frame of > 8 planes
         self.length_slack = 0  # raised by _duration_frames when the length is an estimate
-        self._ends: dict | None = None  # exact end sample of each packet by pts (coarse timestamps only)
+        self._grid = 0  # coarse timestamps: packets start on this grid of samples (0: unknown, count from 0)
+        self._lead = 0  # ... offset by this much (the decoder's delay)
         self._open_container()
         container, stream, codec = self._container, self._stream, self._codec
         try:
@@ -237,8 +219,8 @@ class PyAVReader:
             self._origin = int(start_time) if start_time is not None and start_time > 0 else 0
             fmt_name = (container.format.name or "").split(",")[0].upper()
             frame_size = int(codec.frame_size or 0)
-            if self._jitter > 2:  # timestamps coarser than a sample: list the packets' exact positions
-                frames = self._list_packets(frame_size)
+            if self._jitter > 2:  # timestamps coarser than a sample: place packets on their grid
+                frames = self._grid_length(frame_size)
             else:
                 frames = self._duration_frames(container, stream, sample_rate, fmt_name in _RAW_STREAMS)
             # Pre-roll covers decoder warm-up after a flush: one codec frame
@@ -270,25 +252,56 @@ class PyAVReader:
         self._codec = stream.codec_context if stream is not None else None
         self._dirty = False
 
-    def _list_packets(self, frame_size: int) -> int:
-        """Length in frames of a stream with coarse timestamps, from its packet list (see the module docstring).
+    def _grid_length(self, frame_size: int) -> int:
+        """Length in frames of a stream with coarse timestamps; sets the packet grid when there is one.
 
-        Sets ``_ends`` when every packet's sample count is known without
-        decoding; otherwise reads will decode from the start and the length
-        is the container's.
+        Every packet of an Opus stream lasts a multiple of 2.5 ms (120 samples
+        at 48 kHz), every packet of a fixed-frame codec (AAC) ``frame_size``
+        samples, so packet ``k`` starts at a multiple of that grid less the
+        decoder's delay. A timestamp within half a grid step of the truth (a
+        millisecond tick is 48 samples) therefore names the exact start. The
+        length is where the last packet ends (its ``skip_samples`` side data
+        trims the end), found by a seek near the end; without a grid it is the
+        container's duration.
         """
-        codec, source = self._codec, self.source
-        name, delay = codec.name or "", int(getattr(codec, "delay", 0) or 0)
-        if isinstance(source, str):
-            stat = os.stat(source)
-            found = _cached_packet_ends(source, stat.st_size, stat.st_mtime_ns, name, frame_size, delay)
+        codec = self._codec
+        delay = int(getattr(codec, "delay", 0) or 0)
+        if codec.name == "opus" and (120 * self._rate) % 48000 == 0:
+            grid = 120 * self._rate // 48000
         else:
-            self._dirty = True
-            found = _packet_ends(self._container, self._stream, name, frame_size, delay)
-        if found is None:
+            grid = frame_size
+        if grid <= 0 or 2 * self._to_samples(1) >= grid:
             return self._duration_frames(self._container, self._stream, self._rate, False)
-        self._ends, total = found
-        return total
+        self._grid, self._lead = grid, -delay % grid
+        end = None
+        try:
+            container, stream = self._container, self._stream
+            if container.duration:
+                target = container.duration * self._tb_den // (1_000_000 * self._tb_num) - self._tb_den // self._tb_num
+                container.seek(max(0, target) + self._origin, stream=stream, backward=True, any_frame=False)
+            self._dirty = True
+            for packet in container.demux(stream):
+                samples = self._packet_samples(packet)
+                if packet.pts is not None and samples:
+                    trim = _trimmed(packet)
+                    end = self._grid_start(int(packet.pts)) + samples - (trim[1] if trim else 0)
+        except Exception:  # noqa: BLE001 - any demuxer trouble: fall back to the container's duration
+            end = None
+        if end is None:
+            return self._duration_frames(self._container, self._stream, self._rate, False)
+        return max(0, end)
+
+    def _packet_samples(self, packet: Any) -> int | None:
+        """Samples a packet decodes to (before trims), if known without decoding it."""
+        if self._codec.name == "opus":
+            return _opus_packet_samples(bytes(packet))
+        return int(self._codec.frame_size or 0) or None
+
+    def _grid_start(self, pts: int) -> int:
+        """Exact first sample of the packet with timestamp ``pts`` (see :meth:`_grid_length`)."""
+        approx = self._frame_position(pts)
+        step = (self._lead - approx) % self._grid
+        return approx + (step - self._grid if 2 * step > self._grid else step)
 
     def _duration_frames(self, container: Any, stream: Any, sample_rate: int, raw: bool) -> int:
         """Stream length in frames, from metadata (no decoding).
@@ -300,6 +313,9 @@ class PyAVReader:
         nothing; what ``raw`` streams such as ADTS ``.aac`` always use: their
         durations are FFmpeg's estimates from the bitrate).
         """
+        if raw and isinstance(self.source, str):  # counted once per local file
+            st = os.stat(self.source)
+            return self._to_samples(_cached_raw_packet_frames(self.source, st.st_size, st.st_mtime_ns))
         if not raw and stream.duration is not None and stream.duration > 0:
             return self._to_samples(int(stream.duration))
         if not raw and container.duration is not None and container.duration > 0:
@@ -352,9 +368,8 @@ class PyAVReader:
         self._dirty = True
         container, stream, codec = self._container, self._stream, self._codec
         for packet in container.demux(stream):
-            key = packet.pts
             for frame in codec.decode(packet):
-                yield key, frame
+                yield packet, frame
 
     def _as_frames_by_channels(self, frame: Any, channels: int) -> np.ndarray:
         """Frame samples as (samples, channels) in their native dtype (a view when possible)."""
@@ -394,19 +409,21 @@ class PyAVReader:
         out = np.zeros((count, channels), dtype=np.float32)
         filled_to = start  # samples in [start, filled_to) are final
         seek_frame: int | None = max(0, start - self.preroll)
-        ends = self._ends
-        if ends is None and self._jitter > 2:
-            seek_frame = None  # coarse timestamps and no packet list: count from the start
+        grid = self._grid
+        if not grid and self._jitter > 2:
+            seek_frame = None  # coarse timestamps and no packet grid: count from the start
         while True:
             from_beginning = seek_frame is None or seek_frame == 0
             expected: int | None = None
             overshot = False
             shift = 0
-            for key, frame in self._decode_from(seek_frame):
+            for packet, frame in self._decode_from(seek_frame):
                 n = frame.samples
-                anchor = None if ends is None or expected is not None or from_beginning else ends.get(key)
-                if anchor is not None:
-                    pos = anchor - n  # where its packet ends, exactly (the decoder may trim its start)
+                samples = self._packet_samples(packet) if grid and expected is None and not from_beginning else None
+                if samples and packet.pts is not None:
+                    # Its packet's exact start on the grid; the decoder trims the start of the first packet after a
+                    # flush (FFmpeg re-applies the Opus pre-skip), so the frame ends where the packet does.
+                    pos = self._grid_start(int(packet.pts)) + samples - n
                 elif frame.pts is not None:
                     pos = self._frame_position(int(frame.pts))
                     if from_beginning and self._jitter > 2:
