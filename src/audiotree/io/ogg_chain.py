@@ -31,7 +31,7 @@ import numpy as np
 
 from audiotree.io import ogg_pages
 from audiotree.io.byte_range import MemberInput
-from audiotree.io.failures import bad_file, read_span
+from audiotree.io.failures import bad_file, describe, read_span
 from audiotree.io.info import AudioInfo
 from audiotree.io.soundfile_reader import SoundfileReader
 
@@ -100,8 +100,14 @@ class ChainedOggReader:
         self.path = path
         self._links: list[SoundfileReader] = []
         try:
-            for offset, end in spans:
-                reader = SoundfileReader(path, open_link(offset, end - offset))
+            for n, (offset, end) in enumerate(spans, 1):
+                link = open_link(offset, end - offset)
+                try:
+                    reader = SoundfileReader(path, link)
+                except Exception as exc:
+                    link.close()
+                    raise bad_file(path, f"link {n} of its {len(spans)} chained Ogg streams (bytes {offset}-{end}) "
+                                   f"cannot be opened ({describe(exc)}); it is damaged") from exc
                 self._links.append(reader)
                 check(reader, end - offset)
             first = self._links[0].info

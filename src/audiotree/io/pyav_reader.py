@@ -421,9 +421,9 @@ class PyAVReader:
                 n = frame.samples
                 samples = self._packet_samples(packet) if grid and expected is None and not from_beginning else None
                 if samples and packet.pts is not None:
-                    # Its packet's exact start on the grid; the decoder trims the start of the first packet after a
-                    # flush (FFmpeg re-applies the Opus pre-skip), so the frame ends where the packet does.
-                    pos = self._grid_start(int(packet.pts)) + samples - n
+                    # Its packet's exact start on the grid. FFmpeg re-applies the Opus pre-skip to the first packet
+                    # after a flush, so an Opus frame ends where its packet does; other decoders trim nothing.
+                    pos = self._grid_start(int(packet.pts)) + (samples - n if self._codec.name == "opus" else 0)
                 elif frame.pts is not None:
                     pos = self._frame_position(int(frame.pts))
                     if from_beginning and self._jitter > 2:
