@@ -11,6 +11,7 @@ oracle puts it. A test is skipped, saying which, when an encoder is missing.
 
 from __future__ import annotations
 
+import pickle
 import shutil
 import struct
 import subprocess
@@ -234,6 +235,8 @@ def test_offset_past_a_damaged_headers_end_goes_through_on_read_error(tmp_path):
         AudioTree.from_file(path, offset=2.0, duration=0.25)
     assert isinstance(info.value, OffsetPastEndError) and isinstance(info.value, ValueError)  # still a ValueError
     assert info.value.file_path == path
+    again = pickle.loads(pickle.dumps(info.value))  # as it crosses from a worker process
+    assert type(again) is OffsetPastEndError and again.file_path == path and str(again) == str(info.value)
 
     def planned(rng, offset, duration, total, attempt, tries):  # an offset from the caller's own length table
         return 2.0
@@ -401,9 +404,11 @@ def test_m4a_from_ffmpeg_reads_like_ffmpeg(tmp_path):
     _need("ffmpeg")
     _need_av()
     src = _source(tmp_path / "s.wav", 44100, channels=2)
-    aac, alac = str(tmp_path / "aac.m4a"), str(tmp_path / "alac.m4a")
+    aac, alac, alac24 = (str(tmp_path / name) for name in ("aac.m4a", "alac.m4a", "alac24.m4a"))
     _run("ffmpeg", "-v", "error", "-i", src, "-c:a", "aac", aac)
     _run("ffmpeg", "-v", "error", "-i", src, "-c:a", "alac", alac)
+    _run("ffmpeg", "-v", "error", "-i", src, "-c:a", "alac", "-sample_fmt", "s32p", alac24)
     _check_lossless(alac)
+    _check_lossless(alac24)
     whole, lag = _check_lossy(aac, min_corr=0.98)  # AAC noise substitution is random after a seek
     assert lag == 0 and len(whole) == int(2.5 * 44100)  # the edit list trims priming and padding
