@@ -185,6 +185,7 @@ class PyAVReader:
         "_packer",
         "_grid",
         "_lead",
+        "_zero",
     )
 
     def __init__(self, path: str, source: Any = None) -> None:
@@ -195,6 +196,7 @@ class PyAVReader:
         self.length_slack = 0  # raised by _duration_frames when the length is an estimate
         self._grid = 0  # coarse timestamps: packets start on this grid of samples (0: unknown, count from 0)
         self._lead = 0  # ... offset by this much (the decoder's delay)
+        self._zero = 0  # ... counted from this timestamp position (that of the first output sample)
         self._open_container()
         container, stream, codec = self._container, self._stream, self._codec
         try:
@@ -272,14 +274,22 @@ class PyAVReader:
             grid = frame_size
         if grid <= 0 or 2 * self._to_samples(1) >= grid:
             return self._duration_frames(self._container, self._stream, self._rate, False)
-        self._grid, self._lead = grid, -delay % grid
         end = None
         try:
             container, stream = self._container, self._stream
+            self._dirty = True
+            first = next((packet for packet in container.demux(stream) if packet.pts is not None), None)
+            if first is None:
+                return self._duration_frames(container, stream, self._rate, False)
+            # Packet 0 starts `skip` samples before the first output sample (its start trim, else the delay).
+            trim = _trimmed(first)
+            skip = trim[0] if trim else delay
+            zero = self._frame_position(int(first.pts)) + skip
+            # FFmpeg's muxers put timestamp 0 at the first output sample (packet 0 at -skip, rounded): keep it.
+            self._grid, self._lead, self._zero = grid, -skip % grid, 0 if abs(zero) <= self._to_samples(1) else zero
             if container.duration:
                 target = container.duration * self._tb_den // (1_000_000 * self._tb_num) - self._tb_den // self._tb_num
                 container.seek(max(0, target) + self._origin, stream=stream, backward=True, any_frame=False)
-            self._dirty = True
             for packet in container.demux(stream):
                 samples = self._packet_samples(packet)
                 if packet.pts is not None and samples:
@@ -299,7 +309,7 @@ class PyAVReader:
 
     def _grid_start(self, pts: int) -> int:
         """Exact first sample of the packet with timestamp ``pts`` (see :meth:`_grid_length`)."""
-        approx = self._frame_position(pts)
+        approx = self._frame_position(pts) - self._zero
         step = (self._lead - approx) % self._grid
         return approx + (step - self._grid if 2 * step > self._grid else step)
 
