@@ -140,6 +140,11 @@ def test_webm_opus_excerpts_and_items_start_where_the_oracle_does(tmp_path):
     assert _lag(x, whole, start, 60) == 0
     ds = create_audio_dataset(filepaths=[path], duration=0.5, sample_rate=48000, excerpt=ExcerptConfig(strategy="start"))
     np.testing.assert_allclose(np.asarray(ds[0].waveform)[0, 0], whole[:24000].mean(axis=1), atol=1e-6)
+    # Cut without re-encoding, its timestamps kept: the stream starts at 0.97 s, not at 0.
+    cut = str(tmp_path / "cut.webm")
+    _run("ffmpeg", "-v", "error", "-ss", "1", "-i", path, "-c", "copy", "-copyts", cut)
+    _, lag = _check_lossy(cut)
+    assert lag == 0
 
 
 @pytest.mark.slow
