@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import integrity, mpeg_frames, ogg_chain, ogg_pages, open_checks, storage
+from audiotree.io import integrity, mpeg_frames, ogg_pages, open_checks, storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 from audiotree.io.failures import (
     SKIP_HINT,
@@ -71,6 +71,7 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
+from audiotree.io.ogg_chain import reopen_if_chained
 from audiotree.io.members import MemberInput, format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
@@ -172,7 +173,7 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
             reader.close()
             raise
         if reader.info.format == "OGG":  # a chain of streams: each link checked as it opens
-            chained = ogg_chain.reopen_if_chained(path, reader, source, lambda r, n: _check_length_claim(path, n, r))
+            chained = reopen_if_chained(path, reader, source, lambda r, n: _check_length_claim(path, n, r))
             if chained is not reader:
                 return chained
         return _checked(path, size, reader)
