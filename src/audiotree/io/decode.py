@@ -32,8 +32,6 @@ Bad data never passes as audio
     lying header), refuses Ogg streams without their end-of-stream page and
     MP3s whose Xing/Info header records more bytes than the file has, and
     tells genuinely empty files from ones claiming 0 frames over audio data.
-    A chained Ogg file (streams one after another) is read link by link
-    (:mod:`audiotree.io.ogg_chain`).
     A decode that stops before the promised frames is an error, never padding.
     The one estimate is an MP3 without a length header: decoding may end up
     to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES` MPEG frames before mpg123's
@@ -41,8 +39,9 @@ Bad data never passes as audio
 
 The decoders live in :mod:`audiotree.io.soundfile_reader` (libsndfile: WAV,
 FLAC, Ogg, MP3, AIFF, ...) and :mod:`audiotree.io.pyav_reader` (FFmpeg through
-PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds.
-This module opens files (local paths and URLs), checks their headers, and is
+PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds. A
+chained Ogg file (streams one after another) is read link by link
+(:mod:`audiotree.io.ogg_chain`). This module opens files (local paths and URLs), checks their headers, and is
 the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
 """
 
