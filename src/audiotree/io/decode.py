@@ -42,8 +42,8 @@ FLAC, Ogg, MP3, AIFF, ...) and :mod:`audiotree.io.pyav_reader` (FFmpeg through
 PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds. A
 chained Ogg file (streams one after another) is read link by link
 (:mod:`audiotree.io.ogg_chain`). This module opens files (local paths and
-URLs), checks their headers, and is
-the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
+URLs), checks their headers, and is the public face: :class:`AudioFile`,
+:func:`probe`, :func:`read_frames`.
 """
 
 from __future__ import annotations
