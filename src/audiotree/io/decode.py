@@ -39,9 +39,11 @@ Bad data never passes as audio
 
 The decoders live in :mod:`audiotree.io.soundfile_reader` (libsndfile: WAV,
 FLAC, Ogg, MP3, AIFF, ...) and :mod:`audiotree.io.pyav_reader` (FFmpeg through
-PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds.
-This module opens files (local paths and URLs), checks their headers, and is
-the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
+PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds. A
+chained Ogg file (streams one after another) is read link by link
+(:mod:`audiotree.io.ogg_chain`). This module opens files (local paths and
+URLs), checks their headers, and is the public face: :class:`AudioFile`,
+:func:`probe`, :func:`read_frames`.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
+from audiotree.io.ogg_chain import reopen_if_chained
 from audiotree.io.members import MemberInput, format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
@@ -169,6 +172,10 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
         except AudioReadError:
             reader.close()
             raise
+        if reader.info.format == "OGG":  # a chain of streams: each link checked as it opens
+            chained = reopen_if_chained(path, reader, source, lambda r, n: _check_length_claim(path, n, r))
+            if chained is not reader:
+                return chained
         return _checked(path, size, reader)
     if not isinstance(src, str) and src.failure is not None:
         sf_exc = src.failure
@@ -592,7 +599,9 @@ def probe(path: str | os.PathLike[str], *, storage_options: dict | None = None) 
     whose edit list already hides AAC encoder priming and padding), else the
     container duration (which FFmpeg may estimate from the bitrate), else
     the packet durations found by demuxing the file without decoding it
-    (raw ADTS ``.aac``).
+    (raw ADTS ``.aac`` and AC-3 always count their packets: FFmpeg's duration
+    for them is a bitrate estimate). Matroska/WebM Opus and AAC end where
+    their last packet does. A chained Ogg file's length is the sum of its links'.
 
     Raises:
         AudioReadError: if the file cannot be opened as audio.
