@@ -105,7 +105,7 @@ def test_items_match_the_path_keyed_planner(index, kind):
 def test_loudness_cells_are_computed_once_and_kept_in_the_store(index):
     create_windowed_audio_dataset(corpus=Corpus(index=index), window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
     folder = open_columns(open_index(index)).directory
-    kept = sorted(n for n in os.listdir(folder) if n.startswith("window-lufs-4b."))
+    kept = sorted(n for n in os.listdir(folder) if n.startswith("window-lufs-4b.") and n.endswith(".npy"))
     assert kept == ["window-lufs-4b.offsets.npy", "window-lufs-4b.values.npy"]
     stamp = os.stat(os.path.join(folder, kept[1])).st_mtime_ns
     again = create_windowed_audio_dataset(corpus=Corpus(index=index), window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
