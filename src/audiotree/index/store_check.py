@@ -14,7 +14,7 @@ loudness profiles) in every process. ``benchmarks/store_check.py`` measures
 both.
 
 **A store belongs to one exact index.** :func:`index_digest` hashes the index
-file's content (BLAKE2b over the whole file, local indexes; remembered beside
+file's content (SHA-1 over the whole file, local indexes; remembered beside
 the store against the file's device, inode, size, modification and change
 times, so an unchanged index is not read again), or, for a remote index, its
 size, time and Parquet footer. An index swapped for another of the same size
@@ -184,7 +184,7 @@ def index_digest(index_path: str, memo_folder: str) -> tuple[int, int, str]:
             return st.st_size, st.st_mtime_ns, known["digest"]
     except (OSError, ValueError, AttributeError):
         pass
-    digest = hashlib.blake2b(digest_size=16)
+    digest = hashlib.sha1()  # (twice BLAKE2b's speed here; it tells versions apart, no adversary involved)
     with open(index_path, "rb") as f:
         for block in iter(lambda: f.read(_BLOCK), b""):
             digest.update(block)
