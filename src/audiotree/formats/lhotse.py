@@ -9,10 +9,17 @@ line.
   ``"file"`` sources are read, one per recording; a ``"command"`` source is
   refused (never run), as are ``"url"`` and ``"memory"`` sources and
   recordings split over several files.
+  A recording with ``transforms`` (speed or volume perturbation: its times
+  are of the transformed audio) is refused.
 * A supervision: ``{"id", "recording_id", "start", "duration", "channel",
-  "text", "speaker", "gender", "language"}`` (the last four optional).
+  "text", "speaker", "gender", "language"}`` (the last four optional). Ids
+  are non-empty strings (a null id is refused, never read as ``"None"``). A
+  supervision (or cut) on some of the channels of a multichannel recording
+  is refused: audiotree reads a recording's channels mixed, so it would read
+  the other speaker too (split such recordings into one file per channel).
 * A cut (``MonoCut``): ``{"id", "start", "duration", "channel",
   "supervisions": [...], "recording": {...}}``, ``start`` within the recording.
+  Two cuts naming one recording id must name the same file.
 
 :func:`read_manifests` turns them into a segment list (``path``, ``start``,
 ``end``, ``id``, ``recording``, and ``text``, ``speaker``, ``gender``,
@@ -73,8 +80,9 @@ def _records(path: str) -> Iterator[tuple[int, dict]]:
 def _recording_path(where: str, number: int, record: dict, audio_root: str) -> str:
     rid = record.get("id")
     sources = record.get("sources")
-    if not isinstance(rid, str) or not isinstance(sources, list) or not sources:
-        raise _fail(where, number, "is not a lhotse recording (it needs 'id' and 'sources').")
+    if not isinstance(rid, str) or not rid or not isinstance(sources, list) or not sources:
+        raise _fail(where, number, "is not a lhotse recording (it needs a string 'id' and 'sources'); id is "
+                                   f"{rid!r}.")
     if len(sources) != 1:
         raise _fail(where, number, f"recording {rid!r} is split over {len(sources)} sources (one file per channel); "
                                    "audiotree reads one file per recording. Merge the channels into one file.")
@@ -85,11 +93,44 @@ def _recording_path(where: str, number: int, record: dict, audio_root: str) -> s
                                    "never runs commands from a manifest. Convert it to an audio file first.")
     if kind != "file":
         raise _fail(where, number, f"recording {rid!r} has a {kind!r} source; only 'file' sources are supported.")
+    transforms = record.get("transforms")
+    if transforms:
+        kinds = sorted({str(t.get("name", "?")) if isinstance(t, dict) else "?" for t in transforms}
+                       if isinstance(transforms, list) else {"?"})
+        raise _fail(where, number, f"recording {rid!r} has transforms {kinds} (e.g. speed perturbation): its times "
+                                   "are those of the transformed audio, which audiotree does not apply. Write the "
+                                   "transformed audio to files (lhotse: cuts.save_audios) and import those.")
     path = os.path.normpath(os.path.join(audio_root, os.path.expanduser(str(source.get("source")))))
     if not os.path.isfile(path):
         raise _fail(where, number, f"recording {rid!r} names '{path}', which does not exist (relative paths start "
                                    f"from {audio_root}).")
     return path
+
+
+def _identifier(where: str, number: int, record: dict, name: str, what: str) -> str:
+    """``record[name]``, a non-empty string (a null or numeric id is refused, never read as ``"None"``)."""
+    value = record.get(name)
+    if not isinstance(value, str) or not value:
+        raise _fail(where, number, f"the {what}'s {name!r} is {value!r}; lhotse ids are non-empty strings.")
+    return value
+
+
+def _recording_channels(recording: dict) -> list:
+    source = recording["sources"][0]
+    channels = source.get("channels") if isinstance(source, dict) else None
+    return list(channels) if isinstance(channels, list) else [0]
+
+
+def _check_channel(where: str, number: int, what: str, channel: Any, recording_channels: list, rid: str) -> None:
+    """A supervision or cut on some channels of a multichannel recording is refused (it would read them all, mixed)."""
+    if channel is None or len(recording_channels) <= 1:
+        return
+    named = channel if isinstance(channel, list) else [channel]
+    if sorted(named, key=str) != sorted(recording_channels, key=str):
+        raise _fail(where, number, f"{what} is on channel(s) {named} of the {len(recording_channels)}-channel "
+                                   f"recording {rid!r}; audiotree reads a recording's channels mixed together, so "
+                                   "it would read the other channels too. Split the recording into one file per "
+                                   "channel (e.g. sox in.wav ch0.wav remix 1) and list each as a recording.")
 
 
 def _seconds(where: str, number: int, record: dict, name: str) -> float:
@@ -124,6 +165,7 @@ def read_manifests(recordings: str | os.PathLike | None = None, supervisions: st
     rows: dict[str, list] = {k: [] for k in ("path", "start", "end", "id", "recording", *SUPERVISION_FIELDS)}
     lines: list[int] = []
     paths: dict[str, str] = {}
+    first_line: dict[str, int] = {}
     if cuts is not None:
         if recordings is not None or supervisions is not None:
             raise ValueError("Give a cut manifest or recordings + supervisions, not both.")
@@ -133,32 +175,44 @@ def read_manifests(recordings: str | os.PathLike | None = None, supervisions: st
             if not isinstance(recording, dict) or "id" not in cut:
                 raise _fail(where, number, "is not a lhotse MonoCut (it needs 'id' and 'recording'); MixedCuts and "
                                            "PaddingCuts are not supported.")
-            path = paths.setdefault(recording.get("id"), _recording_path(where, number, recording, root))
+            cid = _identifier(where, number, cut, "id", "cut")
+            path = _recording_path(where, number, recording, root)
+            rid = recording["id"]
+            if paths.setdefault(rid, path) != path:
+                raise _fail(where, number, f"cut {cid!r} names recording {rid!r} as '{path}', but line "
+                                           f"{first_line[rid]} named it '{paths[rid]}'; one recording id must be one "
+                                           "file.")
+            first_line.setdefault(rid, number)
+            _check_channel(where, number, f"cut {cid!r}", cut.get("channel"), _recording_channels(recording), rid)
             start = _seconds(where, number, cut, "start")
             end = start + _seconds(where, number, cut, "duration")
             sups = [s for s in cut.get("supervisions") or () if isinstance(s, dict)]
-            _append(rows, path, start, end, cut["id"], recording["id"], _supervision_labels(sups))
+            _append(rows, path, start, end, cid, rid, _supervision_labels(sups))
             lines.append(number)
     else:
         if recordings is None or supervisions is None:
             raise ValueError("Give both a recordings and a supervisions manifest (or cuts=).")
         rec_where = os.path.abspath(os.fspath(recordings))
+        channels: dict[str, list] = {}
         for number, record in _records(rec_where):
             rid = record.get("id")
             if rid in paths:
                 raise _fail(rec_where, number, f"recording id {rid!r} is used twice.")
             paths[rid] = _recording_path(rec_where, number, record, root)
+            channels[rid] = _recording_channels(record)
         where = os.path.abspath(os.fspath(supervisions))
         for number, sup in _records(where):
-            rid = sup.get("recording_id")
-            if "id" not in sup or rid is None:
+            if "id" not in sup or sup.get("recording_id") is None:
                 raise _fail(where, number, "is not a lhotse supervision (it needs 'id' and 'recording_id').")
+            sid = _identifier(where, number, sup, "id", "supervision")
+            rid = _identifier(where, number, sup, "recording_id", "supervision")
             if rid not in paths:
-                raise _fail(where, number, f"supervision {sup['id']!r} is in recording {rid!r}, which {rec_where} "
+                raise _fail(where, number, f"supervision {sid!r} is in recording {rid!r}, which {rec_where} "
                                            "does not list.")
+            _check_channel(where, number, f"supervision {sid!r}", sup.get("channel"), channels[rid], rid)
             start = _seconds(where, number, sup, "start")
             end = start + _seconds(where, number, sup, "duration")
-            _append(rows, paths[rid], start, end, sup["id"], rid, _supervision_labels([sup]))
+            _append(rows, paths[rid], start, end, sid, rid, _supervision_labels([sup]))
             lines.append(number)
     if not lines:
         raise ValueError(f"lhotse manifest {where}: holds no {'cuts' if cuts is not None else 'supervisions'}.")

@@ -96,7 +96,8 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
     from audiotree.io.segment import SegmentFile, segment_frames
 
     base = _empty_row(path, group)
-    rows = [dict(base, segment=int(k), start=float(s), end=float(e), past_end=None) for k, s, e in windows]
+    rows = [dict(base, segment=int(k), start=float(s), end=float(e), past_end=None, no_frames=None)
+            for k, s, e in windows]
     failed = (AudioReadError, OSError, ValueError, MemoryError)
     try:
         base["size"], base["mtime_ns"] = member_stat(path, storage_options=storage_options)
@@ -121,6 +122,10 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
                            error=f"segment [{start}, {end}) s is past the end of the file ({total / rate:.3f} s)")
                 continue
             first, stop = segment_frames((start, end), rate, total)
+            if stop <= first:  # rounds to no sample at this rate: every read would fail
+                row.update(no_frames=rate, readable=False, error_kind="permanent",
+                           error=f"segment [{start}, {end}) s holds no sample at {rate} Hz")
+                continue
             row.update(frames=stop - first, duration=(stop - first) / rate)
             if loudness and (mono or info.channels <= 5):
                 try:

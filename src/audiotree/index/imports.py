@@ -28,7 +28,22 @@ __all__ = ["import_kaldi", "import_lhotse", "export_lhotse"]
 def _build(recordings: dict, columns: dict, where: str, lines: list, out: Any, kwargs: dict) -> IndexBuildReport:
     table = read_segments(columns, where=where, lines=lines)
     kwargs.setdefault("show_progress", False)
-    return build_index(sorted(set(recordings.values())), out, segments=table, **kwargs)
+    files = sorted(set(recordings.values()))
+    if kwargs.get("extensions") is None:
+        # A manifest names its files: index each one whatever its extension (NIST .sph, none at all), as the
+        # decoder sniffs the format; one that does not decode is an unreadable row naming its file.
+        from audiotree.io.extensions import supported_extensions
+
+        bare = sorted(rid for rid, f in recordings.items() if not os.path.splitext(f)[1].strip("."))
+        if bare:
+            raise ValueError(f"{where}: recording {bare[0]!r} ('{recordings[bare[0]]}') has no file extension"
+                             + (f" ({len(bare)} recordings in all)" if len(bare) > 1 else "")
+                             + "; audiotree finds audio by extension. Give the files their format's extension "
+                             "(.wav, .flac, .sph) and list those paths.")
+        named = {os.path.splitext(f)[1].lower() for f in files}
+        if not named <= set(supported_extensions()):
+            kwargs["extensions"] = sorted(set(supported_extensions()) | named)
+    return build_index(files, out, segments=table, **kwargs)
 
 
 def import_kaldi(data_dir: str | os.PathLike, out: str | os.PathLike, *, audio_root: str | os.PathLike | None = None,

@@ -77,11 +77,13 @@ def with_segment_columns(table, rows: Sequence[dict], segments: Any, previous: A
         return table, {}
     pa = require_pyarrow()
     from audiotree.index.labels import append_label_columns
-    from audiotree.index.segments import past_end, segment_label_columns
+    from audiotree.index.segments import no_frames, past_end, segment_label_columns
 
     for r in rows:
         if r.get("past_end") is not None:
             raise past_end(segments, r["segment"], r["end"], r["past_end"], r["path"])
+        if r.get("no_frames") is not None:
+            raise no_frames(segments, r["segment"], r["start"], r["end"], r["no_frames"], r["path"])
     take = pa.array([r["segment"] for r in rows], type=pa.int64())
     source = segments.table
     for name in ("id", "recording"):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -92,7 +93,8 @@ def _fail(where: str, message: str) -> ValueError:
     return ValueError(f"Segments {where}: {message}")
 
 
-def _read_file(path: str):
+def _read_file(path: str, text_columns: Sequence[str]):
+    """``(table, lines or the first row's line number, "line"/"row")`` of a segment list file."""
     pa = require_pyarrow()
     import pyarrow.csv
     import pyarrow.json
@@ -103,13 +105,8 @@ def _read_file(path: str):
     ext = os.path.splitext(path)[1].lower()
     try:
         if ext in (".csv", ".tsv"):
-            options = pyarrow.csv.ParseOptions(delimiter="\t" if ext == ".tsv" else ",")
-            # Ids and paths are names, never numbers: "007" must stay "007".
-            with open(path, encoding="utf-8") as f:
-                header = f.readline().rstrip("\r\n").split("\t" if ext == ".tsv" else ",")
-            types = {name: pa.string() for name in ("path", "id", "recording") if name in header}
-            convert = pyarrow.csv.ConvertOptions(column_types=types)
-            return pyarrow.csv.read_csv(path, parse_options=options, convert_options=convert), 2, "line"
+            table, record_lines = _read_csv(path, "\t" if ext == ".tsv" else ",", text_columns)
+            return table, (record_lines if len(record_lines) == table.num_rows else 2), "line"
         if ext in (".jsonl", ".ndjson", ".json"):
             return pyarrow.json.read_json(path), 1, "line"
         if ext in (".parquet", ".pq"):
@@ -118,6 +115,71 @@ def _read_file(path: str):
         raise _fail(path, f"cannot be read as a table: {' '.join(str(exc).split())}. Every column must hold one "
                           "type and every row the same columns.") from None
     raise _fail(path, f"unsupported extension {ext!r}; use .csv, .tsv, .jsonl or .parquet.")
+
+
+_LEADING_ZERO = re.compile(r"^[+-]?0[0-9]")
+
+
+def _read_csv(path: str, delimiter: str, text_columns: Sequence[str]):
+    """A CSV/TSV segment list: ``(table, the line each record starts on)``.
+
+    Every column but ``start`` and ``end`` is read as text, then a label column
+    that is not declared text becomes numbers (or booleans) only when every
+    value is one and none has a leading zero: ``"007"``, ``"0800"`` and ids
+    stay the strings they are. A byte-order mark (Excel's "CSV UTF-8") is not
+    part of the first column's name. Line numbers count a quoted field's
+    line breaks and blank lines, as an editor shows them.
+    """
+    import csv
+
+    pa = require_pyarrow()
+    import pyarrow.csv
+
+    header: list[str] | None = None
+    starts: list[int] = []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        consumed = 0
+        try:
+            for record in reader:
+                line, consumed = consumed + 1, reader.line_num
+                if not record:  # a blank line (the table skips it too)
+                    continue
+                if header is None:
+                    header = record
+                else:
+                    starts.append(line)
+        except csv.Error as exc:
+            raise _fail(f"{path} line {reader.line_num}", f"is not valid CSV ({exc}).") from None
+    names = header or []
+    types = {name: pa.string() for name in names if name not in ("start", "end")}
+    table = pyarrow.csv.read_csv(path, parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter,
+                                                                               newlines_in_values=True),
+                                 convert_options=pyarrow.csv.ConvertOptions(column_types=types))
+    for name in table.column_names:
+        if name not in _STRUCTURAL and name not in text_columns:
+            table = table.set_column(table.column_names.index(name), name, _typed(table.column(name)))
+    return table, starts
+
+
+def _typed(column: Any):
+    """A label column read as text, as numbers or booleans when every value is one (see :func:`_read_csv`)."""
+    pa = require_pyarrow()
+    values = column.to_pylist()
+    present = [v for v in values if v not in (None, "")]
+    if not present:
+        return pa.nulls(len(values))
+    if {v.strip().lower() for v in present} <= {"true", "false"}:
+        return pa.array([None if v in (None, "") else v.strip().lower() == "true" for v in values], pa.bool_())
+    if any(_LEADING_ZERO.match(v.strip()) for v in present):
+        return column
+    filled = pa.array([None if v in (None, "") else v.strip() for v in values], pa.string())
+    for kind in (pa.int64(), pa.float64()):
+        try:
+            return filled.cast(kind)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return column
 
 
 def _as_table(segments: Any):
@@ -172,7 +234,13 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
     first, word = 1, "row"
     if isinstance(segments, (str, os.PathLike)):
         path = os.path.abspath(os.fspath(segments))
-        table, first, word = _read_file(path)
+        declared = ("text",) if text_columns is None else (
+            (text_columns,) if isinstance(text_columns, str) else tuple(text_columns))
+        table, lines_read, word = _read_file(path, declared)
+        if isinstance(lines_read, int):
+            first = lines_read
+        elif lines is None:
+            lines = lines_read
         where = where or path
         root = root if root is not None else os.path.dirname(path)
     else:
@@ -302,6 +370,12 @@ def past_end(table: SegmentTable, row: int, end: float, duration: float, path: s
     return _fail(table.at(row), f"ends at {end:.3f} s, past the end of '{path}' ({duration:.3f} s). The segment list "
                                 "does not belong to this recording, or the recording was truncated; fix the segment "
                                 "or the file.")
+
+
+def no_frames(table: SegmentTable, row: int, start: float, end: float, rate: int, path: str) -> ValueError:
+    """The error for segment ``row`` whose span rounds to no sample of its file (``rate`` Hz)."""
+    return _fail(table.at(row), f"spans {start} to {end} s, which holds no sample of '{path}' at {rate} Hz (both "
+                                "ends round to the same sample); widen the segment or drop it.")
 
 
 def missing_recording(table: SegmentTable, row: int, path: str, exists: bool) -> ValueError:
