@@ -38,17 +38,46 @@ def _supervision(sid, rid, start=0.5, duration=1.0, channel=0, **extra):
 
 
 # ------------------------------------------------------------------ lhotse
-def test_a_supervision_on_one_channel_of_a_stereo_call_is_refused_not_mixed(tmp_path):
+def test_a_supervision_on_one_channel_of_a_stereo_call_reads_that_channel(tmp_path):
+    import gzip
+
+    import soundfile
+
+    from audiotree.index import export_lhotse
+
     call = _sox(tmp_path / "call.wav", "sine", "300", "sine", "900", channels=2)
     recs = _jsonl(tmp_path / "recordings.jsonl", [_recording("call", call, channels=2)])
-    sups = _jsonl(tmp_path / "supervisions.jsonl", [_supervision("a", "call", channel=[0, 1]),
-                                                    _supervision("b", "call", start=1.5, channel=1)])
-    with pytest.raises(ValueError, match=r"supervisions\.jsonl line 2: supervision 'b' is on channel\(s\) \[1\] of the "
-                                         r"2-channel recording 'call'; .* one file per channel"):
-        import_lhotse(recs, sups, tmp_path / "c.parquet", loudness=False, executor="serial")
-    # Every channel of it (the mix is what it names), or a mono recording's channel 0, imports.
-    _jsonl(tmp_path / "supervisions.jsonl", [_supervision("a", "call", channel=[0, 1])])
-    assert import_lhotse(recs, sups, tmp_path / "c.parquet", loudness=False, executor="serial").rows == 1
+    sups = _jsonl(tmp_path / "supervisions.jsonl", [_supervision("a", "call", start=0.5, channel=0),
+                                                    _supervision("b", "call", start=1.5, channel=1),
+                                                    _supervision("both", "call", start=2.0, channel=[0, 1])])
+    out = tmp_path / "c.parquet"
+    import_lhotse(recs, sups, out, executor="serial")
+    ds = create_audio_dataset(corpus=Corpus(index=out), duration=None, sample_rate=RATE, shuffle=False)
+    items = {str(open_index(out).table.column("id")[i]): ds[i] for i in range(3)}
+    raw, _ = soundfile.read(call, dtype="float32")
+    span = slice(int(0.5 * RATE), int(1.5 * RATE))
+    np.testing.assert_array_equal(np.asarray(items["a"].waveform)[0, 0], raw[span, 0])
+    span = slice(int(1.5 * RATE), int(2.5 * RATE))
+    np.testing.assert_array_equal(np.asarray(items["b"].waveform)[0, 0], raw[span, 1])
+    span = slice(int(2.0 * RATE), int(3.0 * RATE))
+    np.testing.assert_allclose(np.asarray(items["both"].waveform)[0, 0], raw[span].mean(axis=1), atol=1e-6)
+    ix = open_index(out, columns="all")
+    assert ix.column("channels").tolist() == [1, 1, 2]
+    profiles = [ix.profile(i) for i in range(3)]  # each segment's loudness is its own channel's
+    assert all(p is not None and p.size for p in profiles)
+    # Exported back, each supervision keeps its channel.
+    _, exported = export_lhotse(out, tmp_path / "export")
+    with gzip.open(exported, "rt") as f:
+        assert [json.loads(line)["channel"] for line in f] == [0, 1, [0, 1]]
+
+
+def test_a_segment_on_a_channel_its_file_lacks_is_refused_at_import(tmp_path):
+    call = _sox(tmp_path / "call.wav", "sine", "300", "sine", "900", channels=2)
+    with pytest.raises(ValueError, match=r"segments row 2: is on channel\(s\) \[2\] of '.*call\.wav', which has 2 "
+                                         r"channel\(s\)"):
+        build_index([call], tmp_path / "c.parquet", executor="serial", show_progress=False, loudness=False,
+                    segments=[{"path": call, "start": 0.0, "end": 1.0},
+                              {"path": call, "start": 1.0, "end": 2.0, "audio_channels": [2]}])
 
 
 def test_a_recording_with_transforms_is_refused(tmp_path):
@@ -164,3 +193,13 @@ def test_a_segment_of_no_sample_is_refused_at_import(tmp_path, audio):
     with pytest.raises(ValueError, match=r"segments\.csv line 3: spans 2\.00001 to 2\.00002 s, which holds no sample "
                                          r"of '.*long\.wav' at 16000 Hz"):
         _index(tmp_path, audio, csv)
+
+
+def test_a_label_only_later_rows_have_is_kept(tmp_path, audio):
+    out = tmp_path / "s.parquet"
+    build_index([audio], out, executor="serial", show_progress=False, loudness=False,
+                segments=[{"path": audio, "start": 0.0, "end": 1.0},
+                          {"path": audio, "start": 1.0, "end": 2.0, "speaker": "ann"}])
+    ix = open_index(out)
+    vocab = ix.vocabulary("speaker")
+    assert [None if k < 0 else vocab[k] for k in ix.label_values("speaker").tolist()] == [None, "ann"]

@@ -15,14 +15,14 @@ line.
   "text", "speaker", "gender", "language"}`` (the last four optional). Ids
   are non-empty strings (a null id is refused, never read as ``"None"``). A
   supervision (or cut) on some of the channels of a multichannel recording
-  is refused: audiotree reads a recording's channels mixed, so it would read
-  the other speaker too (split such recordings into one file per channel).
+  (one speaker of a stereo call) reads those channels only (the segment's
+  ``audio_channels``); on all of them, their mix.
 * A cut (``MonoCut``): ``{"id", "start", "duration", "channel",
   "supervisions": [...], "recording": {...}}``, ``start`` within the recording.
   Two cuts naming one recording id must name the same file.
 
 :func:`read_manifests` turns them into a segment list (``path``, ``start``,
-``end``, ``id``, ``recording``, and ``text``, ``speaker``, ``gender``,
+``end``, ``id``, ``recording``, ``audio_channels`` where a segment is on some channels, and ``text``, ``speaker``, ``gender``,
 ``language`` where any row has one) with the line of each segment, for
 :func:`audiotree.index.import_lhotse`. :func:`write_manifests` writes the
 recordings and supervisions of a segment list in the same layout, so
@@ -121,16 +121,18 @@ def _recording_channels(recording: dict) -> list:
     return list(channels) if isinstance(channels, list) else [0]
 
 
-def _check_channel(where: str, number: int, what: str, channel: Any, recording_channels: list, rid: str) -> None:
-    """A supervision or cut on some channels of a multichannel recording is refused (it would read them all, mixed)."""
-    if channel is None or len(recording_channels) <= 1:
-        return
+def _channels_on(where: str, number: int, what: str, channel: Any, recording_channels: list, rid: str) -> list | None:
+    """The file channels a supervision or cut is on (positions in its recording's source), ``None`` for all."""
+    if channel is None:
+        return None
     named = channel if isinstance(channel, list) else [channel]
-    if sorted(named, key=str) != sorted(recording_channels, key=str):
-        raise _fail(where, number, f"{what} is on channel(s) {named} of the {len(recording_channels)}-channel "
-                                   f"recording {rid!r}; audiotree reads a recording's channels mixed together, so "
-                                   "it would read the other channels too. Split the recording into one file per "
-                                   "channel (e.g. sox in.wav ch0.wav remix 1) and list each as a recording.")
+    unknown = [c for c in named if c not in recording_channels]
+    if unknown or not named:
+        raise _fail(where, number, f"{what} is on channel(s) {named}, but recording {rid!r} has channels "
+                                   f"{recording_channels}.")
+    if sorted(set(named), key=str) == sorted(recording_channels, key=str):
+        return None
+    return sorted(recording_channels.index(c) for c in set(named))
 
 
 def _seconds(where: str, number: int, record: dict, name: str) -> float:
@@ -162,7 +164,8 @@ def read_manifests(recordings: str | os.PathLike | None = None, supervisions: st
     source paths start from (default: the current directory, as lhotse does).
     """
     root = os.path.abspath(os.fspath(audio_root)) if audio_root is not None else os.getcwd()
-    rows: dict[str, list] = {k: [] for k in ("path", "start", "end", "id", "recording", *SUPERVISION_FIELDS)}
+    rows: dict[str, list] = {k: [] for k in ("path", "start", "end", "id", "recording", "audio_channels",
+                                             *SUPERVISION_FIELDS)}
     lines: list[int] = []
     paths: dict[str, str] = {}
     first_line: dict[str, int] = {}
@@ -183,11 +186,11 @@ def read_manifests(recordings: str | os.PathLike | None = None, supervisions: st
                                            f"{first_line[rid]} named it '{paths[rid]}'; one recording id must be one "
                                            "file.")
             first_line.setdefault(rid, number)
-            _check_channel(where, number, f"cut {cid!r}", cut.get("channel"), _recording_channels(recording), rid)
+            on = _channels_on(where, number, f"cut {cid!r}", cut.get("channel"), _recording_channels(recording), rid)
             start = _seconds(where, number, cut, "start")
             end = start + _seconds(where, number, cut, "duration")
             sups = [s for s in cut.get("supervisions") or () if isinstance(s, dict)]
-            _append(rows, path, start, end, cid, rid, _supervision_labels(sups))
+            _append(rows, path, start, end, cid, rid, _supervision_labels(sups), on)
             lines.append(number)
     else:
         if recordings is None or supervisions is None:
@@ -209,19 +212,22 @@ def read_manifests(recordings: str | os.PathLike | None = None, supervisions: st
             if rid not in paths:
                 raise _fail(where, number, f"supervision {sid!r} is in recording {rid!r}, which {rec_where} "
                                            "does not list.")
-            _check_channel(where, number, f"supervision {sid!r}", sup.get("channel"), channels[rid], rid)
+            on = _channels_on(where, number, f"supervision {sid!r}", sup.get("channel"), channels[rid], rid)
             start = _seconds(where, number, sup, "start")
             end = start + _seconds(where, number, sup, "duration")
-            _append(rows, paths[rid], start, end, sid, rid, _supervision_labels([sup]))
+            _append(rows, paths[rid], start, end, sid, rid, _supervision_labels([sup]), on)
             lines.append(number)
     if not lines:
         raise ValueError(f"lhotse manifest {where}: holds no {'cuts' if cuts is not None else 'supervisions'}.")
-    columns = {k: v for k, v in rows.items() if k not in SUPERVISION_FIELDS or any(x is not None for x in v)}
+    columns = {k: v for k, v in rows.items()
+               if k not in (*SUPERVISION_FIELDS, "audio_channels") or any(x is not None for x in v)}
     return ImportedSegments(recordings=paths, columns=columns, where=where, lines=lines)
 
 
-def _append(rows: dict, path: str, start: float, end: float, sid: Any, rid: Any, labels: dict) -> None:
+def _append(rows: dict, path: str, start: float, end: float, sid: Any, rid: Any, labels: dict,
+            on: list | None) -> None:
     rows["path"].append(path)
+    rows["audio_channels"].append(on)
     rows["start"].append(start)
     rows["end"].append(end)
     rows["id"].append(str(sid))

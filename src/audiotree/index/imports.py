@@ -134,6 +134,8 @@ def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple
     rec_ids = ix.table.column("recording").to_pylist() if has_segments else [None] * len(ix)
     seg_ids = ix.table.column("id").to_pylist() if has_segments else [None] * len(ix)
     starts = ix.column("start") if has_segments else np.zeros(len(ix))
+    on = (ix.table.column("audio_channels").to_pylist() if "audio_channels" in ix.table.column_names
+          else [None] * len(ix))
     durations = np.asarray(ix.column("duration"), dtype=np.float64)
     recordings: dict[str, dict] = {}
     by_path: dict[str, str] = {}
@@ -159,7 +161,8 @@ def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple
             duration = recordings[rid]["num_samples"] / recordings[rid]["sampling_rate"]
         sup = {"id": seg_ids[i] or f"{rid}-{int(i)}", "recording_id": rid, "start": round(start, 6),
                "duration": round(duration if has_segments else float(durations[i]), 6),
-               "channel": 0 if channels == 1 else list(range(channels))}
+               "channel": (0 if channels == 1 else list(range(channels))) if on[i] is None
+               else (on[i][0] if len(on[i]) == 1 else list(on[i]))}
         custom = {}
         for name in names:
             value = values[name][int(i)]

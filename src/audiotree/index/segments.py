@@ -2,8 +2,9 @@
 
 A segment list is a table with one row per segment: ``path`` (the recording;
 a relative path starts from the list's own folder), ``start`` and ``end``
-(seconds within the file, ``start < end``; an empty ``end`` runs to the end of the file), optionally ``id`` (unique) and
-``recording`` (the recording's id), and any label columns (strings or
+(seconds within the file, ``start < end``; an empty ``end`` runs to the end of the file), optionally ``id`` (unique),
+``recording`` (the recording's id) and ``audio_channels`` (the file's channels the segment is on, a list of
+indices: one speaker of a stereo call; empty for all), and any label columns (strings or
 numbers: a transcript, a speaker, a gender). It is a CSV, TSV, JSONL or
 Parquet file (``audiotree index ... --segments SEGMENTS.csv``), or, from
 Python, a ``pyarrow.Table``, a ``{column: values}`` mapping or a list of row
@@ -41,7 +42,9 @@ __all__ = ["SegmentTable", "read_segments", "segment_label_columns", "END_TOLERA
 
 #: A segment may end this far past its file's end (header rounding) and is clipped; further is an error.
 END_TOLERANCE_SECONDS = 0.01
-_STRUCTURAL = ("path", "start", "end", "id", "recording")
+_STRUCTURAL = ("path", "start", "end", "id", "recording", "audio_channels")
+#: The most channels a segment can name (they travel as a bit mask).
+MAX_CHANNEL = 62
 _SHOWN = 3
 
 
@@ -193,7 +196,9 @@ def _as_table(segments: Any):
         if not rows or not all(isinstance(r, Mapping) for r in rows):
             raise TypeError("segments must be a path, a pyarrow.Table, a {column: values} mapping or a non-empty list "
                             "of row dicts.")
-        return pa.Table.from_pylist(rows)
+        # Every key of every row (from_pylist would keep only the first row's keys, dropping later ones' labels).
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        return pa.table({k: [r.get(k) for r in rows] for k in keys})
     raise TypeError(f"segments must be a path, a pyarrow.Table, a mapping or a list of dicts, got "
                     f"{type(segments).__name__}.")
 
@@ -301,8 +306,10 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
             raise _fail(where, f"segment id {key!r} is used twice: {result.line_word}s {int(numbers[seen[key]])} "
                                f"and {int(numbers[i])}; every segment needs its own id.")
         seen[key] = i
+    channels = _channel_lists(result, table)
     spans: dict = {}
-    for i, span in enumerate(zip(resolved, starts.tolist(), ends.tolist())):
+    for i, span in enumerate(zip(resolved, starts.tolist(), ends.tolist(), [None if c is None else tuple(c)
+                                                                          for c in channels])):
         if span in spans:
             raise _fail(where, f"{result.line_word}s {int(numbers[spans[span]])} and {int(numbers[i])} list the same "
                                f"segment ({span[0]!r}, {span[1]} to {span[2]} s); drop one.")
@@ -311,7 +318,10 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
     clean = pa.table({
         "path": pa.array(resolved, pa.string()), "start": pa.array(starts, pa.float64()),
         "end": pa.array(ends, pa.float64()), "id": pa.array(columns["id"], pa.string()),
-        "recording": pa.array(columns["recording"], pa.string()), **labels,
+        "recording": pa.array(columns["recording"], pa.string()),
+        **({"audio_channels": pa.array(channels, pa.list_(pa.int64()))} if any(c is not None for c in channels)
+           else {}),
+        **labels,
     })
     if text_columns is None:
         texts = tuple(n for n in ("text",) if n in result.label_names)
@@ -321,6 +331,25 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
         if unknown:
             raise _fail(where, f"has no label column(s) {unknown} declared text (labels: {result.label_names}).")
     return dataclasses.replace(result, table=clean, text_columns=texts)
+
+
+def _channel_lists(result: SegmentTable, table: Any) -> list:
+    """Each segment's ``audio_channels`` (the file's channels it is on; ``None``: all), checked."""
+    if "audio_channels" not in table.column_names:
+        return [None] * table.num_rows
+    out = []
+    for i, value in enumerate(table.column("audio_channels").to_pylist()):
+        picked = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+        if isinstance(value, str):  # a CSV cell: "1", or "0 1" / "0;1"
+            words = value.replace(";", " ").replace(",", " ").split()
+            picked = [int(w) if w.isdigit() else w for w in words] or None
+        if picked is not None and (not isinstance(picked, list) or not picked or len(set(picked)) != len(picked)
+                                   or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_CHANNEL
+                                              for c in picked)):
+            raise _fail(result.at(i), f"audio_channels is {value!r}; it names the file's channels the segment is on "
+                                      f"(distinct indices 0 to {MAX_CHANNEL}), or is empty for all of them.")
+        out.append(None if picked is None else sorted(picked))
+    return out
 
 
 def segment_label_columns(segments: SegmentTable, rows: Sequence[int],
@@ -376,6 +405,12 @@ def no_frames(table: SegmentTable, row: int, start: float, end: float, rate: int
     """The error for segment ``row`` whose span rounds to no sample of its file (``rate`` Hz)."""
     return _fail(table.at(row), f"spans {start} to {end} s, which holds no sample of '{path}' at {rate} Hz (both "
                                 "ends round to the same sample); widen the segment or drop it.")
+
+
+def missing_channels(table: SegmentTable, row: int, channels: int, path: str) -> ValueError:
+    """The error for segment ``row`` on channels its file (of ``channels`` channels) does not have."""
+    return _fail(table.at(row), f"is on channel(s) {table.table.column('audio_channels')[row].as_py()} of '{path}', "
+                                f"which has {channels} channel(s) (indices start at 0); fix the segment's channels.")
 
 
 def missing_recording(table: SegmentTable, row: int, path: str, exists: bool) -> ValueError:

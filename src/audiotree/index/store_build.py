@@ -70,6 +70,9 @@ def write_store(ix: Any, folder: str, identity: dict) -> dict:
                                                               for v in full.vocabulary(name)]))
         else:
             put(key, np.asarray(full.label_values(name)))
+    if "audio_channels" in table.column_names:  # a segment on some channels: a bit per channel (0: all)
+        put("audio_channels", np.asarray([0 if c is None else sum(1 << int(k) for k in c)
+                                          for c in table.column("audio_channels").to_pylist()], np.int64))
     if "start" in table.column_names:
         put("window", np.stack([np.asarray(full.column("start"), dtype=np.float64),
                                 np.asarray(full.column("end"), dtype=np.float64)], axis=1))
