@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from audiotree.index.schema import RESERVED_COLUMNS, require_pyarrow
+from audiotree.validation import is_int
 
 __all__ = ["SegmentTable", "read_segments", "segment_label_columns", "END_TOLERANCE_SECONDS"]
 
@@ -339,13 +340,12 @@ def _channel_lists(result: SegmentTable, table: Any) -> list:
         return [None] * table.num_rows
     out = []
     for i, value in enumerate(table.column("audio_channels").to_pylist()):
-        picked = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+        picked = [value] if is_int(value) else value
         if isinstance(value, str):  # a CSV cell: "1", or "0 1" / "0;1"
             words = value.replace(";", " ").replace(",", " ").split()
             picked = [int(w) if w.isdigit() else w for w in words] or None
         if picked is not None and (not isinstance(picked, list) or not picked or len(set(picked)) != len(picked)
-                                   or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_CHANNEL
-                                              for c in picked)):
+                                   or not all(is_int(c) and 0 <= c <= MAX_CHANNEL for c in picked)):
             raise _fail(result.at(i), f"audio_channels is {value!r}; it names the file's channels the segment is on "
                                       f"(distinct indices 0 to {MAX_CHANNEL}), or is empty for all of them.")
         out.append(None if picked is None else sorted(picked))
