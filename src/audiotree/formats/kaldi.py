@@ -47,7 +47,7 @@ def _fail(path: str, line: int, message: str) -> ValueError:
 
 def _lines(path: str) -> Iterator[tuple[int, str]]:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # (a byte-order mark is not part of the first key)
             for number, line in enumerate(f, start=1):
                 line = line.strip()
                 if line:

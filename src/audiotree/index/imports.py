@@ -33,13 +33,20 @@ def _build(recordings: dict, columns: dict, where: str, lines: list, out: Any, k
 
     table = read_segments(columns, where=where, lines=lines, text_columns=text_columns)
     kwargs.setdefault("show_progress", False)
-    # Every listed recording is indexed, whatever its extension (a Kaldi ``.sph``, which libsndfile reads):
-    # one that does not decode becomes an unreadable row naming it, never a silent omission.
-    listed = {os.path.splitext(p)[1].lower() for p in recordings.values()}
-    extra = sorted(e for e in listed if len(e) > 1 and e not in supported_extensions())
-    if extra and kwargs.get("extensions") is None:
-        kwargs["extensions"] = (*supported_extensions(), *extra)
-    return build_index(sorted(set(recordings.values())), out, segments=table, **kwargs)
+    files = sorted(set(recordings.values()))
+    if kwargs.get("extensions") is None:
+        # A manifest names its files: index each one whatever its extension (NIST .sph, say), as the
+        # decoder sniffs the format; one that does not decode is an unreadable row naming its file.
+        bare = sorted(rid for rid, f in recordings.items() if not os.path.splitext(f)[1].strip("."))
+        if bare:
+            raise ValueError(f"{where}: recording {bare[0]!r} ('{recordings[bare[0]]}') has no file extension"
+                             + (f" ({len(bare)} recordings in all)" if len(bare) > 1 else "")
+                             + "; audiotree finds audio by extension. Give the files their format's extension "
+                             "(.wav, .flac, .sph) and list those paths.")
+        named = {os.path.splitext(f)[1].lower() for f in files}
+        if not named <= set(supported_extensions()):
+            kwargs["extensions"] = sorted(set(supported_extensions()) | named)
+    return build_index(files, out, segments=table, **kwargs)
 
 
 def import_kaldi(data_dir: str | os.PathLike, out: str | os.PathLike, *, audio_root: str | os.PathLike | None = None,
@@ -161,6 +168,8 @@ def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple
     rec_ids = ix.table.column("recording").to_pylist() if has_segments else [None] * len(ix)
     seg_ids = ix.table.column("id").to_pylist() if has_segments else [None] * len(ix)
     starts = ix.column("start") if has_segments else np.zeros(len(ix))
+    on = (ix.table.column("audio_channels").to_pylist() if "audio_channels" in ix.table.column_names
+          else [None] * len(ix))
     durations = np.asarray(ix.column("duration"), dtype=np.float64)
     recordings: dict[str, dict] = {}
     by_path: dict[str, str] = {}
@@ -186,7 +195,8 @@ def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple
             duration = recordings[rid]["num_samples"] / recordings[rid]["sampling_rate"]
         sup = {"id": seg_ids[i] or f"{rid}-{int(i)}", "recording_id": rid, "start": round(start, 6),
                "duration": round(duration if has_segments else float(durations[i]), 6),
-               "channel": 0 if channels == 1 else list(range(channels))}
+               "channel": (0 if channels == 1 else list(range(channels))) if on[i] is None
+               else (on[i][0] if len(on[i]) == 1 else list(on[i]))}
         custom = {}
         for name in names:
             value = values[name][int(i)]
