@@ -48,10 +48,10 @@ def indexes(tmp_path_factory):
 
 def _datasets(whole, segments):
     """Datasets that, between them, read every file of their stores (built now: they save their selections)."""
-    loud = ExcerptConfig(strategy="loudest", lufs_cutoff=-70.0)
+    loud = ExcerptConfig(strategy="loudest", lufs_cutoff=-70.0, allow_text_crops=True)
     return [
         create_audio_dataset(corpus=Corpus(index=whole, labels=["speaker", "text", "snr"], min_duration=1.2),
-                             duration=0.5, sample_rate=RATE),
+                             duration=0.5, sample_rate=RATE, excerpt=ExcerptConfig(allow_text_crops=True)),
         create_balanced_audio_dataset(corpus=Corpus(index=whole, group_by="text", labels=["text"]), duration=0.5,
                                       sample_rate=RATE, excerpt=loud, num_epochs=1),
         create_balanced_audio_dataset(corpus=Corpus(index=whole, group_by="group"), duration=0.5, sample_rate=RATE,
