@@ -1,0 +1,208 @@
+"""An MP3's length from its frames when its tag cannot be trusted: the frame walk and a corrected view.
+
+libsndfile (mpg123 inside) reports an MP3's length from the Xing/Info tag of
+its first frame (minus the encoder delay and padding its LAME extension
+records), or without one *estimates* it from the file size and the first
+frame's bitrate; and it never decodes past what it reported. A tag is only a
+hint about the audio, though: encoders disagree on its checksum, some write
+none, and damage to it says nothing about the frames that follow. So:
+
+* a tag whose LAME extension's CRC-16 holds (in LAME's or FFmpeg's convention)
+  is trusted: libsndfile's length stands, nothing more is read, and a file
+  shorter than the stream bytes that tag records is refused as truncated;
+* anything else (no tag, no frame count, a tag without that CRC, or one that
+  fails a check) is verified, or replaced, by walking the frame headers of the
+  whole stream (about half a microsecond per frame), once per process for a
+  local file (cached per path, size and mtime), at every open for a tar member
+  or in-memory bytes. The length is then every audio frame the walk found,
+  untrimmed (a tag we do not trust is not asked for its encoder delay), and
+  when libsndfile would stop early, or would read an untrusted tag, the decoder
+  reads a *view* of the file: the stream from its first audio frame, followed
+  by zeros it never reaches, so that mpg123's estimate covers every frame;
+* remote objects (URLs) are never downloaded to count frames: an unverified tag
+  whose bytes are consistent is kept, an untrusted one is hidden from the
+  decoder by the same view, and the length is mpg123's estimate, within
+  :data:`ESTIMATE_TOLERANCE_FRAMES` frames of slack at its end.
+
+Nothing here refuses a file for its tag: only for the audio it lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+from audiotree.errors import AudioReadError
+from audiotree.io import integrity, mpeg_frames
+from audiotree.io.failures import bad_file, read_span
+from audiotree.io.input_file import ReadOnlyInput
+from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
+
+__all__ = ["ESTIMATE_TOLERANCE_FRAMES", "StreamView", "settle_length"]
+
+#: An MP3 whose length is mpg123's estimate (remote, no trusted frame count) may decode up to this many MPEG
+#: frames short of it (0.2-0.3 s); that tail is returned as silence. Further short is an error.
+ESTIMATE_TOLERANCE_FRAMES = 8
+
+# Bytes read after any ID3v2 tag to find the first frames (the largest MPEG frame is 1,729 bytes).
+_HEAD = 8192
+# The largest MPEG audio frame: the view is padded with this many zero bytes per frame, so that mpg123's
+# estimate (size over the first frame's bytes) covers every frame whatever the first frame's bitrate.
+_MAX_FRAME_BYTES = 1729
+
+
+class StreamView(ReadOnlyInput):
+    """Bytes ``[start, end)`` of a file as a whole file, followed by zeros up to ``length`` bytes.
+
+    ``inner`` is a local path (read with ``pread``) or an open file object
+    (a remote object or member), which the view owns and closes.
+    """
+
+    __slots__ = ("inner", "start", "end", "length", "size", "_fd", "_pos", "_failure")
+
+    def __init__(self, inner: Any, start: int, end: int, length: int) -> None:
+        self._fd = os.open(inner, os.O_RDONLY) if isinstance(inner, str) else -1
+        self.inner = None if isinstance(inner, str) else inner
+        self.start, self.end = int(start), int(end)
+        self.size = self.end - self.start  # the real bytes (what a read-ahead hint is scaled by)
+        self.length = max(int(length), self.size)
+        self._pos = 0
+        self._failure: AudioReadError | None = None
+
+    @property
+    def failure(self) -> AudioReadError | None:
+        return self._failure if self.inner is None else getattr(self.inner, "failure", None)
+
+    @property
+    def probe_tolerant(self) -> bool:
+        return bool(getattr(self.inner, "probe_tolerant", False))
+
+    def expect(self, nbytes: int) -> None:
+        if self.inner is not None and hasattr(self.inner, "expect"):
+            self.inner.expect(nbytes)
+
+    def read(self, n: int = -1) -> bytes:
+        if self.failure is not None:
+            raise self.failure
+        pos = self._pos
+        n = self.length - pos if n is None or n < 0 else min(int(n), self.length - pos)
+        if n <= 0:
+            return b""
+        real = max(0, min(n, self.size - pos))
+        data = b""
+        if real:
+            at = self.start + pos
+            if self.inner is None:
+                data = os.pread(self._fd, real, at)
+            else:
+                self.inner.seek(at)
+                data = self.inner.read(real)
+            if len(data) < real:  # the file shrank since it was opened
+                self._pos = pos + len(data)
+                return data
+        self._pos = pos + n
+        return data + bytes(n - real)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = 0 if whence == 0 else self._pos if whence == 1 else self.length
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0 if self.inner is None else bool(getattr(self.inner, "closed", False))
+
+    def close(self) -> None:
+        if self.inner is None:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+        elif not self.inner.closed:
+            self.inner.close()
+
+
+def _local_bytes(source: Any) -> bool:
+    """Whether reading all of ``source`` costs no request per read (a local path, member or in-memory bytes)."""
+    return isinstance(source, str) or bool(getattr(source, "local", False))
+
+
+@functools.lru_cache(maxsize=4096)
+def _walk_file(path: str, size: int, mtime_ns: int, start: int) -> tuple[int, int]:
+    """(audio frames, samples per frame) of a local file's stream from its first audio frame at ``start``."""
+    with open(path, "rb") as fh:
+        return mpeg_frames.count_frames(fh.read(size), start)
+
+
+def _walk(source: Any, size: int, start: int) -> tuple[int, int]:
+    if isinstance(source, str):
+        return _walk_file(source, size, os.stat(source).st_mtime_ns, start)
+    return mpeg_frames.count_frames(read_span(source, 0, size), start)
+
+
+def settle_length(path: str, size: int, reader: SoundfileReader, fresh_source) -> SoundfileReader:
+    """The reader of the MPEG file ``path`` (``size`` bytes) once its length is settled (see the module).
+
+    ``reader`` is the open reader; ``fresh_source()`` opens another handle on a
+    remote file (a view owns one). Returns ``reader``, its ``info.frames`` or
+    ``length_slack`` set as the walk or the estimate requires, or a new reader
+    over a :class:`StreamView` (``reader`` is then closed). Raises
+    AudioReadError only for a file shorter than the stream its trusted tag records.
+    """
+    source = reader.source
+    try:
+        head = read_span(source, 0, _HEAD)
+        id3 = integrity.id3v2_size(head)
+        if id3 + _HEAD // 2 > len(head) and id3 < size:
+            head = head[:id3] + read_span(source, id3, _HEAD)
+    except OSError:  # the file vanished after opening: the first read will say so
+        return reader
+    tag = mpeg_frames.read_tag(head[id3:], size - id3)
+    if tag.trust == "crc":
+        if tag.declared is not None and tag.declared > size:
+            raise bad_file(path, f"the file is truncated: its Xing/Info tag records {tag.declared} bytes of MPEG "
+                           f"audio but the file has only {size} bytes")
+        return reader  # exact (and mpg123 trims the encoder delay and padding the LAME tag records)
+    if tag.audio < 0:
+        return reader  # no frame found in the head: libsndfile's own view of it is all there is
+    audio = id3 + tag.audio
+    spf = max(1, reader.preroll // MPEG_PREROLL_FRAMES)
+    if not _local_bytes(source):
+        if tag.trust == "bounds" and (tag.declared is None or tag.declared <= size):
+            return reader  # consistent with its bytes; counting frames would download the object
+        if audio > id3 or tag.problem is not None:  # hide the tag from the decoder: it would trust it
+            reader = _reopen(path, reader, fresh_source, audio, size, size - audio)
+        reader.length_slack = ESTIMATE_TOLERANCE_FRAMES * spf
+        return reader
+    try:
+        frames, per_frame = _walk(source, size, audio)
+    except OSError:
+        return reader
+    if frames == 0:
+        return reader
+    if tag.trust == "bounds" and frames == tag.frames:
+        return reader  # the walk agrees with the tag: libsndfile's length is exact
+    samples = frames * per_frame
+    if audio > id3 or reader.info.frames < samples:
+        reader = _reopen(path, reader, fresh_source, audio, size, size - audio + frames * _MAX_FRAME_BYTES)
+        if reader.info.frames < samples:  # pragma: no cover - the padding makes the estimate cover every frame
+            return reader
+    reader.info = dataclasses.replace(reader.info, frames=samples)
+    return reader
+
+
+def _reopen(path: str, reader: SoundfileReader, fresh_source, start: int, end: int, length: int) -> SoundfileReader:
+    """A reader over bytes ``[start, end)`` of the file ``reader`` reads, padded to ``length``; closes ``reader``."""
+    inner = reader.source if isinstance(reader.source, str) else fresh_source()
+    view = StreamView(inner, start, end, length)
+    try:
+        fresh = SoundfileReader(path, view)
+    except Exception:
+        view.close()
+        return reader  # libsndfile cannot open the view: keep the file as it is
+    reader.close()
+    return fresh
