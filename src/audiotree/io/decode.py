@@ -355,6 +355,8 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
                             "so reads cannot be checked or positioned exactly")
         raise bad_file(path, f"its header claims {info.frames} frames but a {size}-byte {fmt} file "
                         f"holds at most {bound}; the header is corrupt")
+    if isinstance(reader, PyAVReader) and _is_mpeg(info):  # (libsndfile's readers were settled when opened)
+        mpeg_stream.read_length_tag(path, size, reader.source)
 
 
 # Bytes at the end of a FLAC file searched for its last two frame headers.

@@ -84,19 +84,25 @@ def frame_header(header: bytes) -> tuple[int, int, int] | None:
     return size + padding * (4 if spf == 384 else 1), spf, rate
 
 
-def count_frames(data: bytes, start: int) -> tuple[int, int]:
-    """(MPEG frames, samples per frame) of the stream in ``data`` from its first frame at ``start``.
+# What may sit between MPEG frames without being damage: tags (ID3v2 of a concatenated file, ID3v1, APE, Lyrics3).
+_TAGS_BETWEEN = (b"ID3", b"TAG", b"APETAGEX", b"LYRICSBEGIN")
+
+
+def count_frames(data: bytes, start: int) -> tuple[int, int, int]:
+    """(MPEG frames, samples per frame, gap) of the stream in ``data`` from its first frame at ``start``.
 
     Follows frame lengths; after junk it resyncs on a header whose successor
     is a header too (so stray sync bytes in a tag are not counted). Counts
-    only frames of the first frame's version, layer and rate.
+    only frames of the first frame's version, layer and rate. ``gap`` is the
+    offset of the first junk that frames follow (bytes that are neither frames
+    nor a tag: lost or damaged frames), or -1.
     """
     first = frame_header(data[start : start + 4])
     if first is None:
-        return 0, 0
+        return 0, 0, -1
     spf, rate = first[1], first[2]
     key_mask = data[start + 1] << 8 | (data[start + 2] & 0x0C)  # version, layer, protection; rate bits
-    table, n, i, end = _TABLE, 0, start, len(data)
+    table, n, i, end, gap = _TABLE, 0, start, len(data), -1
     while i + 4 <= end:
         if data[i] == 0xFF:
             found = table.get(data[i + 1] << 8 | (data[i + 2] & 0xFD))
@@ -108,6 +114,7 @@ def count_frames(data: bytes, start: int) -> tuple[int, int]:
                     continue
                 break  # a cut last frame is not a frame
         # Resync: the next sync byte that starts a chain of two headers.
+        junk = i
         i = data.find(b"\xff", i + 1)
         while i >= 0:
             here = frame_header(data[i : i + 4])
@@ -116,7 +123,9 @@ def count_frames(data: bytes, start: int) -> tuple[int, int]:
             i = data.find(b"\xff", i + 1)
         if i < 0:
             break
-    return n, spf
+        if gap < 0 and not data.startswith(_TAGS_BETWEEN, junk):
+            gap = junk
+    return n, spf, gap
 
 
 def _crc16(data: bytes) -> int:

@@ -40,7 +40,7 @@ from audiotree.io.failures import bad_file, read_span
 from audiotree.io.input_file import ReadOnlyInput
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
 
-__all__ = ["ESTIMATE_TOLERANCE_FRAMES", "StreamView", "settle_length"]
+__all__ = ["ESTIMATE_TOLERANCE_FRAMES", "StreamView", "read_length_tag", "settle_length"]
 
 #: An MP3 whose length is mpg123's estimate (remote, no trusted frame count) may decode up to this many MPEG
 #: frames short of it (0.2-0.3 s); that tail is returned as silence. Further short is an error.
@@ -132,16 +132,36 @@ def _local_bytes(source: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _walk_file(path: str, size: int, mtime_ns: int, start: int) -> tuple[int, int]:
-    """(audio frames, samples per frame) of a local file's stream from its first audio frame at ``start``."""
+def _walk_file(path: str, size: int, mtime_ns: int, start: int) -> tuple[int, int, int]:
+    """(audio frames, samples per frame, gap) of a local file's stream from its first audio frame at ``start``."""
     with open(path, "rb") as fh:
         return mpeg_frames.count_frames(fh.read(size), start)
 
 
-def _walk(source: Any, size: int, start: int) -> tuple[int, int]:
+def _walk(source: Any, size: int, start: int) -> tuple[int, int, int]:
     if isinstance(source, str):
         return _walk_file(source, size, os.stat(source).st_mtime_ns, start)
     return mpeg_frames.count_frames(read_span(source, 0, size), start)
+
+
+def read_length_tag(path: str, size: int, source: Any) -> tuple[mpeg_frames.Tag, int] | None:
+    """(the tag, the ID3v2 tag's size) of the MPEG file ``path``; None if its head cannot be read.
+
+    Raises AudioReadError for a file shorter than the stream bytes its trusted
+    (CRC-checked) tag records: a cut download, whatever decoder reads it.
+    """
+    try:
+        head = read_span(source, 0, _HEAD)
+        id3 = integrity.id3v2_size(head)
+        if id3 + _HEAD // 2 > len(head) and id3 < size:
+            head = head[:id3] + read_span(source, id3, _HEAD)
+    except OSError:  # the file vanished after opening: the first read will say so
+        return None
+    tag = mpeg_frames.read_tag(head[id3:], size - id3)
+    if tag.trust == "crc" and tag.declared is not None and tag.declared > size:
+        raise bad_file(path, f"the file is truncated: its Xing/Info header records {tag.declared} bytes of MPEG "
+                       f"audio but the file has only {size} bytes")
+    return tag, id3
 
 
 def settle_length(path: str, size: int, reader: SoundfileReader, fresh_source) -> SoundfileReader:
@@ -154,18 +174,11 @@ def settle_length(path: str, size: int, reader: SoundfileReader, fresh_source) -
     AudioReadError only for a file shorter than the stream its trusted tag records.
     """
     source = reader.source
-    try:
-        head = read_span(source, 0, _HEAD)
-        id3 = integrity.id3v2_size(head)
-        if id3 + _HEAD // 2 > len(head) and id3 < size:
-            head = head[:id3] + read_span(source, id3, _HEAD)
-    except OSError:  # the file vanished after opening: the first read will say so
+    found = read_length_tag(path, size, source)
+    if found is None:
         return reader
-    tag = mpeg_frames.read_tag(head[id3:], size - id3)
+    tag, id3 = found
     if tag.trust == "crc":
-        if tag.declared is not None and tag.declared > size:
-            raise bad_file(path, f"the file is truncated: its Xing/Info tag records {tag.declared} bytes of MPEG "
-                           f"audio but the file has only {size} bytes")
         return reader  # exact (and mpg123 trims the encoder delay and padding the LAME tag records)
     if tag.audio < 0:
         return reader  # no frame found in the head: libsndfile's own view of it is all there is
@@ -179,11 +192,14 @@ def settle_length(path: str, size: int, reader: SoundfileReader, fresh_source) -
         reader.length_slack = ESTIMATE_TOLERANCE_FRAMES * spf
         return reader
     try:
-        frames, per_frame = _walk(source, size, audio)
+        frames, per_frame, gap = _walk(source, size, audio)
     except OSError:
         return reader
     if frames == 0:
         return reader
+    if gap >= 0:
+        raise bad_file(path, f"bytes from {gap} on are not MPEG frames, yet frames follow them: frames of its "
+                       "stream are damaged or lost (a decoder would skip them and join the audio around the hole)")
     if tag.trust == "bounds" and frames == tag.frames:
         return reader  # the walk agrees with the tag: libsndfile's length is exact
     samples = frames * per_frame
