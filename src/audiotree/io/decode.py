@@ -30,12 +30,14 @@ Bad data never passes as audio
     Opening a file checks its header's frame count against what the file's
     bytes can hold (:mod:`audiotree.io.integrity`; nothing is allocated for a
     lying header), refuses Ogg streams without their end-of-stream page and
-    MP3s whose Xing/Info header records more bytes than the file has, and
+    MP3s whose trusted Xing/Info tag records more bytes than the file has, and
     tells genuinely empty files from ones claiming 0 frames over audio data.
+    An MP3's tag is only a length hint: one that fails its checks, or none,
+    gives way to the count of its frames (:mod:`audiotree.io.mpeg_stream`).
     A decode that stops before the promised frames is an error, never padding.
-    The one estimate is an MP3 without a length header: decoding may end up
-    to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES` MPEG frames before mpg123's
-    estimated length, and that tail is returned as silence.
+    The one estimate is a remote MP3 without a trusted frame count: decoding
+    may end up to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES` MPEG frames before
+    mpg123's estimated length, and that tail is returned as silence.
 
 The decoders live in :mod:`audiotree.io.soundfile_reader` (libsndfile: WAV,
 FLAC, Ogg, MP3, AIFF, ...) and :mod:`audiotree.io.pyav_reader` (FFmpeg through
@@ -293,8 +295,8 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
     """Refuses a header whose frame count the file's bytes cannot back (see io.integrity).
 
     Runs before anything is decoded or allocated. Reads the final page of an
-    Ogg file, a 4 KiB head of an MP3 (or of a file whose claim is too large
-    for its format's smallest blocks), and 1 MiB of a file claiming 0 frames
+    Ogg file, a 4 KiB head of a file whose claim is too large
+    for its format's smallest blocks, and 1 MiB of a file claiming 0 frames
     (to tell an empty file from a cut one); nothing for typical WAV/FLAC.
     """
     info = reader.info
@@ -304,7 +306,7 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
     fmt, subtype = info.format, info.subtype
     try:
         size = os.stat(path).st_size if size is None else size
-        # The head is read only when a check needs it: MP3 (its Xing header),
+        # The head is read only when a check needs it (an MP3's tag was read when it was opened):
         # 0-frame claims, and claims too large for the format's smallest blocks.
         bound = None if info.frames == 0 else integrity.max_frames(
             fmt, subtype, info.channels, info.sample_rate, size, None
@@ -519,9 +521,9 @@ class AudioFile:
             out[: len(x)] = x
             return out
         if slack:
-            what = (f"its length is estimated at {frames} frames (the MP3 has no trusted frame count) but decoding "
-                    f"stopped at frame {stopped}, more than the {slack}-frame tolerance short; it is truncated or "
-                    "corrupt")
+            what = (f"its length is estimated at {frames} frames (a remote MP3 without a trusted frame count: its "
+                    f"frames are not counted, which would download it) but decoding stopped at frame {stopped}, more "
+                    f"than the {slack}-frame tolerance short; it is truncated or corrupt, or a local copy reads whole")
         else:
             what = (f"decoding stopped at frame {stopped} but its header promises {frames} frames; "
                     "it is truncated or corrupt")
@@ -537,7 +539,8 @@ def probe(path: str | os.PathLike[str], *, storage_options: dict | None = None) 
 
     One open of the file (libsndfile, or PyAV for its formats). For
     libsndfile formats ``frames`` is exact (for Ogg it comes from the last
-    page's granule position, for MP3 from the LAME/Xing header when present).
+    page's granule position, for MP3 from the Xing/Info tag when its LAME CRC
+    holds, else from a count of its frames, or for a remote file mpg123's estimate).
     For PyAV files it comes from the stream duration (exact for MP4/M4A,
     whose edit list already hides AAC encoder priming and padding), else the
     container duration (which FFmpeg may estimate from the bitrate), else

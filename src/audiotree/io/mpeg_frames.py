@@ -2,23 +2,25 @@
 
 An MP3 has no container: its length is whatever its first frame's Xing or
 Info tag says, or mpg123's *estimate* from the file size and the first frames'
-bitrate. libsndfile reports that length and never decodes past it, so a lying
-or damaged tag makes the file read as shorter without an error (a VBR file
-whose Xing tag lost its frame count was estimated at 15,973 frames against
-33,075). This module checks the claim against the frames themselves:
+bitrate. libsndfile reports that length and never decodes past it. This module
+reads what the bytes say; :mod:`audiotree.io.mpeg_stream` decides what to
+trust:
 
-* :func:`tag_problem` checks the tag in the first frame: the LAME
-  extension's CRC-16 over the frame's first bytes (catches any damage to the
-  tag, its frame count included), that an Info (constant bitrate) tag's frame
-  count matches its audio bytes divided by the frame size, and that a Xing
-  tag's count is at least what its bytes hold at the highest bitrate.
+* :func:`read_tag` reads the tag in the first frame and judges it: the LAME
+  extension's CRC-16 (LAME sums the frame up to the CRC field, FFmpeg the
+  first 190 bytes with the field zeroed: either holds for a valid tag), that
+  the tag sits where the frame's header puts it (in a CRC-protected frame LAME
+  leaves out the CRC's two bytes, and decoders accept both places), that an
+  Info (constant bitrate) tag's frame count matches its audio bytes divided by
+  the frame size, and that a Xing tag's count is at least what its bytes hold
+  at the highest bitrate. A tag that fails is only *not trusted*; it also
+  says where the audio frames start, after the tag's own frame.
+* :func:`count_frames` walks the frame headers of a whole stream (no
+  decoding; about half a microsecond per frame), and finds junk between
+  frames (lost or damaged frames; tags between frames are not junk).
 * :func:`concealed_span` finds a frame mpg123 could not decode and replaced
   with silence (its concealment): a run of exact zeros that starts right
   after audible samples, which no valid stream decodes to.
-* :func:`count_frames` walks the frame headers of a whole stream (no
-  decoding; about half a microsecond per frame). It is used only for MP3s
-  without a frame count in their tag, whose length would otherwise be
-  mpg123's guess.
 
 >>> frame_header(bytes([0xFF, 0xFB, 0x90, 0x64]))  # MPEG-1 layer III, 128 kbit/s, 44.1 kHz
 (417, 1152, 44100)
