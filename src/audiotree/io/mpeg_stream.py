@@ -105,6 +105,27 @@ class StreamView(ReadOnlyInput):
         self._pos = pos + n
         return data + bytes(n - real)
 
+    def readinto(self, buffer) -> int:
+        if self.inner is not None:
+            return super().readinto(buffer)
+        pos = self._pos  # a local file: one pread into the decoder's buffer (its callback's hot path)
+        if pos + len(buffer) <= self.size:
+            got = os.preadv(self._fd, (buffer,), self.start + pos)
+            self._pos = pos + got
+            return got
+        n = min(len(buffer), self.length - pos)
+        if n <= 0:
+            return 0
+        real = max(0, min(n, self.size - pos))
+        out = memoryview(buffer).cast("B")
+        got = os.preadv(self._fd, (out[:real],), self.start + pos) if real else 0
+        if got < real:
+            self._pos = pos + got
+            return got
+        out[real:n] = bytes(n - real)
+        self._pos = pos + n
+        return n
+
     def seek(self, offset: int, whence: int = 0) -> int:
         base = 0 if whence == 0 else self._pos if whence == 1 else self.length
         self._pos = max(0, base + offset)
@@ -131,19 +152,6 @@ def _local_bytes(source: Any) -> bool:
     return isinstance(source, str) or bool(getattr(source, "local", False))
 
 
-@functools.lru_cache(maxsize=4096)
-def _walk_file(path: str, size: int, mtime_ns: int, start: int) -> tuple[int, int, int]:
-    """(audio frames, samples per frame, gap) of a local file's stream from its first audio frame at ``start``."""
-    with open(path, "rb") as fh:
-        return mpeg_frames.count_frames(fh.read(size), start)
-
-
-def _walk(source: Any, size: int, start: int) -> tuple[int, int, int]:
-    if isinstance(source, str):
-        return _walk_file(source, size, os.stat(source).st_mtime_ns, start)
-    return mpeg_frames.count_frames(read_span(source, 0, size), start)
-
-
 def read_length_tag(path: str, size: int, source: Any) -> tuple[mpeg_frames.Tag, int] | None:
     """(the tag, the ID3v2 tag's size) of the MPEG file ``path``; None if its head cannot be read.
 
@@ -164,6 +172,50 @@ def read_length_tag(path: str, size: int, source: Any) -> tuple[mpeg_frames.Tag,
     return tag, id3
 
 
+# What to do with an opened MPEG reader: (view start or -1, view length, frames or 0, slack).
+_Plan = tuple[int, int, int, int]
+_KEEP: _Plan = (-1, 0, 0, 0)
+
+
+def _plan(path: str, size: int, source: Any, reported: int, spf: int) -> _Plan:
+    """How to read the MPEG file ``path`` whose reader reports ``reported`` frames (see the module)."""
+    found = read_length_tag(path, size, source)
+    if found is None:
+        return _KEEP
+    tag, id3 = found
+    if tag.trust == "crc" or tag.audio < 0:
+        return _KEEP  # exact (mpg123 trims the delay and padding the tag records), or no frame in the head
+    audio = id3 + tag.audio
+    if not _local_bytes(source):
+        if tag.trust == "bounds" and (tag.declared is None or tag.declared <= size):
+            return _KEEP  # consistent with its bytes; counting frames would download the object
+        slack = ESTIMATE_TOLERANCE_FRAMES * spf
+        if audio > id3 or tag.problem is not None:  # hide the tag from the decoder: it would trust it
+            return audio, size - audio, 0, slack
+        return -1, 0, 0, slack
+    try:
+        frames, per_frame, gap = mpeg_frames.count_frames(read_span(source, 0, size), audio)
+    except OSError:
+        return _KEEP
+    if frames == 0:
+        return _KEEP
+    if gap >= 0:
+        raise bad_file(path, f"bytes from {gap} on are not MPEG frames, yet frames follow them: frames of its "
+                       "stream are damaged or lost (a decoder would skip them and join the audio around the hole)")
+    if tag.trust == "bounds" and frames == tag.frames:
+        return _KEEP  # the walk agrees with the tag: libsndfile's length is exact
+    samples = frames * per_frame
+    if audio > id3 or reported < samples:
+        return audio, size - audio + frames * _MAX_FRAME_BYTES, samples, 0
+    return -1, 0, samples, 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_plan(path: str, size: int, mtime_ns: int, inode: int, reported: int, spf: int) -> _Plan:
+    """:func:`_plan` of a local file, once per process and version of the file (failures are not kept)."""
+    return _plan(path, size, path, reported, spf)
+
+
 def settle_length(path: str, size: int, reader: SoundfileReader, fresh_source) -> SoundfileReader:
     """The reader of the MPEG file ``path`` (``size`` bytes) once its length is settled (see the module).
 
@@ -171,54 +223,31 @@ def settle_length(path: str, size: int, reader: SoundfileReader, fresh_source) -
     remote file (a view owns one). Returns ``reader``, its ``info.frames`` or
     ``length_slack`` set as the walk or the estimate requires, or a new reader
     over a :class:`StreamView` (``reader`` is then closed). Raises
-    AudioReadError only for a file shorter than the stream its trusted tag records.
+    AudioReadError only for a file shorter than the stream its trusted tag
+    records, or for lost frames.
     """
-    source = reader.source
-    found = read_length_tag(path, size, source)
-    if found is None:
-        return reader
-    tag, id3 = found
-    if tag.trust == "crc":
-        return reader  # exact (and mpg123 trims the encoder delay and padding the LAME tag records)
-    if tag.audio < 0:
-        return reader  # no frame found in the head: libsndfile's own view of it is all there is
-    audio = id3 + tag.audio
+    source, reported = reader.source, reader.info.frames
     spf = max(1, reader.preroll // MPEG_PREROLL_FRAMES)
-    if not _local_bytes(source):
-        if tag.trust == "bounds" and (tag.declared is None or tag.declared <= size):
-            return reader  # consistent with its bytes; counting frames would download the object
-        if audio > id3 or tag.problem is not None:  # hide the tag from the decoder: it would trust it
-            reader = _reopen(path, reader, fresh_source, audio, size, size - audio)
-        reader.length_slack = ESTIMATE_TOLERANCE_FRAMES * spf
-        return reader
-    try:
-        frames, per_frame, gap = _walk(source, size, audio)
-    except OSError:
-        return reader
-    if frames == 0:
-        return reader
-    if gap >= 0:
-        raise bad_file(path, f"bytes from {gap} on are not MPEG frames, yet frames follow them: frames of its "
-                       "stream are damaged or lost (a decoder would skip them and join the audio around the hole)")
-    if tag.trust == "bounds" and frames == tag.frames:
-        return reader  # the walk agrees with the tag: libsndfile's length is exact
-    samples = frames * per_frame
-    if audio > id3 or reader.info.frames < samples:
-        reader = _reopen(path, reader, fresh_source, audio, size, size - audio + frames * _MAX_FRAME_BYTES)
-        if reader.info.frames < samples:  # pragma: no cover - the padding makes the estimate cover every frame
+    if isinstance(source, str):
+        try:
+            st = os.stat(source)
+        except OSError:
             return reader
-    reader.info = dataclasses.replace(reader.info, frames=samples)
+        plan = _file_plan(source, size, st.st_mtime_ns, st.st_ino, reported, spf)
+    else:
+        plan = _plan(path, size, source, reported, spf)
+    start, length, frames, slack = plan
+    if start >= 0:
+        inner = source if isinstance(source, str) else fresh_source()
+        view = StreamView(inner, start, size, length)
+        try:
+            fresh = SoundfileReader(path, view)
+        except Exception:
+            view.close()
+            return reader  # libsndfile cannot open the view: keep the file as it is
+        reader.close()
+        reader = fresh
+    if frames and reader.info.frames >= frames:  # (the view's padding makes mpg123's estimate cover every frame)
+        reader.info = dataclasses.replace(reader.info, frames=frames)
+    reader.length_slack = slack
     return reader
-
-
-def _reopen(path: str, reader: SoundfileReader, fresh_source, start: int, end: int, length: int) -> SoundfileReader:
-    """A reader over bytes ``[start, end)`` of the file ``reader`` reads, padded to ``length``; closes ``reader``."""
-    inner = reader.source if isinstance(reader.source, str) else fresh_source()
-    view = StreamView(inner, start, end, length)
-    try:
-        fresh = SoundfileReader(path, view)
-    except Exception:
-        view.close()
-        return reader  # libsndfile cannot open the view: keep the file as it is
-    reader.close()
-    return fresh
