@@ -168,7 +168,7 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
         try:
             _check_source(src)
             if size is not None and _is_mpeg(reader.info):  # its length: the tag, or the frames (mpeg_stream)
-                reader = mpeg_stream.settle_length(path, size, reader, source)
+                reader = mpeg_stream.settle_length(path, size, reader)
                 _check_source(reader.source)
         except AudioReadError:
             reader.close()

@@ -189,8 +189,9 @@ def _crc_holds(frame: bytes, lame: int) -> bool:
     if _crc16(frame[: lame + 34]) == stored:
         return True
     zeroed = bytearray(frame[:_FFMPEG_CRC_SPAN])
-    zeroed[lame + 34 : lame + 36] = b"\0\0"
     zeroed += bytes(_FFMPEG_CRC_SPAN - len(zeroed))
+    field = zeroed[lame + 34 : lame + 36]  # (past the span in an MPEG-1 stereo frame: the conventions agree there)
+    zeroed[lame + 34 : lame + 34 + len(field)] = bytes(len(field))
     return _crc16(bytes(zeroed)) == stored
 
 

@@ -216,15 +216,14 @@ def _file_plan(path: str, size: int, mtime_ns: int, inode: int, reported: int, s
     return _plan(path, size, path, reported, spf)
 
 
-def settle_length(path: str, size: int, reader: SoundfileReader, fresh_source) -> SoundfileReader:
+def settle_length(path: str, size: int, reader: SoundfileReader) -> SoundfileReader:
     """The reader of the MPEG file ``path`` (``size`` bytes) once its length is settled (see the module).
 
-    ``reader`` is the open reader; ``fresh_source()`` opens another handle on a
-    remote file (a view owns one). Returns ``reader``, its ``info.frames`` or
+    ``reader`` is the open reader. Returns it, its ``info.frames`` or
     ``length_slack`` set as the walk or the estimate requires, or a new reader
-    over a :class:`StreamView` (``reader`` is then closed). Raises
-    AudioReadError only for a file shorter than the stream its trusted tag
-    records, or for lost frames.
+    over a :class:`StreamView` of the same source (``reader`` is then closed).
+    Raises AudioReadError only for a file shorter than the stream its trusted
+    tag records, or for lost frames.
     """
     source, reported = reader.source, reader.info.frames
     spf = max(1, reader.preroll // MPEG_PREROLL_FRAMES)
@@ -238,14 +237,21 @@ def settle_length(path: str, size: int, reader: SoundfileReader, fresh_source) -
         plan = _plan(path, size, source, reported, spf)
     start, length, frames, slack = plan
     if start >= 0:
-        inner = source if isinstance(source, str) else fresh_source()
-        view = StreamView(inner, start, size, length)
+        shared = not isinstance(source, str)  # an open handle: the view takes it over (its cached bytes too)
+        saved = source.tell() if shared else 0
+        view = StreamView(source, start, size, length)
         try:
             fresh = SoundfileReader(path, view)
         except Exception:
-            view.close()
+            if shared:
+                source.seek(saved)  # the decoder's bookkeeping stays right
+            else:
+                view.close()
             return reader  # libsndfile cannot open the view: keep the file as it is
-        reader.close()
+        if shared:
+            reader.detach()
+        else:
+            reader.close()
         reader = fresh
     if frames and reader.info.frames >= frames:  # (the view's padding makes mpg123's estimate cover every frame)
         reader.info = dataclasses.replace(reader.info, frames=frames)
