@@ -28,7 +28,8 @@ import pytest
 import soundfile
 
 from audiotree.core import AudioTree
-from audiotree.io import AudioFile, mpeg_frames
+from audiotree.errors import AudioReadError
+from audiotree.io import AudioFile, integrity, mpeg_frames
 from audiotree.io.excerpt import read_excerpt
 from audiotree.synth import synthesize
 from test_storage import http, http_server  # noqa: F401 - the Range-honouring HTTP server fixtures
@@ -67,7 +68,7 @@ def _source(tmp_path, rate: int, channels: int) -> str:
 def _cover(tmp_path) -> str:
     """A ~200 KB PNG of noise (incompressible), for the ID3v2 APIC frame."""
     path = tmp_path / "cover.png"
-    _run(_tool("ffmpeg"), "-v", "error", "-y", "-f", "lavfi", "-i", "nullsrc=s=256x256,geq=random(1)*255:128:128",
+    _run(_tool("ffmpeg"), "-v", "error", "-y", "-f", "lavfi", "-i", "nullsrc=s=400x400,geq=random(1)*255:128:128",
          "-frames:v", "1", str(path))
     return str(path)
 
@@ -215,6 +216,17 @@ def test_an_mp3_from_a_real_encoder_reads_whole_and_exact(name, tmp_path):
     clip, rate = read_excerpt(path, offset=offset, duration=0.5)
     assert rate == info.samplerate and clip.shape == (info.channels, rate // 2)
     assert _matches_within_2(clip.T, oracle, round(offset * rate) - lag)
+
+
+def test_a_cut_file_behind_a_cover_picture_is_refused(tmp_path):
+    """The tag after a 200 KB ID3v2 tag is read too: a file cut short of the bytes it records is refused."""
+    data = open(_with_cover(tmp_path), "rb").read()
+    id3 = integrity.id3v2_size(data)
+    assert id3 > 150_000 and 0 < data.find(b"Info", id3) < id3 + 64
+    path = tmp_path / "cut.mp3"
+    path.write_bytes(data[: len(data) - 5000])
+    with pytest.raises(AudioReadError, match="truncated: its Xing/Info header records"):
+        AudioFile(path)
 
 
 def _no_tag_vbr(tmp_path, seconds: float) -> bytes:

@@ -161,11 +161,11 @@ def read_length_tag(path: str, size: int, source: Any) -> tuple[mpeg_frames.Tag,
     try:
         head = read_span(source, 0, _HEAD)
         id3 = integrity.id3v2_size(head)
-        if id3 + _HEAD // 2 > len(head) and id3 < size:
-            head = head[:id3] + read_span(source, id3, _HEAD)
+        # The first frames: in the head, or after an ID3v2 tag longer than it (a cover picture).
+        frames = head[id3:] if id3 + _HEAD // 2 <= len(head) else read_span(source, id3, _HEAD)
     except OSError:  # the file vanished after opening: the first read will say so
         return None
-    tag = mpeg_frames.read_tag(head[id3:], size - id3)
+    tag = mpeg_frames.read_tag(frames, size - id3)
     if tag.trust == "crc" and tag.declared is not None and tag.declared > size:
         raise bad_file(path, f"the file is truncated: its Xing/Info header records {tag.declared} bytes of MPEG "
                        f"audio but the file has only {size} bytes")
@@ -183,9 +183,20 @@ def _plan(path: str, size: int, source: Any, reported: int, spf: int) -> _Plan:
     if found is None:
         return _KEEP
     tag, id3 = found
+    audio = id3 + tag.audio
+    if tag.trust == "crc" and tag.audio >= 0 and (tag.declared or 0) > size - id3 and _local_bytes(source):
+        # LAME and FFmpeg count the stream without the ID3v2 tag (the check above counts it, for other
+        # encoders): the frames tell a cut file from one whose encoder counted the tag too.
+        try:
+            frames = _walk(source, size, audio)[0]
+        except OSError:
+            frames = tag.frames
+        if frames < tag.frames:
+            raise bad_file(path, f"the file is truncated: its Xing/Info header records {tag.frames} MPEG frames "
+                           f"({tag.declared} bytes after its ID3v2 tag) but the file holds {frames} "
+                           f"({size - id3} bytes)")
     if tag.trust == "crc" or tag.audio < 0:
         return _KEEP  # exact (mpg123 trims the delay and padding the tag records), or no frame in the head
-    audio = id3 + tag.audio
     if not _local_bytes(source):
         if tag.trust == "bounds" and (tag.declared is None or tag.declared <= size):
             return _KEEP  # consistent with its bytes; counting frames would download the object
@@ -194,7 +205,7 @@ def _plan(path: str, size: int, source: Any, reported: int, spf: int) -> _Plan:
             return audio, size - audio, 0, slack
         return -1, 0, 0, slack
     try:
-        frames, per_frame, gap = mpeg_frames.count_frames(read_span(source, 0, size), audio)
+        frames, per_frame, gap = _walk(source, size, audio)
     except OSError:
         return _KEEP
     if frames == 0:
@@ -208,6 +219,14 @@ def _plan(path: str, size: int, source: Any, reported: int, spf: int) -> _Plan:
     if audio > id3 or reported < samples:
         return audio, size - audio + frames * _MAX_FRAME_BYTES, samples, 0
     return -1, 0, samples, 0
+
+
+def _walk(source: Any, size: int, start: int) -> tuple[int, int, int]:
+    """:func:`mpeg_frames.count_frames` of the whole file (a path or a local file object) from ``start``."""
+    if isinstance(source, str):
+        with open(source, "rb") as fh:
+            return mpeg_frames.count_frames(fh.read(size), start)
+    return mpeg_frames.count_frames(read_span(source, 0, size), start)
 
 
 @functools.lru_cache(maxsize=4096)
