@@ -8,20 +8,22 @@ hint about the audio, though: encoders disagree on its checksum, some write
 none, and damage to it says nothing about the frames that follow. So:
 
 * a tag whose LAME extension's CRC-16 holds (in LAME's or FFmpeg's convention)
-  is trusted: libsndfile's length stands, nothing more is read, and a file
-  shorter than the stream bytes that tag records is refused as truncated;
+  is trusted: libsndfile's length stands, and a file shorter than the stream
+  bytes that tag records is refused as truncated (for a local file whose
+  bytes pass only when its ID3v2 tag is counted too, by its frame count);
 * anything else (no tag, no frame count, a tag without that CRC, or one that
   fails a check) is verified, or replaced, by walking the frame headers of the
-  whole stream (about half a microsecond per frame), once per process for a
-  local file (cached per path, size and mtime), at every open for a tar member
-  or in-memory bytes. The length is then every audio frame the walk found,
-  untrimmed (a tag we do not trust is not asked for its encoder delay), and
-  when libsndfile would stop early, or would read an untrusted tag, the decoder
+  whole stream (about a microsecond per frame), once per process for a local
+  file (its plan is cached per path, size, mtime and inode), at every open for
+  a tar member or in-memory bytes. The length is then every audio frame the
+  walk found, untrimmed (a tag we do not trust is not asked for its encoder
+  delay), junk between frames is refused (frames were lost there), and when
+  libsndfile would stop early, or would read an untrusted tag, the decoder
   reads a *view* of the file: the stream from its first audio frame, followed
   by zeros it never reaches, so that mpg123's estimate covers every frame;
-* remote objects (URLs) are never downloaded to count frames: an unverified tag
-  whose bytes are consistent is kept, an untrusted one is hidden from the
-  decoder by the same view, and the length is mpg123's estimate, within
+* remote objects (URLs) are never downloaded to count frames: a tag without
+  the CRC whose bytes are consistent is kept, an untrusted one is hidden from
+  the decoder by the same view, and the length is mpg123's estimate, within
   :data:`ESTIMATE_TOLERANCE_FRAMES` frames of slack at its end.
 
 Nothing here refuses a file for its tag: only for the audio it lacks.
