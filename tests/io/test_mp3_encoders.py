@@ -22,6 +22,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+import tarfile
 
 import numpy as np
 import pytest
@@ -252,10 +253,14 @@ def test_without_a_tag_the_frames_give_the_length_where_mpg123_guesses(tmp_path)
     with AudioFile(path) as f:
         assert f.info.frames == frames * per_frame
         np.testing.assert_allclose(f.read_all(), _oracle(str(path), 2), atol=1e-4)
-    # The same bytes from memory (a Parquet cell, a tar member) are walked too.
-    with AudioFile.from_bytes("cell.mp3", data) as f:
-        assert f.info.frames == frames * per_frame
-        assert f.read(f.info.frames - 1000, None).shape == (1000, 2)
+    # The same bytes from memory (a Parquet cell) and in a local tar shard are walked too.
+    shard = tmp_path / "shard.tar"
+    with tarfile.open(shard, "w") as tar:
+        tar.add(path, arcname="t.mp3")
+    for f in (AudioFile.from_bytes("cell.mp3", data), AudioFile(f"tar://t.mp3::{shard}")):
+        with f:
+            assert f.info.frames == frames * per_frame
+            assert f.read(f.info.frames - 1000, None).shape == (1000, 2)
 
 
 def _damaged_toc(path: str) -> bytes:
@@ -306,7 +311,7 @@ def test_a_remote_mp3_is_not_downloaded_to_count_its_frames(http, tmp_path):
             assert http.bytes_sent < len(data) // 2, (name, http.bytes_sent, len(data))
             if name == "tagged.mp3":  # trusted: exact, the same audio as the local file
                 assert f.info.frames == g.info.frames
-                np.testing.assert_array_equal(f.read(2_000_000, 5000), g.read(2_000_000, 5000))
+                np.testing.assert_array_equal(f.read(1_000_000, 5000), g.read(1_000_000, 5000))
             else:  # mpg123's estimate (the tag hidden from it), the same samples as far as it goes
                 assert f.info.frames != g.info.frames
                 np.testing.assert_array_equal(f.read(100_000, 5000), g.read(100_000, 5000))
