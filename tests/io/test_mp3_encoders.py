@@ -230,6 +230,30 @@ def test_a_cut_file_behind_a_cover_picture_is_refused(tmp_path):
         AudioFile(path)
 
 
+@pytest.mark.parametrize("name", ["ffmpeg-vbr-mono-44k", "lame-cbr-stereo-id3v2"])
+def test_an_id3v2_size_field_past_the_stream_start_hides_no_audio(name, tmp_path):
+    """A damaged ID3v2 size field (past the first frames, or past the file) is not trusted either: the stream is
+    read from where its frames start, exactly as the intact file reads."""
+    if name in ENCODERS:
+        good = ENCODERS[name](tmp_path)
+    else:  # LAME writing the ID3v2 tag itself
+        good = _lame(tmp_path, "a.mp3", 2, "--add-id3v2", "--tt", "a tone", "--ta", "audiotree")
+    data = open(good, "rb").read()
+    assert data[:3] == b"ID3"
+    with AudioFile(good) as f:
+        intact = f.read_all()
+    for bit in (0, 1, 2, 6):  # +1, +2, +4 or +64 x 128 bytes: into the frames, then far past the file
+        damaged = bytearray(data)
+        damaged[8] ^= 1 << bit  # the size's second syncsafe byte
+        if bit == 6:
+            damaged[6] ^= 0x40
+        path = tmp_path / f"id3-{bit}.mp3"
+        path.write_bytes(bytes(damaged))
+        with AudioFile(path) as f:
+            assert f.info.frames == len(intact)
+            np.testing.assert_array_equal(f.read_all(), intact)
+
+
 def _no_tag_vbr(tmp_path, seconds: float) -> bytes:
     """A stereo VBR MP3 without a Xing tag (``lame -t``) of ``seconds`` of music, as bytes."""
     src = tmp_path / "long.wav"

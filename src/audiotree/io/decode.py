@@ -165,19 +165,15 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
         sf_exc = exc
         _close_source(src)
     else:
-        try:
-            _check_source(src)
-            if size is not None and _is_mpeg(reader.info):  # its length: the tag, or the frames (mpeg_stream)
-                reader = mpeg_stream.settle_length(path, size, reader)
-                _check_source(reader.source)
-        except AudioReadError:
-            reader.close()
-            raise
-        return _checked(path, size, reader)
+        return _settled(path, size, reader, size)
     if not isinstance(src, str) and src.failure is not None:
         sf_exc = src.failure
     if isinstance(sf_exc, AudioReadError):  # a storage error (status named): no fallback helps
         raise sf_exc
+    # An MP3 whose ID3v2 tag's size field runs past the stream's start: read the stream where it starts.
+    reader = mpeg_stream.open_behind_id3(path, size, source()) if size else None
+    if reader is not None:
+        return _settled(path, size, reader, reader.source.size)
     # libsndfile could not open it. PyAV may (unusual WAV codecs, misnamed
     # files), but an empty file is hopeless, and a fallback that "succeeds"
     # with no audio is treated as a failure rather than as a valid empty file.
@@ -194,6 +190,19 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
                 return _checked(path, size, reader)
             reader.close()
     raise read_error(path, sf_exc, hint) from sf_exc
+
+
+def _settled(path: str, size: int | None, reader: SoundfileReader, stream_size: int | None):
+    """``reader`` (libsndfile) once an MP3's length is settled (:mod:`audiotree.io.mpeg_stream`) and checked."""
+    try:
+        _check_source(reader.source)
+        if stream_size is not None and _is_mpeg(reader.info):  # its length: the tag, or the frames
+            reader = mpeg_stream.settle_length(path, stream_size, reader)
+            _check_source(reader.source)
+    except AudioReadError:
+        reader.close()
+        raise
+    return _checked(path, size, reader)
 
 
 def _is_mpeg(info: AudioInfo) -> bool:

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["frame_header", "count_frames", "read_tag", "Tag", "concealed_span", "MAX_KBPS"]
+__all__ = ["frame_header", "count_frames", "first_frame", "chain_start", "read_tag", "Tag", "concealed_span", "MAX_KBPS"]
 
 _RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}  # by version id
 _KBPS = {  # (MPEG-1?, layer id) -> bitrate index table (kbit/s)
@@ -195,7 +195,7 @@ def _crc_holds(frame: bytes, lame: int) -> bool:
     return _crc16(bytes(zeroed)) == stored
 
 
-def _first_frame(head: bytes, start: int = 0) -> int:
+def first_frame(head: bytes, start: int = 0) -> int:
     """Offset of the first MPEG frame header in ``head`` from ``start`` that the next frame's header follows.
 
     A header at the very end of ``head`` (its successor not in it) counts; -1 when there is none.
@@ -209,6 +209,26 @@ def _first_frame(head: bytes, start: int = 0) -> int:
                 return i
         i = head.find(b"\xff", i + 1)
     return -1
+
+
+def chain_start(data: bytes, lo: int, known: int) -> int:
+    """The first offset in ``[lo, known)`` from which whole frames follow one another to ``known``, else ``known``.
+
+    ``known`` is the offset of a frame; a stream that starts before it (an
+    ID3v2 tag whose size field points past its end) is found this way.
+    """
+    i = data.find(b"\xff", lo, known)
+    while i >= 0:
+        j = i
+        while j < known:
+            found = frame_header(data[j : j + 4])
+            if found is None:
+                break
+            j += found[0]
+        if j == known:
+            return i
+        i = data.find(b"\xff", i + 1, known)
+    return known
 
 
 def _tag_offset(frame: bytes) -> int:
@@ -241,12 +261,12 @@ def read_tag(head: bytes, stream_bytes: int) -> Tag:
     counts its own bytes contradict) is reported in ``problem`` and not
     trusted, and ``audio`` says where the audio frames start either way.
     """
-    first = _first_frame(head)
+    first = first_frame(head)
     if first < 0:
         return Tag(-1, None, "", None, None)
     header = frame_header(head[first : first + 4])
     frame = head[first : first + header[0]]
-    following = _first_frame(head, first + header[0])
+    following = first_frame(head, first + header[0])
     if any(magic in head[:first] for magic in _MAGICS[:2]):  # a tag whose frame header is damaged
         return Tag(first, None, "", None, "the MPEG frame holding its Xing/Info tag has a damaged header")
     tag = _tag_at(frame)

@@ -42,7 +42,7 @@ from audiotree.io.failures import bad_file, read_span
 from audiotree.io.input_file import ReadOnlyInput
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
 
-__all__ = ["ESTIMATE_TOLERANCE_FRAMES", "StreamView", "read_length_tag", "settle_length"]
+__all__ = ["ESTIMATE_TOLERANCE_FRAMES", "StreamView", "open_behind_id3", "read_length_tag", "settle_length"]
 
 #: An MP3 whose length is mpg123's estimate (remote, no trusted frame count) may decode up to this many MPEG
 #: frames short of it (0.2-0.3 s); that tail is returned as silence. Further short is an error.
@@ -137,6 +137,11 @@ class StreamView(ReadOnlyInput):
         return self._pos
 
     @property
+    def local(self) -> bool:
+        """Whether the bytes are a local file's or in memory (see :func:`settle_length`)."""
+        return self.inner is None or _local_bytes(self.inner)
+
+    @property
     def closed(self) -> bool:
         return self._fd < 0 if self.inner is None else bool(getattr(self.inner, "closed", False))
 
@@ -154,24 +159,80 @@ def _local_bytes(source: Any) -> bool:
     return isinstance(source, str) or bool(getattr(source, "local", False))
 
 
-def read_length_tag(path: str, size: int, source: Any) -> tuple[mpeg_frames.Tag, int] | None:
-    """(the tag, the ID3v2 tag's size) of the MPEG file ``path``; None if its head cannot be read.
+def read_length_tag(path: str, size: int, source: Any) -> tuple[mpeg_frames.Tag, int, bool] | None:
+    """(the tag, where the stream starts, whether the ID3v2 tag's size says so) of the MPEG file ``path``.
 
+    None if its head cannot be read. The stream starts after the ID3v2 tag,
+    or before the end that tag's size field claims when frames run on from
+    there (the field is damaged; decoders would skip the first frames).
     Raises AudioReadError for a file shorter than the stream bytes its trusted
     (CRC-checked) tag records: a cut download, whatever decoder reads it.
     """
     try:
         head = read_span(source, 0, _HEAD)
-        id3 = integrity.id3v2_size(head)
+        start = id3 = integrity.id3v2_size(head)
         # The first frames: in the head, or after an ID3v2 tag longer than it (a cover picture).
         frames = head[id3:] if id3 + _HEAD // 2 <= len(head) else read_span(source, id3, _HEAD)
+        first = mpeg_frames.first_frame(frames)
+        if id3 and 0 < first and id3 + first <= _ID3_SEARCH:  # junk where the stream should start
+            region = read_span(source, 0, id3 + first + 4)
+            start = mpeg_frames.chain_start(region, 10, id3 + first)
+            if start < id3:
+                frames = read_span(source, start, _HEAD)
+            else:
+                start = id3
     except OSError:  # the file vanished after opening: the first read will say so
         return None
-    tag = mpeg_frames.read_tag(frames, size - id3)
+    tag = mpeg_frames.read_tag(frames, size - start)
     if tag.trust == "crc" and tag.declared is not None and tag.declared > size:
         raise bad_file(path, f"the file is truncated: its Xing/Info header records {tag.declared} bytes of MPEG "
                        f"audio but the file has only {size} bytes")
-    return tag, id3
+    return tag, start, start == id3
+
+
+# How far into a file a stream that an ID3v2 tag's damaged size field hides is looked for.
+_ID3_SEARCH = 1 << 20
+
+
+def _stream_start(head: bytes, lo: int) -> int:
+    """Offset of the first run of 4 whole frames in ``head`` from ``lo`` (or of frames up to its end), else -1."""
+    i = mpeg_frames.first_frame(head, lo)
+    while i >= 0:
+        j, run = i, 0
+        while run < 4 and j + 4 <= len(head):
+            found = mpeg_frames.frame_header(head[j : j + 4])
+            if found is None:
+                break
+            j, run = j + found[0], run + 1
+        if run == 4 or j + 4 > len(head):
+            return i
+        i = mpeg_frames.first_frame(head, i + 1)
+    return -1
+
+
+def open_behind_id3(path: str, size: int, source: Any) -> SoundfileReader | None:
+    """A reader of an MP3 that libsndfile could not open because its ID3v2 tag's size field runs past the
+    stream's start (or past the file): a :class:`StreamView` from where the frames start. None otherwise.
+
+    ``source`` is a fresh path or handle: the reader owns it (it is closed when None is returned).
+    """
+    view = None
+    try:
+        head = read_span(source, 0, 10)
+        id3 = integrity.id3v2_size(head)
+        if id3:
+            head = read_span(source, 0, min(size, _ID3_SEARCH))
+            start = _stream_start(head, 10)
+            if 0 <= start < id3:
+                view = StreamView(source, start, size, size - start)
+                return SoundfileReader(path, view)
+    except Exception:  # noqa: BLE001 - not such a file: the caller reports libsndfile's own error
+        pass
+    if view is not None:
+        view.close()
+    elif not isinstance(source, str) and not source.closed:
+        source.close()
+    return None
 
 
 # What to do with an opened MPEG reader: (view start or -1, view length, frames or 0, slack).
@@ -184,8 +245,10 @@ def _plan(path: str, size: int, source: Any, reported: int, spf: int) -> _Plan:
     found = read_length_tag(path, size, source)
     if found is None:
         return _KEEP
-    tag, id3 = found
+    tag, id3, id3_right = found
     audio = id3 + tag.audio
+    if not id3_right and tag.audio >= 0 and tag.trust == "crc":
+        return id3, size - id3, 0, 0  # a view from where the stream starts: the decoder reads its tag there
     if tag.trust == "crc" and tag.audio >= 0 and (tag.declared or 0) > size - id3 and _local_bytes(source):
         # LAME and FFmpeg count the stream without the ID3v2 tag (the check above counts it, for other
         # encoders): the frames tell a cut file from one whose encoder counted the tag too.
@@ -203,7 +266,7 @@ def _plan(path: str, size: int, source: Any, reported: int, spf: int) -> _Plan:
         if tag.trust == "bounds" and (tag.declared is None or tag.declared <= size):
             return _KEEP  # consistent with its bytes; counting frames would download the object
         slack = ESTIMATE_TOLERANCE_FRAMES * spf
-        if audio > id3 or tag.problem is not None:  # hide the tag from the decoder: it would trust it
+        if audio > id3 or tag.problem is not None or not id3_right:  # hide the tag (the decoder would trust it)
             return audio, size - audio, 0, slack
         return -1, 0, 0, slack
     try:
@@ -218,7 +281,7 @@ def _plan(path: str, size: int, source: Any, reported: int, spf: int) -> _Plan:
     if tag.trust == "bounds" and frames == tag.frames:
         return _KEEP  # the walk agrees with the tag: libsndfile's length is exact
     samples = frames * per_frame
-    if audio > id3 or reported < samples:
+    if audio > id3 or reported < samples or not id3_right:
         return audio, size - audio + frames * _MAX_FRAME_BYTES, samples, 0
     return -1, 0, samples, 0
 
