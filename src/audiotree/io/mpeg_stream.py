@@ -25,6 +25,10 @@ none, and damage to it says nothing about the frames that follow. So:
   the CRC whose bytes are consistent is kept, an untrusted one is hidden from
   the decoder by the same view, and the length is mpg123's estimate, within
   :data:`ESTIMATE_TOLERANCE_FRAMES` frames of slack at its end.
+* an ID3v2 tag whose size field runs past the first frames (decoders would
+  skip them, the Xing tag with them) or past the file (libsndfile cannot open
+  it) is not trusted either: the stream is read, through a view, from where
+  its frames run on (:func:`open_behind_id3`).
 
 Nothing here refuses a file for its tag: only for the audio it lacks.
 """
