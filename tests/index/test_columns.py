@@ -58,7 +58,7 @@ def test_a_workers_pickle_does_not_grow_with_the_rows(small_index, tmp_path):
     for times in (1, 400):
         big = _repeat(index, tmp_path / f"x{times}.parquet", times)
         ds = create_balanced_audio_dataset(corpus=Corpus(index=big, group_by="group", labels=["speaker", "text"]), duration=0.5,
-                                           sample_rate=RATE)
+                                           excerpt=ExcerptConfig(allow_text_crops=True), sample_rate=RATE)
         sizes[times] = len(pickle.dumps(ds))
         clone = pickle.loads(pickle.dumps(ds))
         assert AudioTree.batch([clone[i] for i in range(4)]).waveform.shape == (4, 1, RATE // 2)
@@ -112,7 +112,7 @@ def test_a_damaged_store_is_refused_naming_it(small_index, tmp_path, damage):
 def test_group_by_a_text_or_numeric_label(small_index):
     index, files = small_index
     ds = create_balanced_audio_dataset(corpus=Corpus(index=index, group_by="text", labels=["text"]), duration=0.5,
-                                       sample_rate=RATE)
+                                       excerpt=ExcerptConfig(allow_text_crops=True), sample_rate=RATE)
     batch = AudioTree.batch([ds[i] for i in range(24)])
     assert {s for s in batch.source} == {f"words {k} ünï" for k in range(6)}
     assert all(s == t for s, t in zip(batch.source, batch.extras["text"]))

@@ -6,9 +6,12 @@ line.
 
 * A recording: ``{"id", "sources": [{"type": "file", "channels": [0, ...],
   "source": PATH}], "sampling_rate", "num_samples", "duration"}``. Only
-  ``"file"`` sources are read, one per recording; a ``"command"`` source is
-  refused (never run), as are ``"url"`` and ``"memory"`` sources and
-  recordings split over several files.
+  ``"file"`` sources are read, one per recording, and ``"command"`` sources
+  that only decode one file (``flac -c -d -s FILE``, ``sox FILE -t wav -``,
+  as lhotse's Kaldi import writes them): parsed, never run, read as that
+  file (:mod:`audiotree.formats.kaldi_pipes`); any other command is refused,
+  as are ``"url"`` and ``"memory"`` sources and recordings split over several
+  files.
 * A supervision: ``{"id", "recording_id", "start", "duration", "channel",
   "text", "speaker", "gender", "language"}`` (the last four optional).
 * A cut (``MonoCut``): ``{"id", "start", "duration", "channel",
@@ -80,16 +83,31 @@ def _recording_path(where: str, number: int, record: dict, audio_root: str) -> s
                                    "audiotree reads one file per recording. Merge the channels into one file.")
     source = sources[0]
     kind = source.get("type") if isinstance(source, dict) else None
+    target = str(source.get("source")) if isinstance(source, dict) else ""
     if kind == "command":
-        raise _fail(where, number, f"recording {rid!r} is a shell command ({source.get('source')!r}); audiotree "
-                                   "never runs commands from a manifest. Convert it to an audio file first.")
-    if kind != "file":
+        target = _command_file(where, number, rid, target)
+    elif kind != "file":
         raise _fail(where, number, f"recording {rid!r} has a {kind!r} source; only 'file' sources are supported.")
-    path = os.path.normpath(os.path.join(audio_root, os.path.expanduser(str(source.get("source")))))
+    path = os.path.normpath(os.path.join(audio_root, os.path.expanduser(target)))
     if not os.path.isfile(path):
         raise _fail(where, number, f"recording {rid!r} names '{path}', which does not exist (relative paths start "
                                    f"from {audio_root}).")
     return path
+
+
+def _command_file(where: str, number: int, rid: str, command: str) -> str:
+    """The file a decode-only ``"command"`` source reads (as a Kaldi ``wav.scp`` pipe: parsed, never run)."""
+    from audiotree.formats.kaldi_pipes import UnsupportedPipe, piped_file
+
+    piped = command.rstrip()
+    piped = piped if piped.endswith("|") else piped + " |"  # lhotse keeps the command without Kaldi's "|"
+    try:
+        return piped_file(piped)[0]
+    except UnsupportedPipe as exc:
+        raise _fail(where, number, f"recording {rid!r} is a shell command ({command!r}) that audiotree does not "
+                                   f"read: {exc}. audiotree never runs commands from a manifest; it reads "
+                                   "decode-only commands (flac -c -d -s FILE, sox FILE -t wav -, ...) as the file "
+                                   "they name. Convert it to an audio file first.") from None
 
 
 def _seconds(where: str, number: int, record: dict, name: str) -> float:

@@ -41,9 +41,11 @@ Bad data never passes as audio
 
 The decoders live in :mod:`audiotree.io.soundfile_reader` (libsndfile: WAV,
 FLAC, Ogg, MP3, AIFF, ...) and :mod:`audiotree.io.pyav_reader` (FFmpeg through
-PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds.
-This module opens files (local paths and URLs), checks their headers, and is
-the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
+PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds. A
+chained Ogg file (streams one after another) is read link by link
+(:mod:`audiotree.io.ogg_chain`). This module opens files (local paths and
+URLs), checks their headers, and is the public face: :class:`AudioFile`,
+:func:`probe`, :func:`read_frames`.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
+from audiotree.io.ogg_chain import reopen_if_chained
 from audiotree.io.members import MemberInput, format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
@@ -165,7 +168,12 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
         sf_exc = exc
         _close_source(src)
     else:
-        return _settled(path, size, reader, size)
+        reader = _settled(path, reader, size)
+        if reader.info.format == "OGG":  # a chain of streams: each link checked as it opens
+            chained = reopen_if_chained(path, reader, source, lambda r, n: _check_length_claim(path, n, r))
+            if chained is not reader:
+                return chained
+        return _checked(path, size, reader)
     if not isinstance(src, str) and src.failure is not None:
         sf_exc = src.failure
     if isinstance(sf_exc, AudioReadError):  # a storage error (status named): no fallback helps
@@ -173,7 +181,7 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
     # An MP3 whose ID3v2 tag's size field runs past the stream's start: read the stream where it starts.
     reader = mpeg_stream.open_behind_id3(path, size, source()) if size else None
     if reader is not None:
-        return _settled(path, size, reader, reader.source.size)
+        return _checked(path, size, _settled(path, reader, reader.source.size))
     # libsndfile could not open it. PyAV may (unusual WAV codecs, misnamed
     # files), but an empty file is hopeless, and a fallback that "succeeds"
     # with no audio is treated as a failure rather than as a valid empty file.
@@ -192,8 +200,8 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
     raise read_error(path, sf_exc, hint) from sf_exc
 
 
-def _settled(path: str, size: int | None, reader: SoundfileReader, stream_size: int | None):
-    """``reader`` (libsndfile) once an MP3's length is settled (:mod:`audiotree.io.mpeg_stream`) and checked."""
+def _settled(path: str, reader: SoundfileReader, stream_size: int | None) -> SoundfileReader:
+    """``reader`` (libsndfile) once an MP3's length is settled (:mod:`audiotree.io.mpeg_stream`); closed on errors."""
     try:
         _check_source(reader.source)
         if stream_size is not None and _is_mpeg(reader.info):  # its length: the tag, or the frames
@@ -202,7 +210,7 @@ def _settled(path: str, size: int | None, reader: SoundfileReader, stream_size: 
     except AudioReadError:
         reader.close()
         raise
-    return _checked(path, size, reader)
+    return reader
 
 
 def _is_mpeg(info: AudioInfo) -> bool:
@@ -330,12 +338,13 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         if fmt == "OGG":  # two maximal pages: the last one and the page before it
             tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
             tail = read_span(reader.source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
-        flac_end = None  # where the last FLAC frame ends, by its header (local files: one 64 KiB tail read)
-        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader) and isinstance(reader.source, str):
+        # Where the last FLAC frame ends, by its header: a small tail read through the same file object the
+        # decoder reads (a path, a remote file, a tar member or a Parquet cell), so every path checks the same.
+        flac_end = None
+        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader):
             flac_head = head[:64] or read_span(reader.source, 0, 64)
             if flac_head[:4] == b"fLaC":
-                tail = read_span(reader.source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES)
-                flac_end = integrity.flac_frames_end(tail, flac_head)
+                flac_end = integrity.flac_last_frame_end(lambda n: read_span(reader.source, -n, n), flac_head)
     except OSError:  # the file vanished after opening: the first read will say so
         return
     if fmt == "OGG":
@@ -369,9 +378,6 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
     if isinstance(reader, PyAVReader) and _is_mpeg(info):  # (libsndfile's readers were settled when opened)
         mpeg_stream.read_length_tag(path, size, reader.source)
 
-
-# Bytes at the end of a FLAC file searched for its last two frame headers.
-_FLAC_TAIL_BYTES = 1 << 16
 
 # Bytes of an Ogg file checked when it is opened: the header pages (a Vorbis
 # setup header is up to a few KiB) and the first audio pages after them.
@@ -554,7 +560,9 @@ def probe(path: str | os.PathLike[str], *, storage_options: dict | None = None) 
     whose edit list already hides AAC encoder priming and padding), else the
     container duration (which FFmpeg may estimate from the bitrate), else
     the packet durations found by demuxing the file without decoding it
-    (raw ADTS ``.aac``).
+    (raw ADTS ``.aac`` and AC-3 always count their packets: FFmpeg's duration
+    for them is a bitrate estimate). Matroska/WebM Opus and AAC end where
+    their last packet does. A chained Ogg file's length is the sum of its links'.
 
     Raises:
         AudioReadError: if the file cannot be opened as audio.

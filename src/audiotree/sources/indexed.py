@@ -465,6 +465,15 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
             for name, k in by_name}
 
 
+def text_labels(rows: IndexRows) -> list[str]:
+    """The labels ``rows`` carry that are free text (transcripts): the index records them as kind ``"text"``.
+
+    The one place that decides what a text label is, for the check that a
+    fixed-length crop does not carry a whole utterance's transcript.
+    """
+    return [name for name in rows.labels if rows.store.label_kind(name) == "text"]
+
+
 def first_channels(rows: IndexRows) -> int | None:
     """The channel count of the first row (what ``mono=False`` checks against)."""
     value = rows.channels[0]
