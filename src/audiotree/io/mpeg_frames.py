@@ -283,7 +283,8 @@ def read_tag(head: bytes, stream_bytes: int) -> Tag:
         return Tag(first, None, "", None, None)
     at, name, flags = tag
     frames = struct.unpack_from(">I", frame, at + 8)[0] if flags & 1 and at + 12 <= len(frame) else None
-    declared = struct.unpack_from(">I", frame, at + 8 + 4 * bool(flags & 1))[0] if flags & 2 else None
+    field = at + 8 + 4 * bool(flags & 1)
+    declared = struct.unpack_from(">I", frame, field)[0] if flags & 2 and field + 4 <= len(frame) else None
     if frames is None:
         return Tag(following, None, "", declared, None)
     lame = at + 8 + 4 * bool(flags & 1) + 4 * bool(flags & 2) + 100 * bool(flags & 4) + 4 * bool(flags & 8)
