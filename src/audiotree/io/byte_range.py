@@ -197,6 +197,11 @@ class MemberInput(ReadOnlyInput):
             self._file.read(self._base, min(self.size, HEAD_FETCH))
 
     @property
+    def local(self) -> bool:
+        """Whether the bytes are a local file's or in memory (reading them all costs no request)."""
+        return not isinstance(self._file, RemoteSpan)
+
+    @property
     def closed(self) -> bool:
         if isinstance(self._file, int):
             return self._file < 0
