@@ -99,6 +99,18 @@ def _reason_text(reason: str) -> str:
     return reason.split(" The file may be ")[0]
 
 
+def _print_by_reason(report: dict, console) -> None:
+    """The unreadable files counted by the short reason of their error: one cause that refuses a whole
+    corpus (say every MP3 of one encoder) is one line, however many files it lists above."""
+    counts = report.get("unreadable_by_reason") or {}
+    if not counts:
+        return
+    console.print("Unreadable by reason:")
+    width = max(len(reason) for reason in counts)
+    for reason, count in counts.items():
+        console.print(f"  {reason + ':':<{width + 1}} {count} file{'s' if count != 1 else ''}", soft_wrap=True)
+
+
 def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> None:
     """The report as tables; each list of files shows at most ``limit`` lines (``None``: every line)."""
     from rich.columns import Columns
@@ -115,6 +127,7 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
     )
     if not report["readable"]:
         _print_lines(console, unreadable, limit)
+        _print_by_reason(report, console)
         for note in report["notes"]:
             console.print(f"note: {note}", soft_wrap=True)
         return
@@ -160,6 +173,7 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
     if unreadable:
         console.print(f"{len(unreadable)} unreadable file(s):")
         _print_lines(console, unreadable, limit)
+        _print_by_reason(report, console)
     for note in report["notes"]:
         console.print(f"note: {note}", soft_wrap=True)
     if report["loudness"]:
