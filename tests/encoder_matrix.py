@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Case", "CASES", "Built", "build", "check_whole", "check_excerpt", "check_item", "missing_tools", "evaluate",
+__all__ = ["Case", "CASES", "Built", "build", "check_whole", "check_excerpt", "check_item", "tools_present", "evaluate",
            "matrix_dataset", "ITEM_SECONDS", "ITEM_RATE",
            "EXCERPTS", "SECONDS"]
 
@@ -416,7 +416,7 @@ def _tool_present(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
-def missing_tools(cases: list[Case] = CASES) -> dict[str, bool]:
+def tools_present(cases: list[Case] = CASES) -> dict[str, bool]:
     """``{tool: present}`` for every tool the cases use (ffmpeg always: it decodes the oracle)."""
     tools = sorted({t for c in cases for t in c.tools} | {"ffmpeg"})
     return {t: _tool_present(t) for t in tools}
@@ -463,7 +463,7 @@ def build(folder: str | os.PathLike, cases: list[Case] = CASES, jobs: int = 4) -
     sources = _write_sources(src_dir, cases)
     cover = src_dir / "cover.png"
     _png(cover)
-    present = missing_tools(cases)
+    present = tools_present(cases)
     result: dict[str, Built] = {}
     runnable = []
     for case in cases:

@@ -21,7 +21,8 @@ locally, and fails them under CI (``CI=true``).
 from __future__ import annotations
 
 
-import numpy as np
+import os
+
 import pytest
 
 import encoder_matrix as em
@@ -90,6 +91,21 @@ def test_the_matrix_is_wide():
     rates = {c.rate for c in em.CASES}
     assert {8000, 11025, 16000, 22050, 44100, 48000, 88200, 96000} <= rates
     assert {c.channels for c in em.CASES} == {1, 2}
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_missing_encoder_skips_locally_and_fails_under_ci(monkeypatch, ci):
+    monkeypatch.setenv("CI", ci)
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(outcome, match="no-such-encoder is not installed"):
+        require_tool(False, "no-such-encoder", "it writes nothing")
+    require_tool(True, "ffmpeg", "present: nothing happens")
+
+
+def test_every_encoder_of_the_matrix_is_here_under_ci():
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.skip("only under CI=true (.ci/run installs every encoder): locally a missing encoder skips its cases")
+    assert all(em.tools_present().values()), em.tools_present()
 
 
 def _built(encoder_matrix, case_id: str) -> em.Built:
