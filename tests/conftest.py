@@ -121,7 +121,7 @@ def mp3_corpus(tmp_path_factory) -> dict[str, Path]:
         (root / group).mkdir()
         for i in range(8):
             rate = (16000, 22050, 44100, 48000)[(i + g) % 4]
-            channels = 1 + (i + g) % 2
+            channels = 1 + (i // 4 + i + g) % 2
             seconds = 1.5 + 2.5 * ((i * 3 + g) % 8) / 7
             wav = root / f"{group}-{i}.wav"
             soundfile.write(wav, em.source_signal(rate, channels, seconds), rate, subtype="PCM_16")
