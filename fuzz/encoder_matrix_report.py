@@ -12,6 +12,7 @@ Usage::
     python fuzz/encoder_matrix_report.py            # the tables
     python fuzz/encoder_matrix_report.py --cases    # also one line per case not read right
     python fuzz/encoder_matrix_report.py --jobs 2   # encoders run 2 at a time (default 4)
+    python fuzz/encoder_matrix_report.py --only mp3-ffmpeg   # the cases whose id starts with mp3-ffmpeg
 
 Exits 1 when a valid file is read wrong (never acceptable), 0 otherwise
 (refusals are counted, not failed: the test's KNOWN_FAILURES tracks them).
@@ -35,10 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=4, help="encoders run at once")
     parser.add_argument("--cases", action="store_true", help="list every case not read right")
+    parser.add_argument("--only", default="", metavar="PREFIX", help="only the cases whose id starts with PREFIX")
     args = parser.parse_args(argv)
+    cases = [c for c in em.CASES if c.case_id.startswith(args.only)]
+    if not cases:
+        parser.error(f"no case id starts with {args.only!r}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="encoder-matrix-") as tmp:
-        built = em.build(os.path.join(tmp, "files"), jobs=args.jobs)
+        built = em.build(os.path.join(tmp, "files"), cases, jobs=args.jobs)
         build_seconds = time.monotonic() - started
         dataset = em.matrix_dataset(os.path.join(tmp, "files"))
         results = {}
@@ -52,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         if outcome == "refused":
             reasons[reason or "(no reason)"] += 1
     totals = collections.Counter(outcome for outcome, _, _ in results.values())
-    print(f"{len(results)} files from {len({c.encoder for c in em.CASES})} encoders "
+    encoders = len({c.encoder for c in cases})
+    print(f"{len(results)} files from {encoders} encoder{'s' if encoders != 1 else ''} "
           f"(built in {build_seconds:.0f} s): {totals['right']} read right, {totals['refused']} refused, "
           f"{totals['wrong']} read wrong" + (f", {totals['not built']} not built" if totals["not built"] else ""))
     print()
