@@ -607,7 +607,7 @@ def _finish(frames, native_rate, sample_rate, duration):
 def evaluate(built: Built, dataset=None) -> tuple[str, str, str | None]:
     """How audiotree reads ``built``: ``(outcome, detail, reason)``.
 
-    ``outcome`` is ``"right"``, ``"refused"`` (an ``AudioReadError``; ``reason`` is its category) or ``"wrong"``
+    ``outcome`` is ``"right"``, ``"refused"`` (an ``AudioReadError``; ``reason`` is its ``category``) or ``"wrong"``
     (read, but unlike ffmpeg's decode: ``detail`` says where). Reads (a) the whole file, (b) the two
     :data:`EXCERPTS`, and (c) with ``dataset`` (from :func:`matrix_dataset`) the file's item.
     """
@@ -647,4 +647,4 @@ def evaluate(built: Built, dataset=None) -> tuple[str, str, str | None]:
                 return "wrong", f"dataset item: {what}", None
         return "right", f"{case.case_id}: read right", None
     except AudioReadError as exc:
-        return "refused", str(exc), getattr(exc, "reason", None)
+        return "refused", str(exc), getattr(exc, "category", None)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["AudioReadError", "ChannelMismatchError", "MissingExtraError", "read_error_reason", "READ_ERROR_REASONS"]
+__all__ = ["AudioReadError", "ChannelMismatchError", "MissingExtraError", "read_error_category", "READ_ERROR_CATEGORIES"]
 
-#: The short categories of :attr:`AudioReadError.reason`, each with the message fragments (regular
+#: The short categories of :attr:`AudioReadError.category`, each with the message fragments (regular
 #: expressions, case-insensitive) that place an error in it; the first category that matches wins.
-READ_ERROR_REASONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+READ_ERROR_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("MP3 LAME tag CRC", (r"LAME tag .* fails its CRC check",)),
     ("MP3 length tag damaged", (r"no usable Xing/Info frame count", r"length tag is damaged",
                                 r"has no Xing/Info header\) but decoding stopped")),
@@ -35,7 +35,7 @@ READ_ERROR_REASONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 _COMPILED = tuple((name, re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE))
-                  for name, patterns in READ_ERROR_REASONS)
+                  for name, patterns in READ_ERROR_CATEGORIES)
 
 
 # The generic advice of a failure that names no cause ("The file may be corrupt, truncated, or not audio at
@@ -43,12 +43,12 @@ _COMPILED = tuple((name, re.compile("|".join(f"(?:{p})" for p in patterns), re.I
 _ADVICE = re.compile(r"The file may be corrupt, truncated, or not audio at all.*", re.IGNORECASE | re.DOTALL)
 
 
-def read_error_reason(message: str) -> str:
-    """The short category (:data:`READ_ERROR_REASONS`) of a read error's message; ``"undecodable"`` if none fits.
+def read_error_category(message: str) -> str:
+    """The short category (:data:`READ_ERROR_CATEGORIES`) of a read error's message; ``"undecodable"`` if none fits.
 
-    >>> read_error_reason("Failed to read audio file 'a.wav': the file is truncated: its header declares ...")
+    >>> read_error_category("Failed to read audio file 'a.wav': the file is truncated: its header declares ...")
     'truncated'
-    >>> read_error_reason("Failed to read audio file 'b.mp3': LibsndfileError: something new")
+    >>> read_error_category("Failed to read audio file 'b.mp3': LibsndfileError: something new")
     'undecodable'
     """
     message = _ADVICE.sub("", message)
@@ -62,18 +62,18 @@ class AudioReadError(OSError):
     """A file could not be decoded as audio.
 
     The message names the file and the cause; ``file_path`` holds the path;
-    ``reason`` a short category that counts alike files alike (``"truncated"``,
-    ``"MP3 LAME tag CRC"``, ...: :data:`READ_ERROR_REASONS`), given where the
-    error is raised or else derived from the message.
+    ``category`` a short name of the cause that counts alike files alike
+    (``"truncated"``, ``"MP3 LAME tag CRC"``, ...: :data:`READ_ERROR_CATEGORIES`),
+    given where the error is raised or else derived from the message.
     The original exception, when there is one, is kept as ``__cause__`` in the
     raising process (tracebacks do not cross process boundaries, but the
     message, which embeds the cause, does).
     """
 
-    def __init__(self, message: str, file_path: str | os.PathLike[str] | None = None, reason: str | None = None):
+    def __init__(self, message: str, file_path: str | os.PathLike[str] | None = None, category: str | None = None):
         super().__init__(message)
         self.file_path = None if file_path is None else os.fspath(file_path)
-        self.reason: str = reason or read_error_reason(str(message))
+        self.category: str = category or read_error_category(str(message))
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -81,7 +81,7 @@ class AudioReadError(OSError):
     def __reduce__(self):
         # OSError's default reduce would rebuild with (errno, strerror) style
         # args and lose ``file_path``; rebuild with our own signature instead.
-        return (type(self), (str(self), self.file_path, self.reason))
+        return (type(self), (str(self), self.file_path, self.category))
 
 
 class MissingExtraError(ImportError):

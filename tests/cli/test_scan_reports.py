@@ -262,7 +262,7 @@ def test_the_index_scan_counts_the_same_reasons(damaged, capsys, tmp_path):
     assert _json(capsys, index)["unreadable_by_reason"] == _json(capsys, damaged)["unreadable_by_reason"]
 
 
-def test_the_reason_travels_with_the_error_and_survives_pickling(damaged):
+def test_the_category_travels_with_the_error_and_survives_pickling(damaged):
     import pickle
 
     from audiotree.errors import AudioReadError
@@ -270,7 +270,7 @@ def test_the_reason_travels_with_the_error_and_survives_pickling(damaged):
 
     with pytest.raises(AudioReadError) as caught:
         AudioFile(damaged / "cut.wav")
-    assert caught.value.reason == "truncated"
+    assert caught.value.category == "truncated"
     copy = pickle.loads(pickle.dumps(caught.value))
-    assert (copy.reason, copy.file_path, str(copy)) == ("truncated", caught.value.file_path, str(caught.value))
-    assert AudioReadError("Failed to read audio file 'x': odd", "x", reason="my category").reason == "my category"
+    assert (copy.category, copy.file_path, str(copy)) == ("truncated", caught.value.file_path, str(caught.value))
+    assert AudioReadError("Failed to read audio file 'x': odd", "x", category="mine").category == "mine"

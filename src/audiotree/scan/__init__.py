@@ -12,7 +12,7 @@ Two reports with one schema (the ``--json`` output, :data:`REPORT_KEYS`):
 - ``formats`` (``"FORMAT/SUBTYPE"``), ``sample_rates`` and ``channels``: file
   counts over the readable files; ``duration_histogram`` (bins of seconds);
 - ``unreadable`` (``[{"path", "reason"}]``), ``unreadable_by_reason`` (``{category: files}``, most
-  first: the short :attr:`~audiotree.errors.AudioReadError.reason` of each, so that a whole corpus refused
+  first: the short :attr:`~audiotree.errors.AudioReadError.category` of each, so that a whole corpus refused
   for one cause shows as one line), ``short`` (``{"min_seconds",
   "files": [{"path", "seconds"}]}``: the readable files shorter than the
   excerpt length, padded when read), ``notes``;

@@ -77,7 +77,7 @@ def probe(path: str) -> dict[str, Any]:
         return {"format": f"{info.format}/{info.subtype}" if info.subtype else str(info.format),
                 "sample_rate": int(info.sample_rate), "channels": int(info.channels), "duration": info.duration}
     except AudioReadError as exc:
-        return {"reason": reason_text(exc, path), "category": exc.reason}
+        return {"reason": reason_text(exc, path), "category": exc.category}
     except OSError as exc:  # vanished or unreadable by permissions
         return {"reason": " ".join(str(exc).split()), "category": "file not found" if isinstance(
             exc, FileNotFoundError) else "permission denied" if isinstance(exc, PermissionError) else "undecodable"}
@@ -97,7 +97,7 @@ def measure_loudness(path: str, max_seconds: float) -> tuple[float | None, str |
             rate = f.info.sample_rate
             frames = f.read(0, max(1, int(round(max_seconds * rate))))
     except AudioReadError as exc:
-        return None, reason_text(exc, path), exc.reason
+        return None, reason_text(exc, path), exc.category
     if frames.shape[0] == 0:
         return -math.inf, None, None
     x = np.ascontiguousarray(frames[:, :5].T)  # BS.1770 weights at most 5 channels (no LFE)

@@ -50,14 +50,14 @@ def reason_text(error: Any, path: str) -> str:
 
 def reason_category(fact: Mapping[str, Any]) -> str:
     """The short category of an unreadable file's fact: its ``category`` (the error's
-    :attr:`~audiotree.errors.AudioReadError.reason`), else one derived from its ``reason`` text.
+    :attr:`~audiotree.errors.AudioReadError.category`), else one derived from its ``reason`` text.
 
     >>> reason_category({"reason": "the file is truncated: its header declares 4000 bytes"})
     'truncated'
     """
-    from audiotree.errors import read_error_reason
+    from audiotree.errors import read_error_category
 
-    return str(fact.get("category") or read_error_reason(str(fact.get("reason") or "")))
+    return str(fact.get("category") or read_error_category(str(fact.get("reason") or "")))
 
 
 def by_reason(categories: Iterable[str]) -> dict[str, int]:
