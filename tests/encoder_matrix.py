@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -135,7 +136,8 @@ for _rate, _ch in ((44100, 2), (22050, 1)):
     _add(f"mp3-ffmpeg-id3v1-{_rate}x{_ch}", "ffmpeg", "MP3", "lossy", ".mp3", f"{_rate}x{_ch}",
          _ff("-c:a", "libmp3lame", "-b:a", _CBR[_rate], "-write_id3v1", "1", "-metadata", "title=Matrix",
              "-metadata", "artist=audiotree"))
-for _rate, _ch, _br in ((44100, 2, "128k"), (48000, 1, "96k"), (32000, 2, "128k"), (22050, 1, "64k")):
+# libshine writes MPEG-1 rates only (ffmpeg would resample a 22.05 kHz input to 32 kHz).
+for _rate, _ch, _br in ((44100, 2, "128k"), (48000, 1, "96k"), (32000, 2, "128k"), (32000, 1, "64k")):
     _add(f"mp3-shine-{_rate}x{_ch}", "libshine", "MP3", "lossy", ".mp3", f"{_rate}x{_ch}",
          _ff("-c:a", "libshine", "-b:a", _br), tools=("ffmpeg:libshine",))
 
@@ -422,12 +424,14 @@ def tools_present(cases: list[Case] = CASES) -> dict[str, bool]:
     return {t: _tool_present(t) for t in tools}
 
 
-def decode_oracle(path: Path, rate: int, channels: int) -> np.ndarray:
+def decode_oracle(path: Path, rate: int, channels: int) -> tuple[np.ndarray, int]:
     """ffmpeg's decode of ``path`` as ``(frames, channels)`` float32 at ``rate`` (no resampling for the file's
-    own rate)."""
-    out = subprocess.run(["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(path), "-f", "f32le",
+    own rate), and the rate of the file's stream as ffmpeg reads it."""
+    out = subprocess.run(["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "info", "-i", str(path), "-f", "f32le",
                           "-ac", str(channels), "-ar", str(rate), "-"], capture_output=True, check=True, timeout=120)
-    return np.frombuffer(out.stdout, dtype="<f4").reshape(-1, channels).copy()
+    found = re.search(rb"Stream #0:\d+.*?: Audio: .*?, (\d+) Hz", out.stderr)
+    native = int(found.group(1)) if found else 0
+    return np.frombuffer(out.stdout, dtype="<f4").reshape(-1, channels).copy(), native
 
 
 def _build_one(case: Case, folder: Path, sources: dict[str, Path], cover: Path) -> Built:
@@ -444,7 +448,10 @@ def _build_one(case: Case, folder: Path, sources: dict[str, Path], cover: Path) 
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
-        built.oracle = decode_oracle(out, case.rate, case.channels)
+        built.oracle, native = decode_oracle(out, case.rate, case.channels)
+        expected = 48000 if case.format == "Opus" else case.rate  # ffmpeg decodes every Opus stream at 48 kHz
+        if native != expected:  # the encoder resampled: the case must declare the rate it wrote
+            raise RuntimeError(f"the encoder wrote a {native} Hz stream; the case declares {expected} Hz")
     except Exception as exc:  # reported per case by the tests
         built.error = f"{type(exc).__name__}: {exc}"
     return built

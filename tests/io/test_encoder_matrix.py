@@ -65,7 +65,7 @@ KNOWN_FAILURES: dict[str, str] = {
     "mp3-ffmpeg-noxing-vbr-16000x1": _NO_XING_VBR,
     "mp3-ffmpeg-id3v1-22050x1": _CRC,
     "mp3-shine-48000x1": _CRC,
-    "mp3-shine-22050x1": _CRC,
+    "mp3-shine-32000x1": _CRC,
     "mp3-lame-notag-vbr-44100x2": _NO_XING_VBR,
     "mp3-lame-crc-44100x2": _LAME_P,
     "mp3-lame-crc-16000x1": _LAME_P,
