@@ -486,10 +486,6 @@ def build(folder: str | os.PathLike, cases: list[Case] = CASES, jobs: int = 4) -
 
 
 # ---------------------------------------------------------------- comparing
-def _mono(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float64).mean(axis=1) if x.ndim == 2 else x.astype(np.float64)
-
-
 def _corr(a: np.ndarray, b: np.ndarray) -> float:
     a = a.astype(np.float64).ravel()
     b = b.astype(np.float64).ravel()
@@ -500,7 +496,7 @@ def _corr(a: np.ndarray, b: np.ndarray) -> float:
 
 def find_lag(got: np.ndarray, oracle: np.ndarray, max_lag: int = MAX_LAG) -> int:
     """The lag ``L`` (``got[i]`` ~ ``oracle[i + L]``) within ``+-max_lag`` that maximises the cross-correlation."""
-    a, b = _mono(got), _mono(oracle)
+    a, b = got.astype(np.float64).mean(axis=1), oracle.astype(np.float64).mean(axis=1)
     n = 1 << int(np.ceil(np.log2(len(a) + len(b) + 1)))
     xc = np.fft.irfft(np.fft.rfft(b, n) * np.conj(np.fft.rfft(a, n)), n)
     lags = np.r_[0:max_lag + 1, -max_lag:0]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["AudioReadError", "ChannelMismatchError", "MissingExtraError", "read_error_category", "READ_ERROR_CATEGORIES"]
+__all__ = ["AudioReadError", "ChannelMismatchError", "MissingExtraError", "read_error_category",
+           "READ_ERROR_CATEGORIES"]
 
 #: The short categories of :attr:`AudioReadError.category`, each with the message fragments (regular
 #: expressions, case-insensitive) that place an error in it; the first category that matches wins.

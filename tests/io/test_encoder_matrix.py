@@ -30,7 +30,8 @@ from conftest import require_tool
 
 _CRC = "ffmpeg's LAME tag (not MPEG-1 stereo) refused for a 'LAME tag CRC'"
 _NO_XING_VBR = "a VBR MP3 without a Xing/Info frame count is refused (its estimated length is short)"
-_LAME_P = "an MP3 with CRC-protected frames (lame -p) is refused: 'its first MPEG frame header does not match the Info tag'"
+_LAME_P = ("an MP3 with CRC-protected frames (lame -p) is refused: 'its first MPEG frame header does not match the "
+           "Info tag'")
 _PYAV_OPUS = "Opus in WebM/Matroska through PyAV: excerpts land 24 samples off"
 _ADTS = "raw ADTS AAC: the decode stops before the length the header promises (tail dropped)"
 
@@ -108,7 +109,8 @@ def test_every_encoder_of_the_matrix_is_here_under_ci():
     assert all(em.tools_present().values()), em.tools_present()
 
 
-def test_the_report_prints_the_table_of_a_subset(tmp_path):
+@pytest.mark.slow
+def test_the_report_prints_the_table_of_a_subset():
     import subprocess
     import sys
     from pathlib import Path
