@@ -79,3 +79,58 @@ def absl_flags_parsed():
     yield
     if not was_parsed:
         flags.FLAGS.unparse_flags()
+
+
+def require_tool(present: bool, tool: str, why: str) -> None:
+    """Skips the calling test when ``tool`` (a Debian encoder) is absent, naming it; under CI (``CI=true``)
+    fails instead, so a broken ``.ci/run`` install step cannot pass by skipping."""
+    if present:
+        return
+    message = f"{tool} is not installed ({why}); .ci/run installs it (apt-get install ffmpeg lame sox ...)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def encoder_matrix(tmp_path_factory):
+    """Every case of ``tests/encoder_matrix.py`` written by its encoder, with ffmpeg's decode as the oracle
+    (``{case_id: Built}``); built once, the encoders running in parallel threads."""
+    import encoder_matrix as em
+
+    root = tmp_path_factory.mktemp("encoder-matrix")
+    return em.build(root / "files", jobs=4)
+
+
+@pytest.fixture(scope="session")
+def mp3_corpus(tmp_path_factory) -> dict[str, Path]:
+    """The three groups of :func:`corpus` (8 files each) as MP3s written by ffmpeg (libmp3lame): mixed rates
+    (16, 22.05, 44.1 and 48 kHz), mono and stereo, 1.5-4 s."""
+    import concurrent.futures
+    import shutil
+    import subprocess
+
+    import soundfile
+
+    import encoder_matrix as em
+
+    require_tool(shutil.which("ffmpeg") is not None, "ffmpeg", "it writes the MP3 corpus")
+    root = tmp_path_factory.mktemp("mp3-corpus")
+    jobs = []
+    for g, group in enumerate(("speech", "music", "effects")):
+        (root / group).mkdir()
+        for i in range(8):
+            rate = (16000, 22050, 44100, 48000)[(i + g) % 4]
+            channels = 1 + (i // 4 + i + g) % 2
+            seconds = 1.5 + 2.5 * ((i * 3 + g) % 8) / 7
+            wav = root / f"{group}-{i}.wav"
+            soundfile.write(wav, em.source_signal(rate, channels, seconds), rate, subtype="PCM_16")
+            bitrate = "64k" if rate < 32000 else "128k"
+            jobs.append(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(wav), "-c:a", "libmp3lame",
+                         "-b:a", bitrate, str(root / group / f"{group}-{i:02d}.mp3")])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for done in pool.map(lambda argv: subprocess.run(argv, capture_output=True, text=True), jobs):
+            assert done.returncode == 0, done.stderr
+    for wav in root.glob("*.wav"):
+        wav.unlink()
+    return {group: root / group for group in ("speech", "music", "effects")}

@@ -100,6 +100,18 @@ def _reason_text(reason: str) -> str:
     return reason.split(" The file may be ")[0]
 
 
+def _print_by_reason(report: dict, console) -> None:
+    """The unreadable files counted by the short reason of their error: one cause that refuses a whole
+    corpus (say every MP3 of one encoder) is one line, however many files it lists above."""
+    counts = report.get("unreadable_by_reason") or {}
+    if not counts:
+        return
+    console.print("Unreadable by reason:")
+    width = max(len(reason) for reason in counts)
+    for reason, count in counts.items():
+        console.print(f"  {reason + ':':<{width + 1}} {count} file{'s' if count != 1 else ''}", soft_wrap=True)
+
+
 def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> None:
     """The report as tables; each list of files shows at most ``limit`` lines (``None``: every line)."""
     from rich.columns import Columns
@@ -117,6 +129,7 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
     )
     if not report["readable"]:
         _print_lines(console, unreadable, limit)
+        _print_by_reason(report, console)
         _print_notes(console, report["notes"], unit)
         return
     groups = Table(title="Groups", title_justify="left")
@@ -161,6 +174,7 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
     if unreadable:
         console.print(f"{len(unreadable)} unreadable {one}(s):")
         _print_lines(console, unreadable, limit)
+        _print_by_reason(report, console)
     _print_notes(console, report["notes"], unit)
     if report["loudness"]:
         _print_loudness(report["loudness"], console, from_index=bool(report.get("index")), one=one)
