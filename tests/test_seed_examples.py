@@ -137,18 +137,10 @@ def test_seed_page_has_the_expected_examples():
         assert needle in joined
 
 
-def _reads_audio(code: str) -> bool:
-    """Whether an example iterates (a ``for`` loop or a comprehension), so reads items; the others only
-    configure a pipeline."""
-    return any(isinstance(node, (ast.For, ast.comprehension)) for node in ast.walk(ast.parse(code)))
-
-
 #: Every example runs on two corpora: the synthetic one (WAV/FLAC/...), and the same three groups as MP3s written
-#: by ffmpeg at mixed rates and channel counts (tests/conftest.py ``mp3_corpus``). On the MP3s, the examples
-#: that read items fail until issue 35's MP3 fix: main refuses ffmpeg's MP3s but MPEG-1 stereo.
-_MP3_FAILS = pytest.mark.xfail(strict=True, reason="issue 35: ffmpeg MP3 CRC")
-RUNS = [pytest.param(index, corpus_name, id=f"example{index:02d}-{label}",
-                     marks=[_MP3_FAILS] if corpus_name == "mp3_corpus" and _reads_audio(EXAMPLES[index]) else [])
+#: by ffmpeg at mixed rates and channel counts (tests/conftest.py ``mp3_corpus``): before issue 35's MP3 fix,
+#: every example that reads items failed on them (ffmpeg's MP3s but MPEG-1 stereo were refused).
+RUNS = [pytest.param(index, corpus_name, id=f"example{index:02d}-{label}")
         for index in range(len(EXAMPLES))
         for corpus_name, label in (("corpus", "synthetic"), ("mp3_corpus", "ffmpeg-mp3"))]
 

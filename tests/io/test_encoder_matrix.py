@@ -28,52 +28,9 @@ import pytest
 import encoder_matrix as em
 from conftest import require_tool
 
-_CRC = "ffmpeg's LAME tag (not MPEG-1 stereo) refused for a 'LAME tag CRC'"
-_NO_XING_VBR = "a VBR MP3 without a Xing/Info frame count is refused (its estimated length is short)"
-_LAME_P = ("an MP3 with CRC-protected frames (lame -p) is refused: 'its first MPEG frame header does not match the "
-           "Info tag'")
-_PYAV_OPUS = "Opus in WebM/Matroska through PyAV: excerpts land 24 samples off"
-_ADTS = "raw ADTS AAC: the decode stops before the length the header promises (tail dropped)"
-
-#: Cases that fail on main, each with what goes wrong. The lead removes entries as the i35-mp3 and
-#: i35-lossy fixes merge (a fixed case then XPASSes, which fails the run until its entry goes).
-KNOWN_FAILURES: dict[str, str] = {
-    "mp3-ffmpeg-cbr-8000x1": _CRC,
-    "mp3-ffmpeg-cbr-8000x2": _CRC,
-    "mp3-ffmpeg-cbr-11025x1": _CRC,
-    "mp3-ffmpeg-cbr-11025x2": _CRC,
-    "mp3-ffmpeg-cbr-12000x1": _CRC,
-    "mp3-ffmpeg-cbr-12000x2": _CRC,
-    "mp3-ffmpeg-cbr-16000x1": _CRC,
-    "mp3-ffmpeg-cbr-16000x2": _CRC,
-    "mp3-ffmpeg-cbr-22050x1": _CRC,
-    "mp3-ffmpeg-cbr-22050x2": _CRC,
-    "mp3-ffmpeg-cbr-24000x1": _CRC,
-    "mp3-ffmpeg-cbr-24000x2": _CRC,
-    "mp3-ffmpeg-cbr-32000x1": _CRC,
-    "mp3-ffmpeg-cbr-44100x1": _CRC,
-    "mp3-ffmpeg-cbr-48000x1": _CRC,
-    "mp3-ffmpeg-vbr6-44100x1": _CRC,
-    "mp3-ffmpeg-vbr4-22050x2": _CRC,
-    "mp3-ffmpeg-vbr7-16000x1": _CRC,
-    "mp3-ffmpeg-vbr5-8000x1": _CRC,
-    "mp3-ffmpeg-vbr5-11025x2": _CRC,
-    "mp3-ffmpeg-vbr3-24000x1": _CRC,
-    "mp3-ffmpeg-abr-22050x1": _CRC,
-    "mp3-ffmpeg-abr-48000x1": _CRC,
-    "mp3-ffmpeg-bitexact-16000x1": _CRC,
-    "mp3-ffmpeg-noxing-vbr-44100x2": _NO_XING_VBR,
-    "mp3-ffmpeg-noxing-vbr-16000x1": _NO_XING_VBR,
-    "mp3-ffmpeg-id3v1-22050x1": _CRC,
-    "mp3-shine-48000x1": _CRC,
-    "mp3-shine-32000x1": _CRC,
-    "mp3-lame-notag-vbr-44100x2": _NO_XING_VBR,
-    "mp3-lame-crc-44100x2": _LAME_P,
-    "mp3-lame-crc-16000x1": _LAME_P,
-    "opus-ffmpeg-webm-48000x2": _PYAV_OPUS,
-    "opus-ffmpeg-mka-48000x1": _PYAV_OPUS,
-    "aac-ffmpeg-adts-44100x2": _ADTS,
-}
+#: Cases that fail, each with what goes wrong (a strict xfail: a fixed case then XPASSes, which fails the run
+#: until its entry goes). Empty since issue 35's fixes: every valid file of the matrix reads right.
+KNOWN_FAILURES: dict[str, str] = {}
 
 def _param(case: em.Case):
     reason = KNOWN_FAILURES.get(case.case_id)
