@@ -71,6 +71,7 @@ __all__ = [
     "use_storage_options",
     "call_with_storage_options",
     "is_transient",
+    "WrongRange",
     "RETRY_ATTEMPTS",
     "RETRY_MAX_DELAY",
 ]
@@ -251,6 +252,13 @@ def redact(text: str, storage_options: Mapping[str, Any] | None = None) -> str:
     return text
 
 
+class WrongRange(OSError):
+    """A ranged GET was answered with other bytes than the range asked for (see :mod:`audiotree.io.ranged_get`).
+
+    Transient: a proxy or cache in between may answer the next try correctly.
+    """
+
+
 def http_status(exc: BaseException) -> int | None:
     """The HTTP status behind ``exc`` or its causes, if any library recorded one."""
     seen = 0
@@ -302,7 +310,7 @@ def is_transient(exc: BaseException) -> bool:
     reports a truncated body as ``ClientPayloadError`` from a
     ``ContentLengthError`` whose ``code=400`` is its parser's, not the server's.
     """
-    if any(_is_cut_short(cur) for cur in _chain(exc)) or _is_checksum_mismatch(exc):
+    if any(_is_cut_short(cur) or isinstance(cur, WrongRange) for cur in _chain(exc)) or _is_checksum_mismatch(exc):
         return True
     return _is_transient(exc)
 
@@ -368,6 +376,10 @@ def remote_error(
         hint = (f"The bytes received failed the storage's checksum after {attempts} attempt(s): the data was damaged "
                 "on the way (a proxy, a flaky network) or the object changed while it was read; check the network and "
                 "try again.")
+    elif any(isinstance(cur, WrongRange) for cur in _chain(exc)):
+        hint = (f"The storage kept answering the ranged request with other bytes than the range asked for, after "
+                f"{attempts} attempt(s): a server, proxy or cache in between ignores or rewrites HTTP Range requests. "
+                "The file is not at fault; read it without that proxy, or from storage that honours Range.")
     elif any(_is_cut_short(cur) for cur in _chain(exc)):
         hint = (f"The connection kept ending before the whole answer arrived (a reset or truncated body) after "
                 f"{attempts} attempt(s); check the server or the network and try again.")
