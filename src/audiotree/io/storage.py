@@ -59,6 +59,8 @@ __all__ = [
     "filesystem",
     "file_size",
     "stat",
+    "tagged_time",
+    "same_version",
     "version",
     "download",
     "upload",
@@ -442,7 +444,11 @@ def stat(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None =
 
     The pair identifies a version of the file (the corpus index records it).
     A remote object's time is the storage's (S3 ``LastModified``, GCS
-    ``updated``), -1 when the backend reports none (plain HTTP).
+    ``updated``), -1 when the backend reports none (plain HTTP). Those times
+    have a resolution of a second (S3) or a millisecond (GCS), so an object
+    replaced by another of the same size within it would look unchanged: the
+    digits below the resolution carry a digest of the object's version tag
+    (GCS ``generation``, else the ``ETag``) instead (:func:`tagged_time`).
 
     Raises ``OSError`` for a local path and :class:`AudioReadError` for a URL.
 
@@ -457,7 +463,43 @@ def stat(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None =
         return int(st.st_size), int(st.st_mtime_ns)
     fs = filesystem(path, storage_options)
     info = retry(lambda: object_info(fs, path), path, "look up", storage_options)
-    return int(info["size"]), _mtime_ns(info)
+    tag = info.get("generation") or info.get("ETag") or info.get("etag")
+    return int(info["size"]), tagged_time(_mtime_ns(info), None if tag is None else str(tag))
+
+
+def tagged_time(mtime_ns: int, tag: str | None) -> int:
+    """``mtime_ns`` (a store's time, whole seconds or milliseconds) with a digest of ``tag`` in the digits below
+    its resolution, never all zero; other times unchanged.
+
+    >>> t = 1_700_000_000 * 10**9
+    >>> tagged_time(t, '"abc"') // 10**9 == t // 10**9, tagged_time(t, '"abc"') != tagged_time(t, '"abd"')
+    (True, True)
+    >>> tagged_time(t + 5, '"abc"'), tagged_time(-1, '"abc"'), tagged_time(t, None) == t
+    (1700000000000000005, -1, True)
+    """
+    import hashlib
+
+    if tag is None or mtime_ns < 0 or mtime_ns % 10**6:
+        return mtime_ns
+    digest = int.from_bytes(hashlib.blake2b(tag.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+    step = 10**9 if mtime_ns % 10**9 == 0 else 10**6
+    return mtime_ns + 1 + digest % (step - 1)
+
+
+def same_version(now_ns: int, recorded_ns: int) -> bool:
+    """Whether a remote object's :func:`stat` time ``now_ns`` matches ``recorded_ns``, which an index may have
+    recorded before times carried a tag digest (its digits below the store's resolution all zero).
+
+    >>> t = 1_700_000_000 * 10**9
+    >>> same_version(tagged_time(t, "e"), t), same_version(tagged_time(t, "e"), tagged_time(t, "f"))
+    (True, False)
+    """
+    if now_ns == recorded_ns:
+        return True
+    for step in (10**9, 10**6):
+        if recorded_ns >= 0 and recorded_ns % step == 0 and now_ns // step == recorded_ns // step:
+            return now_ns % step != 0
+    return False
 
 
 def version(url: str, *, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int, str | None]:
