@@ -234,3 +234,31 @@ def test_a_proxy_always_answering_another_range_is_an_error_naming_the_request(s
     message = str(info.value)
     assert "s3://ranges/wav/utt0003.wav" in message and "bytes=0-" in message, message
     assert "other bytes than the range asked for" in message and "Re-encode" not in message, message
+
+
+@pytest.mark.parametrize("name", ["wav/utt0007.wav", "unpacked/utt0007.flac", "shards/train-000003.tar"])
+def test_wrong_ranges_after_the_open_name_the_request_not_the_file(s3_ranges, monkeypatch, name):
+    # The open is answered honestly, every later ranged GET with another range: the decoder's seek or read
+    # fails, and the error is the storage's (the request named), never "the file may be corrupt ... Re-encode it".
+    import s3fs
+
+    from audiotree.io import AudioFile
+    from audiotree.io.tar_shards import list_shard
+
+    url = f"s3://ranges/{name}"
+    if name.endswith(".tar"):
+        member = next(m for m in list_shard(url).members if m.name.endswith(".flac"))
+        url = f"tar://{member.name}?offset={member.offset}&size={member.size}::{url}"
+    proxy = RangeFaultProxy(s3_ranges, pattern=(None,) + ("other-206",) * 10_000)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        s3fs.S3FileSystem.clear_instance_cache()
+        with pytest.raises(AudioReadError) as info:
+            with AudioFile(url) as f:
+                f.read(f.info.frames // 2, f.info.frames // 4)
+    finally:
+        proxy.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
+    message = str(info.value)
+    assert "was answered with 206 and Content-Range" in message and "bytes=" in message, message
+    assert "Re-encode" not in message and "corrupt" not in message, message
