@@ -21,7 +21,14 @@ import soundfile
 
 from audiotree.errors import AudioReadError
 from container_factories import RATE, make_corpus
-from test_storage import SECRET, start_moto
+from test_storage import (  # noqa: F401 (http_server: the storage tests' HTTP server)
+    GCS_OPTIONS,
+    SECRET,
+    gcs_environment,
+    http_server,
+    start_gcs_emulator,
+    start_moto,
+)
 
 # Three faults in every ten ranged GETs (30%), never two in a row: five attempts always get through.
 PATTERN = ("full-200", None, None, "other-206", None, None, "other-206", None, "full-200", None)
@@ -262,3 +269,65 @@ def test_wrong_ranges_after_the_open_name_the_request_not_the_file(s3_ranges, mo
     message = str(info.value)
     assert "was answered with 206 and Content-Range" in message and "bytes=" in message, message
     assert "Re-encode" not in message and "corrupt" not in message, message
+
+
+def _flac_and_wav(seconds: float = 12.0) -> dict[str, bytes]:
+    rng = np.random.default_rng(5)
+    x = (0.2 * rng.standard_normal((int(seconds * RATE), 2))).astype(np.float32)
+    out = {}
+    for fmt in ("WAV", "FLAC"):
+        buf = io.BytesIO()
+        soundfile.write(buf, x, RATE, format=fmt, subtype="PCM_16")
+        out[f"ranged.{fmt.lower()}"] = buf.getvalue()
+    return out
+
+
+def _excerpts(urls, storage_options=None) -> list:
+    from audiotree.io import AudioFile
+
+    out = []
+    for url in urls:
+        with AudioFile(url, storage_options=storage_options) as f:
+            for start in (0, f.info.frames // 3, f.info.frames - 9000, RATE // 2, 2 * f.info.frames // 3):
+                out.append(f.read(start, 8000).tobytes())
+    return out
+
+
+@pytest.mark.slow
+def test_http_answers_are_checked_too(http_server):
+    http_server.objects.update({f"/{k}": v for k, v in _flac_and_wav().items()})
+    names = sorted(_flac_and_wav())
+    clean = _excerpts([f"{http_server.base}/{n}" for n in names])
+    proxy = RangeFaultProxy(int(http_server.base.rsplit(":", 1)[1]))
+    try:
+        faulty = _excerpts([f"http://127.0.0.1:{proxy.port}/{n}" for n in names])
+    finally:
+        proxy.stop()
+    assert proxy.faults["full-200"] > 0 and proxy.faults["other-206"] > 0, proxy.faults
+    assert faulty == clean
+
+
+@pytest.mark.slow
+def test_gcs_answers_are_checked_too():
+    server, port = start_gcs_emulator("ranged")
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            gcs_environment(mp, f"http://127.0.0.1:{port}")
+            import gcsfs
+
+            fs = gcsfs.GCSFileSystem(**GCS_OPTIONS)
+            for name, data in _flac_and_wav().items():
+                fs.pipe(f"ranged/{name}", data)
+            urls = [f"gs://ranged/{n}" for n in sorted(_flac_and_wav())]
+            clean = _excerpts(urls, GCS_OPTIONS)
+            proxy = RangeFaultProxy(port)
+            try:
+                gcs_environment(mp, f"http://127.0.0.1:{proxy.port}")
+                faulty = _excerpts(urls, GCS_OPTIONS)
+            finally:
+                proxy.stop()
+                gcsfs.GCSFileSystem.clear_instance_cache()
+    finally:
+        server.stop()
+    assert proxy.faults["full-200"] > 0 and proxy.faults["other-206"] > 0, proxy.faults
+    assert faulty == clean
