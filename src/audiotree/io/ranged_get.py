@@ -112,11 +112,8 @@ async def _s3(fs: Any, url: str, start: int, stop: int, size: int | None) -> Ans
 
 
 async def _gcs(fs: Any, url: str, start: int, stop: int, size: int | None) -> Answer:
-    _, _, generation = fs.split_path(url)
-    try:
-        status, headers, _, data = await fs._request(
-            "GET", fs.url(url) if not generation else fs.url(url, generation=generation),
-            headers={"Range": f"bytes={start}-{stop - 1}"})
+    try:  # fs.url keeps a generation the URL names
+        status, headers, _, data = await fs._request("GET", fs.url(url), headers={"Range": f"bytes={start}-{stop - 1}"})
     except Exception as exc:
         if storage.http_status(exc) == 416:
             return Answer(b"", start, None)
