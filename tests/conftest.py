@@ -31,6 +31,81 @@ if "AUDIOTREE_CACHE_DIR" not in os.environ:
     os.environ["AUDIOTREE_CACHE_DIR"] = _CACHE
     atexit.register(shutil.rmtree, _CACHE, True)
 
+# /dev/shm: a test must not leave there anything its processes created (a semaphore, a shared-memory block, a
+# scratch folder). Other programs on the machine (parallel test runs) write there too, so only names this
+# session can tell are its own count:
+# * multiprocessing's named semaphores made by this process and its multiprocessing children carry the session's
+#   pid (their prefix is inherited by every child multiprocessing starts);
+# * names that embed the pid of a process this session started (audiotree's batch slots
+#   ``audiotree_<token>_<pid>_...``, the fuzz harness's ``audiotree-fuzz-<pid>``).
+_SHM = Path("/dev/shm")
+_SESSION_PIDS = {os.getpid()}
+_SEM_MARK = f"sem.mp-pytest{os.getpid()}-"
+if _SHM.is_dir():
+    import multiprocessing
+    import multiprocessing.process
+    import subprocess
+
+    multiprocessing.current_process()._config["semprefix"] = f"/mp-pytest{os.getpid()}"
+    _popen_execute_child = subprocess.Popen._execute_child
+    _process_start = multiprocessing.process.BaseProcess.start
+
+    def _recording_execute_child(self, *args, **kwargs):
+        _popen_execute_child(self, *args, **kwargs)
+        _SESSION_PIDS.add(self.pid)
+
+    def _recording_start(self):
+        _process_start(self)
+        _SESSION_PIDS.add(self.pid)
+
+    subprocess.Popen._execute_child = _recording_execute_child
+    multiprocessing.process.BaseProcess.start = _recording_start
+
+
+def _shm_names() -> set[str]:
+    try:
+        return set(os.listdir(_SHM))
+    except OSError:
+        return set()
+
+
+def _ours(name: str) -> bool:
+    if name.startswith(_SEM_MARK):
+        return True
+    import re
+
+    match = re.match(r"^(?:audiotree_[0-9a-f]+_(\d+)_|audiotree-fuzz-(\d+)$)", name)
+    return match is not None and int(next(g for g in match.groups() if g)) in _SESSION_PIDS
+
+
+@pytest.fixture(autouse=True)
+def _leaves_nothing_in_dev_shm(request):
+    """Fails the test that leaves in /dev/shm a name its processes created (see above)."""
+    if not _SHM.is_dir():
+        yield
+        return
+    before = _shm_names()
+    yield
+    try:
+        import psutil
+
+        _SESSION_PIDS.update(p.pid for p in psutil.Process().children(recursive=True))
+    except Exception:  # noqa: BLE001 - psutil is optional: the recorded starts still count
+        pass
+    import gc
+    import time
+
+    gc.collect()  # what the test dropped but a reference cycle keeps (a Grain iterator's queues) is not left
+    left: set[str] = set()
+    for _ in range(40):  # a resource tracker unlinks what its tree left a moment after the tree ends
+        left = {name for name in _shm_names() - before if _ours(name)}
+        if not left:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"{request.node.nodeid} left {len(left)} name(s) it created in /dev/shm: {sorted(left)[:10]}",
+                pytrace=False)
+
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The reference docs live beside the repository (../shared/seeds); a checkout elsewhere
 # (a git worktree, CI) can point at them with AUDIOTREE_SEEDS_DIR.

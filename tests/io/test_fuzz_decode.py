@@ -70,7 +70,9 @@ def _fuzz(fmt: str, tmp_path, seconds: float) -> tuple[subprocess.CompletedProce
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
     src = os.path.dirname(os.path.dirname(os.path.abspath(audiotree.__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    # The scratch file goes under tmp_path: left in /dev/shm, the last run's would outlive the suite.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+           "AUDIOTREE_FUZZ_SCRATCH": str(tmp_path / "scratch")}
     seeds = tmp_path / "seeds"  # the harness seeds an empty first corpus folder with valid files
     cmd = [
         sys.executable, str(FUZZ_DIR / "fuzz_decode.py"), "--format", fmt, str(seeds), str(corpus),

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io.input_file import ReadOnlyInput
-from audiotree.io import storage
+from audiotree.io import ranged_get, storage
 
 __all__ = ["MemberInput", "RemoteSpan", "HEAD_FETCH", "SEEK_BACK", "MIN_FETCH", "MAX_FETCH"]
 
@@ -56,7 +56,7 @@ class RemoteSpan:
 
     def _get(self, a: int, b: int) -> bytes:
         self.requests += 1
-        data = storage.retry(lambda: self._fs.cat_file(self.url, start=a, end=b), self.url, "read", self._options)
+        data = ranged_get.read_range(self._fs, self.url, a, b, self._options)
         self.bytes_fetched += len(data)
         return data
 

@@ -70,8 +70,11 @@ def _fail(path: str, what: str) -> AudioReadError:
 
 def _file_key(path: str) -> tuple:
     # A rewritten local file gets a new key (its footer is read again).
+    import json
+
     version = None if storage.is_url(path) else storage.stat(path)
-    return (path, version, tuple(sorted(storage.merged_options(None).items(), key=str)))
+    # Options may nest (``client_kwargs``: a dict): their JSON text is the hashable form.
+    return (path, version, json.dumps(storage.merged_options(None), sort_keys=True, default=repr))
 
 
 def _open_entry(path: str) -> tuple[tuple, Any, int]:
@@ -170,7 +173,9 @@ def _fetcher(path: str):
         return parquet_cells.local_fetch(storage.local_path(path))
     options = storage.merged_options(None)
     fs = storage.filesystem(path, options)
-    return lambda a, b: storage.retry(lambda: fs.cat_file(path, start=a, end=b), path, "read", options)
+    from audiotree.io.ranged_get import read_range
+
+    return lambda a, b: read_range(fs, path, a, b, options)
 
 
 def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
