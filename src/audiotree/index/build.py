@@ -115,6 +115,13 @@ def _normalize_sources(sources: Any) -> tuple[list[tuple[str | None, str]], dict
     return pairs, described
 
 
+def _absolute_entry(entry: str) -> str:
+    """A local source entry (a folder, file, glob or brace pattern) as an absolute path; a URL as it is."""
+    if storage.is_url(entry):
+        return entry
+    return os.path.abspath(os.path.expandvars(os.path.expanduser(storage.local_path(entry))))
+
+
 def _discover(pairs, extensions, containers: Any = None,
               audio_column: str | None = None) -> list[tuple[str, str | None, str]]:
     """(absolute path, group, source root) per file, first listing wins.
@@ -130,7 +137,10 @@ def _discover(pairs, extensions, containers: Any = None,
     out = []
     for group, entry in pairs:
         before = len(containers.problems) if containers is not None else 0
-        files, _ = discover_files(entry, extensions, strict=True, audio_column=audio_column, containers=containers)
+        # Resolved once, before anything is keyed: members and their sidecar labels are named by the absolute
+        # container path whichever spelling (relative, ./, absolute) the source used.
+        files, _ = discover_files(_absolute_entry(entry), extensions, strict=True, audio_column=audio_column,
+                                  containers=containers)
         if containers is not None:
             for exc in containers.problems[before:]:
                 containers.groups.setdefault(exc.file_path, group)

@@ -49,6 +49,7 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
+import functools
 import os
 import unicodedata
 import warnings
@@ -384,8 +385,18 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
+@functools.lru_cache(maxsize=65_536)
+def _real_folder(folder: str) -> str:
+    return os.path.realpath(folder)
+
+
 def _norm(path: str) -> str:
-    return _nfc(os.path.normcase(os.path.normpath(os.path.abspath(path))))
+    """A local path as one spelling: absolute, its folder's symlinks resolved (a corpus reached through a
+    symlinked folder joins a labels file naming the real one). URLs and member URLs keep their text."""
+    if "://" in path:
+        return _nfc(os.path.normcase(os.path.normpath(os.path.abspath(path))))
+    folder, name = os.path.split(os.path.normpath(os.path.abspath(path)))
+    return _nfc(os.path.normcase(os.path.join(_real_folder(folder), name)))
 
 
 def _file_key(match: str, path: str, source_root: str) -> str:
@@ -430,6 +441,7 @@ def match_labels(source: LabelSource, files: Sequence[str], source_roots: Sequen
     ``files`` are absolute paths (or URLs), each found under ``source_roots[i]``.
     """
     table = read_labels(source)
+    _real_folder.cache_clear()  # folders resolved afresh for each build (a symlink may have moved)
     root = source.root if source.root is not None else os.path.dirname(os.path.abspath(source.path))
     keys = table.column(source.key).to_pylist()
     by_key, file_keys = _resolve(source, source.match, keys, root, files, source_roots)
