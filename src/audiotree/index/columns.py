@@ -10,11 +10,12 @@ pages of the rows it reads. A :class:`ColumnStore` pickles as its folder's
 name, so a Grain or PyTorch worker (fork or spawn) starts in constant time
 and memory whatever the row count.
 
-Layout (``format`` 1), one raw little-endian ``NAME.bin`` file per array, its
+Layout (``format`` 2), one raw little-endian ``NAME.bin`` file per array, its
 dtype and shape in the manifest (written as it streams):
 
 - ``path.offsets``/``path.data``: the stored paths, UTF-8 (Arrow's string
-  layout, read per row by :class:`~audiotree.index.text.TextColumn`);
+  layout, read per row by :class:`~audiotree.index.text.TextColumn`); in a
+  segment index, ``id.offsets``/``id.data`` likewise (the items' keys);
 - ``size``, ``mtime_ns`` (int64), ``duration``, ``channels`` (float64, NaN when
   null), ``readable`` (bool), ``window`` (``(n, 2)`` float64 segment bounds, in
   a segment index only);
@@ -52,7 +53,7 @@ import numpy as np
 __all__ = ["ColumnStore", "open_columns", "store_folder", "STORE_FORMAT"]
 
 #: Version of the store's layout; a store of another version is rebuilt.
-STORE_FORMAT = 1
+STORE_FORMAT = 2
 _MANIFEST = "manifest.json"
 # Rows read from the index per step while building (bounds the builder's memory).
 _BATCH_ROWS = 65_536
@@ -497,11 +498,13 @@ def _write(ix: Any, folder: str, identity: dict) -> dict:
         put(name + ".data", np.asarray(data, np.uint8))
 
     names = list(ix.meta["labels"])
-    full = open_index(ix.path, columns=["path", "group", "size", "mtime_ns", "channels", "duration", "readable"],
-                      labels=names, root=ix.root)
+    base = ["path", "group", "size", "mtime_ns", "channels", "duration", "readable"]
+    full = open_index(ix.path, columns=base + ["id"] * ix.has_segments, labels=names, root=ix.root)
     table = full.table
     n = len(full)
     put_text("path", _string_buffers(table.column("path")))
+    if ix.has_segments:  # the segment ids: items' keys
+        put_text("id", _string_buffers(table.column("id")))
     put("size", np.nan_to_num(np.asarray(full.column("size"), dtype=np.float64), nan=-1).astype(np.int64)
         if table.column("size").null_count else full.column("size").astype(np.int64))
     put("mtime_ns", np.asarray([-1 if v is None else v for v in table.column("mtime_ns").to_pylist()], np.int64)

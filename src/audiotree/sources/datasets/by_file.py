@@ -177,8 +177,10 @@ def build_balanced_dataset(
                                                        loudest=loudest)
     if group_rows:
         from audiotree.index.reader import check_on_stale
+        from audiotree.sources.item_labels import check_same_kinds
 
         check_on_stale(corpus.on_stale)
+        check_same_kinds({rows.index_path: rows.labels for rows in group_rows.values()})
     else:
         indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration)
     check_measure_lufs(output.measure_lufs)
