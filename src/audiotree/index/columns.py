@@ -498,12 +498,12 @@ def _write(ix: Any, folder: str, identity: dict) -> dict:
         put(name + ".data", np.asarray(data, np.uint8))
 
     names = list(ix.meta["labels"])
-    base = ["path", "group", "size", "mtime_ns", "channels", "duration", "readable"]
-    full = open_index(ix.path, columns=base + ["id"] * ix.has_segments, labels=names, root=ix.root)
+    full = open_index(ix.path, columns=["path", "group", "size", "mtime_ns", "channels", "duration", "readable"],
+                      labels=names, root=ix.root)
     table = full.table
     n = len(full)
     put_text("path", _string_buffers(table.column("path")))
-    if ix.has_segments:  # the segment ids: items' keys
+    if full.has_segments:  # the segment ids: items' keys
         put_text("id", _string_buffers(table.column("id")))
     put("size", np.nan_to_num(np.asarray(full.column("size"), dtype=np.float64), nan=-1).astype(np.int64)
         if table.column("size").null_count else full.column("size").astype(np.int64))

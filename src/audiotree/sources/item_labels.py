@@ -19,6 +19,14 @@ Labels and aliases
     vocabulary (the sorted union of theirs: :func:`label_vocabulary`); a text
     column among them makes the label text; numbers merge with numbers only.
 
+Without an index
+    ``create_audio_dataset(sources=shards, corpus=Corpus(labels=["text"]))``
+    carries each tar member's ``.json`` fields, ``.txt`` (``txt``) and
+    ``.cls`` (``cls``), and each Parquet row's other columns
+    (:func:`stream_labels`): numbers as ``(1,)`` arrays, strings as
+    one-string lists (no vocabulary is built without an index). They are read
+    when the dataset is built, with the listing of the shards.
+
 >>> item_key("tar://spk1/utt-7.flac?offset=512&size=9::/data/train-000001.tar")
 'spk1/utt-7'
 >>> item_key("parquet://audio?row_group=0&row=3::/data/train-00000.parquet")
@@ -36,7 +44,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["KEY", "item_key", "label_request", "LabelPlan", "plan_labels", "label_vocabulary", "check_same_kinds"]
+__all__ = ["KEY", "item_key", "label_request", "LabelPlan", "plan_labels", "label_vocabulary", "check_same_kinds",
+           "StreamLabels", "stream_labels"]
 
 #: The ``extras`` entry that holds every item's key.
 KEY = "key"
@@ -210,9 +219,11 @@ def label_vocabulary(index: Any, labels: Any) -> dict[str, list]:
     For a label of one column, the index's vocabulary; for an aliased label,
     the sorted union of its columns' values (the ids items carry).
     """
-    from audiotree.sources.indexed import load_index
+    from audiotree.index.columns import open_columns
+    from audiotree.index.reader import CorpusIndex, open_index
 
-    ix, store = load_index(index)
+    ix = index if isinstance(index, CorpusIndex) else open_index(index, columns=())
+    store = open_columns(ix)
     plan = plan_labels(store, label_request(labels), ix.path)
     out = {}
     for name, kind, columns in zip(plan.names, plan.kinds, plan.columns):
@@ -235,3 +246,62 @@ def check_same_kinds(plans: Mapping[str, LabelPlan]) -> None:
                 raise ValueError(f"Label {name!r} is {first[1]} in {first[0]} but {kind} in {path}; one dataset needs "
                                  f"one kind per label. Rebuild one index with --text-columns {name} (text) or "
                                  "--numeric-columns, or carry the label from one index only.")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StreamLabels:
+    """Labels of items read without an index: tar members' sidecars and Parquet rows' columns.
+
+    ``leaves(path)`` gives an item's ``extras``: numbers as ``(1,)`` arrays
+    (NaN where a member has none), strings as one-string lists (``""`` where
+    none): no vocabulary is built without an index.
+    """
+
+    position: Mapping[str, int]
+    values: Mapping[str, Any]  # label -> a NumPy array, or a TextColumn
+
+    def leaves(self, path: Any) -> dict:
+        i = self.position.get(os.fspath(path))
+        out = {}
+        for name, column in self.values.items():
+            if isinstance(column, np.ndarray):
+                out[name] = column[i:i + 1].copy() if i is not None else _neutral(column)
+            else:
+                out[name] = [column.text(i) if i is not None else ""]
+        return out
+
+
+def _neutral(column: np.ndarray) -> np.ndarray:
+    return np.array([np.nan if column.dtype.kind == "f" else -1 if column.dtype.kind == "i" else False],
+                    dtype=column.dtype)
+
+
+def stream_labels(files: list, found: Mapping[str, Mapping[str, Any]], labels: Any, where: str) -> StreamLabels:
+    """:class:`StreamLabels` of ``labels`` (``Corpus.labels``) for ``files``, from the sidecar values ``found``.
+
+    Raises ``ValueError`` naming the sources when a label is held by no member or column.
+    """
+    from audiotree.index.text import TextColumn
+    from audiotree.sources.containers import label_rows
+
+    columns = label_rows(found, list(files))
+    values: dict[str, Any] = {}
+    for name, wanted in label_request(labels):
+        present = [c for c in wanted if c in columns]
+        if not present:
+            raise ValueError(f"No tar sidecar or Parquet column of {where} holds label {name!r}"
+                             + (f" (nor {list(wanted[1:])})" if len(wanted) > 1 else "")
+                             + f"; their labels are {sorted(columns)}. Plain files carry labels through a corpus "
+                             "index: audiotree index SOURCES --labels FILE, then Corpus(index=...).")
+        merged = [next((v for v in row if v is not None and v != ""), None)
+                  for row in zip(*(columns[c] for c in present))]
+        kinds = {type(v) for v in merged if v is not None}
+        if kinds and kinds <= {int, float}:
+            exact = kinds == {int} and all(v is not None for v in merged)
+            values[name] = np.array([np.nan if v is None else v for v in merged],
+                                    dtype=np.int64 if exact else np.float64)
+        elif kinds == {bool} and all(v is not None for v in merged):
+            values[name] = np.array(merged, dtype=bool)
+        else:
+            values[name] = TextColumn.from_strings(["" if v is None else str(v) for v in merged])
+    return StreamLabels({os.fspath(f): i for i, f in enumerate(files)}, values)
