@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import grain
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -91,6 +92,16 @@ def test_members_rows_and_files_have_keys_with_and_without_an_index(tmp_path):
     _build(sources, out)
     indexed = create_audio_dataset(corpus=Corpus(index=out), sample_rate=RATE, duration=0.1, shuffle=False)
     assert {item.extras["key"][0] for item in _items(indexed)} == set(expected)
+
+
+def test_a_parquet_id_column_is_the_key(tmp_path):
+    table = pq.read_table(HF_FIXTURE)
+    hf = tmp_path / "with-ids.parquet"
+    pq.write_table(table.append_column("id", pa.array(["u-a", "u-b", "u-c", "u-d"])), hf)
+    out = tmp_path / "ix.parquet"
+    _build(str(hf), out)
+    ds = create_audio_dataset(corpus=Corpus(index=out), sample_rate=RATE, duration=0.1, shuffle=False)
+    assert [item.extras["key"] for item in _items(ds)] == [["u-a"], ["u-b"], ["u-c"]]
 
 
 def test_a_label_an_index_lacks_is_refused_with_advice_that_applies(tmp_path):

@@ -100,6 +100,19 @@ def _present(store: Any, column: str) -> np.ndarray:
     return ~empty[codes]
 
 
+def _as_string(store: Any, column: str, r: int) -> str:
+    """Row ``r`` of label ``column`` as a string (``""``: none)."""
+    kind, leaf = store.label_kind(column), store.label_leaf(column, r)
+    if kind == "text":
+        return leaf[0]
+    value = np.asarray(leaf).reshape(-1)[0]
+    if kind == "category":
+        return store.string(store.label_key(column) + ".names", int(value)) if value >= 0 else ""
+    if value.dtype.kind == "f" and not np.isfinite(value):
+        return ""
+    return str(int(value)) if value.dtype.kind == "f" and float(value).is_integer() else str(value)
+
+
 def _kind(store: Any, column: str) -> str:
     return "text" if column == _ID else store.label_kind(column)
 
@@ -134,12 +147,9 @@ class LabelPlan:
             if value:
                 return value
         if self.key_from_label:
-            leaf = store.label_leaf(_ID, r)
-            value = leaf[0] if isinstance(leaf, list) else np.asarray(leaf).reshape(-1)[0]
-            if isinstance(value, str) and value:
+            value = _as_string(store, _ID, r)
+            if value:
                 return value
-            if not isinstance(value, str) and np.isfinite(value):
-                return str(int(value)) if float(value).is_integer() else str(value)
         return item_key(path)
 
     def _read(self, store: Any, column: str, r: int) -> Any:
