@@ -61,6 +61,9 @@ def test_segment_lists_give_text_by_name(tmp_path):
                         encoding="utf-8")
     _build(str(wav), tmp_path / "seg.parquet", segments=str(segments))
     assert _kinds(tmp_path / "seg.parquet")["sentence"] == "text"
+    segments.write_text(f"path,start,end,id,speaker\n{wav},0,0.4,u1,ann\n{wav},0.5,0.9,u2,bob\n", encoding="utf-8")
+    _build(str(wav), tmp_path / "declared.parquet", segments=str(segments), text_columns=["speaker"])
+    assert _kinds(tmp_path / "declared.parquet")["speaker"] == "text"
 
 
 def test_text_and_numeric_columns_apply_to_sidecars_and_parquet_columns(tmp_path):

@@ -489,6 +489,10 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
     containers = ContainerItems()
     found = _discover(pairs, extensions, containers, audio_column)
     segment_table, found, windows = segment_build.plan(segments, found, described)
+    if segment_table is not None and kinds.text_columns:  # declared text applies to the segment list's labels too
+        declared = tuple(n for n in kinds.text_columns if n in segment_table.label_names)
+        segment_table = dataclasses.replace(segment_table,
+                                            text_columns=tuple(dict.fromkeys(segment_table.text_columns + declared)))
     # The labels are read and joined before any file is decoded: a bad labels file costs nothing.
     matched = None if label_source is None else match_labels(label_source, [p for p, _, _ in found],
                                                              [r for _, _, r in found])
@@ -593,7 +597,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         sidecars = container_labels.sidecar_columns(containers.labels, abs_paths, set(label_specs),
                                                     kinds.numeric_columns) if containers.labels else []
         raw, by_file, by_sidecar = container_labels.merge_label_columns(raw, has_row, sidecars)
-        _check_declared(kinds, raw, label_source)
+        _check_declared(kinds, raw + [(n, None) for n in label_specs], label_source)
         columns, specs = typed_label_columns(raw, text_columns=kinds.text_columns, previous=previous_labels)
         label_specs = {**label_specs, **specs}
         table = append_label_columns(table, columns)
@@ -602,7 +606,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         if sidecars:
             filled["sidecars"] = int(by_sidecar.sum())
     else:
-        _check_declared(kinds, [], label_source)
+        _check_declared(kinds, [(n, None) for n in label_specs], label_source)
     table = table.replace_schema_metadata(encode_metadata(
         root=stored_root, sources=described,
         loudness={"enabled": bool(loudness), "mono": bool(mono), "block_sec": BLOCK_SEC},
