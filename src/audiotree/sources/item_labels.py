@@ -44,6 +44,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from audiotree.io.members import is_member, parse
+
 __all__ = ["KEY", "item_key", "label_request", "LabelPlan", "plan_labels", "label_vocabulary", "check_same_kinds",
            "StreamLabels", "stream_labels"]
 
@@ -54,8 +56,6 @@ _ID = "id"
 
 def item_key(path: str) -> str:
     """The key of the item read from ``path`` (a file path, a URL or a member URL); see the module docstring."""
-    from audiotree.io.members import is_member, parse
-
     path = os.fspath(path)
     if not is_member(path):
         return path

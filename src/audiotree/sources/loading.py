@@ -20,6 +20,7 @@ from audiotree.excerpts.config import ExcerptConfig
 from audiotree.excerpts.strategies import select_clip
 from audiotree.io.failures import ON_READ_ERROR, check_on_read_error
 from audiotree.io.storage import call_with_storage_options
+from audiotree.sources.item_labels import KEY, item_key
 
 __all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
@@ -82,8 +83,6 @@ class ExcerptLoader(grain.transforms.RandomMap):
 
 
     def _extras(self, path: Any) -> dict:
-        from audiotree.sources.item_labels import KEY, item_key
-
         extras = {} if self.labels is None else self.labels.leaves(path)
         extras.setdefault(KEY, [item_key(path)])
         return extras
