@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["AudioReadError", "ChannelMismatchError", "MissingExtraError"]
+__all__ = ["AudioReadError", "ChannelMismatchError", "ColumnStoreError", "MissingExtraError"]
 
 
 class AudioReadError(OSError):
@@ -64,3 +64,19 @@ class ChannelMismatchError(ValueError):
 
     def __reduce__(self):
         return (type(self), (self.file_path, self.channels, self.expected, self.count))
+
+
+class ColumnStoreError(ValueError):
+    """An index's column store cannot serve a read: a file of it is damaged, or its generation is gone.
+
+    The message names the store file (``store_path``) and what to do: the store
+    is a cache derived from the index, so deleting its folder is always safe.
+    A ``ValueError``, as before it had a class of its own.
+    """
+
+    def __init__(self, message: str, store_path: str | None = None):
+        super().__init__(message)
+        self.store_path = store_path
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.store_path))

@@ -90,7 +90,8 @@ def test_corrupt_header_is_named_through_on_read_error(tmp_path):
         ds = create_audio_dataset(sources=str(shard), sample_rate=RATE, corpus=Corpus(on_read_error="warn"), shuffle=False)
     assert len(ds) == 1 and ds[0] is not None  # the members before the fault
     out = tmp_path / "ix.parquet"
-    report = build_index(str(shard), out, executor="serial", show_progress=False, loudness=False)
+    with pytest.warns(UserWarning, match="marked unreadable"):
+        report = build_index(str(shard), out, executor="serial", show_progress=False, loudness=False)
     assert (report.rows, report.unreadable) == (2, 1)
     ix = open_index(out, columns="all")
     row = ix.table.column("path").to_pylist().index(str(shard))

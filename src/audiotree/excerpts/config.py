@@ -102,6 +102,10 @@ class ExcerptConfig:
         their first ``crop_to`` seconds. ``None`` reads every file whole.
         (``max_duration`` is the builders' filter of index rows: a file
         longer than it is left out, not cropped.)
+      allow_text_crops: fixed-length excerpts (``duration=`` seconds) of an
+        index whose labels include a text label (a transcript) are refused,
+        since every crop would carry the whole utterance's text; ``True``
+        accepts them knowingly. Does not apply to ``strategy="full"``.
 
     ``strategy="full"`` reads each file whole (no ``duration``; items differ in
     length and carry ``lengths``). It is deterministic: no offset is drawn.
@@ -118,6 +122,7 @@ class ExcerptConfig:
     scan_max_seconds: float = 30.0
     crop_to: float | None = None
     skip_silent: bool = False
+    allow_text_crops: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy not in _STRATEGIES:
@@ -130,6 +135,11 @@ class ExcerptConfig:
             raise ValueError(f"lufs_cutoff must be finite, got {self.lufs_cutoff!r}.")
         if not isinstance(self.skip_silent, bool):
             raise ValueError(f"skip_silent must be True or False, got {self.skip_silent!r}.")
+        if not isinstance(self.allow_text_crops, bool):
+            raise ValueError(f"allow_text_crops must be True or False, got {self.allow_text_crops!r}.")
+        if self.allow_text_crops and self.strategy == "full":
+            raise ValueError("ExcerptConfig.allow_text_crops applies to fixed-length excerpts; strategy='full' reads "
+                             "whole items, which keep their text. Remove it.")
         if not float(self.scan_max_seconds) >= 0:
             raise ValueError(f"scan_max_seconds must be >= 0, got {self.scan_max_seconds!r}.")
         if self.strategy != "loudest":

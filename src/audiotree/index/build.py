@@ -571,6 +571,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         bar.close()
         stack.close()
     for row in container_labels.problem_rows(containers.problems, containers.groups):
+        warnings.warn(f"{row['error']} (The shard's row in the index is marked unreadable.)", UserWarning, stacklevel=3)
         row["path"] = stored(row["path"])
         new_rows.append(row)
 

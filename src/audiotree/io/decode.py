@@ -39,9 +39,11 @@ Bad data never passes as audio
 
 The decoders live in :mod:`audiotree.io.soundfile_reader` (libsndfile: WAV,
 FLAC, Ogg, MP3, AIFF, ...) and :mod:`audiotree.io.pyav_reader` (FFmpeg through
-PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds.
-This module opens files (local paths and URLs), checks their headers, and is
-the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
+PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds. A
+chained Ogg file (streams one after another) is read link by link
+(:mod:`audiotree.io.ogg_chain`). This module opens files (local paths and
+URLs), checks their headers, and is the public face: :class:`AudioFile`,
+:func:`probe`, :func:`read_frames`.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
+from audiotree.io.ogg_chain import reopen_if_chained
 from audiotree.io.members import MemberInput, format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
@@ -169,6 +172,10 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
         except AudioReadError:
             reader.close()
             raise
+        if reader.info.format == "OGG":  # a chain of streams: each link checked as it opens
+            chained = reopen_if_chained(path, reader, source, lambda r, n: _check_length_claim(path, n, r))
+            if chained is not reader:
+                return chained
         return _checked(path, size, reader)
     if not isinstance(src, str) and src.failure is not None:
         sf_exc = src.failure
@@ -318,12 +325,13 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         if fmt == "OGG":  # two maximal pages: the last one and the page before it
             tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
             tail = read_span(reader.source, tail_at, 2 * ogg_pages.OGG_MAX_PAGE)
-        flac_end = None  # where the last FLAC frame ends, by its header (local files: one 64 KiB tail read)
-        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader) and isinstance(reader.source, str):
+        # Where the last FLAC frame ends, by its header: a small tail read through the same file object the
+        # decoder reads (a path, a remote file, a tar member or a Parquet cell), so every path checks the same.
+        flac_end = None
+        if fmt == "FLAC" and info.frames and isinstance(reader, SoundfileReader):
             flac_head = head[:64] or read_span(reader.source, 0, 64)
             if flac_head[:4] == b"fLaC":
-                tail = read_span(reader.source, -_FLAC_TAIL_BYTES, _FLAC_TAIL_BYTES)
-                flac_end = integrity.flac_frames_end(tail, flac_head)
+                flac_end = integrity.flac_last_frame_end(lambda n: read_span(reader.source, -n, n), flac_head)
         id3 = integrity.id3v2_size(head) if is_mpeg else 0
         if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
             frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader.source, id3, 2048)
@@ -410,9 +418,6 @@ def _mpeg_frame_count(path: str, size: int, mtime_ns: int, id3: int) -> tuple[in
             return 0, 0
     return mpeg_frames.count_frames(data, start)
 
-
-# Bytes at the end of a FLAC file searched for its last two frame headers.
-_FLAC_TAIL_BYTES = 1 << 16
 
 # Bytes of an Ogg file checked when it is opened: the header pages (a Vorbis
 # setup header is up to a few KiB) and the first audio pages after them.
@@ -594,7 +599,9 @@ def probe(path: str | os.PathLike[str], *, storage_options: dict | None = None) 
     whose edit list already hides AAC encoder priming and padding), else the
     container duration (which FFmpeg may estimate from the bitrate), else
     the packet durations found by demuxing the file without decoding it
-    (raw ADTS ``.aac``).
+    (raw ADTS ``.aac`` and AC-3 always count their packets: FFmpeg's duration
+    for them is a bitrate estimate). Matroska/WebM Opus and AAC end where
+    their last packet does. A chained Ogg file's length is the sum of its links'.
 
     Raises:
         AudioReadError: if the file cannot be opened as audio.

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import Callable
 
 __all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes",
-           "read_head", "flac_frames_end", "flac_frame_header"]
+           "read_head", "flac_frames_end", "flac_frame_header", "flac_last_frame_end", "FLAC_TAIL_BYTES"]
 
 #: Highest sample rate a header may claim, in Hz. Covers every audio rate in
 #: use, ultrasonic recorders (up to ~1 MHz) and DSD64 carried as PCM
@@ -314,3 +315,23 @@ def flac_frames_end(tail: bytes, head: bytes) -> int | None:
             if e_variable == variable and follows:
                 return start + block
     return None
+
+
+#: Most bytes at the end of a FLAC stream searched for its last two frame headers.
+FLAC_TAIL_BYTES = 1 << 16
+
+
+def flac_last_frame_end(read_tail: Callable[[int], bytes], head: bytes) -> int | None:
+    """:func:`flac_frames_end` of a stream whose last ``n`` bytes ``read_tail(n)`` returns.
+
+    Reads two of STREAMINFO's ``max_framesize`` (plus 4 KiB for a trailing
+    tag) when the header records it, so a member or remote file costs a small
+    ranged read; the full :data:`FLAC_TAIL_BYTES` when that finds no two
+    frames (an unrecorded or wrong maximum).
+    """
+    largest = int.from_bytes(head[15:18], "big") if len(head) >= 18 and head[4] & 0x7F == 0 else 0
+    first = min(FLAC_TAIL_BYTES, 2 * largest + 4096) if largest else FLAC_TAIL_BYTES
+    end = flac_frames_end(read_tail(first), head)
+    if end is None and first < FLAC_TAIL_BYTES:
+        end = flac_frames_end(read_tail(FLAC_TAIL_BYTES), head)
+    return end

@@ -29,6 +29,8 @@ the end of its shard, a missing member, a null or non-binary cell.
 
 >>> parse("tar://a/utt1.flac?offset=1536&size=20480::s3://bucket/train-000001.tar")
 MemberRef(kind='tar', container='s3://bucket/train-000001.tar', name='a/utt1.flac', offset=1536, size=20480)
+>>> parse("tar://a::b.wav?offset=512&size=100::shard.tar").name
+'a::b.wav'
 >>> tar_url("shard.tar", "utt1.flac", 512, 100)
 'tar://utt1.flac?offset=512&size=100::shard.tar'
 """
@@ -51,9 +53,18 @@ from audiotree.io.byte_range import MemberInput, RemoteSpan
 __all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "member_stat",
            "format_name", "order_key", "container_of", "absolute", "MemberInput", "RemoteSpan"]
 
+# The recorded forms first: their query (``?offset=O&size=N::``, ``?row_group=G&row=R::``) marks where the
+# container starts, so a member or column name holding ``::`` (``a::b.wav``) is not split there. Without it
+# the name ends at the first ``::``, as fsspec splits a chained URL.
+_RANGED = re.compile(r"^(?P<kind>tar)://(?P<inner>.*?\?offset=\d+&size=\d+)::(?P<container>.+)$", re.S)
+_ROWED = re.compile(r"^(?P<kind>parquet)://(?P<inner>[^?]*\?row_group=\d+&row=\d+)::(?P<container>.+)$", re.S)
 _LOCATOR = re.compile(r"^(?P<kind>tar|parquet)://(?P<inner>.*?)::(?P<container>.+)$", re.S)
 _TAR_RANGE = re.compile(r"^(?P<name>.*)\?offset=(?P<offset>\d+)&size=(?P<size>\d+)$", re.S)
 _PARQUET_ROW = re.compile(r"^(?P<column>[^?]*)\?row_group=(?P<group>\d+)&row=(?P<row>\d+)$")
+
+
+def _match(path: str) -> "re.Match[str] | None":
+    return _RANGED.match(path) or _ROWED.match(path) or _LOCATOR.match(path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +92,7 @@ def is_member(path: Any) -> bool:
 
 def parse(path: str) -> MemberRef:
     """The parts of a member URL; ``ValueError`` names a malformed one."""
-    m = _LOCATOR.match(path)
+    m = _match(path)
     if m is None:
         raise ValueError(f"Not a member URL: {path!r}; expected tar://MEMBER::SHARD or "
                          "parquet://COLUMN?row_group=G&row=R::FILE.")
@@ -111,7 +122,7 @@ def absolute(path: str) -> str:
     """``path`` with a local container (or a local file) made absolute; URLs unchanged."""
     if not is_member(path):
         return path if storage.is_url(path) else os.path.normpath(os.path.abspath(path))
-    m = _LOCATOR.match(path)
+    m = _match(path)
     container = m.group("container")
     if storage.is_url(container):
         return path
@@ -153,7 +164,7 @@ def order_key(path: str) -> tuple:
 # ---------------------------------------------------------------------------
 
 #: Shard listings of ``tar://MEMBER::SHARD`` URLs (no recorded range), per process.
-_LISTINGS: "collections.OrderedDict[str, dict[str, tuple[int, int]]]" = collections.OrderedDict()
+_LISTINGS: "collections.OrderedDict[str, dict[str, Any]]" = collections.OrderedDict()
 _LISTINGS_MAX = 64
 #: Remote shards' (size, mtime) per process, for staleness checks; refreshed after this many seconds.
 _STAT_TTL = 30.0
@@ -171,11 +182,15 @@ def _member_range(ref: MemberRef) -> tuple[int, int]:
 
         listing = list_shard(ref.container)
         table = {m.name: (m.offset, m.size) for m in listing.members}
+        table.update(listing.refused)  # a sparse member or a hard link to nothing: its own fault
         with _LOCK:
             _LISTINGS[ref.container] = table
             while len(_LISTINGS) > _LISTINGS_MAX:
                 _LISTINGS.popitem(last=False)
     found = table.get(ref.name) or table.get(ref.name.lstrip("/"))
+    if isinstance(found, AudioReadError):
+        shown = storage.redact(f"tar://{ref.name}::{ref.container}")
+        raise AudioReadError(str(found), shown)
     if found is None:
         raise AudioReadError(
             f"Failed to read audio file 'tar://{ref.name}::{storage.redact(ref.container)}': the shard has no member "
@@ -215,13 +230,32 @@ def _open_tar_member(path: str, ref: MemberRef) -> MemberInput:
 
 
 def _open_parquet_cell(path: str, ref: MemberRef) -> MemberInput:
-    from audiotree.io.parquet_audio import cell_span, read_cell
+    from audiotree.io.parquet_audio import EmptyCell, cell_span, linked_file, read_cell
 
-    span = cell_span(path, ref)
-    if span is not None:  # stored verbatim: a ranged read of the cell, like a tar member
-        return _open_range(path, ref.container, span[0], span[1], "Parquet file")
-    data = read_cell(path, ref)
+    try:
+        span = cell_span(path, ref)
+        if span is not None:  # stored verbatim: a ranged read of the cell, like a tar member
+            return _open_range(path, ref.container, span[0], span[1], "Parquet file")
+        data = read_cell(path, ref)
+    except EmptyCell:
+        linked = linked_file(path, ref)
+        if linked is None:
+            raise
+        return _open_linked(path, linked)
     return MemberInput(path, io.BytesIO(data), 0, len(data))
+
+
+def _open_linked(path: str, linked: str) -> MemberInput:
+    """The whole file a path-only Parquet cell names, as the member's input (errors name both)."""
+    try:
+        size = storage.stat(linked)[0]
+    except (OSError, AudioReadError) as exc:
+        raise AudioReadError(
+            f"Failed to read audio file '{path}': the cell holds no bytes and names the file '{storage.redact(linked)}' "
+            f"(a relative path starts from the Parquet file's folder), which cannot be read ({exc}). Put the file "
+            "there, embed the audio (datasets' embed_table_storage / push_to_hub), or use on_read_error=\"skip\".",
+            path) from exc
+    return _open_range(path, linked, 0, size, "linked audio file")
 
 
 # ---------------------------------------------------------------------------

@@ -12,9 +12,12 @@ row's ``(offset, size)`` in the file. Each later row of that group is a ranged
 read of its own bytes, opened like a tar member (partial decodes read only the
 excerpt's part).
 
-Nothing is parsed by hand: pyarrow decodes, and a location is only recorded
+Nothing is decoded by hand: pyarrow decodes, and a location is only recorded
 where the chunk's bytes there equal pyarrow's value, so a located cell is
-exactly the value pyarrow would return. A compressed chunk (snappy, zstd, ...)
+exactly the value pyarrow would return. Where the writer recorded page
+checksums, each page of the chunk is checked once against its CRC32
+(:mod:`audiotree.io.parquet_pages`), as pyarrow's ``page_checksum_verification``
+would: a cell on a failing page is refused when read. A compressed chunk (snappy, zstd, ...)
 has no such location; :func:`locate` returns ``None`` and the caller reads the
 row group through pyarrow. The maps are small (two integers a row), kept per
 process in an LRU keyed by the file's version.
@@ -27,10 +30,12 @@ import os
 import threading
 from typing import Any, Callable
 
-__all__ = ["locate", "NULL", "forget"]
+__all__ = ["locate", "NULL", "BAD_CHECKSUM", "forget", "local_fetch"]
 
 #: The map entry of a null cell (a missing struct or a null ``bytes``).
 NULL = (-1, -1)
+#: The map entry of a cell on a page whose bytes fail the CRC32 its header records (:mod:`audiotree.io.parquet_pages`).
+BAD_CHECKSUM = (-2, -2)
 
 # A map is 16 bytes a row (an int64 array): 16,384 groups of 100 rows are 26 MB.
 _MAPS_MAX = 16384
@@ -193,14 +198,33 @@ def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
             values = _value_views(window.read_row_group(group, columns=[leaf[1]]).column(0))
             spots = None if values is None else _find_all(chunk, values)
             if spots is not None:
-                import numpy as np
-
-                found = np.array(spots, dtype=np.int64).reshape(-1, 2)
-                found[found[:, 0] >= 0, 0] += start
+                found = _checked(spots, chunk, start)
     with _LOCK:
         _MAPS[full] = found
         while len(_MAPS) > _MAPS_MAX:
             _MAPS.popitem(last=False)
+    return found
+
+
+def _checked(spots: tuple[tuple[int, int], ...], chunk: bytes, start: int) -> Any:
+    """The map of ``spots`` (positions in ``chunk``, which starts at byte ``start``), checked against page CRCs.
+
+    A cell on a page whose CRC fails is :data:`BAD_CHECKSUM`. ``None`` (read the group through pyarrow, which
+    checks the CRCs itself) when the page headers do not parse here.
+    """
+    import numpy as np
+
+    from audiotree.io.parquet_pages import bad_pages
+
+    found = np.array(spots, dtype=np.int64).reshape(-1, 2)
+    try:
+        bad = bad_pages(chunk)
+    except ValueError:
+        return None
+    for a, b in bad:
+        hit = (found[:, 0] >= 0) & (found[:, 0] < b) & (found[:, 0] + found[:, 1] > a)
+        found[hit] = BAD_CHECKSUM
+    found[found[:, 0] >= 0, 0] += start
     return found
 
 

@@ -12,10 +12,18 @@ its file name (``a/b/utt1.flac`` and ``a/b/utt1.json`` share the key
 
 Faults are reported as :class:`~audiotree.errors.AudioReadError` naming the
 shard and the member (or the header's byte offset): a header that does not
-parse (bad checksum, garbage), a header cut off by the end of the file, and a
-key seen twice in one shard. A member whose recorded size runs past the end
-of the shard is listed (its read fails, naming it; see
-:mod:`audiotree.io.members`).
+parse (bad checksum, garbage), a header cut off by the end of the file, a
+shard that ends without its end-of-archive blocks (cut exactly between two
+members: later members may be lost; the members before the cut are listed),
+a sparse member (GNU or PAX sparse format: its stored bytes are not the
+file's bytes, so it is refused rather than read as contiguous bytes), a hard
+link whose target is not an earlier member, and a key seen twice in one
+shard. A member whose recorded size runs past the end of the shard is listed
+(its read fails, naming it; see :mod:`audiotree.io.members`).
+
+A hard link is listed as a member of its own name over its target's bytes
+(what extracting the shard would give). Symbolic links and device or FIFO
+entries are counted in ``skipped``; directories are left out.
 
 >>> split_key("speaker1/utt-0001.flac")
 ('speaker1/utt-0001', 'flac')
@@ -23,6 +31,7 @@ of the shard is listed (its read fails, naming it; see
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import tarfile
@@ -67,6 +76,10 @@ class ShardListing:
     mtime_ns: int
     members: tuple[TarMember, ...]
     problems: tuple[AudioReadError, ...] = ()
+    #: Entries that are not files and not listed, by kind (``"(symbolic link)"``, ``"(device or FIFO)"``).
+    skipped: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: The fault of each member that is refused (a sparse member, a hard link to nothing), by member name.
+    refused: Mapping[str, AudioReadError] = dataclasses.field(default_factory=dict)
 
 
 def split_key(name: str) -> tuple[str, str]:
@@ -81,6 +94,12 @@ def _fault(shard: str, what: str) -> AudioReadError:
     return AudioReadError(
         f"Failed to read tar shard '{shown}': {what}. The shard is corrupt or was cut off while being written or "
         "copied; re-create it, or use on_read_error=\"skip\" to skip what cannot be read.", shown)
+
+
+def _refusal(shard: str, name: str, offset: int, what: str, todo: str) -> AudioReadError:
+    shown = storage.redact(shard)
+    return AudioReadError(f"Failed to read tar shard '{shown}': member '{name}' (header at byte {offset}) {what}. "
+                          f"{todo}, or use on_read_error=\"skip\" to skip it.", shown)
 
 
 def _open(shard: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, int, int]:
@@ -108,6 +127,8 @@ def list_shard(shard: str, *, storage_options: Mapping[str, Any] | None = None) 
     handle, size, mtime = _open(shard, storage_options)
     members: list[TarMember] = []
     problems: list[AudioReadError] = []
+    skipped: collections.Counter = collections.Counter()
+    refused: dict[str, AudioReadError] = {}
     try:
         try:
             archive = tarfile.open(fileobj=handle, mode="r:")
@@ -121,9 +142,11 @@ def list_shard(shard: str, *, storage_options: Mapping[str, Any] | None = None) 
                 info = archive.next()
             except tarfile.ReadError as exc:
                 if "unexpected end of data" in str(exc) and members:
-                    # The shard ends inside the last member: it is listed, and its read
-                    # fails naming it (an item-level fault, through on_read_error).
-                    stop = -1
+                    # The shard ends inside the last member: it is listed, and its read fails naming it (an
+                    # item-level fault, through on_read_error). Cut in its padding, its bytes are all there: the
+                    # shard was cut between members (checked as such below).
+                    last = members[-1]
+                    stop = size if last.offset + last.size <= size else -1
                     break
                 # A pax/GNU extension header whose payload is bad.
                 problems.append(_fault(shard, f"the header at byte {archive.offset} does not parse ({exc})"))
@@ -132,23 +155,55 @@ def list_shard(shard: str, *, storage_options: Mapping[str, Any] | None = None) 
             if info is None:
                 stop = archive.offset
                 break
-            if info.isreg():
-                members.append(TarMember(info.name, int(info.offset_data), int(info.size)))
+            _add_entry(shard, info, members, skipped, refused)
         if stop >= 0:
-            _check_end(handle, shard, stop, size, problems)
+            _check_end(handle, shard, stop, size, problems, bool(members or skipped or refused))
     finally:
         handle.close()
+    problems[:0] = refused.values()
     members = _without_duplicates(shard, members, problems)
-    return ShardListing(shard, size, mtime, tuple(members), tuple(problems))
+    return ShardListing(shard, size, mtime, tuple(members), tuple(problems), dict(skipped), refused)
 
 
-def _check_end(handle: Any, shard: str, offset: int, size: int, problems: list[AudioReadError]) -> None:
-    """Where tarfile stopped must be the end of the archive (zero blocks) or of the file.
+def _add_entry(shard: str, info: tarfile.TarInfo, members: list[TarMember], skipped: collections.Counter,
+               refused: dict[str, AudioReadError]) -> None:
+    """Lists one tar entry: a file, a hard link (over its target's bytes), or counts/refuses it."""
+    if info.issparse():
+        refused[info.name] = _refusal(
+            shard, info.name, info.offset, f"is a sparse file ({'PAX' if info.pax_headers else 'GNU'} sparse format): "
+            f"its {info.size} bytes are stored as data segments with holes, not as one run of bytes",
+            "Re-create the shard without --sparse (-S)")
+    elif info.isreg():
+        members.append(TarMember(info.name, int(info.offset_data), int(info.size)))
+    elif info.islnk():
+        target = next((m for m in reversed(members) if m.name in (info.linkname, info.linkname.lstrip("/"))), None)
+        if target is None:
+            refused[info.name] = _refusal(
+                shard, info.name, info.offset, f"is a hard link to '{info.linkname}', which is not an earlier file "
+                "in the shard", "Re-create the shard with the file itself (tar --hard-dereference)")
+        else:
+            members.append(TarMember(info.name, target.offset, target.size))
+    elif info.issym():
+        skipped["(symbolic link)"] += 1
+    elif not info.isdir():
+        skipped["(device or FIFO)"] += 1
+
+
+def _check_end(handle: Any, shard: str, offset: int, size: int, problems: list[AudioReadError],
+               entries: bool) -> None:
+    """Where tarfile stopped must be the end of the archive (zero blocks).
 
     Why: tarfile ends a listing quietly at a header that fails its checksum
-    (after the first member), which would drop the rest of the shard unseen.
+    (after the first member), which would drop the rest of the shard unseen;
+    and quietly at the end of the file, which is where a shard cut between two
+    members (a writer killed, a copy cut short) ends: the members after the cut
+    are gone, and only the missing end-of-archive blocks say so.
     """
     if offset >= size:
+        if entries:
+            problems.append(_fault(shard, f"the shard ends at byte {size}, right after a member, without the "
+                                          "end-of-archive blocks every tar writer adds when it finishes; members "
+                                          "after that point may be missing (the ones listed are complete)"))
         return
     handle.seek(offset)
     block = handle.read(HEADER_BLOCK)

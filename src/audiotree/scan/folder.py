@@ -33,7 +33,7 @@ def _labelled(sources: Any) -> tuple[list[tuple[str | None, str]], dict[str, lis
 
 def _discover(pairs) -> tuple[list[tuple[str | None, str]], list[str]]:
     """(group, file) for every audio file, de-duplicated; plus discovery warnings."""
-    from audiotree.sources import find_audio_files
+    from audiotree.sources.files import discover
 
     seen: set[str] = set()
     files: list[tuple[str | None, str]] = []
@@ -41,7 +41,8 @@ def _discover(pairs) -> tuple[list[tuple[str | None, str]], list[str]]:
     for group, entry in pairs:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            found = find_audio_files(entry)
+            # A shard's listing fault (a corrupt header, a shard cut between members) is a note naming it.
+            found, _ = discover(entry, None, strict=False, on_read_error="warn")
         notes.extend(" ".join(str(w.message).split()) for w in caught)
         if not found and not caught:
             notes.append(f"'{entry}' holds no audio files.")

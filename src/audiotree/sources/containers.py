@@ -152,6 +152,7 @@ def _read_sidecars(shard: str, members: Iterable[Any], problems: list) -> dict[s
 def _expand_shard(listing: Any, wanted: frozenset[str], found: ContainerItems, with_labels: bool) -> None:
     shard = listing.shard
     found.problems.extend(listing.problems)
+    found.skipped.update(listing.skipped)
     sidecars = [m for m in listing.members if m.extension in SIDECAR_EXTENSIONS]
     audio = []
     for m in listing.members:

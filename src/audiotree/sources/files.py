@@ -68,6 +68,32 @@ def _walk(directory: str) -> Iterable[str]:
                 yield os.path.join(root, name)
 
 
+def _named_member(url: str, wanted: frozenset[str], found: set[str], skipped: collections.Counter,
+                  examples: dict[str, str]) -> int:
+    """Adds a source entry that is a member URL, as a named file is added; 1 if added, else 0 (skipped).
+
+    Its member's name (a tar member's) must have a wanted extension; a local
+    container that does not exist raises ``FileNotFoundError``, as a missing file does.
+    """
+    from audiotree.io.members import format_name, local_container
+
+    try:
+        container = local_container(url)
+    except ValueError as exc:
+        raise ValueError(f"Audio source '{url}': {exc}") from None
+    if container is not None and not os.path.exists(container):
+        raise FileNotFoundError(f"Audio source '{url}' is in '{container}', which does not exist; check the path.")
+    name = format_name(url)
+    ext = os.path.splitext(name)[1].lower()
+    if name and ext not in wanted:
+        if ext in _AUDIO_LIKE:
+            skipped[ext] += 1
+            examples.setdefault(ext, url)
+        return 0
+    found.add(url)
+    return 1
+
+
 def discover(
     sources: SourceSpec, extensions: Iterable[str] | None, *, strict: bool, on_read_error: str = "raise",
     audio_column: str | None = None, containers: "ContainerItems | None" = None,
@@ -84,7 +110,7 @@ def discover(
     A folder or file that does not exist raises ``FileNotFoundError``. A source
     that yields no audio raises ``RuntimeError`` when ``strict``, else warns.
     """
-    from audiotree.io.members import order_key
+    from audiotree.io.members import is_member, order_key
     from audiotree.sources.containers import ContainerItems, expand_braces, expand_container, is_container
 
     wanted = _normalize_extensions(extensions)
@@ -98,6 +124,10 @@ def discover(
         count = 0
         container_paths: list[str] = []
         for sub in expand_braces(entry):
+            if is_member(sub):  # one item named by its member URL (tar://MEMBER::SHARD, parquet://...::FILE)
+                expanded = sub
+                count += _named_member(sub, wanted, found, skipped, skipped_example)
+                continue
             if storage.is_url(sub):
                 expanded = sub
                 glob_like = any(ch in sub.split("://", 1)[1] for ch in _GLOB_MAGIC)
