@@ -207,7 +207,7 @@ def test_label_keywords_and_a_label_source_do_not_mix(three, tmp_path):
     root, _ = three
     with pytest.raises(ValueError, match=r"give \['match'\] on it"):
         _build(root, LabelSource(str(tmp_path / "l.csv")), tmp_path / "x.parquet", labels_match="stem")
-    with pytest.raises(ValueError, match=r"need labels="):
+    with pytest.raises(ValueError, match=r"name \['text'\], which no tar sidecar or Parquet column"):
         _build(root, None, tmp_path / "x.parquet", text_columns=["text"])
 
 

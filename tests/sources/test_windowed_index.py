@@ -121,7 +121,7 @@ def test_a_damaged_slot_plan_is_refused_naming_the_store(index, tmp_path):
     folder = open_columns(open_index(copy)).directory
     (plan,) = [n for n in os.listdir(folder) if n.startswith("slots-") and n.endswith(".file.npy")]
     np.save(os.path.join(folder, plan), np.full(len(ds), 10_000, dtype=np.int32))
-    with pytest.raises(ValueError, match=r"d\.parquet\.columns/g2-\w+/slots-\w+\.file\.npy: the index's column store "
+    with pytest.raises(ValueError, match=r"d\.parquet\.columns/g\d+-\w+/slots-\w+\.file\.npy: the index's column store "
                                          r"is damaged"):
         pickle.loads(pickle.dumps(ds))[0]
 

@@ -30,8 +30,9 @@ __all__ = ["index", "index_scan_report", "print_index_scan"]
 @click.option("--labels-missing", type=click.Choice(["raise", "null"]), default="raise", show_default=True,
               help="An indexed file with no label row: an error, or empty labels.")
 @click.option("--text-columns", "text_columns", multiple=True, metavar="COLUMN",
-              help="A label column of free text (transcripts): items carry it as strings. Repeat for more. String "
-                   "columns of many distinct values are detected as text anyway.")
+              help="A label column of free text (transcripts): items carry it as strings. Repeat for more. Applies "
+                   "to the labels file, tar sidecars and Parquet columns. Labels named text, transcript, sentence, "
+                   "normalized_text or txt, and string columns of many distinct values, are text anyway.")
 @click.option("--numeric-columns", "numeric_columns", multiple=True, metavar="COLUMN",
               help="A label column read as numbers even where values look like identifiers (\"007\"). Repeat for "
                    "more.")
@@ -74,14 +75,13 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
 
     if ray_address is not None and executor != "ray":
         raise click.UsageError("--ray-address needs --executor ray.")
-    if labels is None and (text_columns or numeric_columns):
-        raise click.UsageError("--text-columns and --numeric-columns need --labels.")
     parsed = resolve_sources(sources)
     spec: Any = parsed.groups if parsed.balanced else parsed.pool
-    label_options: dict[str, Any] = {}
+    # Declared kinds apply to every source of labels: the labels file, tar sidecars and Parquet columns.
+    label_options: dict[str, Any] = dict(text_columns=text_columns, numeric_columns=numeric_columns)
     if labels is not None:
-        label_options = dict(labels_key=labels_key, labels_match=labels_match, labels_root=labels_root,
-                             labels_missing=labels_missing, text_columns=text_columns, numeric_columns=numeric_columns)
+        label_options.update(labels_key=labels_key, labels_match=labels_match, labels_root=labels_root,
+                             labels_missing=labels_missing)
     with warnings_as_lines():
         report = build_index(
             spec, out, labels=labels, **label_options, loudness=loudness, executor=executor, show_progress=progress,
@@ -89,9 +89,11 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
             audio_column=audio_column, segments=segments,
         )
     skipped = "".join(f"; skipped {n} {ext} member(s)" for ext, n in sorted(report.skipped_members.items()))
+    filled = ", ".join(f"{n} from {source}" for source, n in report.labels_filled.items())
     click.echo(
         f"{report.path}: {report.rows} rows ({report.read} read, {report.reused} unchanged, {report.resumed} resumed, "
         f"{report.dropped} dropped); {report.unreadable} unreadable{skipped}"
+        + (f"; labels: {filled} row(s)" if filled else "")
     )
 
 

@@ -38,7 +38,8 @@ from typing import Any, Mapping, Sequence
 
 from audiotree.errors import AudioReadError
 from audiotree.index._reuse import reusable, row_settings
-from audiotree.index.labels import append_label_columns, label_columns, label_source_from, match_labels
+from audiotree.index.labels import (append_label_columns, label_source_from, match_labels, raw_label_columns,
+                                   typed_label_columns)
 from audiotree.io import storage
 from audiotree.index._rows import BASE_NAMES as _BASE_NAMES, current_table, rows_table, write_parquet
 from audiotree.index.schema import BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
@@ -68,6 +69,25 @@ class IndexBuildReport:
     unreadable: int
     #: Members of tar shards that are neither audio nor sidecars, by extension (left out of the index).
     skipped_members: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: Rows that took labels from each source: the labels file (by its path) and ``"sidecars"`` (tar sidecars
+    #: and Parquet columns). Labels merge per row: the labels file wins where it has a row.
+    labels_filled: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelKinds:
+    """The label columns declared text or numeric (``text_columns=``/``numeric_columns=``), for every source."""
+
+    text_columns: Sequence[str] = ()
+    numeric_columns: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("text_columns", "numeric_columns"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
+        both = sorted(set(self.text_columns) & set(self.numeric_columns))
+        if both:
+            raise ValueError(f"column(s) {both} are declared both text and numeric; choose one.")
 
 
 def _source_root(entry: str) -> str:
@@ -115,6 +135,13 @@ def _normalize_sources(sources: Any) -> tuple[list[tuple[str | None, str]], dict
     return pairs, described
 
 
+def _absolute_entry(entry: str) -> str:
+    """A local source entry (a folder, file, glob or brace pattern) as an absolute path; a URL as it is."""
+    if storage.is_url(entry):
+        return entry
+    return os.path.abspath(os.path.expandvars(os.path.expanduser(storage.local_path(entry))))
+
+
 def _discover(pairs, extensions, containers: Any = None,
               audio_column: str | None = None) -> list[tuple[str, str | None, str]]:
     """(absolute path, group, source root) per file, first listing wins.
@@ -130,7 +157,10 @@ def _discover(pairs, extensions, containers: Any = None,
     out = []
     for group, entry in pairs:
         before = len(containers.problems) if containers is not None else 0
-        files, _ = discover_files(entry, extensions, strict=True, audio_column=audio_column, containers=containers)
+        # Resolved once, before anything is keyed: members and their sidecar labels are named by the absolute
+        # container path whichever spelling (relative, ./, absolute) the source used.
+        files, _ = discover_files(_absolute_entry(entry), extensions, strict=True, audio_column=audio_column,
+                                  containers=containers)
         if containers is not None:
             for exc in containers.problems[before:]:
                 containers.groups.setdefault(exc.file_path, group)
@@ -235,6 +265,18 @@ def _run_chunks(chunks, runner, loudness: bool, mono: bool, on_rows, storage_opt
         ) from exc
 
 
+def _check_declared(kinds: LabelKinds, raw: Sequence[tuple[str, Any]], label_source: Any) -> None:
+    """Columns declared text or numeric must exist (a labels file checks its own)."""
+    if label_source is not None:
+        return
+    present = {name for name, _ in raw}
+    undeclared = sorted((set(kinds.text_columns) | set(kinds.numeric_columns)) - present)
+    if undeclared:
+        raise ValueError(f"text_columns/numeric_columns (--text-columns/--numeric-columns) name {undeclared}, which "
+                         f"no tar sidecar or Parquet column of the sources holds (their labels: {sorted(present)}); "
+                         "declare the kinds of a labels file's columns with labels= (--labels).")
+
+
 def _previous_labels(out: str, previous: Any) -> dict:
     """The string labels of the index being updated: ``{label: vocabulary}`` (categories), ``{label: None}`` (text)."""
     if previous is None:
@@ -286,10 +328,14 @@ def build_index(
         ``root`` and ``missing`` (``"raise"`` or ``"null"``), as the CLI's
         ``--labels-*`` options.
       text_columns: label columns that are free text: they reach items and
-        batches as strings (``--text-columns``). String columns of many
-        distinct values are detected as text anyway.
+        batches as strings (``--text-columns``), for every source kind: a
+        labels file's columns, tar sidecar fields, Parquet columns. Labels
+        named ``text``, ``transcript``, ``sentence``, ``normalized_text`` or
+        ``txt`` are text by default, and string columns of many distinct
+        values are detected as text. The index records each label's kind.
       numeric_columns: label columns read as numbers even where their values
-        look like identifiers (``"007"``; ``--numeric-columns``).
+        look like identifiers (``"007"``; ``--numeric-columns``), for every
+        source kind.
       loudness: compute each file's loudness profile (decodes every file once; FLAC seek points: ``seek_build``).
       executor: ``None``/``"serial"`` (this process, as every ``executor=``
         of audiotree), ``"process"`` (a spawn process pool of
@@ -331,16 +377,23 @@ def build_index(
         :mod:`audiotree.index.labels`, :mod:`audiotree.index.segments`), or an unusable existing ``out``.
     """
     options = dict(storage_options or {})
+    kinds = None
+    if labels is None:  # declared kinds of the sidecar and Parquet labels
+        kinds = LabelKinds(text_columns=text_columns or (), numeric_columns=numeric_columns or ())
+        text_columns = numeric_columns = None
     labels = label_source_from(labels, key=labels_key, match=labels_match, missing=labels_missing,
                                root=None if labels_root is None else os.fspath(labels_root),
                                text_columns=text_columns, numeric_columns=numeric_columns)
+    if kinds is None:
+        kinds = LabelKinds(labels.text_columns, labels.numeric_columns) if labels is not None else LabelKinds()
     if storage.is_url(os.fspath(out)):
-        return _build_remote(sources, os.fspath(out), labels=labels, loudness=loudness, executor=executor,
+        return _build_remote(sources, os.fspath(out), labels=labels, kinds=kinds, loudness=loudness, executor=executor,
                              show_progress=show_progress, mono=mono, root=root, extensions=extensions,
                              chunk_size=chunk_size, max_workers=max_workers, ray_address=ray_address,
                              storage_options=options, audio_column=audio_column, segments=segments)
     with storage.use_storage_options(options):
-        return _build(sources, out, labels=labels, loudness=loudness, executor=executor, show_progress=show_progress,
+        return _build(sources, out, labels=labels, kinds=kinds, loudness=loudness, executor=executor,
+                      show_progress=show_progress,
                       mono=mono, root=root, extensions=extensions, chunk_size=chunk_size, max_workers=max_workers,
                       ray_address=ray_address, storage_options=options, audio_column=audio_column, segments=segments)
 
@@ -401,7 +454,7 @@ class _RemoteParts:
                 fs.rm(self.url, recursive=True)
 
 
-def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool, executor: Any, show_progress: bool,
+def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKinds", loudness: bool, executor: Any, show_progress: bool,
            mono: bool, root: Any, extensions: Any, chunk_size: int | None, max_workers: int | None,
            ray_address: str | None, storage_options: dict, audio_column: str | None = None,
            part_sink: Any = None, segments: Any = None) -> IndexBuildReport:
@@ -419,9 +472,9 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
                          labels_match=label_source.match, labels_missing=label_source.missing)
         if label_source.root is not None:
             described["labels_root"] = os.path.abspath(label_source.root)
-        for key in ("text_columns", "numeric_columns"):
-            if getattr(label_source, key):
-                described[key] = list(getattr(label_source, key))
+    for key in ("text_columns", "numeric_columns"):
+        if getattr(kinds, key):
+            described[key] = list(getattr(kinds, key))
     stored_root = root_abs = None
     if root is not None and storage.is_url(os.fspath(root)):
         root_abs = stored_root = os.fspath(root).rstrip("/")
@@ -436,6 +489,10 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     containers = ContainerItems()
     found = _discover(pairs, extensions, containers, audio_column)
     segment_table, found, windows = segment_build.plan(segments, found, described)
+    if segment_table is not None and kinds.text_columns:  # declared text applies to the segment list's labels too
+        declared = tuple(n for n in kinds.text_columns if n in segment_table.label_names)
+        segment_table = dataclasses.replace(segment_table,
+                                            text_columns=tuple(dict.fromkeys(segment_table.text_columns + declared)))
     # The labels are read and joined before any file is decoded: a bad labels file costs nothing.
     matched = None if label_source is None else match_labels(label_source, [p for p, _, _ in found],
                                                              [r for _, _, r in found])
@@ -529,17 +586,28 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     order = [("_group_key", "ascending"), ("_order", "ascending")] + segment_build.ORDER * (windows is not None)
     table = table.sort_by(order).drop_columns(["_group_key", "_order"])
 
-    if matched is not None:
-        abs_paths = [stored_to_abs[p] for p in table.column("path").to_pylist()]  # a recording's segments share them
-        columns, specs = label_columns(matched, abs_paths, previous_labels)
-        label_specs = segment_build.merge_specs(label_specs, specs, label_source, segment_table)
-        table = append_label_columns(table, columns)
-    if containers.labels:
+    filled: dict[str, int] = {}
+    if matched is not None or containers.labels:
+        # a recording's segments share their file's labels
         abs_paths = [stored_to_abs.get(p, p) for p in table.column("path").to_pylist()]
-        columns, sidecar_specs = container_labels.join_sidecar_labels(
-            containers.labels, abs_paths, set(label_specs), previous_labels)
+        raw, has_row = [], [False] * len(abs_paths)
+        if matched is not None:
+            raw = raw_label_columns(matched, abs_paths)
+            segment_build.merge_specs(label_specs, dict(raw), label_source, segment_table)
+            has_row = [matched.row_of.get(p) is not None for p in abs_paths]
+        sidecars = container_labels.sidecar_columns(containers.labels, abs_paths, set(label_specs),
+                                                    kinds.numeric_columns) if containers.labels else []
+        raw, by_file, by_sidecar = container_labels.merge_label_columns(raw, has_row, sidecars)
+        _check_declared(kinds, raw + [(n, None) for n in label_specs], label_source)
+        columns, specs = typed_label_columns(raw, text_columns=kinds.text_columns, previous=previous_labels)
+        label_specs = {**label_specs, **specs}
         table = append_label_columns(table, columns)
-        label_specs = {**label_specs, **sidecar_specs}
+        if matched is not None:
+            filled[label_source.path] = int(by_file.sum())
+        if sidecars:
+            filled["sidecars"] = int(by_sidecar.sum())
+    else:
+        _check_declared(kinds, [(n, None) for n in label_specs], label_source)
     table = table.replace_schema_metadata(encode_metadata(
         root=stored_root, sources=described,
         loudness={"enabled": bool(loudness), "mono": bool(mono), "block_sec": BLOCK_SEC},
@@ -551,4 +619,5 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, loudness: bool,
     unreadable = int(table.num_rows - pc.sum(table.column("readable").cast(pa.int64())).as_py()) \
         if table.num_rows else 0
     return IndexBuildReport(path=out, rows=table.num_rows, read=len(todo), reused=reused, resumed=resumed,
-                            dropped=dropped, unreadable=unreadable, skipped_members=dict(containers.skipped))
+                            dropped=dropped, unreadable=unreadable, skipped_members=dict(containers.skipped),
+                            labels_filled=filled)

@@ -14,7 +14,8 @@ Layout (``format`` 1), one raw little-endian ``NAME.bin`` file per array, its
 dtype and shape in the manifest (written as it streams):
 
 - ``path.offsets``/``path.data``: the stored paths, UTF-8 (Arrow's string
-  layout, read per row by :class:`~audiotree.index.text.TextColumn`);
+  layout, read per row by :class:`~audiotree.index.text.TextColumn`); in a
+  segment index, ``id.offsets``/``id.data`` likewise (the items' keys);
 - ``size``, ``mtime_ns`` (int64), ``duration``, ``channels`` (float64, NaN when
   null), ``readable`` (bool), ``window`` (``(n, 2)`` float64 segment bounds, in
   a segment index only);

@@ -29,10 +29,12 @@ Every other column is a label of one of three kinds:
   footer; an id whose value left the index is retired (``None`` in
   :meth:`~audiotree.index.CorpusIndex.vocabulary`) and never reused.
 * **text**: free text (transcripts) reaches items and batches as Python
-  strings (a list in a batch). A column is text when named in
-  ``text_columns``, or when it is a string column of more than
-  :data:`TEXT_MIN_DISTINCT` distinct values of which more than half are
-  distinct (a transcript column, not a speaker column).
+  strings (a list in a batch). A string column is text when named in
+  ``text_columns``; when it is named ``text``, ``transcript``, ``sentence``,
+  ``normalized_text`` or ``txt`` (:data:`TEXT_NAMES`), whatever the size of
+  the set, so a dev set of 200 transcripts and a train set of a million agree;
+  or when it holds more than :data:`TEXT_MIN_DISTINCT` distinct values of
+  which more than half are distinct (a transcript column, not a speaker column).
 
 Bad input raises ``ValueError`` naming the labels file and the column or key:
 a missing key column, a duplicated header column, empty or duplicate keys, a
@@ -49,6 +51,7 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
+import functools
 import os
 import unicodedata
 import warnings
@@ -57,7 +60,8 @@ from typing import Any, Mapping, Sequence
 from audiotree.index.schema import RESERVED_COLUMNS, ids_column, require_pyarrow
 from audiotree.validation import check_choice
 
-__all__ = ["LabelSource", "LabelMatch", "TEXT_MIN_DISTINCT", "read_labels", "match_labels", "label_columns",
+__all__ = ["LabelSource", "LabelMatch", "TEXT_MIN_DISTINCT", "TEXT_NAMES", "read_labels", "match_labels",
+           "label_columns", "raw_label_columns", "typed_label_columns", "is_text_name",
            "append_label_columns", "as_label_source", "label_source_from"]
 
 _MATCHES = ("path", "relative", "stem")
@@ -65,6 +69,8 @@ _MISSING = ("raise", "null")
 _SHOWN = 3
 #: A string column with more distinct values than this, more than half of them distinct, is text.
 TEXT_MIN_DISTINCT = 256
+#: Names of string labels that are text whatever their values look like (transcripts).
+TEXT_NAMES = ("text", "transcript", "sentence", "normalized_text", "txt")
 # The largest labels field (bytes) the CSV and JSON readers take: one block holds a whole field.
 _MAX_FIELD = 1 << 30
 _INT = r"^[+-]?(0|[1-9][0-9]*)$"
@@ -384,8 +390,20 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
+@functools.lru_cache(maxsize=65_536)
+def _real_folder(folder: str) -> str:
+    return os.path.realpath(folder)
+
+
 def _norm(path: str) -> str:
-    return _nfc(os.path.normcase(os.path.normpath(os.path.abspath(path))))
+    """A local path as one spelling: absolute, its folder's symlinks resolved (a corpus reached through a
+    symlinked folder joins a labels file naming the real one). URLs and member URLs keep their text."""
+    if "://" in path:  # a URL, or a member URL (its local container made absolute)
+        from audiotree.io.members import absolute
+
+        return _nfc(absolute(path))
+    folder, name = os.path.split(os.path.normpath(os.path.abspath(path)))
+    return _nfc(os.path.normcase(os.path.join(_real_folder(folder), name)))
 
 
 def _file_key(match: str, path: str, source_root: str) -> str:
@@ -398,7 +416,7 @@ def _file_key(match: str, path: str, source_root: str) -> str:
 
 def _label_key(match: str, key: str, root: str) -> str:
     if match == "path":
-        return _norm(os.path.join(root, os.path.expanduser(key)))
+        return _norm(key if "://" in key else os.path.join(root, os.path.expanduser(key)))
     if match == "relative":
         return _nfc(os.path.normpath(key).replace(os.sep, "/"))
     return _nfc(key)
@@ -430,6 +448,7 @@ def match_labels(source: LabelSource, files: Sequence[str], source_roots: Sequen
     ``files`` are absolute paths (or URLs), each found under ``source_roots[i]``.
     """
     table = read_labels(source)
+    _real_folder.cache_clear()  # folders resolved afresh for each build (a symlink may have moved)
     root = source.root if source.root is not None else os.path.dirname(os.path.abspath(source.path))
     keys = table.column(source.key).to_pylist()
     by_key, file_keys = _resolve(source, source.match, keys, root, files, source_roots)
@@ -477,29 +496,45 @@ def _mismatch(source: LabelSource, keys, root, files, source_roots, by_key, file
             "(--labels-missing null).")
 
 
-def label_columns(matched: LabelMatch, files: Sequence[str],
-                  previous: Mapping[str, list] | None = None) -> tuple[list[tuple[str, Any]], dict[str, dict]]:
-    """The label columns of the index rows ``files`` (in order), and their specs for the metadata.
+def raw_label_columns(matched: LabelMatch, files: Sequence[str]) -> list[tuple[str, Any]]:
+    """The labels table's columns at the rows of ``files`` (in order; null where a file has no row), untyped."""
+    pa = require_pyarrow()
 
-    Returns ``([(column name, pyarrow array aligned with files)], {label: spec})``:
-    a category label gives its string column and its ``<name>#id`` int32 ids.
-    ``previous`` describes the string labels of the index being updated:
-    ``{label: vocabulary}`` (``[value or None]``, whose ids are kept) for a
-    category, ``{label: None}`` for text. A label keeps its kind across updates
-    unless it is declared text now.
+    source, table = matched.source, matched.table
+    take = pa.array([matched.row_of.get(f) for f in files], type=pa.int64())
+    out = []
+    for i, name in enumerate(table.column_names):
+        if name != source.key:
+            out.append((name, table.column(i).combine_chunks().take(take)))
+    return out
+
+
+def is_text_name(name: str) -> bool:
+    """Whether a string label named ``name`` is text by default (see :data:`TEXT_NAMES`).
+
+    >>> is_text_name("transcript"), is_text_name("speaker")
+    (True, False)
+    """
+    return name in TEXT_NAMES
+
+
+def typed_label_columns(raw: Sequence[tuple[str, Any]], *, text_columns: Sequence[str] = (),
+                        previous: Mapping[str, list] | None = None) -> tuple[list[tuple[str, Any]], dict[str, dict]]:
+    """Label columns (``[(name, aligned pyarrow array)]``) typed as the module docstring says, and their specs.
+
+    A string column is text when named in ``text_columns`` or :data:`TEXT_NAMES`,
+    when it was text in the index being updated, or when it looks like text
+    (many distinct values); else a category. Numbers stay numbers.
     """
     pa = require_pyarrow()
     import pyarrow.compute as pc
 
-    source, table = matched.source, matched.table
-    take = pa.array([matched.row_of[f] for f in files], type=pa.int64())
     previous = previous or {}
     columns: list[tuple[str, Any]] = []
     specs: dict[str, dict] = {}
-    for i, name in enumerate(table.column_names):
-        if name == source.key:
-            continue
-        col = table.column(i).combine_chunks().take(take)
+    for name, col in raw:
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
         if pa.types.is_null(col.type):
             col = col.cast(pa.float64())
         if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
@@ -510,7 +545,8 @@ def label_columns(matched: LabelMatch, files: Sequence[str],
         old = previous.get(name)
         distinct = pc.unique(pc.drop_null(col))
         was_text = name in previous and old is None
-        if name in source.text_columns or was_text or (name not in previous and _looks_like_text(col, distinct)):
+        if name in text_columns or is_text_name(name) or was_text or (
+                name not in previous and _looks_like_text(col, distinct)):
             specs[name] = {"kind": "text"}
             columns.append((name, col))
             continue
@@ -522,6 +558,21 @@ def label_columns(matched: LabelMatch, files: Sequence[str],
         specs[name] = {"kind": "category", "ids": ids_column(name), "size": len(vocab)}
         columns += [(name, col), (ids_column(name), ids)]
     return columns, specs
+
+
+def label_columns(matched: LabelMatch, files: Sequence[str],
+                  previous: Mapping[str, list] | None = None) -> tuple[list[tuple[str, Any]], dict[str, dict]]:
+    """The label columns of the index rows ``files`` (in order), and their specs for the metadata.
+
+    Returns ``([(column name, pyarrow array aligned with files)], {label: spec})``:
+    a category label gives its string column and its ``<name>#id`` int32 ids.
+    ``previous`` describes the string labels of the index being updated:
+    ``{label: vocabulary}`` (``[value or None]``, whose ids are kept) for a
+    category, ``{label: None}`` for text. A label keeps its kind across updates
+    unless it is text now (declared, or by its name).
+    """
+    return typed_label_columns(raw_label_columns(matched, files), text_columns=matched.source.text_columns,
+                               previous=previous)
 
 
 def append_label_columns(table: Any, columns: Sequence[tuple[str, Any]]) -> Any:

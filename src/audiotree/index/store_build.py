@@ -14,8 +14,8 @@ import numpy as np
 
 __all__ = ["write_store", "STORE_FORMAT"]
 
-#: Version of the store's layout; a store of another version is rebuilt (2: generations, checksums).
-STORE_FORMAT = 2
+#: Version of the store's layout; a store of another version is rebuilt (2: generations, checksums; 3: segment ids).
+STORE_FORMAT = 3
 # Rows read from the index per step while building (bounds the builder's memory).
 _BATCH_ROWS = 65_536
 
@@ -45,6 +45,8 @@ def write_store(ix: Any, folder: str, identity: dict) -> dict:
     table = full.table
     n = len(full)
     put_text("path", _string_buffers(table.column("path")))
+    if full.has_segments:  # the segment ids: items' keys
+        put_text("id", _string_buffers(table.column("id")))
     put("size", np.nan_to_num(np.asarray(full.column("size"), dtype=np.float64), nan=-1).astype(np.int64)
         if table.column("size").null_count else full.column("size").astype(np.int64))
     put("mtime_ns", np.asarray([-1 if v is None else v for v in table.column("mtime_ns").to_pylist()], np.int64)

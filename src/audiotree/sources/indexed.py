@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any, Sequence
+from typing import Any
 
 import grain
 import numpy as np
@@ -25,7 +25,7 @@ import numpy as np
 from audiotree.io.storage import call_with_storage_options
 from audiotree.validation import is_real
 
-__all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "rows_by_group"]
+__all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "rows_by_group", "load_index"]
 
 
 def is_index_path(value: Any) -> bool:
@@ -67,7 +67,8 @@ class IndexRows:
     refresh: str
     store: Any
     selection: str | None = None
-    labels: tuple = ()
+    #: The labels items carry and how (:class:`~audiotree.sources.item_labels.LabelPlan`); ``None``: the key only.
+    labels: Any = None
     loudest: tuple | None = None
     #: The ``mono`` setting the index's loudness profiles were measured with; ``None`` without profiles.
     profile_mono: bool | None = None
@@ -222,8 +223,10 @@ class IndexRows:
     def _decorate_row(self, tree: Any, r: int, *, stamp_group: bool) -> Any:
         if tree is None:
             return None
-        if self.labels:
-            tree = tree.replace_extras(**{name: self.store.label_leaf(name, r) for name in self.labels})
+        from audiotree.sources.item_labels import LabelPlan
+
+        plan = self.labels if self.labels is not None else LabelPlan()
+        tree = tree.replace_extras(**plan.leaves(self.store, r, self._path_of(r)))
         if stamp_group:
             from audiotree.provenance import encode_strings
 
@@ -327,18 +330,7 @@ def _check_filters(min_duration: Any, max_duration: Any) -> None:
         raise ValueError(f"min_duration ({min_duration}) is above max_duration ({max_duration}).")
 
 
-def _label_names(labels: Any) -> list[str]:
-    if labels is None:
-        return []
-    if isinstance(labels, str):
-        return [labels]
-    names = list(labels)
-    if not all(isinstance(n, str) and n for n in names):
-        raise TypeError(f"labels must be a list of column names, got {labels!r}.")
-    return names
-
-
-def _load(index: Any, labels: Sequence[str]):
+def load_index(index: Any):
     """The index's validated metadata (no rows read) and its column store (built on first use)."""
     from audiotree.index.columns import open_columns
     from audiotree.index.reader import CorpusIndex, open_index
@@ -346,11 +338,7 @@ def _load(index: Any, labels: Sequence[str]):
     if not isinstance(index, CorpusIndex):
         if not isinstance(index, (str, os.PathLike)):
             raise TypeError(f"index must be a path to a corpus index or a CorpusIndex, got {type(index).__name__}.")
-        index = open_index(index, columns=(), labels=labels)
-    else:
-        missing = [name for name in labels if name not in index.label_names]
-        if missing:
-            raise ValueError(f"{index.path} has no label column(s) {missing}; its labels are {index.label_names}.")
+        index = open_index(index, columns=())
     return index, open_columns(index)
 
 
@@ -420,9 +408,11 @@ def rows_from_index(
     Start-up reads the index's metadata and opens its column store; its cost
     does not grow with the rows beyond the filters' one vectorised pass.
     """
+    from audiotree.sources.item_labels import label_request, plan_labels
+
     _check_filters(min_duration, max_duration)
-    names = _label_names(labels)
-    ix, store = _load(index, names)
+    request = label_request(labels)
+    ix, store = load_index(index)
     selected = _selected_rows(store, min_duration, max_duration)
     if selected.size == 0:
         raise RuntimeError(
@@ -435,7 +425,8 @@ def rows_from_index(
     if unreadable:
         warnings.warn(f"{ix.path}: {unreadable} unreadable row(s) left out (see their 'error' column).",
                       UserWarning, stacklevel=3)
-    rows = IndexRows(index_path=ix.path, refresh=ix.refresh_command(), store=store, labels=tuple(names),
+    rows = IndexRows(index_path=ix.path, refresh=ix.refresh_command(), store=store,
+                     labels=plan_labels(store, request, ix.path),
                      profile_mono=ix.mono if ix.has_profile else None)
     if selected.size != len(store):
         rows = rows.take(selected)
@@ -450,7 +441,7 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
     """``{group: rows}`` from one index, grouping by column ``group_by`` (``"group"`` or a label, text included)."""
     if not isinstance(group_by, str) or not group_by:
         raise ValueError(f"group_by must be a column name, got {group_by!r}.")
-    ix, store = _load(index, _label_names(kwargs.get("labels")))
+    ix, store = load_index(index)
     if group_by != "group" and group_by not in ix.label_names:
         raise ValueError(f"{ix.path} has no column {group_by!r} to group by; use 'group' or one of its labels "
                          f"{ix.label_names}.")
@@ -477,7 +468,12 @@ def text_labels(rows: IndexRows) -> list[str]:
     The one place that decides what a text label is, for the check that a
     fixed-length crop does not carry a whole utterance's transcript.
     """
-    return [name for name in rows.labels if rows.store.label_kind(name) == "text"]
+    plan = rows.labels
+    if plan is None:
+        return []
+    # (an utterance id names the item; it holds no words a crop could lose)
+    return [name for name, kind, columns in zip(plan.names, plan.kinds, plan.columns)
+            if kind == "text" and columns != ("id",)]
 
 
 def first_channels(rows: IndexRows) -> int | None:
@@ -540,7 +536,7 @@ def window_lufs_view(index: Any, lufs_window_sec: float | None) -> dict:
     from audiotree.sources.window_index import check_cell_length, index_cells
 
     blocks = check_cell_length(os.fspath(index), lufs_window_sec)
-    ix, store = _load(index, [])
+    ix, store = load_index(index)
     if not ix.has_profile:
         raise ValueError(f"{ix.path} was built without loudness profiles; rebuild it without --no-loudness.")
     offsets, values, known = index_cells(store, blocks)

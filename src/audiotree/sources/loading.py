@@ -20,6 +20,7 @@ from audiotree.excerpts.config import ExcerptConfig
 from audiotree.excerpts.strategies import select_clip
 from audiotree.io.failures import ON_READ_ERROR, check_on_read_error
 from audiotree.io.storage import call_with_storage_options
+from audiotree.sources.item_labels import KEY, item_key
 
 __all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
@@ -53,6 +54,8 @@ class ExcerptLoader(grain.transforms.RandomMap):
     on_read_error: str = "raise"
     #: fsspec filesystem options for remote paths, applied around every read (a plain, picklable dict).
     storage_options: Mapping[str, Any] | None = None
+    #: Labels read without an index (the sidecars of tar members, Parquet columns): ``labels.leaves(path)``.
+    labels: Any = None
 
     def random_map(self, element: Any, rng: np.random.Generator):
         return self.read(element, rng)
@@ -69,6 +72,8 @@ class ExcerptLoader(grain.transforms.RandomMap):
                 mono=self.mono, pad_mode=self.pad_mode, plan=plan, window=window,
             )
             tree = None if clip is None else AudioTree.from_clip(clip, source=self.source)
+            if tree is not None:
+                tree = tree.replace_extras(**self._extras(path))
         except AudioReadError as exc:
             handle_read_error(exc, self.on_read_error)
             return None
@@ -77,12 +82,19 @@ class ExcerptLoader(grain.transforms.RandomMap):
         return tree
 
 
+    def _extras(self, path: Any) -> dict:
+        extras = {} if self.labels is None else self.labels.leaves(path)
+        extras.setdefault(KEY, [item_key(path)])
+        return extras
+
+
 @dataclasses.dataclass(frozen=True)
 class StampSource(grain.transforms.Map):
     """Labels every item of a pre-built dataset with its group name.
 
     Missing provenance is filled so items from files and from datasets batch
-    together: ``filepath`` becomes ``""`` and ``offset`` NaN.
+    together: ``filepath`` becomes ``""``, ``offset`` NaN, and the item key
+    (``extras["key"]``) ``""``.
     """
 
     name: str
@@ -97,7 +109,10 @@ class StampSource(grain.transforms.Map):
         metadata["source"] = encode_strings([self.name] * batch)
         metadata.setdefault("filepath", encode_strings([""] * batch))
         metadata.setdefault("offset", np.full((batch,), np.nan))
-        return element.replace(_metadata=metadata)
+        element = element.replace(_metadata=metadata)
+        if "key" not in element.extras:  # every item has a key (see audiotree.sources.item_labels)
+            element = element.replace_extras(key=[""] * batch)
+        return element
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from audiotree.excerpts.config import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import (building_with_storage_options, check_common, probe_channels,
-                                               refuse_text_crops, resolve_files)
+                                              refuse_text_crops, resolve_files, resolve_labelled_files)
 from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
@@ -66,7 +66,7 @@ def build_file_dataset(
     check_pad_mode(output.pad_mode)
     from audiotree.sources import indexed
 
-    rows = None
+    rows = stream_labels = None
     loudest = indexed.loudest_spec(excerpt, duration, has_index=corpus.index is not None, mono=output.mono)
     if corpus.index is not None:
         rows = indexed.rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
@@ -78,17 +78,19 @@ def build_file_dataset(
         if not output.mono:
             channels = indexed.checked_channels(rows, channels)
     else:
-        indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration,
-                                     max_duration=corpus.max_duration)
-        files = resolve_files(sources, filepaths, corpus.extensions, on_read_error=corpus.on_read_error,
-                              audio_column=corpus.audio_column)
+        indexed.refuse_index_options(min_duration=corpus.min_duration, max_duration=corpus.max_duration)
+        if corpus.labels is not None:  # sidecars of tar members, columns of Parquet rows
+            files, stream_labels = resolve_labelled_files(sources, filepaths, corpus)
+        else:
+            files = resolve_files(sources, filepaths, corpus.extensions, on_read_error=corpus.on_read_error,
+                                  audio_column=corpus.audio_column)
         files = host_items(files, order.shard_options)
         if not output.mono and channels is None:
             channels = probe_channels(files[0])
     loader = ExcerptLoader(
         sample_rate=sample_rate, duration=None if duration is None else float(duration), mono=output.mono,
         pad_mode=output.pad_mode, excerpt=excerpt, source=output.source, channels=None if output.mono else channels,
-        on_read_error=corpus.on_read_error, storage_options=corpus.storage_options,
+        on_read_error=corpus.on_read_error, storage_options=corpus.storage_options, labels=stream_labels,
     )
     if rows is not None:
         loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=corpus.on_stale,
@@ -179,8 +181,10 @@ def build_balanced_dataset(
                                                        loudest=loudest)
     if group_rows:
         from audiotree.index.reader import check_on_stale
+        from audiotree.sources.item_labels import check_same_kinds
 
         check_on_stale(corpus.on_stale)
+        check_same_kinds({rows.index_path: rows.labels for rows in group_rows.values()})
     else:
         indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration)
     check_measure_lufs(output.measure_lufs)

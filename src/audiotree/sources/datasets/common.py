@@ -99,6 +99,24 @@ def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, e
     return files
 
 
+def resolve_labelled_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, corpus: Any) -> tuple:
+    """``(files, labels)``: :func:`resolve_files` of ``sources`` with the ``Corpus.labels`` their tar sidecars and
+    Parquet columns hold (:func:`audiotree.sources.item_labels.stream_labels`), for a dataset without an index."""
+    from audiotree.sources.containers import ContainerItems
+    from audiotree.sources.item_labels import stream_labels
+    from audiotree.sources.loading import handle_read_error
+
+    if sources is None:
+        raise ValueError("Corpus(labels=...) without an index reads the sidecars of tar shards and the columns of "
+                         "Parquet files found in sources=; filepaths= carry no labels. Build an index with "
+                         "`audiotree index ... --labels FILE` and pass Corpus(index=...).")
+    box = ContainerItems()
+    files, _ = discover(sources, corpus.extensions, strict=True, audio_column=corpus.audio_column, containers=box)
+    for problem in box.problems:
+        handle_read_error(problem, corpus.on_read_error)
+    return files, stream_labels(files, box.labels, corpus.labels, f"sources={sources!r}")
+
+
 def refuse_text_crops(rows: Any, duration: float | None, excerpt: Any, what: str = "") -> None:
     """Refuses fixed-length excerpts that would carry a whole utterance's text label, unless allowed.
 

@@ -105,9 +105,15 @@ class Corpus:
         reads the index and nothing else. Items' ``source`` is the row's group.
       group_by: the balanced builder only: the index column (``"group"`` or a
         label) whose values are the groups.
-      labels: index label columns carried into every item's ``extras``
+      labels: label columns carried into every item's ``extras``
         (``(1,)`` arrays: int32 category ids, see the index's vocabulary, or
-        numbers as stored; a text label as a one-string list).
+        numbers as stored; a text label as a one-string list): an index's
+        labels, or without an index the sidecars of tar members and the
+        columns of Parquet files. ``{"text": ["transcript", "txt"]}`` makes
+        one label of several columns (the first with a value, per row; one
+        vocabulary). ``"id"`` is a segment index's utterance id. Every item
+        also carries its key in ``extras["key"]`` (see
+        :mod:`audiotree.sources.item_labels`).
       min_duration, max_duration: keep index rows within these seconds (a
         filter: a longer file is left out, never cropped).
       on_stale: a file whose size or mtime differs from its index row:
@@ -133,6 +139,8 @@ class Corpus:
 
     >>> Corpus(labels=["speaker"]).labels
     ('speaker',)
+    >>> Corpus(labels={"text": ["transcript", "txt"]}).labels
+    {'text': ('transcript', 'txt')}
     """
 
     index: Any = None
@@ -147,9 +155,14 @@ class Corpus:
     storage_options: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.labels, Mapping):  # {label: [aliases]}: one label made of several columns
+            from audiotree.sources.item_labels import label_request
+
+            request = label_request(self.labels)
+            object.__setattr__(self, "labels", {name: columns[1:] for name, columns in request})
         for name in ("labels", "extensions"):
             value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
+            if value is not None and not isinstance(value, (str, Mapping)):
                 object.__setattr__(self, name, tuple(value))
 
 

@@ -30,6 +30,7 @@ import grain
 import numpy as np
 
 from audiotree.core import AudioTree
+from audiotree.sources.item_labels import item_key
 from audiotree.dsp.edits import downmix
 from audiotree.dsp.loudness import MAX_CHANNELS
 from audiotree.dsp.window_meter import WindowMeter
@@ -305,10 +306,11 @@ class WindowLoader(grain.transforms.RandomMap):
         if reprobe:
             offset = min(offset, max(0.0, probe(path).duration - self.duration))
         try:
-            return AudioTree.from_file(
+            tree = AudioTree.from_file(
                 path, sample_rate=self.sample_rate, offset=offset, duration=self.duration, mono=self.mono,
                 pad_mode=self.pad_mode, source=self.source,
             )
+            return tree.replace_extras(key=[item_key(path)])
         except OffsetPastEndError as exc:
             # The planned length was wrong: a read problem of this file (on_read_error), not a bad argument.
             planned = max_offset + self.duration
