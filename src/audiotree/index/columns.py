@@ -10,7 +10,7 @@ pages of the rows it reads. A :class:`ColumnStore` pickles as its folder's
 name, so a Grain or PyTorch worker (fork or spawn) starts in constant time
 and memory whatever the row count.
 
-Layout (``format`` 1), one raw little-endian ``NAME.bin`` file per array, its
+Layout (``format`` 2), one raw little-endian ``NAME.bin`` file per array, its
 dtype and shape in the manifest (written as it streams):
 
 - ``path.offsets``/``path.data``: the stored paths, UTF-8 (Arrow's string
@@ -18,6 +18,8 @@ dtype and shape in the manifest (written as it streams):
 - ``size``, ``mtime_ns`` (int64), ``duration``, ``channels`` (float64, NaN when
   null), ``readable`` (bool), ``window`` (``(n, 2)`` float64 segment bounds, in
   a segment index only);
+- ``quality-NAME`` (float64, NaN when null): the quality columns and
+  ``sample_rate`` (:mod:`audiotree.index.quality`; since store format 2);
 - ``group.codes`` (int32, ``-1`` for none) with the group names in the manifest;
 - ``label-K.*``: label ``K`` (by position in the manifest): category ids
   (int32) and their vocabulary, numbers as stored, or a text column's
@@ -52,7 +54,7 @@ import numpy as np
 __all__ = ["ColumnStore", "open_columns", "store_folder", "STORE_FORMAT"]
 
 #: Version of the store's layout; a store of another version is rebuilt.
-STORE_FORMAT = 1
+STORE_FORMAT = 2
 _MANIFEST = "manifest.json"
 # Rows read from the index per step while building (bounds the builder's memory).
 _BATCH_ROWS = 65_536
@@ -481,6 +483,7 @@ def _build(ix: Any, directory: str, identity: dict) -> ColumnStore:
 def _write(ix: Any, folder: str, identity: dict) -> dict:
     import pyarrow as pa
 
+    from audiotree.index.quality import STORE_COLUMNS, quality_arrays
     from audiotree.index.reader import open_index
     from audiotree.index.text import TextColumn
 
@@ -497,8 +500,8 @@ def _write(ix: Any, folder: str, identity: dict) -> dict:
         put(name + ".data", np.asarray(data, np.uint8))
 
     names = list(ix.meta["labels"])
-    full = open_index(ix.path, columns=["path", "group", "size", "mtime_ns", "channels", "duration", "readable"],
-                      labels=names, root=ix.root)
+    full = open_index(ix.path, columns=["path", "group", "size", "mtime_ns", "channels", "duration", "readable",
+                                        *STORE_COLUMNS], labels=names, root=ix.root)
     table = full.table
     n = len(full)
     put_text("path", _string_buffers(table.column("path")))
@@ -527,6 +530,8 @@ def _write(ix: Any, folder: str, identity: dict) -> dict:
                                                               for v in full.vocabulary(name)]))
         else:
             put(key, np.asarray(full.label_values(name)))
+    for key, array in quality_arrays(table).items():  # (NaN for an index without quality columns)
+        put(key, array)
     if "start" in table.column_names:
         put("window", np.stack([np.asarray(full.column("start"), dtype=np.float64),
                                 np.asarray(full.column("end"), dtype=np.float64)], axis=1))

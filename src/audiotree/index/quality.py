@@ -19,7 +19,7 @@ import numpy as np
 from audiotree.dsp.quality import QUALITY_COLUMNS, QualityMeter
 
 __all__ = ["QUALITY_COLUMNS", "QUALITY_TYPES", "QUALITY_SINCE", "quality_meter", "has_quality", "require_quality",
-           "is_quality", "store_key", "quality_arrays"]
+           "is_quality", "store_key", "quality_arrays", "STORE_COLUMNS"]
 
 #: Arrow type of each quality column (all nullable).
 QUALITY_TYPES: dict[str, str] = {name: ("int64" if name == "clip_longest" else "float64") for name in QUALITY_COLUMNS}
@@ -59,15 +59,19 @@ def require_quality(path: str, meta: dict, feature: str) -> None:
                      f"Rebuild it with loudness: delete it and run `audiotree index SOURCES --out {path}` again.")
 
 
+#: The index columns the column store keeps for quality selection: the quality columns and ``sample_rate``.
+STORE_COLUMNS = (*QUALITY_COLUMNS, "sample_rate")
+
+
 def store_key(name: str) -> str:
-    """The column-store array of quality column ``name`` (float64 per row, NaN for null)."""
+    """The column-store array of ``name`` (one of :data:`STORE_COLUMNS`; float64 per row, NaN for null)."""
     return f"quality-{name}"
 
 
 def quality_arrays(table) -> dict[str, np.ndarray]:
-    """``{store key: float64 per row}`` of the quality columns of ``table`` (null as NaN)."""
+    """``{store key: float64 per row}`` of the :data:`STORE_COLUMNS` of ``table`` (null as NaN)."""
     out = {}
-    for name in QUALITY_COLUMNS:
+    for name in STORE_COLUMNS:
         column = table.column(name)
         values = column.to_numpy(zero_copy_only=False) if column.null_count == 0 else \
             np.array([np.nan if v is None else v for v in column.to_pylist()], dtype=np.float64)

@@ -392,8 +392,13 @@ def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> Inde
     return rows if keep.size == len(rows) else rows.take(keep)
 
 
-def _selected_rows(store: Any, min_duration: float | None, max_duration: float | None) -> np.ndarray:
+def _selected_rows(store: Any, min_duration: float | None, max_duration: float | None, where: str | None = None,
+                   ix: Any = None) -> np.ndarray:
     keep = store.column("readable").astype(bool)
+    if where is not None:
+        from audiotree.index.where import where_mask
+
+        keep = keep & where_mask(where, store, ix.path, ix.meta)
     if min_duration is not None or max_duration is not None:
         duration = store.column("duration")
         if min_duration is not None:
@@ -405,9 +410,10 @@ def _selected_rows(store: Any, min_duration: float | None, max_duration: float |
 
 def rows_from_index(
     index: Any, *, labels: Any = None, min_duration: float | None = None, max_duration: float | None = None,
-    what: str = "the index", loudest: LoudestSpec | None = None, filter_silent: bool = True,
+    what: str = "the index", loudest: LoudestSpec | None = None, filter_silent: bool = True, where: str | None = None,
 ) -> IndexRows:
-    """The readable rows of ``index`` within the duration filters, with ``labels``.
+    """The readable rows of ``index`` within the duration filters and ``where`` (:mod:`audiotree.index.where`), with
+    ``labels``.
 
     With ``loudest``, the rows plan loud excerpts from the profiles (and,
     under ``skip_silent`` and ``filter_silent``, lose the silent files).
@@ -417,12 +423,13 @@ def rows_from_index(
     _check_filters(min_duration, max_duration)
     names = _label_names(labels)
     ix, store = _load(index, names)
-    selected = _selected_rows(store, min_duration, max_duration)
+    selected = _selected_rows(store, min_duration, max_duration, where, ix)
     if selected.size == 0:
         raise RuntimeError(
             f"No rows of {ix.path} to read ({what}): of {len(store)} rows, none is readable"
             + (f" within min_duration={min_duration}, max_duration={max_duration}" if min_duration is not None
                or max_duration is not None else "")
+            + (f" where {where}" if where is not None else "")
             + ". Check the filters, or rebuild the index."
         )
     unreadable = len(store) - int(np.count_nonzero(store.column("readable")))
@@ -493,7 +500,7 @@ def checked_channels(rows: IndexRows, channels: int | None) -> int | None:
 
 
 def refuse_index_options(**options: Any) -> None:
-    """``labels=``/``min_duration=``/``max_duration=`` come from an index; refuse them without one."""
+    """``labels=``/``min_duration=``/``max_duration=``/``where=`` come from an index; refuse them without one."""
     given = sorted(name for name, value in options.items() if value is not None)
     if given:
         raise ValueError(f"Corpus({', '.join(given)}) need Corpus(index=...) (a corpus index from `audiotree index`); folders carry no "

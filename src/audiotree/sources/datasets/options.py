@@ -110,6 +110,12 @@ class Corpus:
         numbers as stored; a text label as a one-string list).
       min_duration, max_duration: keep index rows within these seconds (a
         filter: a longer file is left out, never cropped).
+      where: keep the index rows where this expression over index columns
+        holds, e.g. ``"bandwidth_hz >= 16000 and clip_share < 1e-4"``:
+        comparisons of columns (quality columns, ``sample_rate``,
+        ``duration``, ``channels``, ``size``, numeric labels) and numbers,
+        joined by ``and``/``or``/``not`` (:mod:`audiotree.index.where`; a
+        missing value compares false). Applied once, before any worker starts.
       on_stale: a file whose size or mtime differs from its index row:
         ``"raise"`` (naming the file and the refresh command), ``"reprobe"``
         (read it as it is now), ``"skip"`` the item, or ``"trust"`` (no check
@@ -145,6 +151,7 @@ class Corpus:
     extensions: Sequence[str] | None = None
     audio_column: str | None = None
     storage_options: Mapping[str, Any] | None = None
+    where: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("labels", "extensions"):
