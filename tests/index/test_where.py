@@ -133,3 +133,31 @@ def test_filtered_items_are_the_same_for_0_and_2_workers_and_resume_exactly(inde
     tail = [next(fresh) for _ in range(4)]
     fresh.close()
     assert _keys(head) + _keys(tail) == reference
+
+
+def _cli(*args):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "AUDIOTREE_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "audiotree.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+@pytest.mark.slow
+def test_cli_where_renders_only_the_matching_rows_and_needs_an_index(index, tmp_path):
+    from audiotree.sources import open_render
+
+    out = tmp_path / "render"
+    result = _cli("render", "--index", index, "--where", "bandwidth_hz >= 6000", "--epoch", "--format", "tree",
+                  "--out", out, "--duration", "0.5", "--sample-rate", RATE, "--no-shuffle")
+    assert result.returncode == 0, result.stderr
+    ds = open_render(out)
+    assert len(ds) == 6
+    assert {Path(ds[i].filepath[0]).name for i in range(len(ds))} == {f"full{k}.wav" for k in (0, 2, 4)}
+    bad = _cli("render", "--index", index, "--where", "bandwith_hz >= 6000", "--epoch", "--out", tmp_path / "bad",
+               "--duration", "0.5")
+    assert bad.returncode != 0 and "unknown column 'bandwith_hz'" in bad.stderr
+    folders = _cli("preview", str(index.parent / "a"), "--where", "snr_db > 1", "--out", tmp_path / "p")
+    assert folders.returncode != 0 and "--where needs a corpus index" in folders.stderr

@@ -11,6 +11,7 @@ from audiotree.cli._common import (
     CliError,
     build_dataset,
     index_source,
+    where_option,
     pipeline_options,
     resolve_sources,
     sources_argument,
@@ -30,8 +31,9 @@ from audiotree.cli._common import (
               help="Arrange the cards in sections by this column: source, folder, format or a label "
                    "the items carry (pitch, velocity, note_duration, an extras key). With a corpus index as "
                    "SOURCES (CORPUS.parquet, as for scan), an index label: excerpts are balanced over its values.")
+@where_option
 @pipeline_options()
-def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pipeline) -> None:
+def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, where, pipeline) -> None:
     """Render N excerpts into a static index.html: a player, labels and a picture per excerpt.
 
     \b
@@ -44,7 +46,9 @@ def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pi
     from audiotree.preview import render_preview
 
     by_label = group_by not in _CARD_COLUMNS
-    parsed = index_source(sources, None, group_by if by_label else None) if _is_index(sources) else None
+    parsed = index_source(sources, None, group_by if by_label else None, where) if _is_index(sources) else None
+    if parsed is None and where is not None:
+        raise click.UsageError("--where needs a corpus index (CORPUS.parquet) as SOURCES: it filters the index's rows.")
     if parsed is not None and by_label:
         group_by = "source"  # each excerpt's source is its label value
     if parsed is None:
