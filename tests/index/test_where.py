@@ -115,8 +115,10 @@ def _keys(batches) -> list:
 
 
 @pytest.mark.slow
-def test_filtered_items_are_the_same_for_0_and_2_workers_and_resume_exactly(index):
-    ds = create_audio_dataset(corpus=Corpus(index=index, where="bandwidth_hz >= 6000"), num_epochs=None,
+@pytest.mark.parametrize("options", [dict(where="bandwidth_hz >= 6000"),
+                                     dict(weight_by=lambda c: (c["bandwidth_hz"] >= 6000) * 1.0)])
+def test_filtered_items_are_the_same_for_0_and_2_workers_and_resume_exactly(index, options):
+    ds = create_audio_dataset(corpus=Corpus(index=index, **options), num_epochs=None,
                               shuffle=True, shuffle_seed=7, sample_rate=RATE, duration=0.5)
     reference = _keys(itertools.islice(_batches(ds, 0), 6))
     assert {name for name, *_ in reference} <= {f"full{k}.wav" for k in (0, 2, 4)}
@@ -161,3 +163,34 @@ def test_cli_where_renders_only_the_matching_rows_and_needs_an_index(index, tmp_
     assert bad.returncode != 0 and "unknown column 'bandwith_hz'" in bad.stderr
     folders = _cli("preview", str(index.parent / "a"), "--where", "snr_db > 1", "--out", tmp_path / "p")
     assert folders.returncode != 0 and "--where needs a corpus index" in folders.stderr
+
+
+def _row_counts(ds) -> dict:
+    from collections import Counter
+
+    return Counter(f"{Path(ds[i].filepath[0]).parent.name}/{Path(ds[i].filepath[0]).name}" for i in range(len(ds)))
+
+
+def test_weight_by_a_column_or_a_function_draws_rows_by_their_share(index):
+    ds = create_audio_dataset(corpus=Corpus(index=index, weight_by="bandwidth_hz"), num_epochs=1, shuffle=False,
+                              sample_rate=RATE, duration=0.25)
+    counts = _row_counts(ds)
+    assert len(ds) == 12  # the pool keeps its size; full-band rows (4x the bandwidth) fill ~4/5 of it
+    assert sum(v for k, v in counts.items() if "/full" in k) in (9, 10)
+    ds = create_audio_dataset(corpus=Corpus(index=index, weight_by=lambda c: (c["bandwidth_hz"] > 6000) * 1.0),
+                              num_epochs=1, shuffle=False, sample_rate=RATE, duration=0.25)
+    assert set(_row_counts(ds).values()) == {2} and all("/full" in k for k in _row_counts(ds))
+    # Within each group of a balanced dataset: every group keeps its own rows.
+    groups = indexed_groups(index, weight_by="bandwidth_hz")
+    assert {name: len(rows) for name, rows in groups.items()} == {"a": 6, "b": 6}
+    with pytest.raises(ValueError, match=r"unknown column 'snr'"):
+        create_audio_dataset(corpus=Corpus(index=index, weight_by="snr"), sample_rate=RATE, duration=0.25)
+    with pytest.raises(ValueError, match=r"weights must be finite and >= 0"):
+        create_audio_dataset(corpus=Corpus(index=index, weight_by=lambda c: c["dc_offset"] * 0 - 1), sample_rate=RATE,
+                             duration=0.25)
+
+
+def indexed_groups(index, **kwargs):
+    from audiotree.sources.indexed import rows_by_group
+
+    return rows_by_group(index, "group", **kwargs)

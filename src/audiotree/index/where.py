@@ -39,7 +39,7 @@ import numpy as np
 
 from audiotree.validation import is_real
 
-__all__ = ["parse_where", "columns_of", "evaluate", "where_mask", "WHERE_BASE_COLUMNS"]
+__all__ = ["parse_where", "columns_of", "evaluate", "where_mask", "index_columns", "WHERE_BASE_COLUMNS"]
 
 #: Base columns of the column store that ``where=`` can name, besides the quality columns and ``sample_rate``.
 WHERE_BASE_COLUMNS = ("duration", "channels", "size")
@@ -152,24 +152,37 @@ def where_mask(text: str, store: Any, index_path: str, meta: dict) -> np.ndarray
     from audiotree.index.quality import QUALITY_COLUMNS, require_quality, store_key
 
     tree = parse_where(text)
-    names = columns_of(tree)
+    return evaluate(tree, index_columns(store, index_path, meta, columns_of(tree), f"where={text!r}"))
+
+
+def index_columns(store: Any, index_path: str, meta: dict, names: Any, what: str) -> Callable[[str], np.ndarray]:
+    """Checks ``names`` (see the module) and returns ``column(name)``: its float64 values per store row.
+
+    ``what`` names the option in errors (``"where='...'"``, ``"weight_by='snr_db'"``).
+    """
+    from audiotree.index.quality import QUALITY_COLUMNS, require_quality, store_key
+
     labels = meta.get("labels") or {}
     known = [*QUALITY_COLUMNS, "sample_rate", *WHERE_BASE_COLUMNS,
              *(n for n, spec in labels.items() if spec.get("kind") == "numeric")]
     for name in sorted(names):
         if name in labels and labels[name].get("kind") != "numeric":
-            raise ValueError(f"where={text!r}: {name!r} is a {labels[name].get('kind')} label of {index_path}; "
-                             "where= compares numbers only.")
+            raise ValueError(f"{what}: {name!r} is a {labels[name].get('kind')} label of {index_path}; only numeric "
+                             "columns can be compared or weighted.")
         if name not in known:
-            raise ValueError(f"where={text!r}: unknown column {name!r}; {index_path} has {', '.join(known)}.")
-    if names & set(QUALITY_COLUMNS):
-        require_quality(index_path, meta, f"where={text!r}")
+            raise ValueError(f"{what}: unknown column {name!r}; {index_path} has {', '.join(known)}.")
+    if set(names) & set(QUALITY_COLUMNS):
+        require_quality(index_path, meta, what)
 
     def column(name: str) -> np.ndarray:
+        if name not in known:
+            raise ValueError(f"{what}: unknown column {name!r}; {index_path} has {', '.join(known)}.")
+        if name in QUALITY_COLUMNS:
+            require_quality(index_path, meta, what)
         if name in QUALITY_COLUMNS or name == "sample_rate":
-            return store.column(store_key(name))
+            return np.asarray(store.column(store_key(name)), dtype=np.float64)
         if name in WHERE_BASE_COLUMNS:
-            return store.column(name)
-        return store.column(store.label_key(name))
+            return np.asarray(store.column(name), dtype=np.float64)
+        return np.asarray(store.column(store.label_key(name)), dtype=np.float64)
 
-    return evaluate(tree, column)
+    return column

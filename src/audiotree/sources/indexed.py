@@ -411,6 +411,7 @@ def _selected_rows(store: Any, min_duration: float | None, max_duration: float |
 def rows_from_index(
     index: Any, *, labels: Any = None, min_duration: float | None = None, max_duration: float | None = None,
     what: str = "the index", loudest: LoudestSpec | None = None, filter_silent: bool = True, where: str | None = None,
+    weight_by: Any = None,
 ) -> IndexRows:
     """The readable rows of ``index`` within the duration filters and ``where`` (:mod:`audiotree.index.where`), with
     ``labels``.
@@ -444,7 +445,18 @@ def rows_from_index(
         rows = _with_loudest(rows, ix, loudest)
         if filter_silent:
             rows = without_silent(rows, loudest, what)
-    return rows
+    return weighted(rows, weight_by, ix)
+
+
+def weighted(rows: IndexRows, weight_by: Any, ix: Any) -> IndexRows:
+    """``rows`` resampled by ``weight_by`` (:mod:`audiotree.index.weights`); as they are without one."""
+    if weight_by is None:
+        return rows
+    from audiotree.index.weights import resample_positions, row_weights
+
+    store_rows = rows.rows()
+    weights = row_weights(weight_by, rows.store, ix.path, ix.meta, store_rows)
+    return rows.take(resample_positions(weights, f"weight_by of {ix.path}"))
 
 
 def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRows]:
@@ -455,6 +467,7 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
     if group_by != "group" and group_by not in ix.label_names:
         raise ValueError(f"{ix.path} has no column {group_by!r} to group by; use 'group' or one of its labels "
                          f"{ix.label_names}.")
+    weight_by = kwargs.pop("weight_by", None)  # (within each group)
     rows = rows_from_index(ix, filter_silent=False, **kwargs)
     codes, names = store.codes(group_by)
     keys = codes[rows.rows()]
@@ -468,7 +481,8 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
     bounds = np.r_[starts, keys.size]
     loudest = kwargs.get("loudest")
     by_name = sorted((names[int(code)], k) for k, code in enumerate(present))
-    return {name: without_silent(rows.take(np.sort(order[bounds[k]:bounds[k + 1]])), loudest, f"group {name!r}")
+    return {name: weighted(without_silent(rows.take(np.sort(order[bounds[k]:bounds[k + 1]])), loudest,
+                                          f"group {name!r}"), weight_by, ix)
             for name, k in by_name}
 
 

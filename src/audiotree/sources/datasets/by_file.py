@@ -70,14 +70,15 @@ def build_file_dataset(
     if corpus.index is not None:
         rows = indexed.rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
                                         min_duration=corpus.min_duration, max_duration=corpus.max_duration,
-                                        on_stale=corpus.on_stale, loudest=loudest, where=corpus.where)
+                                        on_stale=corpus.on_stale, loudest=loudest, where=corpus.where,
+                                        weight_by=corpus.weight_by)
         rows = host_items(rows, order.shard_options)
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
         if not output.mono:
             channels = indexed.checked_channels(rows, channels)
     else:
         indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration,
-                                     max_duration=corpus.max_duration, where=corpus.where)
+                                     max_duration=corpus.max_duration, where=corpus.where, weight_by=corpus.weight_by)
         files = resolve_files(sources, filepaths, corpus.extensions, on_read_error=corpus.on_read_error,
                               audio_column=corpus.audio_column)
         files = host_items(files, order.shard_options)
@@ -166,7 +167,8 @@ def build_balanced_dataset(
             raise ValueError("Pass Corpus(index=..., group_by=...) or sources=, not both.")
         group_rows = indexed.rows_by_group(corpus.index, corpus.group_by, labels=corpus.labels,
                                            min_duration=corpus.min_duration,
-                                           max_duration=corpus.max_duration, loudest=loudest, where=corpus.where)
+                                           max_duration=corpus.max_duration, loudest=loudest, where=corpus.where,
+                                           weight_by=corpus.weight_by)
         sources = {name: None for name in group_rows}
     elif corpus.group_by is not None:
         raise ValueError("Corpus(group_by=...) groups the rows of an index; pass Corpus(index=...) as well.")
@@ -174,14 +176,15 @@ def build_balanced_dataset(
         if indexed.is_index_path(spec):
             group_rows[name] = indexed.rows_from_index(spec, labels=corpus.labels, min_duration=corpus.min_duration,
                                                        max_duration=corpus.max_duration, what=f"group {name!r}",
-                                                       loudest=loudest, where=corpus.where)
+                                                       loudest=loudest, where=corpus.where,
+                                                       weight_by=corpus.weight_by)
     if group_rows:
         from audiotree.index.reader import check_on_stale
 
         check_on_stale(corpus.on_stale)
     else:
         indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration,
-                                     where=corpus.where)
+                                     where=corpus.where, weight_by=corpus.weight_by)
     check_measure_lufs(output.measure_lufs)
     if order.shard_options is not None:
         check_shard_options(order.shard_options)

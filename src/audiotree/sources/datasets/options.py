@@ -116,6 +116,10 @@ class Corpus:
         ``duration``, ``channels``, ``size``, numeric labels) and numbers,
         joined by ``and``/``or``/``not`` (:mod:`audiotree.index.where`; a
         missing value compares false). Applied once, before any worker starts.
+      weight_by: draw the index rows of each group in proportion to a
+        numeric column (``"snr_db"``) or to a function of the columns
+        (``lambda c: c["snr_db"].clip(0, 40)``): each row fills its share of
+        the group's items, deterministically (:mod:`audiotree.index.weights`).
       on_stale: a file whose size or mtime differs from its index row:
         ``"raise"`` (naming the file and the refresh command), ``"reprobe"``
         (read it as it is now), ``"skip"`` the item, or ``"trust"`` (no check
@@ -152,6 +156,7 @@ class Corpus:
     audio_column: str | None = None
     storage_options: Mapping[str, Any] | None = None
     where: str | None = None
+    weight_by: Any = None
 
     def __post_init__(self) -> None:
         for name in ("labels", "extensions"):
