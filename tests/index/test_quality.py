@@ -130,3 +130,33 @@ def test_an_index_from_before_quality_opens_and_an_update_measures_its_rows(tmp_
     report = build_index(str(root), old, executor="serial", show_progress=False)
     assert (report.read, report.reused) == (2, 0)  # read again, to measure them
     assert pq.read_table(old).equals(pq.read_table(fresh))
+
+
+@pytest.mark.slow
+def test_quality_columns_are_labels_items_carry(measured):
+    from pathlib import Path
+
+    from audiotree.sources import Corpus, create_audio_dataset
+
+    cases, out = measured
+    ds = create_audio_dataset(corpus=Corpus(index=out, labels=["snr_db", "bandwidth_hz", "channel_corr"]),
+                              num_epochs=1, shuffle=False, sample_rate=16_000, duration=0.5)
+    for i in range(len(ds)):
+        item = ds[i]
+        truth, row = cases[Path(item.filepath[0]).stem]
+        assert item.extras["bandwidth_hz"].shape == (1,)
+        assert float(item.extras["bandwidth_hz"][0]) == pytest.approx(row["bandwidth_hz"])
+        assert float(item.extras["snr_db"][0]) == pytest.approx(row["snr_db"])
+        assert np.isnan(item.extras["channel_corr"][0])  # mono: null in the index, NaN in an item
+
+
+def test_quality_labels_of_an_index_without_them_say_how_to_get_them(tmp_path):
+    from audiotree.sources import Corpus, create_audio_dataset
+
+    soundfile.write(tmp_path / "a.wav", np.zeros(RATE, np.float32), RATE)
+    out = tmp_path / "h.parquet"
+    build_index(str(tmp_path), out, loudness=False, executor="serial", show_progress=False)
+    with pytest.raises(ValueError, match=r"Corpus\(labels=\['snr_db'\]\) needs the index's quality columns"):
+        create_audio_dataset(corpus=Corpus(index=out, labels=["snr_db"]), sample_rate=RATE, duration=0.5)
+    with pytest.raises(ValueError, match=r"no label column\(s\) \['snr'\]"):
+        create_audio_dataset(corpus=Corpus(index=out, labels=["snr"]), sample_rate=RATE, duration=0.5)

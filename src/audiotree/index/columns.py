@@ -240,12 +240,16 @@ class ColumnStore:
     def label_key(self, name: str) -> str:
         labels = self.manifest["labels"]
         if name not in labels:
+            from audiotree.index.quality import is_quality, store_key
+
+            if is_quality(name) and self.has(store_key(name)):  # a quality column, carried as a numeric label
+                return store_key(name)
             raise KeyError(f"{self.directory}: no label column {name!r}; its labels are {list(labels)}.")
         return f"label-{labels[name]['position']}"
 
     def label_kind(self, name: str) -> str:
         self.label_key(name)
-        return self.manifest["labels"][name]["kind"]
+        return self.manifest["labels"][name]["kind"] if name in self.manifest["labels"] else "numeric"
 
     def label_leaf(self, name: str, row: int) -> Any:
         """Row ``row``'s label as an item leaf: ``[text]`` for a text label, else a ``(1,)`` array."""

@@ -335,14 +335,18 @@ def _label_names(labels: Any) -> list[str]:
 def _load(index: Any, labels: Sequence[str]):
     """The index's validated metadata (no rows read) and its column store (built on first use)."""
     from audiotree.index.columns import open_columns
+    from audiotree.index.quality import is_quality, require_quality
     from audiotree.index.reader import CorpusIndex, open_index
 
     if not isinstance(index, CorpusIndex):
         if not isinstance(index, (str, os.PathLike)):
             raise TypeError(f"index must be a path to a corpus index or a CorpusIndex, got {type(index).__name__}.")
         index = open_index(index, columns=(), labels=labels)
+    quality = [name for name in labels if is_quality(name)]
+    if quality:
+        require_quality(index.path, index.meta, f"Corpus(labels={quality})")
     else:
-        missing = [name for name in labels if name not in index.label_names]
+        missing = [name for name in labels if name not in index.label_names and not is_quality(name)]
         if missing:
             raise ValueError(f"{index.path} has no label column(s) {missing}; its labels are {index.label_names}.")
     return index, open_columns(index)
