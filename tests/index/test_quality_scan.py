@@ -73,3 +73,26 @@ def test_cli_scan_prints_the_quality_tables_and_plots_them(corpus, tmp_path):
     assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     as_json = json.loads(_cli("scan", corpus / "c.parquet", "--json").stdout)
     assert len(as_json["quality"]["dc_offset"]["worst"]) == 19  # --json lists every file
+
+
+@pytest.mark.slow
+def test_cli_preview_sort_by_shows_the_worst_files_in_order(corpus, tmp_path):
+    import re
+
+    out = tmp_path / "p"
+    result = _cli("preview", corpus / "c.parquet", "--sort-by", "bandwidth_hz", "-n", "3", "--out", out,
+                  "--image-format", "svg", "--duration", "1")
+    assert result.returncode == 0, result.stderr
+    html = (out / "index.html").read_text()
+    shown = [float(v) for v in re.findall(r"bandwidth_hz</b> ([0-9.e+-]+)", html)]
+    assert len(shown) == 3 and shown == sorted(shown) and shown[0] == pytest.approx(4000, rel=0.1)
+    assert [name for name in ("upsampled-8k", "upsampled-16k", "upsampled-22k") if name in html] == \
+        ["upsampled-8k", "upsampled-16k", "upsampled-22k"]
+    out2 = tmp_path / "p2"
+    result = _cli("preview", corpus / "c.parquet", "--sort-by=-clip_share", "-n", "2", "--out", out2,
+                  "--image-format", "svg", "--duration", "1", "--where", "clip_share < 0.05")
+    assert result.returncode == 0, result.stderr
+    shown = [float(v) for v in re.findall(r"clip_share</b> ([0-9.e+-]+)", (out2 / "index.html").read_text())]
+    assert len(shown) == 2 and shown == sorted(shown, reverse=True) and max(shown) < 0.05
+    refused = _cli("preview", corpus / "audio", "--sort-by", "snr_db", "--out", tmp_path / "p3")
+    assert refused.returncode != 0 and "--sort-by needs a corpus index" in refused.stderr

@@ -47,6 +47,7 @@ class Sources:
     index: str | None = None  # a corpus index (.parquet) read instead of folders
     group_by: str | None = None  # the index label whose values are the balanced groups
     where: str | None = None  # keep the index rows where this expression holds (Corpus(where=...))
+    labels: tuple = ()  # index columns the items carry (Corpus(labels=...)), e.g. preview --sort-by's
 
     @property
     def balanced(self) -> bool:
@@ -343,9 +344,11 @@ def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: in
     if sources.index is not None:
         if sources.group_by is not None:
             return create_balanced_audio_dataset(
-                corpus=Corpus(index=sources.index, group_by=sources.group_by, where=sources.where, **policy),
+                corpus=Corpus(index=sources.index, group_by=sources.group_by, where=sources.where,
+                              labels=sources.labels or None, **policy),
                 weights=pipeline.weights, **common)
-        return create_audio_dataset(corpus=Corpus(index=sources.index, where=sources.where, **policy), **common)
+        return create_audio_dataset(corpus=Corpus(index=sources.index, where=sources.where,
+                                                  labels=sources.labels or None, **policy), **common)
     if sources.balanced:
         return create_balanced_audio_dataset(sources.groups, weights=pipeline.weights, corpus=Corpus(**policy),
                                              **common)

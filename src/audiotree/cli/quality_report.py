@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["print_quality", "quality_plot_path", "plot_quality_section"]
+__all__ = ["print_quality", "quality_plot_path", "plot_quality_section", "sorted_items", "sort_where"]
 
 _BAR_WIDTH = 30
 
@@ -55,3 +55,51 @@ def plot_quality_section(plot: Path, report: dict, described: str) -> Path:
     plot_quality(path, report["quality"], title="audiotree scan: quality",
                  caption=f"corpus: {described}; {report['readable']} readable files")
     return path
+
+
+def sorted_items(ds, n: int, column: str, descending: bool) -> list:
+    """The first ``n`` items of ``ds`` (``None`` items passed over), ordered by ``extras[column]`` (NaN last)."""
+    import math
+
+    import numpy as np
+
+    items = []
+    for i in range(max(n * 10, n + 100)):
+        if len(items) == n or (hasattr(ds, "__len__") and i >= len(ds)):
+            break
+        item = ds[i]
+        if item is not None:
+            items.append(item)
+
+    def key(item) -> tuple:
+        value = float(np.asarray(item.extras[column]).reshape(-1)[0])
+        if math.isnan(value):
+            return (1, 0.0)
+        return (0, -value if descending else value)
+
+    return sorted(items, key=key)
+
+
+def sort_where(index_path: str, column: str, n: int, descending: bool, where: str | None) -> str:
+    """A ``where=`` expression keeping the ``n`` rows with the lowest (highest) ``column`` (ties kept) among those
+    ``where`` keeps: the rows ``preview --sort-by`` shows."""
+    import numpy as np
+
+    from audiotree.index.columns import open_columns
+    from audiotree.index.reader import open_index
+    from audiotree.index.where import index_columns, where_mask
+
+    ix = open_index(index_path, columns=())
+    store = open_columns(ix)
+    values = index_columns(store, ix.path, ix.meta, [column], f"--sort-by {column}")(column)
+    keep = store.column("readable").astype(bool) & ~np.isnan(values)
+    if where is not None:
+        keep &= where_mask(where, store, ix.path, ix.meta)
+    candidates = np.sort(values[keep])
+    if candidates.size == 0:
+        raise ValueError(f"--sort-by {column}: no readable row of {ix.path} has a value" +
+                         (f" where {where}" if where else "") + ".")
+    k = min(n, candidates.size) - 1
+    bound = candidates[-1 - k] if descending else candidates[k]
+    clause = f"{column} {'>=' if descending else '<='} {float(bound)!r}"
+    return clause if where is None else f"({where}) and {clause}"
