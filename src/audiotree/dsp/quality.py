@@ -275,9 +275,15 @@ class QualityMeter:
         return float(min(SNR_CAP_DB, 10.0 * math.log10(signal / noise)))
 
     def result(self, profile=None) -> dict:
-        """The quality columns as a dict (``silence_share`` from ``profile``, the float32 loudness profile)."""
-        n = max(self.n, 1)
-        dc = float(np.max(np.abs(self._sum / n))) if self.n else float("nan")
+        """The quality columns as a dict (``silence_share`` from ``profile``, the float32 loudness profile).
+
+        Nothing pushed (a file shorter than one 100 ms block): every value is
+        NaN (``clip_longest`` ``None``), stored as null.
+        """
+        if self.n == 0:
+            return {name: (None if name == "clip_longest" else float("nan")) for name in QUALITY_COLUMNS}
+        n = self.n
+        dc = float(np.max(np.abs(self._sum / n)))
         corr = float("nan")
         if self.channels == 2 and self.n > 1:
             sx, sy = self._sum
@@ -289,7 +295,7 @@ class QualityMeter:
         clipped, longest = self._clips.result()
         return {
             "bandwidth_hz": self.bandwidth(),
-            "clip_share": float(clipped / (n * self.channels)) if self.n else float("nan"),
+            "clip_share": float(clipped / (n * self.channels)),
             "clip_longest": int(longest),
             "dc_offset": dc,
             "channel_corr": corr,

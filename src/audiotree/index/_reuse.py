@@ -53,7 +53,8 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
     if "bandwidth_hz" in table.column_names and "profile" in table.column_names:  # profiled before format 1.3
         import pyarrow.compute as pc
 
-        unmeasured = pc.and_(pc.is_valid(table.column("profile")), pc.is_null(table.column("bandwidth_hz")))
+        blocks = pc.fill_null(pc.list_value_length(table.column("profile")), 0)  # (a file under 100 ms has none)
+        unmeasured = pc.and_(pc.greater(blocks, 0), pc.is_null(table.column("bandwidth_hz")))
         transient = [a or bool(b) for a, b in zip(transient, unmeasured.to_pylist())]
     keep = []
     for p, s, m, again in zip(paths, sizes, mtimes, transient):
