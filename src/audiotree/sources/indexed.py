@@ -174,13 +174,14 @@ class IndexRows:
             return None
         from audiotree.excerpts.plan import ProfileRowPlan
 
-        duration, cutoff, keep = self.loudest
-        return ProfileRowPlan(profile, duration=duration, cutoff=cutoff, keep_profiles=keep)
+        duration, cutoff, keep, *silence = self.loudest
+        return ProfileRowPlan(profile, duration=duration, cutoff=cutoff, keep_profiles=keep,
+                              max_silence_share=silence[0] if silence else None)
 
     def qualifying(self) -> np.ndarray:
         """Positions with a window above the cutoff by the profile, or with no profile (not known silent)."""
-        duration, cutoff, _ = self.loudest
-        flags = _qualifying_flags(self.store, duration, cutoff)
+        duration, cutoff, _, *silence = self.loudest
+        flags = _qualifying_flags(self.store, duration, cutoff, silence[0] if silence else None)
         return np.flatnonzero(flags if self.selection is None else flags[self.rows()])
 
     # ---------------------------------------------------------- staleness
@@ -250,18 +251,22 @@ class PathColumn:
         return (self._rows.path(i) for i in range(len(self)))
 
 
-def _qualifying_flags(store: Any, duration: float, cutoff: float) -> np.ndarray:
-    """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin), or no profile. Computed once, kept."""
+def _qualifying_flags(store: Any, duration: float, cutoff: float, max_silence: float | None = None) -> np.ndarray:
+    """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin) and at most ``max_silence`` silent, or
+    no profile. Computed once, kept."""
     from audiotree.excerpts.plan import PROFILE_MARGIN_LU, ProfileRowPlan
 
     name = f"qualifying-{duration:.6g}s-{cutoff:.6g}LUFS-{PROFILE_MARGIN_LU:g}"
+    if max_silence is not None:
+        name += f"-silence{max_silence:.6g}"
     if store.has_extra(name):
         return store.extra(name)
     flags = np.ones(len(store), dtype=bool)
     for r in range(len(store)):
         profile = store.profile(r)
         if profile is not None and profile.size:
-            flags[r] = ProfileRowPlan(profile, duration=duration, cutoff=cutoff).qualifies
+            flags[r] = ProfileRowPlan(profile, duration=duration, cutoff=cutoff,
+                                      max_silence_share=max_silence).qualifies
     return store.save_extra(name, flags)
 
 
@@ -365,6 +370,9 @@ def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool =
     """The spec when ``excerpt`` is ``loudest`` (``None`` otherwise); refuses ``skip_silent`` without an index."""
     if excerpt.strategy != "loudest":
         return None
+    if excerpt.max_silence_share is not None and not has_index:
+        raise ValueError("ExcerptConfig(max_silence_share=...) needs Corpus(index=...) (a corpus index with loudness "
+                         "profiles): without one, which windows are silent is not known before they are read.")
     if excerpt.skip_silent and not has_index:
         raise ValueError("ExcerptConfig(skip_silent=True) needs Corpus(index=...) (a corpus index with loudness profiles): "
                          "without one, silent files are not known before they are read.")
@@ -374,12 +382,15 @@ def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool =
 def _with_loudest(rows: IndexRows, ix: Any, spec: LoudestSpec) -> IndexRows:
     """``rows`` planning ``loudest`` excerpts from their profiles (per item), when the index has them."""
     if not ix.has_profile:
-        if spec.excerpt.skip_silent:
-            raise ValueError(f"{ix.path} was built without loudness profiles, so skip_silent=True cannot know which "
+        if spec.excerpt.skip_silent or spec.excerpt.max_silence_share is not None:
+            option = "skip_silent=True" if spec.excerpt.skip_silent else "max_silence_share"
+            raise ValueError(f"{ix.path} was built without loudness profiles, so {option} cannot know which "
                              "files are silent; rebuild it without --no-loudness.")
         return rows  # loudest then searches each file
     # Items take lufs from the profile when it describes what they meter (the same mono/stereo mix).
-    return dataclasses.replace(rows, loudest=(spec.duration, float(spec.excerpt.lufs_cutoff), ix.mono == spec.mono))
+    silence = spec.excerpt.max_silence_share
+    return dataclasses.replace(rows, loudest=(spec.duration, float(spec.excerpt.lufs_cutoff), ix.mono == spec.mono)
+                               + (() if silence is None else (float(silence),)))
 
 
 def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> IndexRows:
