@@ -60,8 +60,14 @@ def _scratch_dir() -> str:
     """A per-process scratch folder (RAM-backed where possible); stale ones are removed.
 
     libFuzzer ends the process with C ``exit()``, so Python cleanup code never
-    runs; the next run removes folders whose process is gone instead.
+    runs; the next run removes folders whose process is gone instead. A caller
+    that cleans up after the run itself (the test suite) names the folder to
+    use with ``AUDIOTREE_FUZZ_SCRATCH``.
     """
+    given = os.environ.get("AUDIOTREE_FUZZ_SCRATCH")
+    if given:
+        os.makedirs(given, exist_ok=True)
+        return given
     root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
     for entry in os.scandir(root):
         name = entry.name

@@ -31,6 +31,81 @@ if "AUDIOTREE_CACHE_DIR" not in os.environ:
     os.environ["AUDIOTREE_CACHE_DIR"] = _CACHE
     atexit.register(shutil.rmtree, _CACHE, True)
 
+# /dev/shm: a test must not leave there anything its processes created (a semaphore, a shared-memory block, a
+# scratch folder). Other programs on the machine (parallel test runs) write there too, so only names this
+# session can tell are its own count:
+# * multiprocessing's named semaphores made by this process and its multiprocessing children carry the session's
+#   pid (their prefix is inherited by every child multiprocessing starts);
+# * names that embed the pid of a process this session started (audiotree's batch slots
+#   ``audiotree_<token>_<pid>_...``, the fuzz harness's ``audiotree-fuzz-<pid>``).
+_SHM = Path("/dev/shm")
+_SESSION_PIDS = {os.getpid()}
+_SEM_MARK = f"sem.mp-pytest{os.getpid()}-"
+if _SHM.is_dir():
+    import multiprocessing
+    import multiprocessing.process
+    import subprocess
+
+    multiprocessing.current_process()._config["semprefix"] = f"/mp-pytest{os.getpid()}"
+    _popen_execute_child = subprocess.Popen._execute_child
+    _process_start = multiprocessing.process.BaseProcess.start
+
+    def _recording_execute_child(self, *args, **kwargs):
+        _popen_execute_child(self, *args, **kwargs)
+        _SESSION_PIDS.add(self.pid)
+
+    def _recording_start(self):
+        _process_start(self)
+        _SESSION_PIDS.add(self.pid)
+
+    subprocess.Popen._execute_child = _recording_execute_child
+    multiprocessing.process.BaseProcess.start = _recording_start
+
+
+def _shm_names() -> set[str]:
+    try:
+        return set(os.listdir(_SHM))
+    except OSError:
+        return set()
+
+
+def _ours(name: str) -> bool:
+    if name.startswith(_SEM_MARK):
+        return True
+    import re
+
+    match = re.match(r"^(?:audiotree_[0-9a-f]+_(\d+)_|audiotree-fuzz-(\d+)$)", name)
+    return match is not None and int(next(g for g in match.groups() if g)) in _SESSION_PIDS
+
+
+@pytest.fixture(autouse=True)
+def _leaves_nothing_in_dev_shm(request):
+    """Fails the test that leaves in /dev/shm a name its processes created (see above)."""
+    if not _SHM.is_dir():
+        yield
+        return
+    before = _shm_names()
+    yield
+    try:
+        import psutil
+
+        _SESSION_PIDS.update(p.pid for p in psutil.Process().children(recursive=True))
+    except Exception:  # noqa: BLE001 - psutil is optional: the recorded starts still count
+        pass
+    import gc
+    import time
+
+    gc.collect()  # what the test dropped but a reference cycle keeps (a Grain iterator's queues) is not left
+    left: set[str] = set()
+    for _ in range(40):  # a resource tracker unlinks what its tree left a moment after the tree ends
+        left = {name for name in _shm_names() - before if _ours(name)}
+        if not left:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"{request.node.nodeid} left {len(left)} name(s) it created in /dev/shm: {sorted(left)[:10]}",
+                pytrace=False)
+
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The reference docs live beside the repository (../shared/seeds); a checkout elsewhere
 # (a git worktree, CI) can point at them with AUDIOTREE_SEEDS_DIR.
@@ -79,3 +154,58 @@ def absl_flags_parsed():
     yield
     if not was_parsed:
         flags.FLAGS.unparse_flags()
+
+
+def require_tool(present: bool, tool: str, why: str) -> None:
+    """Skips the calling test when ``tool`` (a Debian encoder) is absent, naming it; under CI (``CI=true``)
+    fails instead, so a broken ``.ci/run`` install step cannot pass by skipping."""
+    if present:
+        return
+    message = f"{tool} is not installed ({why}); .ci/run installs it (apt-get install ffmpeg lame sox ...)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def encoder_matrix(tmp_path_factory):
+    """Every case of ``tests/encoder_matrix.py`` written by its encoder, with ffmpeg's decode as the oracle
+    (``{case_id: Built}``); built once, the encoders running in parallel threads."""
+    import encoder_matrix as em
+
+    root = tmp_path_factory.mktemp("encoder-matrix")
+    return em.build(root / "files", jobs=4)
+
+
+@pytest.fixture(scope="session")
+def mp3_corpus(tmp_path_factory) -> dict[str, Path]:
+    """The three groups of :func:`corpus` (8 files each) as MP3s written by ffmpeg (libmp3lame): mixed rates
+    (16, 22.05, 44.1 and 48 kHz), mono and stereo, 1.5-4 s."""
+    import concurrent.futures
+    import shutil
+    import subprocess
+
+    import soundfile
+
+    import encoder_matrix as em
+
+    require_tool(shutil.which("ffmpeg") is not None, "ffmpeg", "it writes the MP3 corpus")
+    root = tmp_path_factory.mktemp("mp3-corpus")
+    jobs = []
+    for g, group in enumerate(("speech", "music", "effects")):
+        (root / group).mkdir()
+        for i in range(8):
+            rate = (16000, 22050, 44100, 48000)[(i + g) % 4]
+            channels = 1 + (i // 4 + i + g) % 2
+            seconds = 1.5 + 2.5 * ((i * 3 + g) % 8) / 7
+            wav = root / f"{group}-{i}.wav"
+            soundfile.write(wav, em.source_signal(rate, channels, seconds), rate, subtype="PCM_16")
+            bitrate = "64k" if rate < 32000 else "128k"
+            jobs.append(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(wav), "-c:a", "libmp3lame",
+                         "-b:a", bitrate, str(root / group / f"{group}-{i:02d}.mp3")])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for done in pool.map(lambda argv: subprocess.run(argv, capture_output=True, text=True), jobs):
+            assert done.returncode == 0, done.stderr
+    for wav in root.glob("*.wav"):
+        wav.unlink()
+    return {group: root / group for group in ("speech", "music", "effects")}

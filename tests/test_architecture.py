@@ -490,8 +490,10 @@ KNOWN_OVER_BUDGET = {
 KNOWN_PRIVATE_ATTRIBUTES = {
     "audiotree.parallel.executors: executor._max_workers":
         "concurrent.futures executors have no public size; a caller's executor is sized from it",
-    "audiotree.io.ranges: fs._call_s3":
-        "s3fs has no public ranged GET that returns the object size (Content-Range) in one request",
+    "audiotree.io.ranged_get: fs._call_s3":
+        "s3fs has no public ranged GET that returns the answer's status and Content-Range, to check them",
+    "audiotree.io.ranged_get: fs._request":
+        "gcsfs has no public ranged GET that returns the answer's status and Content-Range, to check them",
     "audiotree.io.remote_file: fs._call_s3":
         "s3fs has no public ranged GET that returns the object size (Content-Range) in one request",
     "audiotree.io.storage: fs._strip_protocol":

@@ -137,9 +137,18 @@ def test_seed_page_has_the_expected_examples():
         assert needle in joined
 
 
+#: Every example runs on two corpora: the synthetic one (WAV/FLAC/...), and the same three groups as MP3s written
+#: by ffmpeg at mixed rates and channel counts (tests/conftest.py ``mp3_corpus``): before issue 35's MP3 fix,
+#: every example that reads items failed on them (ffmpeg's MP3s but MPEG-1 stereo were refused).
+RUNS = [pytest.param(index, corpus_name, id=f"example{index:02d}-{label}")
+        for index in range(len(EXAMPLES))
+        for corpus_name, label in (("corpus", "synthetic"), ("mp3_corpus", "ffmpeg-mp3"))]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("index", range(len(EXAMPLES)), ids=lambda i: f"example{i:02d}")
-def test_seed_example_runs_verbatim(index, corpus, tmp_path):
+@pytest.mark.parametrize(("index", "corpus_name"), RUNS)
+def test_seed_example_runs_verbatim(index, corpus_name, request, tmp_path):
+    corpus = request.getfixturevalue(corpus_name)
     example = EXAMPLES[index]
     root = next(iter(corpus.values())).parent
     code = _placeholders(example, corpus) + _substitute(example, corpus, root, bound=6)

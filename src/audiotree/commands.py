@@ -18,7 +18,7 @@ import shlex
 
 from audiotree.io import storage
 
-__all__ = ["index_refresh_command", "INDEX_SETTING_FLAGS", "INDEX_REPEATED_FLAGS", "INDEX_SWITCHES"]
+__all__ = ["index_refresh_command", "store_delete_command", "INDEX_SETTING_FLAGS", "INDEX_REPEATED_FLAGS", "INDEX_SWITCHES"]
 
 #: ``audiotree index`` options that carry one build setting each: ``(flag, key in the index's "sources")``.
 INDEX_SETTING_FLAGS = (("--labels", "labels"), ("--labels-key", "labels_key"), ("--labels-match", "labels_match"),
@@ -60,3 +60,12 @@ def index_refresh_command(index_path: str, meta: dict) -> str:
     elif loud.get("mono") is False:
         args.append("--stereo")
     return " ".join(shlex.quote(a) for a in args)
+
+
+def store_delete_command(folder: str) -> str:
+    """The shell command that deletes a column store's folder (a cache the next dataset writes again).
+
+    >>> store_delete_command("/data/corpus.parquet.columns/g2-ab12")
+    'rm -rf -- /data/corpus.parquet.columns/g2-ab12'
+    """
+    return " ".join(shlex.quote(a) for a in ("rm", "-rf", "--", os.path.abspath(folder)))

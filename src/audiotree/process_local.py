@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Mapping
 
-__all__ = ["ProcessLocal"]
+__all__ = ["ProcessLocal", "ExitsWithPickler"]
 
 
 class ProcessLocal:
@@ -43,3 +43,46 @@ class ProcessLocal:
         self.__dict__.update(state)
         for name, fresh in self.process_local.items():
             setattr(self, name, fresh())
+
+
+class ExitsWithPickler:
+    """A data source that, unpickled in a worker started by the process that pickled it, makes that worker exit
+    with it (:func:`audiotree.parallel.parent_death.exit_with_pickling_parent`).
+
+    Grain's ``mp_prefetch`` and torch's ``DataLoader`` carry a data source to
+    their workers by pickle; a plain pipeline (``grain.MapDataset.source(src)``)
+    runs no audiotree code when its workers start, so without this its
+    workers would outlive a script killed with SIGKILL. The pickle records the
+    pickling process's pid; unpickling in the same process, or in one that is
+    not its child, changes nothing.
+
+    >>> class Source(ExitsWithPickler):
+    ...     def __init__(self): self.n = 3
+    >>> state = Source().__getstate__()   # what pickle stores: the attributes and this pid
+    >>> sorted(state)
+    ['_audiotree_pickled_by', 'n']
+    >>> copy = Source.__new__(Source); copy.__setstate__(state)   # unpickled here: nothing to arm
+    >>> vars(copy)
+    {'n': 3}
+    """
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state = dict(state if state is not None else {})
+        import os
+
+        state["_audiotree_pickled_by"] = os.getpid()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        pickled_by = state.pop("_audiotree_pickled_by", None)
+        if pickled_by is not None:
+            from audiotree.parallel.parent_death import exit_with_pickling_parent
+
+            exit_with_pickling_parent(pickled_by)
+        parent = super()
+        if hasattr(parent, "__setstate__"):
+            parent.__setstate__(state)
+        else:
+            self.__dict__.update(state)

@@ -213,3 +213,64 @@ def test_a_segment_index_names_each_segment(corpus, tmp_path, capsys):
     assert report["files"] == 2 and any("segment index" in note for note in report["notes"])
     assert [f["path"] for f in report["short"]["files"]] == [f"{loud} [0.000, 0.500) s"]
     assert [(f["windows"], f["share_above"]) for f in report["windows"]["files"]] == [(0, None), (21, 1.0)]
+
+
+# ------------------------------------------------------------------ refusals counted by reason
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory) -> Path:
+    """Three good files beside two WAVs cut mid-data, a .mp3 of random bytes and a zero-byte .flac."""
+    import numpy as np
+
+    root = tmp_path_factory.mktemp("damaged")
+    tone_file(root / "good.wav", rate=8000, seconds=1.5, amp=0.3)
+    tone_file(root / "good.flac", rate=16000, seconds=1.2, channels=2, amp=0.2)
+    tone_file(root / "good2.wav", rate=8000, seconds=1.0, amp=0.3)
+    for name, keep in (("cut.wav", 0.5), ("cut2.wav", 0.7)):
+        tone_file(root / name, rate=8000, seconds=2.0, amp=0.3)
+        data = (root / name).read_bytes()
+        (root / name).write_bytes(data[: int(len(data) * keep)])
+    (root / "garbage.mp3").write_bytes(np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    (root / "zero.flac").write_bytes(b"")
+    return root
+
+
+def test_unreadable_files_are_counted_by_reason(damaged, capsys):
+    report = _json(capsys, damaged)
+    assert (report["files"], report["readable"]) == (7, 3)
+    assert report["unreadable_by_reason"] == {"truncated": 2, "empty file": 1, "not a recognised audio format": 1}
+    assert list(report["unreadable_by_reason"]) == ["truncated", "empty file", "not a recognised audio format"]
+    assert len(report["unreadable"]) == 4 and {*report["unreadable"][0]} == {"path", "reason"}  # the list is kept
+    code, out, _ = _scan(capsys, damaged)
+    assert code == 0
+    table = out[out.index("Unreadable by reason:"):].splitlines()
+    assert [" ".join(line.split()) for line in table[1:4]] == [
+        "truncated: 2 files", "empty file: 1 file", "not a recognised audio format: 1 file"]
+
+
+def test_a_readable_corpus_has_no_reasons(damaged, capsys):
+    report = _json(capsys, damaged / "good.wav", damaged / "good.flac")
+    assert report["unreadable_by_reason"] == {} and report["readable"] == 2
+    _, out, _ = _scan(capsys, damaged / "good.wav")
+    assert "Unreadable by reason" not in out
+
+
+def test_the_index_scan_counts_the_same_reasons(damaged, capsys, tmp_path):
+    from audiotree.index import build_index
+
+    index = tmp_path / "damaged.parquet"
+    build_index(str(damaged), index, executor="serial", show_progress=False, loudness=False)
+    assert _json(capsys, index)["unreadable_by_reason"] == _json(capsys, damaged)["unreadable_by_reason"]
+
+
+def test_the_category_travels_with_the_error_and_survives_pickling(damaged):
+    import pickle
+
+    from audiotree.errors import AudioReadError
+    from audiotree.io import AudioFile
+
+    with pytest.raises(AudioReadError) as caught:
+        AudioFile(damaged / "cut.wav")
+    assert caught.value.category == "truncated"
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert (copy.category, copy.file_path, str(copy)) == ("truncated", caught.value.file_path, str(caught.value))
+    assert AudioReadError("Failed to read audio file 'x': odd", "x", category="mine").category == "mine"

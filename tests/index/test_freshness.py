@@ -88,7 +88,7 @@ def test_memo_is_bounded(monkeypatch):
         size, mtime = freshness.stat_of(url)
         assert freshness.stale_reason(url, size, mtime) is None
     assert freshness.entries() == 3
-    assert freshness.stale_reason(urls[0], 1, 0) == "its modification time changed"
+    assert freshness.stale_reason(urls[0], 1, 0).startswith("its modification time")
     assert freshness.entries() == 3
 
 

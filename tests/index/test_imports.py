@@ -90,7 +90,8 @@ def test_kaldi_without_segments_is_one_utterance_per_recording(kaldi_dir):
 
 @pytest.mark.parametrize("entry, message", [
     ("rec3 sox audio/rec1.wav -t wav - |", r"wav.scp line 3: recording 'rec3' is a command pipe .* never runs"),
-    ("rec3 flac -c -d -s audio/rec2.flac |", r"wav.scp line 3: .*command pipe"),
+    ("rec3 flac -c -d -s audio/rec2.flac | sox - -t wav - |", r"wav.scp line 3: .*command pipe"),
+    ("rec3 ffmpeg -i audio/rec1.wav -ar 8000 -f wav - |", r"wav.scp line 3: .*command pipe .*ffmpeg option '-ar'"),
     ("rec3 data/raw.ark:1234", r"wav.scp line 3: recording 'rec3' points into an archive"),
     ("rec3 audio/nope.wav", r"wav.scp line 3: recording 'rec3' names '.*nope.wav', which does not exist"),
     ("rec1 audio/rec2.flac", r"wav.scp line 3: recording 'rec1' was already given on line 1"),
@@ -137,7 +138,7 @@ def test_kaldi_cli_matches_python(kaldi_dir):
     assert _segments(py) == _segments(out)
     piped = root / "data" / "piped"
     shutil.copytree(data, piped)
-    (piped / "wav.scp").write_text("rec1 sox audio/rec1.wav -t wav - |\n")
+    (piped / "wav.scp").write_text("rec1 sox audio/rec1.wav -t wav - rate 8000 |\n")
     from audiotree.cli import main
 
     assert main(["import", "kaldi", str(piped), "--out", str(root / "x.parquet")]) == 2
@@ -210,8 +211,8 @@ def test_kaldi_to_lhotse_round_trip(kaldi_dir, tmp_path):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda r: r["sources"][0].update(type="command", source="sox a.wav -t wav - |"),
-     r"recordings.jsonl line 1: recording 'rec1' is a shell command"),
+    (lambda r: r["sources"][0].update(type="command", source="sox audio/rec1.wav -t wav - remix 1"),
+     r"recordings.jsonl line 1: recording 'rec1' is a shell command .*effect\(s\) 'remix 1'.* never runs"),
     (lambda r: r["sources"][0].update(type="url", source="https://example.com/a.wav"), r"line 1: .*'url' source"),
     (lambda r: r.update(sources=r["sources"] * 2), r"line 1: recording 'rec1' is split over 2 sources"),
 ])
@@ -225,6 +226,20 @@ def test_lhotse_bad_recordings(lhotse_dir, tmp_path, edit, message):
     with pytest.raises(ValueError, match=message):
         import_lhotse(path, os.path.join(fixtures, "supervisions.jsonl.gz"), str(tmp_path / "o.parquet"),
                       audio_root=root, executor="serial")
+
+
+@pytest.mark.parametrize("command", ["sox audio/rec1.wav -t wav -", "sox audio/rec1.wav -t wav - |"])
+def test_lhotse_decode_only_command_sources_are_read_as_their_file(lhotse_dir, tmp_path, command):
+    root, fixtures = lhotse_dir
+    with gzip.open(os.path.join(fixtures, "recordings.jsonl.gz"), "rt") as f:
+        records = [json.loads(line) for line in f]
+    assert records[0]["id"] == "rec1"
+    records[0]["sources"][0].update(type="command", source=command)  # what lhotse's Kaldi import writes for a pipe
+    path = tmp_path / "recordings.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = str(tmp_path / "o.parquet")
+    import_lhotse(path, os.path.join(fixtures, "supervisions.jsonl.gz"), out, audio_root=root, executor="serial")
+    assert _segments(out) == LHOTSE_EXPECTED
 
 
 def test_lhotse_bad_supervisions(lhotse_dir, tmp_path):

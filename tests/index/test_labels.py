@@ -58,7 +58,7 @@ def test_a_declared_text_column_reaches_items_and_batches_as_strings(three, tmp_
     ix = open_index(out)
     assert ix.meta["labels"]["text"] == {"kind": "text"}
     assert ix.label_values("text").to_list() == ["hello, world", "hello", ""]
-    ds = create_audio_dataset(corpus=Corpus(index=out, labels=["text", "speaker"]), duration=0.1, sample_rate=RATE)
+    ds = create_audio_dataset(corpus=Corpus(index=out, labels=["text", "speaker"]), duration=None, sample_rate=RATE)
     item = ds[0]
     assert item.extras["text"] == ["hello, world"] and item.extras["speaker"].dtype == np.int32
     batch = AudioTree.batch([ds[i] for i in range(3)])
@@ -103,6 +103,9 @@ _TEXT_WORKERS = textwrap.dedent(
     import audiotree.torch as att
     from audiotree import AudioTree
     from audiotree.sources import Corpus, create_audio_dataset
+    from audiotree.excerpts import ExcerptConfig
+
+    CROPS = ExcerptConfig(allow_text_crops=True)  # fixed-length crops that knowingly carry the whole text
 
     def check(batches, expected):
         seen = 0
@@ -115,13 +118,13 @@ _TEXT_WORKERS = textwrap.dedent(
 
     if __name__ == "__main__":
         expected = EXPECTED
-        ds = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["text", "speaker"]), duration=0.1, sample_rate=8000,
+        ds = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["text", "speaker"]), duration=0.1, excerpt=CROPS, sample_rate=8000,
                                   num_epochs=None)
         it = ds.to_iter_dataset(grain.ReadOptions(num_threads=0)).batch(4, batch_fn=AudioTree.batch)
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
         assert check(itertools.islice(it, 6), expected) == 24
         del it
-        finite = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["text", "speaker"]), duration=0.1, sample_rate=8000)
+        finite = create_audio_dataset(corpus=Corpus(index=INDEX, labels=["text", "speaker"]), duration=0.1, excerpt=CROPS, sample_rate=8000)
         for method in ("fork", "spawn"):
             loader = att.create_dataloader(finite, batch_size=2, num_workers=2, multiprocessing_context=method)
             assert check(list(loader), expected) == 3

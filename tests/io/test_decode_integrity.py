@@ -19,7 +19,6 @@ import soundfile
 from audiotree.core import AudioTree
 from audiotree.errors import AudioReadError
 from audiotree.io import AudioFile, probe
-from audiotree.io.decode import MP3_ESTIMATE_TOLERANCE_FRAMES
 from audiotree.sources import Corpus, create_audio_dataset
 from audiotree.synth import synthesize
 
@@ -270,28 +269,40 @@ def test_mp3_without_length_header_reads_its_estimated_length(tmp_path):
             assert f.read_all().shape == (f.info.frames, 1)
 
 
-def test_mp3_whose_length_tag_is_damaged_is_refused_not_read_short(good, tmp_path):
-    """Issue 29: a VBR file whose Xing tag is unusable was estimated at about half its length, and read so."""
-    cases = (("renamed", _without_length_header(good["mp3"]), "Xing/Info name is damaged"),
-             ("no-count", _xing_flags(good["mp3"], 0), "fails its CRC check"))
-    for name, damaged, words in cases:
+def _untrimmed(damaged: str, original: np.ndarray) -> np.ndarray:
+    """The whole read of an MP3 whose tag is not trusted: every frame, untrimmed, holding ``original``."""
+    with AudioFile(damaged) as f:
+        x = f.read_all()
+        assert x.shape == (f.info.frames, 1) and f.info.frames % 576 == 0  # whole MPEG frames, no trimming
+    # The original is this audio without the encoder delay (LAME's 576 + the decoder's 529) and the padding.
+    lag = 576 + 529
+    np.testing.assert_allclose(x[lag : lag + len(original)], original, atol=1e-6)
+    return x
+
+
+def test_mp3_whose_length_tag_is_damaged_reads_whole(good, tmp_path):
+    """Issue 29 made these read short; issue 35: a damaged tag is not trusted, the frames give the length."""
+    with AudioFile(_write(tmp_path, "good.mp3", good["mp3"])) as f:
+        original = f.read_all()
+    cases = (("renamed", _without_length_header(good["mp3"])), ("no-count", _xing_flags(good["mp3"], 0)))
+    for name, damaged in cases:
         path = _write(tmp_path, f"{name}.mp3", damaged)
-        assert soundfile.info(path).frames < 0.9 * RATE  # what libsndfile would have read, without an error
-        with pytest.raises(AudioReadError) as info:
-            probe(path)
-        _assert_names_file(info.value, path, words)
+        assert soundfile.info(path).frames < 0.9 * RATE  # what libsndfile alone reads, without an error
+        _untrimmed(path, original)
 
 
-def test_mp3_estimate_short_of_the_stream_is_refused(tmp_path):
-    """No tag at all, a 160 kbit/s frame first: mpg123 estimates a ~20x shorter file; the frame count says so."""
+def test_mp3_estimate_short_of_the_stream_reads_every_frame(tmp_path):
+    """No tag at all, a 160 kbit/s frame first: mpg123 estimates a ~20x shorter file; the frame walk counts it."""
     x = synthesize("music", 2.0, RATE, 1, np.random.default_rng(1))
     dense = _cbr_frames(tmp_path, "hi.mp3", x, 0.0)
     sparse = _cbr_frames(tmp_path, "lo.mp3", x, 0.99)
     path = _write(tmp_path, "front-loaded.mp3", dense[0] + b"".join(sparse))
-    assert soundfile.info(path).frames < len(sparse) * 576 // 5  # libsndfile's estimate: what it would read
-    with pytest.raises(AudioReadError) as info:
-        probe(path)
-    _assert_names_file(info.value, path, "estimated at", f"its {len(sparse) + 1} MPEG frames hold")
+    assert soundfile.info(path).frames < len(sparse) * 576 // 5  # libsndfile's estimate: what it alone reads
+    with AudioFile(path) as f:
+        assert f.info.frames == (len(sparse) + 1) * 576
+        whole = f.read_all()
+        assert whole.shape == (f.info.frames, 1) and np.abs(whole[-5000:]).max() > 0.01
+        np.testing.assert_allclose(f.read(f.info.frames - 3000, 1000), whole[-3000:-2000], atol=1e-6)
 
 
 def _xing_flags(mp3: bytes, flags: int) -> bytes:
@@ -301,38 +312,40 @@ def _xing_flags(mp3: bytes, flags: int) -> bytes:
     return bytes(b)
 
 
-def test_mp3_whose_frame_count_was_halved_is_refused(good, tmp_path):
-    """Issue 29: Info/Xing frames / 2 was trusted; the LAME tag's CRC and the bitrate bound catch it."""
+def test_mp3_whose_frame_count_was_halved_reads_whole(good, tmp_path):
+    """Issue 29 trusted Info/Xing frames / 2; the LAME tag's CRC (or the bitrate bound) catches it, and the frames
+    give the length (issue 35: the file is no longer refused for its tag)."""
+    with AudioFile(_write(tmp_path, "good.mp3", good["mp3"])) as f:
+        original = f.read_all()
     b = bytearray(good["mp3"])
     i = b.find(b"Xing")
     frames = struct.unpack_from(">I", b, i + 8)[0]
     b[i + 8 : i + 12] = struct.pack(">I", frames // 2)
     path = _write(tmp_path, "half.mp3", bytes(b))
-    with pytest.raises(AudioReadError) as info:
-        probe(path)
-    _assert_names_file(info.value, path, "LAME tag", "CRC")
-    # Without a LAME extension, a count below what the bytes hold at the highest bitrate is refused.
+    claimed = soundfile.info(path).frames
+    assert claimed < 0.6 * len(original)
+    whole = _untrimmed(path, original)
+    # An excerpt past the end the damaged tag claims is read, not refused as past the end (OffsetPastEndError).
+    tree = AudioTree.from_file(path, offset=(claimed + 500) / RATE, duration=0.1)
+    np.testing.assert_allclose(tree.waveform.reshape(-1), whole[claimed + 500 : claimed + 2100, 0], atol=1e-6)
+    # Without a LAME extension, a count below what the bytes hold at the highest bitrate is not trusted either.
     lame = b.find(b"LAME")
     b[lame : lame + 36] = bytes(36)  # as encoders without the LAME extension leave it
     b[i + 8 : i + 12] = struct.pack(">I", 3)  # 5.5 KB at most 160 kbit/s (720-byte frames): at least 7 frames
-    path = _write(tmp_path, "three.mp3", bytes(b))
-    with pytest.raises(AudioReadError) as info:
-        probe(path)
-    _assert_names_file(info.value, path, "records 3 MPEG frames", "hold at least 7")
+    _untrimmed(_write(tmp_path, "three.mp3", bytes(b)), original)
 
 
-def test_mp3_without_length_header_falling_short_beyond_tolerance_is_refused(tmp_path):
+def test_mp3_with_a_hole_between_its_frames_is_refused(tmp_path):
     x = synthesize("music", 1.0, RATE, 1, np.random.default_rng(0))
     data = bytearray(b"".join(_cbr_frames(tmp_path, "cbr.mp3", x, 0.3)))
-    # Destroy the middle third: the size-based estimate still counts those
-    # bytes, the decoder skips them, so decoding ends far before the estimate.
+    # Destroy the middle third: the decoder would skip those bytes and join the audio around them.
     third = len(data) // 3
     data[third : 2 * third] = b"\0" * third
     path = _write(tmp_path, "holed.mp3", bytes(data))
-    with AudioFile(path) as f:
-        with pytest.raises(AudioReadError) as info:
-            f.read_all()
-        _assert_names_file(info.value, path, "truncated")
+    with pytest.raises(AudioReadError) as info:
+        AudioFile(path)
+    _assert_names_file(info.value, path, "not MPEG frames, yet frames follow them")
+    _excerpt_policies(path)
 
 
 _MPEG2_L3_KBPS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
@@ -352,8 +365,8 @@ def _cbr_frames(tmp_path, name: str, x: np.ndarray, level: float) -> list[bytes]
     return frames[1:] if b"Xing" in frames[0] or b"Info" in frames[0] else frames
 
 
-def test_mp3_estimate_tolerance_boundary(tmp_path):
-    """No length header: a cut CBR file stays within the tolerance; a 20x estimate error does not."""
+def test_mp3_without_length_header_is_read_to_its_last_frame(tmp_path):
+    """No length header: a cut file reads to its last whole frame; an estimate 20x too long is corrected."""
     x = synthesize("music", 2.0, RATE, 1, np.random.default_rng(1))
     dense = _cbr_frames(tmp_path, "hi.mp3", x, 0.0)  # 160 kbit/s
     stream = b"".join(dense)
@@ -361,21 +374,16 @@ def test_mp3_estimate_tolerance_boundary(tmp_path):
         path = _write(tmp_path, f"cut{cut}.mp3", stream[:cut])
         sf_frames = len(soundfile.read(path, dtype="float32")[0])
         with AudioFile(path) as f:
-            assert 0 <= f.info.frames - sf_frames <= MP3_ESTIMATE_TOLERANCE_FRAMES * 576
-            whole = f.read_all()
-            assert whole.shape == (f.info.frames, 1)
-            np.testing.assert_array_equal(whole[:sf_frames], soundfile.read(path, dtype="float32", always_2d=True)[0])
+            assert f.info.frames == sf_frames and f.info.frames % 576 == 0
+            np.testing.assert_array_equal(f.read_all(), soundfile.read(path, dtype="float32", always_2d=True)[0])
     # mpg123 estimates the length from the first frame: a 8 kbit/s frame in
-    # front of 160 kbit/s ones makes it ~20x too long, so decoding ends far
-    # before the estimate: that is refused, not padded with silence.
+    # front of 160 kbit/s ones makes it ~20x too long. The frames say how long it is.
     sparse = _cbr_frames(tmp_path, "lo.mp3", np.zeros_like(x), 0.99)
     path = _write(tmp_path, "mixed.mp3", sparse[0] + stream)
+    assert soundfile.info(path).frames > 10 * len(x)
     with AudioFile(path) as f:
-        assert f.info.frames > 10 * len(x)
-        with pytest.raises(AudioReadError) as info:
-            f.read_all()
-        _assert_names_file(info.value, path, "estimated", f"{MP3_ESTIMATE_TOLERANCE_FRAMES * 576}-frame tolerance")
-        np.testing.assert_array_equal(f.read(0, 4000).shape, (4000, 1))  # reads within the real audio are fine
+        assert f.info.frames == (len(dense) + 1) * 576
+        assert f.read_all().shape == (f.info.frames, 1)
 
 
 def test_mp3_with_length_header_is_held_to_it(good, tmp_path):

@@ -116,3 +116,23 @@ def test_bad_storage_options_are_refused_and_secrets_stay_hidden(options):
                              corpus=Corpus(storage_options=options))
     assert "s3://options-bucket/nothing-here" in str(caught.value)
     assert SECRET not in str(caught.value)
+
+
+def test_remote_parquet_reads_with_the_nested_options_the_docs_show(options, s3, tmp_path):
+    # {"key", "secret", "client_kwargs": {...}} (docs/storage.md): the nested dict once broke the Parquet footer
+    # cache's key (TypeError: unhashable type: 'dict').
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import s3fs
+
+    names = sorted(p.name for p in (s3["local"] / "speech").iterdir())
+    table = pa.table({"audio": [{"bytes": (s3["local"] / "speech" / n).read_bytes(), "path": n} for n in names]})
+    pq.write_table(table, tmp_path / "train-0.parquet", row_group_size=2)
+    s3fs.S3FileSystem(**options, skip_instance_cache=True).put_file(str(tmp_path / "train-0.parquet"),
+                                                                     f"{BUCKET}/parquet/train-0.parquet")
+    local = create_audio_dataset(sources=str(tmp_path / "train-0.parquet"), sample_rate=16000, duration=0.5,
+                                 num_epochs=1, shuffle=False)
+    remote = create_audio_dataset(sources=f"s3://{BUCKET}/parquet/train-0.parquet", sample_rate=16000, duration=0.5,
+                                  num_epochs=1, shuffle=False, corpus=Corpus(storage_options=options))
+    assert len(remote) == len(local) == 3
+    assert _waves(remote[i] for i in range(3)) == _waves(local[i] for i in range(3))

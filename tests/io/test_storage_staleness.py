@@ -178,3 +178,26 @@ def test_two_grain_workers_check_each_file_at_most_once_each(s3, tmp_path):
     heads = _heads(s3["proxy"])
     assert set(heads) == {f"/{BUCKET}/workers/f{n}.wav" for n in range(len(urls))}
     assert all(1 <= count <= 2 for count in heads.values()), heads  # one per worker process at most, not 6
+
+
+def test_a_same_size_object_replaced_within_the_same_second_is_refused(s3, tmp_path, monkeypatch):
+    # S3's LastModified has whole seconds: with size and time alone, another object of the same size written
+    # within that second passed on_stale="raise" and was read as other audio. The ETag tells them apart.
+    # Both writes land in the same second: the (fake) store's clock stands still for this test.
+    import datetime
+
+    import moto.s3.models
+
+    second = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    monkeypatch.setattr(moto.s3.models, "utcnow", lambda: second)
+    key = f"{BUCKET}/same/f0.wav"
+    s3["fs"].pipe(key, _encode(_noise(1.5, RATE, 1, 1), RATE, "WAV", "PCM_16"))
+    first = s3["fs"].info(key, refresh=True)
+    index = _index(s3, "same", tmp_path)
+    s3["fs"].pipe(key, _encode(_noise(1.5, RATE, 1, 2), RATE, "WAV", "PCM_16"))
+    again = s3["fs"].info(key, refresh=True)
+    assert (again["size"], again["LastModified"]) == (first["size"], first["LastModified"])
+    assert again["ETag"] != first["ETag"]
+    with pytest.raises(StaleFileError) as info:
+        _dataset(index)[0]
+    assert info.value.file_path == f"s3://{key}" and "version" in str(info.value)

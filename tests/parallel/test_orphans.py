@@ -162,3 +162,46 @@ def test_torch_workers_exit_with_a_killed_parent(corpus, tmp_path, context):
 def test_process_pool_workers_exit_with_a_killed_parent(tmp_path):
     """The pool behind ``executor="process"`` (renders, scans, the window-LUFS cache)."""
     _kill_and_watch(POOL, tmp_path, workers=2)
+
+
+PLAIN_READER = """
+import time
+import grain
+from audiotree.sources import {cls}
+
+def main():
+    source = {cls}({path!r})
+    ds = grain.MapDataset.source(source).repeat()
+    it = iter(ds.to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+    next(it)
+    print("READY", flush=True)
+    while True:
+        next(it)
+        time.sleep(0.01)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.fixture(scope="module")
+def renders(corpus, tmp_path_factory) -> dict[str, Path]:
+    """The music group rendered in each written format: a TreeWriter part, an AudioWriter part, ArrayRecord."""
+    import audiotree
+    from audiotree.sources import create_audio_dataset
+
+    root = tmp_path_factory.mktemp("orphan-renders")
+    ds = create_audio_dataset(str(corpus["music"]), duration=0.2, sample_rate=8000, num_epochs=None)
+    out = {}
+    for fmt in ("tree", "audio", "arrayrecord"):
+        audiotree.render(ds, root / fmt, 6, format=fmt, part_size=100)
+        out[fmt] = root / fmt / "part-00000" if fmt != "arrayrecord" else root / fmt
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt,cls", [("tree", "TreeDataSource"), ("audio", "AudioDataSource"),
+                                     ("arrayrecord", "ArrayRecordAudioSource")])
+def test_a_reader_in_a_plain_grain_pipeline_exits_with_a_killed_parent(renders, tmp_path, fmt, cls):
+    """The reader alone, the way Grain's docs use any data source: no audiotree builder starts the workers."""
+    _kill_and_watch(PLAIN_READER.format(cls=cls, path=str(renders[fmt])), tmp_path, workers=2)

@@ -17,7 +17,8 @@ import soundfile
 
 from audiotree import AudioTree
 from audiotree.index import build_index
-from audiotree.index.columns import store_folder
+from audiotree.index import open_index
+from audiotree.index.columns import open_columns
 from audiotree.sources import (
     Corpus,
     WindowConfig,
@@ -103,8 +104,8 @@ def test_items_match_the_path_keyed_planner(index, kind):
 
 def test_loudness_cells_are_computed_once_and_kept_in_the_store(index):
     create_windowed_audio_dataset(corpus=Corpus(index=index), window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
-    folder = store_folder(str(index))
-    kept = sorted(n for n in os.listdir(folder) if n.startswith("window-lufs-4b."))
+    folder = open_columns(open_index(index)).directory
+    kept = sorted(n for n in os.listdir(folder) if n.startswith("window-lufs-4b.") and n.endswith(".npy"))
     assert kept == ["window-lufs-4b.offsets.npy", "window-lufs-4b.values.npy"]
     stamp = os.stat(os.path.join(folder, kept[1])).st_mtime_ns
     again = create_windowed_audio_dataset(corpus=Corpus(index=index), window=WindowConfig(duration=0.5, lufs_window_sec=0.4), sample_rate=RATE)
@@ -117,10 +118,11 @@ def test_loudness_cells_are_computed_once_and_kept_in_the_store(index):
 def test_a_damaged_slot_plan_is_refused_naming_the_store(index, tmp_path):
     copy = _repeat(index, tmp_path / "d.parquet", 2)
     ds = create_windowed_audio_dataset(corpus=Corpus(index=copy), window=WindowConfig(duration=0.5), sample_rate=RATE, shuffle=False)
-    folder = store_folder(str(copy))
+    folder = open_columns(open_index(copy)).directory
     (plan,) = [n for n in os.listdir(folder) if n.startswith("slots-") and n.endswith(".file.npy")]
     np.save(os.path.join(folder, plan), np.full(len(ds), 10_000, dtype=np.int32))
-    with pytest.raises(ValueError, match=r"d\.parquet\.columns: the index's column store is damaged"):
+    with pytest.raises(ValueError, match=r"d\.parquet\.columns/g\d+-\w+/slots-\w+\.file\.npy: the index's column store "
+                                         r"is damaged"):
         pickle.loads(pickle.dumps(ds))[0]
 
 

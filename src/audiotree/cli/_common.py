@@ -6,11 +6,13 @@ Everything heavy (Grain, JAX, NumPy) is imported inside functions, so
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import os
 import re
+import warnings
 from typing import Any, Callable, Sequence
 
 import click
@@ -27,6 +29,27 @@ class CliError(click.ClickException):
 
 def one_line(message: Any) -> str:
     return " ".join(str(message).split())
+
+
+@contextlib.contextmanager
+def warnings_as_lines():
+    """Prints the library's warnings raised inside as one ``warning: ...`` line each on stderr.
+
+    Python's own display shows the source line that called the library (a line
+    of the CLI), which means nothing to a user. The filters in force still
+    decide which warnings are shown.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        try:
+            yield
+        finally:
+            shown = []
+            for w in caught:
+                line = f"warning: {one_line(w.message)}"
+                if line not in shown:
+                    shown.append(line)
+            for line in shown:
+                click.echo(line, err=True)
 
 
 def known_errors() -> tuple[type[BaseException], ...]:

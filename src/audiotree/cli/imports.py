@@ -1,9 +1,13 @@
-"""``audiotree import kaldi|lhotse`` and ``audiotree export lhotse``: the twins of
-``audiotree.index.import_kaldi``, ``import_lhotse`` and ``export_lhotse``."""
+"""``audiotree import kaldi|lhotse|nemo`` and ``audiotree export lhotse``: the twins of
+``audiotree.index.import_kaldi``, ``import_lhotse``, ``import_nemo`` and ``export_lhotse``."""
 
 from __future__ import annotations
 
+import functools
+
 import click
+
+from audiotree.cli._common import warnings_as_lines
 
 __all__ = ["import_group", "export_group"]
 
@@ -18,9 +22,9 @@ _EXECUTOR = click.option("--executor", type=click.Choice(["process", "serial", "
 _JOBS = click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes (default: one per core).")
 
 
-def _import_options(command):
+def _import_options(command, *, audio_root: bool = True):
     """The options every importer takes, in the order ``--help`` lists them."""
-    for option in (_JOBS, _EXECUTOR, _LOUDNESS, _AUDIO_ROOT, _OUT):
+    for option in (_JOBS, _EXECUTOR, _LOUDNESS, *((_AUDIO_ROOT,) if audio_root else ()), _OUT):
         command = option(command)
     return command
 
@@ -30,7 +34,7 @@ def _report(report) -> None:
                f"{report.unreadable} unreadable")
 
 
-@click.group(name="import", short_help="Build a segment index from a Kaldi data dir or lhotse manifests.")
+@click.group(name="import", short_help="Build a segment index from a Kaldi data dir, lhotse or NeMo manifests.")
 def import_group() -> None:
     """Build a segment index from another toolkit's corpus description."""
 
@@ -43,8 +47,10 @@ def import_kaldi_command(data_dir: str, out: str, audio_root: str | None, loudne
     """Index the utterances of the Kaldi data directory DATA_DIR (wav.scp, segments, text, utt2spk, spk2gender)."""
     from audiotree.index import import_kaldi
 
-    _report(import_kaldi(data_dir, out, audio_root=audio_root, loudness=loudness, executor=executor,
-                         max_workers=jobs))
+    with warnings_as_lines():
+        report = import_kaldi(data_dir, out, audio_root=audio_root, loudness=loudness, executor=executor,
+                              max_workers=jobs)
+    _report(report)
 
 
 @import_group.command(name="lhotse")
@@ -55,14 +61,30 @@ def import_lhotse_command(manifests: tuple, out: str, audio_root: str | None, lo
     """Index lhotse manifests: RECORDINGS.jsonl.gz SUPERVISIONS.jsonl.gz, or one CUTS.jsonl.gz."""
     from audiotree.index import import_lhotse
 
-    if len(manifests) == 2:
-        report = import_lhotse(manifests[0], manifests[1], out, audio_root=audio_root, loudness=loudness,
-                               executor=executor, max_workers=jobs)
-    elif len(manifests) == 1:
-        report = import_lhotse(out=out, cuts=manifests[0], audio_root=audio_root, loudness=loudness,
-                               executor=executor, max_workers=jobs)
-    else:
+    if len(manifests) not in (1, 2):
         raise click.UsageError("give RECORDINGS SUPERVISIONS, or one CUTS manifest.")
+    with warnings_as_lines():
+        if len(manifests) == 2:
+            report = import_lhotse(manifests[0], manifests[1], out, audio_root=audio_root, loudness=loudness,
+                                   executor=executor, max_workers=jobs)
+        else:
+            report = import_lhotse(out=out, cuts=manifests[0], audio_root=audio_root, loudness=loudness,
+                                   executor=executor, max_workers=jobs)
+    _report(report)
+
+
+@import_group.command(name="nemo")
+@click.argument("manifests", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@functools.partial(_import_options, audio_root=False)
+def import_nemo_command(manifests: tuple, out: str, loudness: bool, executor: str, jobs: int | None) -> None:
+    """Index NeMo manifests MANIFEST... (JSON lines: audio_filepath, duration, offset, text, other fields as labels).
+
+    Relative audio paths start from each manifest's folder.
+    """
+    from audiotree.index import import_nemo
+
+    with warnings_as_lines():
+        report = import_nemo(list(manifests), out, loudness=loudness, executor=executor, max_workers=jobs)
     _report(report)
 
 

@@ -69,7 +69,7 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
     embedded audio are indexed in place: one row per member or row, sidecars
     and other columns as labels.
     """
-    from audiotree.cli._common import resolve_sources
+    from audiotree.cli._common import resolve_sources, warnings_as_lines
     from audiotree.index import build_index
 
     if ray_address is not None and executor != "ray":
@@ -82,11 +82,12 @@ def index(sources, out: str, labels: str | None, labels_key: str, labels_match: 
     if labels is not None:
         label_options = dict(labels_key=labels_key, labels_match=labels_match, labels_root=labels_root,
                              labels_missing=labels_missing, text_columns=text_columns, numeric_columns=numeric_columns)
-    report = build_index(
-        spec, out, labels=labels, **label_options, loudness=loudness, executor=executor, show_progress=progress, mono=mono,
-        root=root, chunk_size=chunk_size, max_workers=jobs, ray_address=ray_address, audio_column=audio_column,
-        segments=segments,
-    )
+    with warnings_as_lines():
+        report = build_index(
+            spec, out, labels=labels, **label_options, loudness=loudness, executor=executor, show_progress=progress,
+            mono=mono, root=root, chunk_size=chunk_size, max_workers=jobs, ray_address=ray_address,
+            audio_column=audio_column, segments=segments,
+        )
     skipped = "".join(f"; skipped {n} {ext} member(s)" for ext, n in sorted(report.skipped_members.items()))
     click.echo(
         f"{report.path}: {report.rows} rows ({report.read} read, {report.reused} unchanged, {report.resumed} resumed, "

@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 import click
@@ -99,27 +100,40 @@ def _reason_text(reason: str) -> str:
     return reason.split(" The file may be ")[0]
 
 
+def _print_by_reason(report: dict, console) -> None:
+    """The unreadable files counted by the short reason of their error: one cause that refuses a whole
+    corpus (say every MP3 of one encoder) is one line, however many files it lists above."""
+    counts = report.get("unreadable_by_reason") or {}
+    if not counts:
+        return
+    console.print("Unreadable by reason:")
+    width = max(len(reason) for reason in counts)
+    for reason, count in counts.items():
+        console.print(f"  {reason + ':':<{width + 1}} {count} file{'s' if count != 1 else ''}", soft_wrap=True)
+
+
 def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> None:
     """The report as tables; each list of files shows at most ``limit`` lines (``None``: every line)."""
     from rich.columns import Columns
     from rich.table import Table
 
+    unit, one = _units(report)
     hours = report["total_hours"]
     minutes = report["total_seconds"] / 60
     unreadable = [f"  {e['path']}: {_reason_text(e['reason'])}" for e in report["unreadable"]]
     where = f"{report['index']}: " if report.get("index") else ""
     console.print(
-        f"{where}{report['files']} files in {len(report['groups'])} group(s): "
+        f"{where}{report['files']} {unit} in {len(report['groups'])} group(s): "
         f"{report['readable']} readable, {hours:.2f} h ({minutes:.1f} min); {len(unreadable)} unreadable",
         soft_wrap=bool(where),
     )
     if not report["readable"]:
         _print_lines(console, unreadable, limit)
-        for note in report["notes"]:
-            console.print(f"note: {note}", soft_wrap=True)
+        _print_by_reason(report, console)
+        _print_notes(console, report["notes"], unit)
         return
     groups = Table(title="Groups", title_justify="left")
-    for col in ("group", "files", "unreadable", "hours"):
+    for col in ("group", unit, "unreadable", "hours"):
         groups.add_column(col, justify="left" if col == "group" else "right")
     for name, stats in report["groups"].items():
         groups.add_row(name, str(stats["files"]), str(stats["files"] - stats["readable"]), f"{stats['seconds'] / 3600:.3f}")
@@ -127,7 +141,7 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
     def counts_table(title: str, key_name: str, counts: dict) -> Table:
         table = Table(title=title, title_justify="left")
         table.add_column(key_name)
-        table.add_column("files", justify="right")
+        table.add_column(unit, justify="right")
         for key, value in counts.items():
             table.add_row(key, str(value))
         return table
@@ -143,7 +157,7 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
         largest = max(b["count"] for b in report["duration_histogram"])
         hist = Table(title="Durations", title_justify="left", show_edge=False, box=None, padding=(0, 1))
         hist.add_column("seconds")
-        hist.add_column("files", justify="right")
+        hist.add_column(unit, justify="right")
         hist.add_column("")
         for b in report["duration_histogram"]:
             high = math.inf if b["max_seconds"] is None else b["max_seconds"]
@@ -154,25 +168,52 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
 
     short = report["short"]
     if short["files"]:
-        console.print(f"{len(short['files'])} file(s) shorter than --duration {short['min_seconds']:g} s "
+        console.print(f"{len(short['files'])} {one}(s) shorter than --duration {short['min_seconds']:g} s "
                       "(padded when read):")
         _print_lines(console, [f"  {e['seconds']:7.3f} s  {e['path']}" for e in short["files"]], limit)
     if unreadable:
-        console.print(f"{len(unreadable)} unreadable file(s):")
+        console.print(f"{len(unreadable)} unreadable {one}(s):")
         _print_lines(console, unreadable, limit)
-    for note in report["notes"]:
-        console.print(f"note: {note}", soft_wrap=True)
+        _print_by_reason(report, console)
+    _print_notes(console, report["notes"], unit)
     if report["loudness"]:
-        _print_loudness(report["loudness"], console, from_index=bool(report.get("index")))
+        _print_loudness(report["loudness"], console, from_index=bool(report.get("index")), one=one)
     if report.get("windows"):
-        _print_windows(report["windows"], console, limit)
+        _print_windows(report["windows"], console, limit, one=one)
     if report.get("quality"):
         from audiotree.cli.quality_report import print_quality
 
         print_quality(report["quality"], console, limit)
 
 
-def _print_loudness(loud: dict, console, *, from_index: bool) -> None:
+def _units(report: dict) -> tuple[str, str]:
+    """What a report's rows are, plural and singular: segments in a segment index's report, else files."""
+    from audiotree.scan.index import SEGMENT_NOTE
+
+    return ("segments", "segment") if SEGMENT_NOTE in report["notes"] else ("files", "file")
+
+
+def _print_notes(console, notes: list, unit: str) -> None:
+    from audiotree.scan.index import SEGMENT_NOTE
+
+    for note in notes:
+        if note == SEGMENT_NOTE and unit == "segments":
+            continue  # every line already says segments
+        console.print(f"note: {note}", soft_wrap=True)
+
+
+_SEGMENT_NAME = re.compile(r"^(?P<path>.*) \[(?P<start>[0-9.]+), (?P<end>[0-9.]+)\) s$", re.S)
+
+
+def _name_key(name: str) -> tuple:
+    """Sorts a segment's name (``PATH [START, END) s``) by its path, then its times as numbers, not as text."""
+    found = _SEGMENT_NAME.match(name)
+    if found is None:
+        return (name, -1.0, -1.0)
+    return (found["path"], float(found["start"]), float(found["end"]))
+
+
+def _print_loudness(loud: dict, console, *, from_index: bool, one: str = "file") -> None:
     from rich.table import Table
 
     def lufs(value: float | None) -> str:
@@ -180,39 +221,39 @@ def _print_loudness(loud: dict, console, *, from_index: bool) -> None:
 
     source = "; from the profiles" if from_index else ""
     console.print(
-        f"Loudness (first {loud['max_seconds']:g} s per file{source}): {loud['measured']} files, median "
+        f"Loudness (first {loud['max_seconds']:g} s per {one}{source}): {loud['measured']} {one}s, median "
         f"{lufs(loud['median_lufs'])} LUFS, range {lufs(loud['min_lufs'])} .. {lufs(loud['max_lufs'])}, "
         f"{loud['silent']} silent"
     )
     if loud["lufs_cutoff"] is not None:
-        console.print(f"  {loud['below_cutoff']} file(s) at or below the cutoff {loud['lufs_cutoff']:g} LUFS")
+        console.print(f"  {loud['below_cutoff']} {one}(s) at or below the cutoff {loud['lufs_cutoff']:g} LUFS")
     rows = [(f"{b['min_lufs']:g} .. {b['max_lufs']:g}", b["count"]) for b in loud["histogram"]]
     if loud["silent"]:
         rows.insert(0, ("silent", loud["silent"]))
     largest = max((c for _, c in rows), default=0)
     hist = Table(show_edge=False, box=None, padding=(0, 1))
     hist.add_column("LUFS")
-    hist.add_column("files", justify="right")
+    hist.add_column(f"{one}s", justify="right")
     hist.add_column("")
     for label, count in rows:
         hist.add_row(label, str(count), _bar(count, largest))
     console.print(hist)
 
 
-def _print_windows(windows: dict, console, limit: int | None) -> None:
+def _print_windows(windows: dict, console, limit: int | None, *, one: str = "file") -> None:
     counted = [f for f in windows["files"] if f["windows"]]
     no_window = len(windows["files"]) - len(counted)
-    console.print(f"Share of {windows['window_seconds']:g} s windows above {windows['lufs_cutoff']:g} LUFS, per file "
+    console.print(f"Share of {windows['window_seconds']:g} s windows above {windows['lufs_cutoff']:g} LUFS, per {one} "
                   "(lowest first):", soft_wrap=True)
     if no_window:
-        console.print(f"  {no_window} file(s) shorter than a {windows['window_seconds']:g} s window have no window "
+        console.print(f"  {no_window} {one}(s) shorter than a {windows['window_seconds']:g} s window have no window "
                       "(padded when read)", soft_wrap=True)
     lines = []
-    for entry in sorted(counted, key=lambda f: (f["share_above"], f["path"])):
+    for entry in sorted(counted, key=lambda f: (f["share_above"], _name_key(f["path"]))):
         best = "-" if entry["max_window_lufs"] is None else f"{entry['max_window_lufs']:.1f}"
         lines.append(f"  {entry['share_above'] * 100:6.1f} %  (loudest {best} LUFS)  {entry['path']}")
     _print_lines(console, lines, limit)
-    console.print(f"{len(windows['no_window_above'])} file(s) with no window above the cutoff:")
+    console.print(f"{len(windows['no_window_above'])} {one}(s) with no window above the cutoff:")
     _print_lines(console, [f"  {path}" for path in windows["no_window_above"]], limit)
 
 
@@ -322,7 +363,7 @@ def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs
         report = index_scan_report(sources[0], duration=duration, lufs_cutoff=lufs_cutoff, loudness=loudness,
                                    loudness_seconds=loudness_seconds, durations_out=durations,
                                    worst=None if (show_all or as_json) else LINES_SHOWN)
-        described = f"index {report['index']} ({report['files']} files)"
+        described = f"index {report['index']} ({report['files']} {_units(report)[0]})"
     else:
         if _given("loudness_seconds") and not (loudness or plot is not None):
             raise click.UsageError("--loudness-seconds needs --loudness (or --plot): no loudness is measured "

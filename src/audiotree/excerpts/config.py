@@ -107,6 +107,10 @@ class ExcerptConfig:
         their first ``crop_to`` seconds. ``None`` reads every file whole.
         (``max_duration`` is the builders' filter of index rows: a file
         longer than it is left out, not cropped.)
+      allow_text_crops: fixed-length excerpts (``duration=`` seconds) of an
+        index whose labels include a text label (a transcript) are refused,
+        since every crop would carry the whole utterance's text; ``True``
+        accepts them knowingly. Does not apply to ``strategy="full"``.
 
     ``strategy="full"`` reads each file whole (no ``duration``; items differ in
     length and carry ``lengths``). It is deterministic: no offset is drawn.
@@ -123,6 +127,7 @@ class ExcerptConfig:
     scan_max_seconds: float = 30.0
     crop_to: float | None = None
     skip_silent: bool = False
+    allow_text_crops: bool = False
     max_silence_share: float | None = None
 
     def __post_init__(self) -> None:
@@ -136,6 +141,11 @@ class ExcerptConfig:
             raise ValueError(f"lufs_cutoff must be finite, got {self.lufs_cutoff!r}.")
         if not isinstance(self.skip_silent, bool):
             raise ValueError(f"skip_silent must be True or False, got {self.skip_silent!r}.")
+        if not isinstance(self.allow_text_crops, bool):
+            raise ValueError(f"allow_text_crops must be True or False, got {self.allow_text_crops!r}.")
+        if self.allow_text_crops and self.strategy == "full":
+            raise ValueError("ExcerptConfig.allow_text_crops applies to fixed-length excerpts; strategy='full' reads "
+                             "whole items, which keep their text. Remove it.")
         if self.max_silence_share is not None and not (is_real(self.max_silence_share)
                                                        and 0 <= self.max_silence_share < 1):
             raise ValueError(f"max_silence_share must be a share in [0, 1) or None, got {self.max_silence_share!r}.")

@@ -22,9 +22,12 @@ class ImportedSegments:
         label columns (see :mod:`audiotree.index.segments`).
       where: the file the segments came from, for messages.
       lines: the line of each segment in ``where``.
+      text_columns: the label columns that are free text (``None``: the
+        segment list's default, ``text`` when present).
     """
 
     recordings: dict
     columns: dict
     where: str
     lines: list
+    text_columns: tuple | None = None

@@ -4,10 +4,13 @@ The files follow Kaldi's documented conventions ("Data preparation" in the
 Kaldi documentation): UTF-8 text, one entry per line, the first whitespace-
 separated field the key, sorted or not.
 
-* ``wav.scp``: ``<recording-id> <path>``. Only plain paths are read. An
-  *extended filename* that runs a command (``<id> sox a.flac -t wav - |``) is
-  refused with an error naming the line; it is never run. So is an archive
-  offset (``foo.ark:12345``), which is not an audio file.
+* ``wav.scp``: ``<recording-id> <path>``, or a decode-only command pipe
+  (``<id> flac -c -d -s a.flac |``, ``<id> sox a.wav -t wav - |``, ffmpeg,
+  cat, sph2pipe): the command is parsed, never run, and the file it names is
+  read (:mod:`audiotree.formats.kaldi_pipes`). Any other command (a sox
+  effect such as ``remix`` or ``rate``, a chain of commands) is refused with
+  an error naming the line; so is an archive offset (``foo.ark:12345``), which
+  is not an audio file.
 * ``segments`` (optional): ``<utterance-id> <recording-id> <start> <end>``
   in seconds. Without it every recording is one utterance whose id is the
   recording id, from start to end (Kaldi's rule).
@@ -44,7 +47,7 @@ def _fail(path: str, line: int, message: str) -> ValueError:
 
 def _lines(path: str) -> Iterator[tuple[int, str]]:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # (a byte-order mark is not part of the first key)
             for number, line in enumerate(f, start=1):
                 line = line.strip()
                 if line:
@@ -80,13 +83,16 @@ def _recordings(path: str, audio_root: str) -> dict[str, tuple[int, str]]:
         if len(parts) != 2:
             raise _fail(path, number, f"needs '<recording-id> <path>', got {line!r}.")
         key, target = parts[0], parts[1].strip()
-        if target.endswith("|") or target.startswith("|"):
-            raise _fail(path, number, f"recording {key!r} is a command pipe ({target!r}); audiotree never runs "
-                                      "commands from a data directory. Convert the audio to files first (e.g. run "
-                                      "the command once into a .wav or .flac) and list their paths.")
-        if " " in target or "\t" in target:
+        if target.startswith("|"):
+            raise _fail(path, number, f"recording {key!r} is an input pipe ({target!r}); audiotree never runs "
+                                      "commands from a data directory. List the audio file's path instead.")
+        program = None
+        if target.endswith("|"):
+            target, program = _pipe_target(path, number, key, target)
+        elif " " in target or "\t" in target:
             raise _fail(path, number, f"recording {key!r} has more than one field after its id ({target!r}); only a "
-                                      "plain path is supported (no extended filenames).")
+                                      "plain path or a decode-only pipe (flac, sox, ffmpeg, cat, sph2pipe) is "
+                                      "supported.")
         if _is_archive(target):
             raise _fail(path, number, f"recording {key!r} points into an archive ({target!r}); give the audio file's "
                                       "path instead.")
@@ -96,10 +102,39 @@ def _recordings(path: str, audio_root: str) -> dict[str, tuple[int, str]]:
         if not os.path.isfile(full):
             raise _fail(path, number, f"recording {key!r} names '{full}', which does not exist (relative paths "
                                       f"start from {audio_root}; pass the folder Kaldi ran in as the audio root).")
+        if program == "sph2pipe":
+            _check_sphere(path, number, key, full)
         out[key] = (number, full)
     if not out:
         raise ValueError(f"Kaldi {path}: lists no recordings.")
     return out
+
+
+def _pipe_target(path: str, number: int, key: str, target: str) -> tuple[str, str]:
+    """The file a decode-only ``wav.scp`` pipe reads (parsed, never run); refuses any other command."""
+    from audiotree.formats.kaldi_pipes import UnsupportedPipe, piped_file
+
+    try:
+        file, program = piped_file(target)
+    except UnsupportedPipe as exc:
+        raise _fail(path, number, f"recording {key!r} is a command pipe ({target!r}) that audiotree does not read: "
+                                  f"{exc}. audiotree never runs commands from a data directory; it reads decode-only "
+                                  "pipes (flac -c -d -s FILE |, sox FILE -t wav - |, ffmpeg -i FILE -f wav - |, "
+                                  "cat FILE |, sph2pipe -f wav FILE |) as the file they name. Run this command once "
+                                  "into a .wav or .flac file and list that path instead.") from None
+    return file, program
+
+
+def _check_sphere(path: str, number: int, key: str, file: str) -> None:
+    """Refuses a SPHERE file that libsndfile cannot decode (shorten-compressed ones), naming the line."""
+    import soundfile
+
+    try:
+        soundfile.info(file)
+    except Exception as exc:  # libsndfile's own error type varies by version
+        raise _fail(path, number, f"recording {key!r} is read by sph2pipe from {file!r}, which libsndfile cannot "
+                                  f"decode ({exc}); it is likely a shorten-compressed SPHERE file. Convert it once "
+                                  "with `sph2pipe -f wav FILE OUT.wav` and list OUT.wav.") from None
 
 
 def _is_archive(target: str) -> bool:

@@ -35,6 +35,7 @@ __all__ = [
     "read_segments",
     "import_kaldi",
     "import_lhotse",
+    "import_nemo",
     "export_lhotse",
 ]
 
@@ -56,13 +57,14 @@ _LAZY = {
     "read_segments": "audiotree.index.segments",
     "import_kaldi": "audiotree.index.imports",
     "import_lhotse": "audiotree.index.imports",
+    "import_nemo": "audiotree.index.imports",
     "export_lhotse": "audiotree.index.imports",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from audiotree.index.build import IndexBuildReport, build_index
     from audiotree.index.columns import ColumnStore, open_columns
-    from audiotree.index.imports import export_lhotse, import_kaldi, import_lhotse
+    from audiotree.index.imports import export_lhotse, import_kaldi, import_lhotse, import_nemo
     from audiotree.index.segments import read_segments
     from audiotree.index.labels import LabelSource
     from audiotree.index.profile import file_profile, window_blocks, window_loudness

@@ -104,7 +104,8 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
     from audiotree.io.segment import SegmentFile, segment_frames
 
     base = _empty_row(path, group)
-    rows = [dict(base, segment=int(k), start=float(s), end=float(e), past_end=None) for k, s, e in windows]
+    rows = [dict(base, segment=int(w[0]), start=float(w[1]), end=float(w[2]), past_end=None, no_frames=None,
+                 missing_channels=None, on=tuple(w[3]) if len(w) > 3 else None) for w in windows]
     failed = (AudioReadError, OSError, ValueError, MemoryError)
     try:
         base["size"], base["mtime_ns"] = member_stat(path, storage_options=storage_options)
@@ -128,12 +129,23 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
                 row.update(past_end=total / rate, readable=False, error_kind="permanent",
                            error=f"segment [{start}, {end}) s is past the end of the file ({total / rate:.3f} s)")
                 continue
+            if row["on"] is not None:
+                if max(row["on"]) >= info.channels:
+                    row.update(missing_channels=int(info.channels), readable=False, error_kind="permanent",
+                               error=f"segment is on channel(s) {list(row['on'])} of a {info.channels}-channel file")
+                    continue
+                row["channels"] = len(row["on"])
             first, stop = segment_frames((start, end), rate, total)
+            if stop <= first:  # rounds to no sample at this rate: every read would fail
+                row.update(no_frames=rate, readable=False, error_kind="permanent",
+                           error=f"segment [{start}, {end}) s holds no sample at {rate} Hz")
+                continue
             row.update(frames=stop - first, duration=(stop - first) / rate)
-            if loudness and (mono or info.channels <= 5):
+            if loudness and (mono or row["channels"] <= 5):
                 try:
-                    # A view of the open file (not closed here: the next segment reads it too).
-                    row["profile"], quality = _stored_profile(SegmentFile(audio, (start, end)), mono)
+                    # A view of the open file (not closed here: the next segment reads it too), on its channels.
+                    window = (start, end) if row["on"] is None else (start, end, row["on"])
+                    row["profile"], quality = _stored_profile(SegmentFile(audio, window), mono)
                     row.update(quality)
                     row["profile_step"] = profile_step(rate)
                 except failed as exc:

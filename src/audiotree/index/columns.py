@@ -10,7 +10,7 @@ pages of the rows it reads. A :class:`ColumnStore` pickles as its folder's
 name, so a Grain or PyTorch worker (fork or spawn) starts in constant time
 and memory whatever the row count.
 
-Layout (``format`` 2), one raw little-endian ``NAME.bin`` file per array, its
+Layout (``format`` 3), one raw little-endian ``NAME.bin`` file per array, its
 dtype and shape in the manifest (written as it streams):
 
 - ``path.offsets``/``path.data``: the stored paths, UTF-8 (Arrow's string
@@ -19,7 +19,7 @@ dtype and shape in the manifest (written as it streams):
   null), ``readable`` (bool), ``window`` (``(n, 2)`` float64 segment bounds, in
   a segment index only);
 - ``quality-NAME`` (float64, NaN when null): the quality columns and
-  ``sample_rate`` (:mod:`audiotree.index.quality`; since store format 2);
+  ``sample_rate`` (:mod:`audiotree.index.quality`; since store format 3);
 - ``group.codes`` (int32, ``-1`` for none) with the group names in the manifest;
 - ``label-K.*``: label ``K`` (by position in the manifest): category ids
   (int32) and their vocabulary, numbers as stored, or a text column's
@@ -31,13 +31,28 @@ dtype and shape in the manifest (written as it streams):
   hash of their content, and derived per-row arrays (``qualifying-*.npy``), as
   ``.npy`` files that describe themselves.
 
-``manifest.json`` records the index it was built from (its size and
-modification time), the row count and every array's dtype and shape. A store
-whose index changed is rebuilt; one whose files do not match the manifest
-(truncated, edited) is refused with an error naming it. Where the store lives:
-beside a local index in a writable folder (``corpus.parquet.columns/``), else
-under ``$AUDIOTREE_CACHE_DIR`` (default ``~/.cache/audiotree``), keyed by the
-index's path or URL.
+Each file has a sidecar ``NAME.crc`` (a CRC-32 per 4 KiB chunk) and every
+read is checked against it (:mod:`audiotree.index.store_check`): a store file
+that was edited or corrupted is refused with a
+:class:`~audiotree.errors.ColumnStoreError` naming the file and the command
+that deletes the store (a cache: the next dataset writes it again), never
+read as other rows, labels or spans.
+
+**Generations.** ``manifest.json`` (with its own checksum) records the index
+the store was built from: its path, size, modification time and content
+digest (:func:`~audiotree.index.store_check.index_digest`), the row count and
+every array's dtype and shape. A store lives in a folder named by its
+generation, ``g3-DIGEST`` (the index's content digest and root), under the
+store folder of the index: beside a local index in a writable folder
+(``corpus.parquet.columns/``), else under ``$AUDIOTREE_CACHE_DIR`` (default
+``~/.cache/audiotree``), keyed by the index's path or URL. A generation folder
+never changes once written (only the selections and derived arrays named by
+their content are added), and a dataset pickles its generation's folder: a
+worker started after the index was rebuilt (a new PyTorch worker each epoch,
+a new Grain iterator) reads exactly the rows the dataset was planned on. A
+new generation removes all but the :data:`KEEP_GENERATIONS` most recently
+opened ones; a worker whose generation was removed is refused with a clear
+error, never served the new rows.
 """
 
 from __future__ import annotations
@@ -51,13 +66,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["ColumnStore", "open_columns", "store_folder", "STORE_FORMAT"]
+from audiotree.index.store_build import STORE_FORMAT
+from audiotree.index.store_check import CHUNK, CheckedFile, damaged, save_checked_npy
 
-#: Version of the store's layout; a store of another version is rebuilt.
-STORE_FORMAT = 2
+__all__ = ["ColumnStore", "open_columns", "store_folder", "generation_name", "STORE_FORMAT", "KEEP_GENERATIONS"]
+
 _MANIFEST = "manifest.json"
-# Rows read from the index per step while building (bounds the builder's memory).
-_BATCH_ROWS = 65_536
+#: Generations of a store kept on disk (the most recently opened), so jobs started on an older one keep reading it.
+KEEP_GENERATIONS = 3
 
 
 def _cache_root() -> str:
@@ -85,20 +101,6 @@ def store_folder(index_path: str) -> str:
     return os.path.join(_cache_root(), "columns", f"{os.path.basename(key.rstrip('/'))}-{digest}")
 
 
-def _identity(index_path: str) -> dict:
-    """What says an index file is the one a store was built from: its size and modification time."""
-    from audiotree.io import storage
-
-    if storage.is_url(index_path):
-        from audiotree.io.members import member_stat
-
-        size, mtime = member_stat(index_path)
-    else:
-        st = os.stat(index_path)
-        size, mtime = st.st_size, st.st_mtime_ns
-    return {"path": index_path, "size": int(size), "mtime_ns": int(mtime)}
-
-
 class ColumnStore:
     """The columns of one index, on disk (see the module docstring).
 
@@ -115,7 +117,8 @@ class ColumnStore:
     def __init__(self, directory: str, manifest: dict):
         self.directory = directory
         self.manifest = manifest
-        self._files: dict[str, tuple[int, int]] = {}  # name -> (fd, data offset): this process's open files
+        # name -> (checked file, data offset, dtype, shape): this process's open files
+        self._files: dict[str, tuple] = {}
 
     def __reduce__(self):
         return (ColumnStore, (self.directory, self.manifest))
@@ -124,10 +127,7 @@ class ColumnStore:
         """Closes the files this process opened (later reads open them again)."""
         files, self._files = getattr(self, "_files", {}), {}
         for handle in files.values():
-            try:
-                os.close(handle[0])
-            except OSError:
-                pass
+            handle[0].close()
 
     def __del__(self):
         self.close()
@@ -152,38 +152,31 @@ class ColumnStore:
         return np.dtype(spec["dtype"]), tuple(spec["shape"])
 
     def _open(self, file: str, header: bool = False) -> tuple:
-        """``(fd, data offset, dtype, shape)`` of ``file``, opened once per process (dtype/shape: ``.npy`` only)."""
+        """``(checked file, data offset, dtype, shape)`` of ``file``, opened once per process.
+
+        dtype and shape: a ``.npy`` file's header, else the manifest's (a ``.bin``
+        array); the file must hold exactly that many bytes.
+        """
         handle = self._files.get(file)
         if handle is None:
             path = os.path.join(self.directory, file)
+            checked = CheckedFile(path)
             try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError as exc:
-                raise _damaged(self.directory, f"{file} cannot be opened ({exc})") from None
-            start, dtype, shape = 0, None, None
-            if header:  # a .npy file: its data starts after the header
-                with open(path, "rb") as f:
-                    try:
-                        version = np.lib.format.read_magic(f)
-                        shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                                 else np.lib.format.read_array_header_2_0)(f)
-                    except ValueError as exc:
-                        os.close(fd)
-                        raise _damaged(self.directory, f"{file} has no valid header ({exc})") from None
-                    start = f.tell()
-                payload = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                if fortran or dtype.hasobject or os.fstat(fd).st_size != start + payload:
-                    os.close(fd)
-                    raise _damaged(self.directory, f"{file} does not hold the {dtype}{list(shape)} its header says")
-            handle = self._files[file] = (fd, start, dtype, shape)
+                start, dtype, shape, fortran = _layout(self.manifest, checked, file, header)
+            except BaseException:
+                checked.close()
+                raise
+            payload = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if fortran or dtype.hasobject or checked.size != start + payload:
+                checked.close()
+                raise damaged(path, f"it holds {checked.size} bytes, not the {dtype}{list(shape)} "
+                                    f"{'its header' if header else 'the manifest'} says")
+            handle = self._files[file] = (checked, start, dtype, shape)
         return handle
 
     def _pread(self, file: str, dtype: np.dtype, first: int, count: int, *, header: bool = False) -> np.ndarray:
-        fd, start = self._open(file, header)[:2]
-        want = count * dtype.itemsize
-        data = os.pread(fd, want, start + first * dtype.itemsize) if want else b""
-        if len(data) != want:
-            raise _damaged(self.directory, f"{file} ends before element {first + count}")
+        checked, start = self._open(file, header)[:2]
+        data = checked.read(start + first * dtype.itemsize, count * dtype.itemsize)
         return np.frombuffer(data, dtype=dtype)
 
     def npy_shape(self, file: str) -> tuple:
@@ -194,7 +187,7 @@ class ColumnStore:
         """Element ``i`` of a kept 1-d ``.npy`` file, by one positioned read."""
         _, _, dtype, shape = self._open(file, header=True)
         if len(shape) != 1 or not 0 <= int(i) < shape[0]:
-            raise _damaged(self.directory, f"{file} has no element {i} (shape {list(shape)})")
+            raise damaged(self._path(file), f"it has no element {i} (shape {list(shape)})")
         return self._pread(file, dtype, int(i), 1, header=True)[0]
 
     def read(self, name: str, lo: int, hi: int) -> np.ndarray:
@@ -218,7 +211,7 @@ class ColumnStore:
         """Row ``row`` of the string column ``name`` (``name.offsets`` + ``name.data``)."""
         start, end = (int(v) for v in self.read(name + ".offsets", int(row), int(row) + 2))
         if not 0 <= start <= end:
-            raise _damaged(self.directory, f"{name}.offsets are not ascending at row {row}")
+            raise damaged(self._path(name + ".offsets.bin"), f"its offsets are not ascending at row {row}")
         return bytes(self.read(name + ".data", start, end)).decode("utf-8")
 
     def strings(self, name: str) -> list[str]:
@@ -281,7 +274,7 @@ class ColumnStore:
         name = "sel-" + hashlib.blake2b(rows.tobytes(), digest_size=12).hexdigest()
         path = os.path.join(self.directory, name + ".npy")
         if not os.path.exists(path):
-            _save_atomic(path, rows)
+            save_checked_npy(path, rows)
         return name
 
     def _selection_file(self, name: str) -> str:
@@ -292,7 +285,7 @@ class ColumnStore:
     def selection_length(self, name: str) -> int:
         shape = self.npy_shape(self._selection_file(name))
         if len(shape) != 1:
-            raise _damaged(self.directory, f"selection {name}.npy is not 1-d")
+            raise damaged(self._path(name + ".npy"), "the selection is not 1-d")
         return int(shape[0])
 
     def selection_row(self, name: str, i: int) -> int:
@@ -300,7 +293,7 @@ class ColumnStore:
         file = self._selection_file(name)
         row = int(self.npy_value(file, i))
         if not 0 <= row < len(self):
-            raise _damaged(self.directory, f"selection {file} names row {row} of {len(self)}")
+            raise damaged(self._path(file), f"the selection names row {row} of {len(self)}")
         return row
 
     def selection_rows(self, name: str) -> np.ndarray:
@@ -308,7 +301,7 @@ class ColumnStore:
         file = self._selection_file(name)
         rows = self._pread(file, np.dtype("<i8"), 0, self.selection_length(name), header=True)
         if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
-            raise _damaged(self.directory, f"selection {file} names rows outside the index")
+            raise damaged(self._path(file), "the selection names rows outside the index")
         return rows
 
     # ------------------------------------------------- derived, kept arrays
@@ -320,13 +313,13 @@ class ColumnStore:
         """A kept derived array (one value per row), read into memory."""
         out = self._derived(name)
         if out.shape[:1] != (len(self),):
-            raise _damaged(self.directory, f"{name}.npy has {out.shape[:1]} rows, the index {len(self)}")
+            raise damaged(self._path(name + ".npy"), f"it has {out.shape[:1]} rows, the index {len(self)}")
         return out
 
     def save_extra(self, name: str, array: np.ndarray) -> np.ndarray:
         """Keeps ``array`` (one value per row, derived from the columns) for later processes; returns it."""
         array = np.ascontiguousarray(array)
-        _save_atomic(os.path.join(self.directory, name + ".npy"), array)
+        save_checked_npy(os.path.join(self.directory, name + ".npy"), array)
         return array
 
     def has_ragged(self, name: str) -> bool:
@@ -341,7 +334,7 @@ class ColumnStore:
         offsets = self._derived(name + ".offsets", np.int64)
         values = self._derived(name + ".values")
         if offsets.shape != (len(self) + 1,) or (offsets.size and int(offsets[-1]) != values.shape[0]):
-            raise _damaged(self.directory, f"{name}.offsets.npy does not bound {name}.values.npy for {len(self)} rows")
+            raise damaged(self._path(name + ".offsets.npy"), f"it does not bound {name}.values.npy for {len(self)} rows")
         return offsets, values
 
     def save_ragged(self, name: str, offsets: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -351,8 +344,8 @@ class ColumnStore:
             raise ValueError(f"ragged values need {len(self) + 1} offsets ending at {len(values)}.")
         # The values first: a reader that finds the offsets finds the values they bound.
         values = np.ascontiguousarray(values)
-        _save_atomic(os.path.join(self.directory, name + ".values.npy"), values)
-        _save_atomic(os.path.join(self.directory, name + ".offsets.npy"), offsets)
+        save_checked_npy(os.path.join(self.directory, name + ".values.npy"), values)
+        save_checked_npy(os.path.join(self.directory, name + ".offsets.npy"), offsets)
         return offsets, values
 
     def save_derived(self, prefix: str, arrays: dict[str, np.ndarray]) -> str:
@@ -371,7 +364,7 @@ class ColumnStore:
         for part, array in arrays.items():
             path = os.path.join(self.directory, f"{name}.{part}.npy")
             if not os.path.exists(path):
-                _save_atomic(path, np.ascontiguousarray(array))
+                save_checked_npy(path, np.ascontiguousarray(array))
         return name
 
     def derived(self, name: str, part: str) -> np.ndarray:
@@ -386,37 +379,53 @@ class ColumnStore:
         return int(self.npy_shape(f"{name}.{part}.npy")[0])
 
     def _derived(self, name: str, dtype: Any = None) -> np.ndarray:
-        try:
-            out = np.load(os.path.join(self.directory, name + ".npy"), allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise _damaged(self.directory, f"{name}.npy cannot be read ({exc})") from None
-        if dtype is not None and out.dtype != dtype:
-            raise _damaged(self.directory, f"{name}.npy holds {out.dtype}, not {np.dtype(dtype)}")
-        return out
+        checked, start, stored, shape = self._open(name + ".npy", header=True)
+        if dtype is not None and stored != dtype:
+            raise damaged(self._path(name + ".npy"), f"it holds {stored}, not {np.dtype(dtype)}")
+        data = bytearray(checked.read(start, checked.size - start))  # (writable, as np.load gave)
+        return np.frombuffer(data, dtype=stored).reshape(shape)
+
+    def _path(self, file: str) -> str:
+        return os.path.join(self.directory, file)
 
 
-def _damaged(directory: str, what: str) -> ValueError:
-    return ValueError(f"{directory}: the index's column store is damaged ({what}). Delete that folder; the next "
-                      "dataset built over the index writes it again.")
+def _layout(manifest: dict, checked: CheckedFile, file: str, header: bool) -> tuple:
+    """``(data offset, dtype, shape, fortran)`` of a store file: a ``.npy`` file's header (checked), else the manifest's."""
+    if not header:
+        spec = manifest["arrays"][file[:-len(".bin")]]
+        return 0, np.dtype(spec["dtype"]), tuple(spec["shape"]), False
+    import io
+
+    head = io.BytesIO(checked.read(0, min(checked.size, 4 * CHUNK)))
+    try:
+        version = np.lib.format.read_magic(head)
+        shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                 else np.lib.format.read_array_header_2_0)(head)
+    except Exception as exc:  # noqa: BLE001  (numpy's header parser raises several kinds)
+        raise damaged(checked.path, f"it has no valid .npy header ({type(exc).__name__}: {exc})") from None
+    return head.tell(), dtype, tuple(shape), fortran
 
 
-def _save_atomic(path: str, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".npy")
-    with os.fdopen(fd, "wb") as f:
-        np.save(f, array, allow_pickle=False)
-    os.replace(tmp, path)
+def _manifest_digest(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return hashlib.blake2b(json.dumps(body, sort_keys=True).encode("utf-8"), digest_size=16).hexdigest()
 
 
 def _read_manifest(directory: str) -> dict | None:
+    """The manifest of the generation in ``directory`` (``None`` when there is none), its checksum verified."""
+    path = os.path.join(directory, _MANIFEST)
     try:
-        with open(os.path.join(directory, _MANIFEST), encoding="utf-8") as f:
-            manifest = json.load(f)
+        with open(path, "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise _damaged(directory, f"{_MANIFEST} cannot be read ({exc})") from None
-    if not isinstance(manifest, dict) or not {"format", "index", "rows", "arrays", "labels", "groups", "root"} <= set(manifest):
-        raise _damaged(directory, f"{_MANIFEST} lacks its fields")
+        raise damaged(path, f"it cannot be read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("checksum") != _manifest_digest(manifest):
+        raise damaged(path, "it does not match its checksum: it was edited or corrupted")
+    if manifest.get("format") != STORE_FORMAT \
+            or not {"index", "rows", "arrays", "labels", "groups", "root"} <= set(manifest):
+        raise damaged(path, f"it is not a format {STORE_FORMAT} store manifest")
     return manifest
 
 
@@ -427,201 +436,93 @@ def _check_files(directory: str, manifest: dict) -> None:
         try:
             size = os.path.getsize(path)
         except OSError:
-            raise _damaged(directory, f"{name}.bin is missing") from None
+            raise damaged(path, "it is missing") from None
         payload = int(np.prod(spec["shape"])) * np.dtype(spec["dtype"]).itemsize
         if size != payload:
-            raise _damaged(directory, f"{name}.bin holds {size} bytes, its manifest says {payload}")
+            raise damaged(path, f"it holds {size} bytes, its manifest says {payload}")
+
+
+def generation_name(digest: str, root: str | None) -> str:
+    """The folder of the store generation of an index with content ``digest`` and paths under ``root``."""
+    key = hashlib.blake2b(json.dumps([STORE_FORMAT, digest, root]).encode("utf-8"), digest_size=10).hexdigest()
+    return f"g{STORE_FORMAT}-{key}"
 
 
 def open_columns(index: Any) -> ColumnStore:
     """The column store of ``index`` (a :class:`~audiotree.index.CorpusIndex` or a path), built on first use.
 
-    Later calls (any process) map the existing store: the cost does not grow
-    with the row count. A store built from an older version of the index
-    file is rebuilt. ``index`` must have been opened with ``open_index`` (its
-    validation is what the store copies).
+    Later calls (any process) open the existing store: the cost does not grow
+    with the row count. The store is the generation of the index's exact
+    content (see the module docstring): an index rebuilt, or swapped for
+    another with the same size and time, gets its own. ``index`` must have
+    been opened with ``open_index`` (its validation is what the store copies).
 
     >>> from audiotree.index import open_index  # doctest: +SKIP
     >>> len(open_columns(open_index("corpus.parquet")))  # doctest: +SKIP
     """
     from audiotree.index.reader import CorpusIndex, open_index
+    from audiotree.index.store_check import index_digest
 
     ix = index if isinstance(index, CorpusIndex) else open_index(index, columns=["path"])
-    directory = store_folder(ix.path)
-    identity = _identity(ix.path)
+    root = store_folder(ix.path)
+    size, mtime, digest = index_digest(ix.path, root)
+    directory = os.path.join(root, generation_name(digest, ix.root))
     manifest = _read_manifest(directory)
-    if manifest is not None and manifest["format"] == STORE_FORMAT and manifest["index"] == identity \
-            and manifest["root"] == ix.root:
-        _check_files(directory, manifest)
-        return ColumnStore(directory, manifest)
-    return _build(ix, directory, identity)
-
-
-def _build(ix: Any, directory: str, identity: dict) -> ColumnStore:
-    """Writes the store of ``ix`` into a fresh folder, then swaps it in (readers never see half a store)."""
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=".building-")
+    if manifest is None:
+        identity = {"path": ix.path, "size": int(size), "mtime_ns": int(mtime), "digest": digest}
+        return _build(ix, root, directory, identity)
+    if manifest["index"].get("digest") != digest or manifest["root"] != ix.root:
+        raise damaged(os.path.join(directory, _MANIFEST), "it names another index than its folder's name says")
+    _check_files(directory, manifest)
     try:
-        manifest = _write(ix, staging, identity)
-        with open(os.path.join(staging, _MANIFEST), "w", encoding="utf-8") as f:
-            json.dump(manifest, f)
-        os.chmod(staging, 0o755)  # readable by whoever can read the index (mkdtemp makes it private)
-        old = None
-        if os.path.exists(directory):
-            old = tempfile.mkdtemp(dir=parent, prefix=".retired-")
-            os.replace(directory, os.path.join(old, "store"))
-        try:
-            os.replace(staging, directory)
-        except OSError:  # another process swapped its own (identical) store in first
-            shutil.rmtree(staging, ignore_errors=True)
-            manifest = _read_manifest(directory) or manifest
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if os.path.isdir(staging):
-            shutil.rmtree(staging, ignore_errors=True)
+        os.utime(directory)  # (most recently opened: kept by the next build's clean-up)
+    except OSError:
+        pass
     return ColumnStore(directory, manifest)
 
 
-def _write(ix: Any, folder: str, identity: dict) -> dict:
-    import pyarrow as pa
+def _build(ix: Any, root: str, directory: str, identity: dict) -> ColumnStore:
+    """Writes the generation of ``ix`` into a fresh folder, then moves it in (readers never see half a store)."""
+    from audiotree.index.store_build import write_store
+    from audiotree.index.store_check import write_checksums
 
-    from audiotree.index.quality import STORE_COLUMNS, quality_arrays
-    from audiotree.index.reader import open_index
-    from audiotree.index.text import TextColumn
-
-    arrays: dict[str, dict] = {}
-
-    def put(name: str, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array)
-        array.tofile(os.path.join(folder, name + ".bin"))
-        arrays[name] = {"dtype": array.dtype.str, "shape": list(array.shape)}
-
-    def put_text(name: str, column: Any) -> None:
-        offsets, data = column if isinstance(column, tuple) else (column.offsets, column.data)
-        put(name + ".offsets", np.asarray(offsets, np.int64))
-        put(name + ".data", np.asarray(data, np.uint8))
-
-    names = list(ix.meta["labels"])
-    full = open_index(ix.path, columns=["path", "group", "size", "mtime_ns", "channels", "duration", "readable",
-                                        *STORE_COLUMNS], labels=names, root=ix.root)
-    table = full.table
-    n = len(full)
-    put_text("path", _string_buffers(table.column("path")))
-    put("size", np.nan_to_num(np.asarray(full.column("size"), dtype=np.float64), nan=-1).astype(np.int64)
-        if table.column("size").null_count else full.column("size").astype(np.int64))
-    put("mtime_ns", np.asarray([-1 if v is None else v for v in table.column("mtime_ns").to_pylist()], np.int64)
-        if table.column("mtime_ns").null_count else full.column("mtime_ns").astype(np.int64))
-    put("duration", np.asarray(full.column("duration"), dtype=np.float64))
-    put("channels", np.asarray(full.column("channels"), dtype=np.float64))
-    put("readable", full.column("readable").astype(bool))
-    groups = _dictionary(table.column("group"))
-    put("group.codes", groups[0])
-    labels: dict[str, dict] = {}
-    for position, name in enumerate(names):
-        kind = ix.meta["labels"][name]["kind"]
-        key = f"label-{position}"
-        labels[name] = {"position": position, "kind": kind}
-        if kind == "text":
-            put_text(key, _string_buffers(table.column(name)))
-            codes, values = _dictionary(table.column(name))
-            put(key + ".codes", codes)
-            put_text(key + ".names", TextColumn.from_strings(values))
-        elif kind == "category":
-            put(key, full.label_values(name))
-            put_text(key + ".names", TextColumn.from_strings(["" if v is None else str(v)
-                                                              for v in full.vocabulary(name)]))
-        else:
-            put(key, np.asarray(full.label_values(name)))
-    for key, array in quality_arrays(table).items():  # (NaN for an index without quality columns)
-        put(key, array)
-    if "start" in table.column_names:
-        put("window", np.stack([np.asarray(full.column("start"), dtype=np.float64),
-                                np.asarray(full.column("end"), dtype=np.float64)], axis=1))
-    del full, table
-    pa.default_memory_pool().release_unused()
-    if ix.has_profile:
-        _write_profiles(ix, folder, put, arrays)
-    if ix.has_seek_points:
-        from audiotree.index.seek_column import write_seek_tables
-
-        write_seek_tables(ix, folder, put, arrays)
-    return {"format": STORE_FORMAT, "index": identity, "rows": n, "root": ix.root, "groups": groups[1],
-            "labels": labels, "arrays": arrays}
-
-
-def _string_buffers(column: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(offsets, utf8)`` of a string column, as Arrow holds them (nulls read as ``""``).
-
-    Without nulls (every path column) the buffers are taken as they are: no
-    per-byte gather, whose index arrays would take 16 bytes per byte of text.
-    """
-    import pyarrow as pa
-
-    from audiotree.index.text import TextColumn
-
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if column.null_count:
-        text = TextColumn.from_arrow(column)
-        return text.offsets, text.data
-    width = np.int64 if pa.types.is_large_string(column.type) else np.int32
-    _, offsets_buf, data_buf = column.buffers()
-    n = len(column)
-    raw = np.frombuffer(offsets_buf, dtype=width)[column.offset:column.offset + n + 1].astype(np.int64)
-    data = np.frombuffer(data_buf, dtype=np.uint8)[int(raw[0]):int(raw[-1])] if data_buf is not None and n \
-        else np.zeros(0, np.uint8)
-    return raw - raw[0], data
-
-
-def _dictionary(column: Any) -> tuple[np.ndarray, list[str]]:
-    """``(codes, names)`` of a string column: int32 codes (``-1`` for null or empty), names in first-seen order."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    encoded = pc.dictionary_encode(column)
-    names = encoded.dictionary.to_pylist()
-    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-    if "" in names:  # an empty name is no group, like a null
-        empty = names.index("")
-        codes = np.where(codes == empty, -1, np.where(codes > empty, codes - 1, codes)).astype(np.int32)
-        names.pop(empty)
-    return codes, [str(v) for v in names]
-
-
-def _write_profiles(ix: Any, folder: str, put, arrays: dict) -> None:
-    """The profile column, streamed in batches of rows and checked as ``open_index`` checks it."""
-    import pyarrow.parquet as pq
-
-    from audiotree.index.trust import check_profiles
-    from audiotree.io import storage
-    from audiotree.io.remote_file import open_input
-
-    source = open_input(ix.path) if storage.is_url(ix.path) else ix.path
-    offsets, valid = [np.zeros(1, np.int64)], []
-    dtype = None
-    total = 0
+    os.makedirs(root, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=root, prefix=".building-")
     try:
-        pf = pq.ParquetFile(source)
-        with open(os.path.join(folder, "profile.data.bin"), "wb") as raw:
-            for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=[
-                    "profile", "readable", "frames", "sample_rate", "profile_step"]):
-                column = batch.column("profile")
-                check_profiles(ix.path, column, batch.column("frames"), batch.column("sample_rate"),
-                               batch.column("profile_step"), batch.column("readable"))
-                starts = column.offsets.to_numpy().astype(np.int64)
-                values = column.values.slice(int(starts[0]), int(starts[-1] - starts[0])).to_numpy(zero_copy_only=False)
-                dtype = values.dtype if dtype is None else dtype
-                np.ascontiguousarray(values, dtype=dtype).tofile(raw)
-                offsets.append(starts[1:] - starts[0] + total)
-                total += int(starts[-1] - starts[0])
-                valid.append(column.is_valid().to_numpy(zero_copy_only=False).astype(bool))
+        manifest = write_store(ix, staging, identity)
+        for name in manifest["arrays"]:
+            write_checksums(os.path.join(staging, name + ".bin"))
+        manifest["checksum"] = _manifest_digest(manifest)
+        with open(os.path.join(staging, _MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f)
+        os.chmod(staging, 0o755)  # readable by whoever can read the index (mkdtemp makes it private)
+        try:
+            os.rename(staging, directory)
+        except OSError:  # another process moved the same generation in first
+            if _read_manifest(directory) is None:
+                raise
     finally:
-        if source is not ix.path:
-            source.close()
-    put("profile.offsets", np.concatenate(offsets))
-    put("profile.valid", np.concatenate(valid) if valid else np.zeros(0, bool))
-    arrays["profile.data"] = {"dtype": np.dtype(dtype or np.float32).str, "shape": [total]}
+        if os.path.isdir(staging):
+            shutil.rmtree(staging, ignore_errors=True)
+    _prune(root, keep=directory)
+    return ColumnStore(directory, manifest)
+
+
+def _prune(root: str, keep: str) -> None:
+    """Removes all but the :data:`KEEP_GENERATIONS` most recently opened generations, and a format-1 store."""
+    for name in os.listdir(root):  # a format-1 store's files sat in the folder itself
+        if name == _MANIFEST or name.endswith((".bin", ".npy")):
+            try:
+                os.unlink(os.path.join(root, name))
+            except OSError:
+                pass
+    others = []
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if name.startswith("g") and "-" in name and path != keep and os.path.isdir(path):
+            try:
+                others.append((os.stat(path).st_mtime_ns, path))
+            except OSError:
+                pass
+    for _, path in sorted(others, reverse=True)[KEEP_GENERATIONS - 1:]:
+        shutil.rmtree(path, ignore_errors=True)

@@ -78,8 +78,12 @@ def stat_of(path: str) -> tuple[int, int] | None:
         return None
 
 
-def change_reason(now: tuple[int, int] | None, size: int, mtime_ns: int) -> str | None:
+def change_reason(now: tuple[int, int] | None, size: int, mtime_ns: int, *, remote: bool = False) -> str | None:
     """Why a file whose lookup gave ``now`` (``(size, mtime_ns)``; ``None``: not found) differs from its row.
+
+    ``remote``: the times are a remote object's, which carry its version tag
+    (:func:`audiotree.io.storage.same_version`; a row recorded before that is
+    compared by the store's time alone).
 
     >>> change_reason((10, 5), 10, 5) is None, change_reason(None, 10, 5), change_reason((10, 6), 10, 5)
     (True, 'it no longer exists', 'its modification time changed')
@@ -90,7 +94,12 @@ def change_reason(now: tuple[int, int] | None, size: int, mtime_ns: int) -> str 
     if now_size != size:
         return f"its size changed from {size} to {now_size} bytes"
     if now_mtime != mtime_ns:
-        return "its modification time changed"
+        from audiotree.io import storage
+
+        if not remote:
+            return "its modification time changed"
+        if not storage.same_version(now_mtime, mtime_ns):
+            return "its modification time or version (ETag, generation) changed"
     return None
 
 
@@ -108,7 +117,7 @@ def stale_reason(path: str, size: int, mtime_ns: int) -> str | None:
             _outcomes.move_to_end(key)
             return _outcomes[key]
     now = stat_of(path)
-    reason = change_reason(now, size, mtime_ns)
+    reason = change_reason(now, size, mtime_ns, remote=True)
     if now is not None:  # a failed lookup is asked again next time
         with _lock:
             _outcomes[key] = reason

@@ -1,7 +1,9 @@
-"""Corpora from Kaldi and lhotse, in one step; and back to lhotse.
+"""Corpora from Kaldi, lhotse and NeMo, in one step; and back to lhotse.
 
-:func:`import_kaldi` and :func:`import_lhotse` read a Kaldi data directory or
-lhotse manifests (:mod:`audiotree.formats.kaldi`, :mod:`audiotree.formats.lhotse`)
+:func:`import_kaldi`, :func:`import_lhotse` and :func:`import_nemo` read a
+Kaldi data directory, lhotse manifests or NeMo manifests
+(:mod:`audiotree.formats.kaldi`, :mod:`audiotree.formats.lhotse`,
+:mod:`audiotree.formats.nemo`)
 and build a segment index of their recordings (:func:`build_index` with
 ``segments=``): one row per utterance or supervision (or cut), its ``id``,
 ``recording``, ``start``, ``end``, and ``text``, ``speaker``, ``gender``
@@ -10,25 +12,41 @@ and build a segment index of their recordings (:func:`build_index` with
 recordings + supervisions manifests. Importing an export gives the same
 segments: the same ids, recordings, bounds and labels.
 
-``audiotree import kaldi``, ``audiotree import lhotse`` and ``audiotree export
-lhotse`` are their command-line twins.
+``audiotree import kaldi``, ``audiotree import lhotse``, ``audiotree import
+nemo`` and ``audiotree export lhotse`` are their command-line twins.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from audiotree.index.build import IndexBuildReport, build_index
 from audiotree.index.segments import read_segments
 
-__all__ = ["import_kaldi", "import_lhotse", "export_lhotse"]
+__all__ = ["import_kaldi", "import_lhotse", "import_nemo", "export_lhotse"]
 
 
-def _build(recordings: dict, columns: dict, where: str, lines: list, out: Any, kwargs: dict) -> IndexBuildReport:
-    table = read_segments(columns, where=where, lines=lines)
+def _build(recordings: dict, columns: dict, where: str, lines: list, out: Any, kwargs: dict,
+           text_columns: Any = None) -> IndexBuildReport:
+    from audiotree.io.extensions import supported_extensions
+
+    table = read_segments(columns, where=where, lines=lines, text_columns=text_columns)
     kwargs.setdefault("show_progress", False)
-    return build_index(sorted(set(recordings.values())), out, segments=table, **kwargs)
+    files = sorted(set(recordings.values()))
+    if kwargs.get("extensions") is None:
+        # A manifest names its files: index each one whatever its extension (NIST .sph, say), as the
+        # decoder sniffs the format; one that does not decode is an unreadable row naming its file.
+        bare = sorted(rid for rid, f in recordings.items() if not os.path.splitext(f)[1].strip("."))
+        if bare:
+            raise ValueError(f"{where}: recording {bare[0]!r} ('{recordings[bare[0]]}') has no file extension"
+                             + (f" ({len(bare)} recordings in all)" if len(bare) > 1 else "")
+                             + "; audiotree finds audio by extension. Give the files their format's extension "
+                             "(.wav, .flac, .sph) and list those paths.")
+        named = {os.path.splitext(f)[1].lower() for f in files}
+        if not named <= set(supported_extensions()):
+            kwargs["extensions"] = sorted(set(supported_extensions()) | named)
+    return build_index(files, out, segments=table, **kwargs)
 
 
 def import_kaldi(data_dir: str | os.PathLike, out: str | os.PathLike, *, audio_root: str | os.PathLike | None = None,
@@ -36,9 +54,10 @@ def import_kaldi(data_dir: str | os.PathLike, out: str | os.PathLike, *, audio_r
     """Builds the segment index ``out`` from a Kaldi data directory.
 
     Args:
-      data_dir: the folder with ``wav.scp`` (plain paths only; a piped entry
-        is refused, naming its line, and never run) and optionally
-        ``segments``, ``text``, ``utt2spk``, ``spk2gender``.
+      data_dir: the folder with ``wav.scp`` (paths, or decode-only pipes such
+        as ``flac -c -d -s x.flac |``, parsed and never run, read as the file
+        they name; any other command is refused, naming its line) and
+        optionally ``segments``, ``text``, ``utt2spk``, ``spk2gender``.
       out: the index file (``.parquet``).
       audio_root: the folder relative ``wav.scp`` paths start from (default:
         the current directory, as in Kaldi).
@@ -83,6 +102,36 @@ def import_lhotse(recordings: str | os.PathLike | None = None, supervisions: str
     return _build(parsed.recordings, parsed.columns, parsed.where, parsed.lines, out, build_options)
 
 
+def import_nemo(manifests: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike,
+                **build_options: Any) -> IndexBuildReport:
+    """Builds the segment index ``out`` from one or more NeMo manifests (JSON lines, as NeMo writes them).
+
+    Each line is the segment ``[offset, offset + duration)`` of its
+    ``audio_filepath`` (relative paths start from the manifest's folder; no
+    ``offset``: from 0; no ``duration``: to the end of the file); ``text`` is a
+    text label and every other field a label as is (see
+    :mod:`audiotree.formats.nemo`). ``build_options`` go to
+    :func:`~audiotree.index.build_index` (``loudness``, ``executor``, ...).
+
+    Raises:
+      ValueError: a malformed line, naming the manifest and line, or bad
+        segments (see :mod:`audiotree.index.segments`).
+
+    >>> import json, numpy as np, soundfile, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> soundfile.write(f"{folder}/a.wav", np.zeros(32000, np.float32), 16000)
+    >>> line = {"audio_filepath": "a.wav", "duration": 2.0, "text": "hello", "speaker": "s1"}
+    >>> _ = open(f"{folder}/train_manifest.json", "w").write(json.dumps(line) + "\\n")
+    >>> import_nemo(f"{folder}/train_manifest.json", f"{folder}/corpus.parquet", loudness=False, executor="serial").rows
+    1
+    """
+    from audiotree.formats.nemo import read_manifests
+
+    parsed = read_manifests([manifests] if isinstance(manifests, (str, os.PathLike)) else list(manifests))
+    return _build(parsed.recordings, parsed.columns, parsed.where, parsed.lines, out, build_options,
+                  text_columns=parsed.text_columns)
+
+
 def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple[str, str]:
     """Writes ``out_dir/recordings.jsonl.gz`` and ``out_dir/supervisions.jsonl.gz`` from a corpus index.
 
@@ -119,6 +168,8 @@ def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple
     rec_ids = ix.table.column("recording").to_pylist() if has_segments else [None] * len(ix)
     seg_ids = ix.table.column("id").to_pylist() if has_segments else [None] * len(ix)
     starts = ix.column("start") if has_segments else np.zeros(len(ix))
+    on = (ix.table.column("audio_channels").to_pylist() if "audio_channels" in ix.table.column_names
+          else [None] * len(ix))
     durations = np.asarray(ix.column("duration"), dtype=np.float64)
     recordings: dict[str, dict] = {}
     by_path: dict[str, str] = {}
@@ -144,7 +195,8 @@ def export_lhotse(index: str | os.PathLike, out_dir: str | os.PathLike) -> tuple
             duration = recordings[rid]["num_samples"] / recordings[rid]["sampling_rate"]
         sup = {"id": seg_ids[i] or f"{rid}-{int(i)}", "recording_id": rid, "start": round(start, 6),
                "duration": round(duration if has_segments else float(durations[i]), 6),
-               "channel": 0 if channels == 1 else list(range(channels))}
+               "channel": (0 if channels == 1 else list(range(channels))) if on[i] is None
+               else (on[i][0] if len(on[i]) == 1 else list(on[i]))}
         custom = {}
         for name in names:
             value = values[name][int(i)]

@@ -404,6 +404,8 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
         # A segment row is its window: its bounds are read whatever the columns asked for.
         if "start" in schema.names:
             wanted += [name for name, _, _ in SEGMENT_COLUMNS if name not in wanted]
+            if "audio_channels" in schema.names and "audio_channels" not in wanted:  # (segments on some channels)
+                wanted.append("audio_channels")
         # A category label is read with its ids.
         wanted = list(dict.fromkeys(wanted + [meta["labels"][c]["ids"] for c in wanted
                                               if "ids" in meta["labels"].get(c, {})]))

@@ -54,8 +54,12 @@ def _read(path: str, nbytes: int | None) -> bytes:
         with open_member(path) as f:
             return f.read(-1 if nbytes is None else nbytes)
     if storage.is_url(path):
+        from audiotree.io.ranged_get import read_range
+
         fs = storage.filesystem(path)
-        return storage.retry(lambda: fs.cat_file(path, start=0, end=nbytes), path, "read")
+        if nbytes is None:
+            return storage.retry(lambda: fs.cat_file(path), path, "read")
+        return read_range(fs, path, 0, nbytes)
     with open(storage.local_path(path), "rb") as f:
         return f.read(-1 if nbytes is None else nbytes)
 

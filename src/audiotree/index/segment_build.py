@@ -56,12 +56,14 @@ def segments_by_file(table: Any, found: list) -> tuple[list, dict]:
     listed = {p for p, _, _ in found}
     windows: dict[str, list] = {}
     columns = table.table
+    channels = (columns.column("audio_channels").to_pylist() if "audio_channels" in columns.column_names
+                else [None] * columns.num_rows)
     for k, (p, start, end) in enumerate(zip(columns.column("path").to_pylist(), columns.column("start").to_pylist(),
                                             columns.column("end").to_pylist())):
         if p not in listed:
             exists = storage.exists(p) if storage.is_url(p) else os.path.exists(p)
             raise missing_recording(table, k, p, exists)
-        windows.setdefault(p, []).append((k, start, end))
+        windows.setdefault(p, []).append((k, start, end) if channels[k] is None else (k, start, end, channels[k]))
     unused = len(listed) - len(windows)
     if unused:
         warnings.warn(f"{unused} indexed file(s) have no segment in {table.where}; they are left out of the index.",
@@ -77,15 +79,21 @@ def with_segment_columns(table, rows: Sequence[dict], segments: Any, previous: A
         return table, {}
     pa = require_pyarrow()
     from audiotree.index.labels import append_label_columns
-    from audiotree.index.segments import past_end, segment_label_columns
+    from audiotree.index.segments import missing_channels, no_frames, past_end, segment_label_columns
 
     for r in rows:
         if r.get("past_end") is not None:
             raise past_end(segments, r["segment"], r["end"], r["past_end"], r["path"])
+        if r.get("no_frames") is not None:
+            raise no_frames(segments, r["segment"], r["start"], r["end"], r["no_frames"], r["path"])
+        if r.get("missing_channels") is not None:
+            raise missing_channels(segments, r["segment"], r["missing_channels"], r["path"])
     take = pa.array([r["segment"] for r in rows], type=pa.int64())
     source = segments.table
     for name in ("id", "recording"):
         table = table.append_column(name, source.column(name).take(take))
+    if "audio_channels" in source.column_names:  # (only a list that puts a segment on some channels has it)
+        table = table.append_column("audio_channels", source.column("audio_channels").take(take))
     for name in ("start", "end"):  # as read: an open end is the file's end
         table = table.append_column(name, pa.array([r[name] for r in rows], type=pa.float64()))
     columns, specs = segment_label_columns(segments, take.to_pylist(), previous)

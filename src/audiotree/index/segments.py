@@ -2,8 +2,9 @@
 
 A segment list is a table with one row per segment: ``path`` (the recording;
 a relative path starts from the list's own folder), ``start`` and ``end``
-(seconds within the file, ``start < end``; an empty ``end`` runs to the end of the file), optionally ``id`` (unique) and
-``recording`` (the recording's id), and any label columns (strings or
+(seconds within the file, ``start < end``; an empty ``end`` runs to the end of the file), optionally ``id`` (unique),
+``recording`` (the recording's id) and ``audio_channels`` (the file's channels the segment is on, a list of
+indices: one speaker of a stereo call; empty for all), and any label columns (strings or
 numbers: a transcript, a speaker, a gender). It is a CSV, TSV, JSONL or
 Parquet file (``audiotree index ... --segments SEGMENTS.csv``), or, from
 Python, a ``pyarrow.Table``, a ``{column: values}`` mapping or a list of row
@@ -30,17 +31,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from audiotree.index.schema import RESERVED_COLUMNS, require_pyarrow
+from audiotree.validation import is_int
 
 __all__ = ["SegmentTable", "read_segments", "segment_label_columns", "END_TOLERANCE_SECONDS"]
 
 #: A segment may end this far past its file's end (header rounding) and is clipped; further is an error.
 END_TOLERANCE_SECONDS = 0.01
-_STRUCTURAL = ("path", "start", "end", "id", "recording")
+_STRUCTURAL = ("path", "start", "end", "id", "recording", "audio_channels")
+#: The most channels a segment can name (they travel as a bit mask).
+MAX_CHANNEL = 62
 _SHOWN = 3
 
 
@@ -92,7 +97,8 @@ def _fail(where: str, message: str) -> ValueError:
     return ValueError(f"Segments {where}: {message}")
 
 
-def _read_file(path: str):
+def _read_file(path: str, text_columns: Sequence[str]):
+    """``(table, lines or the first row's line number, "line"/"row")`` of a segment list file."""
     pa = require_pyarrow()
     import pyarrow.csv
     import pyarrow.json
@@ -103,13 +109,8 @@ def _read_file(path: str):
     ext = os.path.splitext(path)[1].lower()
     try:
         if ext in (".csv", ".tsv"):
-            options = pyarrow.csv.ParseOptions(delimiter="\t" if ext == ".tsv" else ",")
-            # Ids and paths are names, never numbers: "007" must stay "007".
-            with open(path, encoding="utf-8") as f:
-                header = f.readline().rstrip("\r\n").split("\t" if ext == ".tsv" else ",")
-            types = {name: pa.string() for name in ("path", "id", "recording") if name in header}
-            convert = pyarrow.csv.ConvertOptions(column_types=types)
-            return pyarrow.csv.read_csv(path, parse_options=options, convert_options=convert), 2, "line"
+            table, record_lines = _read_csv(path, "\t" if ext == ".tsv" else ",", text_columns)
+            return table, (record_lines if len(record_lines) == table.num_rows else 2), "line"
         if ext in (".jsonl", ".ndjson", ".json"):
             return pyarrow.json.read_json(path), 1, "line"
         if ext in (".parquet", ".pq"):
@@ -118,6 +119,71 @@ def _read_file(path: str):
         raise _fail(path, f"cannot be read as a table: {' '.join(str(exc).split())}. Every column must hold one "
                           "type and every row the same columns.") from None
     raise _fail(path, f"unsupported extension {ext!r}; use .csv, .tsv, .jsonl or .parquet.")
+
+
+_LEADING_ZERO = re.compile(r"^[+-]?0[0-9]")
+
+
+def _read_csv(path: str, delimiter: str, text_columns: Sequence[str]):
+    """A CSV/TSV segment list: ``(table, the line each record starts on)``.
+
+    Every column but ``start`` and ``end`` is read as text, then a label column
+    that is not declared text becomes numbers (or booleans) only when every
+    value is one and none has a leading zero: ``"007"``, ``"0800"`` and ids
+    stay the strings they are. A byte-order mark (Excel's "CSV UTF-8") is not
+    part of the first column's name. Line numbers count a quoted field's
+    line breaks and blank lines, as an editor shows them.
+    """
+    import csv
+
+    pa = require_pyarrow()
+    import pyarrow.csv
+
+    header: list[str] | None = None
+    starts: list[int] = []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        consumed = 0
+        try:
+            for record in reader:
+                line, consumed = consumed + 1, reader.line_num
+                if not record:  # a blank line (the table skips it too)
+                    continue
+                if header is None:
+                    header = record
+                else:
+                    starts.append(line)
+        except csv.Error as exc:
+            raise _fail(f"{path} line {reader.line_num}", f"is not valid CSV ({exc}).") from None
+    names = header or []
+    types = {name: pa.string() for name in names if name not in ("start", "end")}
+    table = pyarrow.csv.read_csv(path, parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter,
+                                                                               newlines_in_values=True),
+                                 convert_options=pyarrow.csv.ConvertOptions(column_types=types))
+    for name in table.column_names:
+        if name not in _STRUCTURAL and name not in text_columns:
+            table = table.set_column(table.column_names.index(name), name, _typed(table.column(name)))
+    return table, starts
+
+
+def _typed(column: Any):
+    """A label column read as text, as numbers or booleans when every value is one (see :func:`_read_csv`)."""
+    pa = require_pyarrow()
+    values = column.to_pylist()
+    present = [v for v in values if v not in (None, "")]
+    if not present:
+        return pa.nulls(len(values))
+    if {v.strip().lower() for v in present} <= {"true", "false"}:
+        return pa.array([None if v in (None, "") else v.strip().lower() == "true" for v in values], pa.bool_())
+    if any(_LEADING_ZERO.match(v.strip()) for v in present):
+        return column
+    filled = pa.array([None if v in (None, "") else v.strip() for v in values], pa.string())
+    for kind in (pa.int64(), pa.float64()):
+        try:
+            return filled.cast(kind)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return column
 
 
 def _as_table(segments: Any):
@@ -131,7 +197,9 @@ def _as_table(segments: Any):
         if not rows or not all(isinstance(r, Mapping) for r in rows):
             raise TypeError("segments must be a path, a pyarrow.Table, a {column: values} mapping or a non-empty list "
                             "of row dicts.")
-        return pa.Table.from_pylist(rows)
+        # Every key of every row (from_pylist would keep only the first row's keys, dropping later ones' labels).
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        return pa.table({k: [r.get(k) for r in rows] for k in keys})
     raise TypeError(f"segments must be a path, a pyarrow.Table, a mapping or a list of dicts, got "
                     f"{type(segments).__name__}.")
 
@@ -172,7 +240,13 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
     first, word = 1, "row"
     if isinstance(segments, (str, os.PathLike)):
         path = os.path.abspath(os.fspath(segments))
-        table, first, word = _read_file(path)
+        declared = ("text",) if text_columns is None else (
+            (text_columns,) if isinstance(text_columns, str) else tuple(text_columns))
+        table, lines_read, word = _read_file(path, declared)
+        if isinstance(lines_read, int):
+            first = lines_read
+        elif lines is None:
+            lines = lines_read
         where = where or path
         root = root if root is not None else os.path.dirname(path)
     else:
@@ -233,8 +307,10 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
             raise _fail(where, f"segment id {key!r} is used twice: {result.line_word}s {int(numbers[seen[key]])} "
                                f"and {int(numbers[i])}; every segment needs its own id.")
         seen[key] = i
+    channels = _channel_lists(result, table)
     spans: dict = {}
-    for i, span in enumerate(zip(resolved, starts.tolist(), ends.tolist())):
+    for i, span in enumerate(zip(resolved, starts.tolist(), ends.tolist(), [None if c is None else tuple(c)
+                                                                          for c in channels])):
         if span in spans:
             raise _fail(where, f"{result.line_word}s {int(numbers[spans[span]])} and {int(numbers[i])} list the same "
                                f"segment ({span[0]!r}, {span[1]} to {span[2]} s); drop one.")
@@ -243,7 +319,10 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
     clean = pa.table({
         "path": pa.array(resolved, pa.string()), "start": pa.array(starts, pa.float64()),
         "end": pa.array(ends, pa.float64()), "id": pa.array(columns["id"], pa.string()),
-        "recording": pa.array(columns["recording"], pa.string()), **labels,
+        "recording": pa.array(columns["recording"], pa.string()),
+        **({"audio_channels": pa.array(channels, pa.list_(pa.int64()))} if any(c is not None for c in channels)
+           else {}),
+        **labels,
     })
     if text_columns is None:
         texts = tuple(n for n in ("text",) if n in result.label_names)
@@ -253,6 +332,24 @@ def read_segments(segments: Any, *, where: str | None = None, lines: Sequence[in
         if unknown:
             raise _fail(where, f"has no label column(s) {unknown} declared text (labels: {result.label_names}).")
     return dataclasses.replace(result, table=clean, text_columns=texts)
+
+
+def _channel_lists(result: SegmentTable, table: Any) -> list:
+    """Each segment's ``audio_channels`` (the file's channels it is on; ``None``: all), checked."""
+    if "audio_channels" not in table.column_names:
+        return [None] * table.num_rows
+    out = []
+    for i, value in enumerate(table.column("audio_channels").to_pylist()):
+        picked = [value] if is_int(value) else value
+        if isinstance(value, str):  # a CSV cell: "1", or "0 1" / "0;1"
+            words = value.replace(";", " ").replace(",", " ").split()
+            picked = [int(w) if w.isdigit() else w for w in words] or None
+        if picked is not None and (not isinstance(picked, list) or not picked or len(set(picked)) != len(picked)
+                                   or not all(is_int(c) and 0 <= c <= MAX_CHANNEL for c in picked)):
+            raise _fail(result.at(i), f"audio_channels is {value!r}; it names the file's channels the segment is on "
+                                      f"(distinct indices 0 to {MAX_CHANNEL}), or is empty for all of them.")
+        out.append(None if picked is None else sorted(picked))
+    return out
 
 
 def segment_label_columns(segments: SegmentTable, rows: Sequence[int],
@@ -302,6 +399,18 @@ def past_end(table: SegmentTable, row: int, end: float, duration: float, path: s
     return _fail(table.at(row), f"ends at {end:.3f} s, past the end of '{path}' ({duration:.3f} s). The segment list "
                                 "does not belong to this recording, or the recording was truncated; fix the segment "
                                 "or the file.")
+
+
+def no_frames(table: SegmentTable, row: int, start: float, end: float, rate: int, path: str) -> ValueError:
+    """The error for segment ``row`` whose span rounds to no sample of its file (``rate`` Hz)."""
+    return _fail(table.at(row), f"spans {start} to {end} s, which holds no sample of '{path}' at {rate} Hz (both "
+                                "ends round to the same sample); widen the segment or drop it.")
+
+
+def missing_channels(table: SegmentTable, row: int, channels: int, path: str) -> ValueError:
+    """The error for segment ``row`` on channels its file (of ``channels`` channels) does not have."""
+    return _fail(table.at(row), f"is on channel(s) {table.table.column('audio_channels')[row].as_py()} of '{path}', "
+                                f"which has {channels} channel(s) (indices start at 0); fix the segment's channels.")
 
 
 def missing_recording(table: SegmentTable, row: int, path: str, exists: bool) -> ValueError:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io.input_file import ReadOnlyInput
-from audiotree.io import storage
+from audiotree.io import ranged_get, storage
 
 __all__ = ["MemberInput", "RemoteSpan", "HEAD_FETCH", "SEEK_BACK", "MIN_FETCH", "MAX_FETCH"]
 
@@ -56,7 +56,7 @@ class RemoteSpan:
 
     def _get(self, a: int, b: int) -> bytes:
         self.requests += 1
-        data = storage.retry(lambda: self._fs.cat_file(self.url, start=a, end=b), self.url, "read", self._options)
+        data = ranged_get.read_range(self._fs, self.url, a, b, self._options)
         self.bytes_fetched += len(data)
         return data
 
@@ -195,6 +195,11 @@ class MemberInput(ReadOnlyInput):
         """Fetches the member's first bytes (its header) now, in one ranged read (remote members)."""
         if isinstance(self._file, RemoteSpan) and self.size:
             self._file.read(self._base, min(self.size, HEAD_FETCH))
+
+    @property
+    def local(self) -> bool:
+        """Whether the bytes are a local file's or in memory (reading them all costs no request)."""
+        return not isinstance(self._file, RemoteSpan)
 
     @property
     def closed(self) -> bool:

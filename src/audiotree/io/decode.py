@@ -30,23 +30,26 @@ Bad data never passes as audio
     Opening a file checks its header's frame count against what the file's
     bytes can hold (:mod:`audiotree.io.integrity`; nothing is allocated for a
     lying header), refuses Ogg streams without their end-of-stream page and
-    MP3s whose Xing/Info header records more bytes than the file has, and
+    MP3s whose trusted Xing/Info tag records more bytes than the file has, and
     tells genuinely empty files from ones claiming 0 frames over audio data.
+    An MP3's tag is only a length hint: one that fails its checks, or none,
+    gives way to the count of its frames (:mod:`audiotree.io.mpeg_stream`).
     A decode that stops before the promised frames is an error, never padding.
-    The one estimate is an MP3 without a length header: decoding may end up
-    to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES` MPEG frames before mpg123's
-    estimated length, and that tail is returned as silence.
+    The one estimate is a remote MP3 without a trusted frame count: decoding
+    may end up to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES` MPEG frames before
+    mpg123's estimated length, and that tail is returned as silence.
 
 The decoders live in :mod:`audiotree.io.soundfile_reader` (libsndfile: WAV,
 FLAC, Ogg, MP3, AIFF, ...) and :mod:`audiotree.io.pyav_reader` (FFmpeg through
-PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds.
-This module opens files (local paths and URLs), checks their headers, and is
-the public face: :class:`AudioFile`, :func:`probe`, :func:`read_frames`.
+PyAV: M4A/AAC, WMA, ...); their modules document the decoder workarounds. A
+chained Ogg file (streams one after another) is read link by link
+(:mod:`audiotree.io.ogg_chain`). This module opens files (local paths and
+URLs), checks their headers, and is the public face: :class:`AudioFile`,
+:func:`probe`, :func:`read_frames`.
 """
 
 from __future__ import annotations
 
-import functools
 import io
 import operator
 import os
@@ -56,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import integrity, mpeg_frames, ogg_pages, open_checks, storage
+from audiotree.io import integrity, mpeg_stream, ogg_pages, open_checks, storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
 from audiotree.io.failures import (
     SKIP_HINT,
@@ -69,10 +72,11 @@ from audiotree.io.failures import (
     read_span,
 )
 from audiotree.io.info import AudioInfo
+from audiotree.io.ogg_chain import reopen_if_chained
 from audiotree.io.members import MemberInput, format_name, is_member, open_member
 from audiotree.io.pyav_reader import PyAVReader
 from audiotree.io.remote_file import open_input
-from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
+from audiotree.io.soundfile_reader import SoundfileReader
 
 __all__ = ["AudioInfo", "AudioFile", "probe", "read_frames"]
 
@@ -164,16 +168,20 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
         sf_exc = exc
         _close_source(src)
     else:
-        try:
-            _check_source(src)
-        except AudioReadError:
-            reader.close()
-            raise
+        reader = _settled(path, reader, size)
+        if reader.info.format == "OGG":  # a chain of streams: each link checked as it opens
+            chained = reopen_if_chained(path, reader, source, lambda r, n: _check_length_claim(path, n, r))
+            if chained is not reader:
+                return chained
         return _checked(path, size, reader)
     if not isinstance(src, str) and src.failure is not None:
         sf_exc = src.failure
     if isinstance(sf_exc, AudioReadError):  # a storage error (status named): no fallback helps
         raise sf_exc
+    # An MP3 whose ID3v2 tag's size field runs past the stream's start: read the stream where it starts.
+    reader = mpeg_stream.open_behind_id3(path, size, source()) if size else None
+    if reader is not None:
+        return _checked(path, size, _settled(path, reader, reader.source.size))
     # libsndfile could not open it. PyAV may (unusual WAV codecs, misnamed
     # files), but an empty file is hopeless, and a fallback that "succeeds"
     # with no audio is treated as a failure rather than as a valid empty file.
@@ -190,6 +198,23 @@ def _open_decoder(path: str, size: int | None, source) -> SoundfileReader | PyAV
                 return _checked(path, size, reader)
             reader.close()
     raise read_error(path, sf_exc, hint) from sf_exc
+
+
+def _settled(path: str, reader: SoundfileReader, stream_size: int | None) -> SoundfileReader:
+    """``reader`` (libsndfile) once an MP3's length is settled (:mod:`audiotree.io.mpeg_stream`); closed on errors."""
+    try:
+        _check_source(reader.source)
+        if stream_size is not None and _is_mpeg(reader.info):  # its length: the tag, or the frames
+            reader = mpeg_stream.settle_length(path, stream_size, reader)
+            _check_source(reader.source)
+    except AudioReadError:
+        reader.close()
+        raise
+    return reader
+
+
+def _is_mpeg(info: AudioInfo) -> bool:
+    return info.format == "MP3" or (info.subtype or "").startswith("MPEG_LAYER")
 
 
 def _checked(path: str, size: int | None, reader: SoundfileReader | PyAVReader):
@@ -273,14 +298,10 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: SoundfileReader) 
     )
 
 
-#: An MP3 without a Xing/Info/VBRI header has an *estimated* length: mpg123
-#: derives it from the file size and the first frames' bitrate. Decoding may
-#: end up to this many MPEG frames (0.2-0.3 s) before the estimate; that tail
-#: is returned as silence so every read still has the promised length. A
-#: decode that ends earlier is a truncated or corrupt file (AudioReadError).
-#: MP3s with a length header are held to their exact length, like every other
-#: format.
-MP3_ESTIMATE_TOLERANCE_FRAMES = 8
+#: An MP3 without a trusted frame count that is not walked (a remote object) has an *estimated* length:
+#: decoding may end up to this many MPEG frames before it, and that tail is returned as silence (see
+#: :mod:`audiotree.io.mpeg_stream`). Every other MP3 is held to its exact length, like every other format.
+MP3_ESTIMATE_TOLERANCE_FRAMES = mpeg_stream.ESTIMATE_TOLERANCE_FRAMES
 
 # The frame count libsndfile reports for a FLAC stream whose STREAMINFO does
 # not record its length (total_samples = 0).
@@ -291,8 +312,8 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
     """Refuses a header whose frame count the file's bytes cannot back (see io.integrity).
 
     Runs before anything is decoded or allocated. Reads the final page of an
-    Ogg file, a 4 KiB head of an MP3 (or of a file whose claim is too large
-    for its format's smallest blocks), and 1 MiB of a file claiming 0 frames
+    Ogg file, a 4 KiB head of a file whose claim is too large
+    for its format's smallest blocks, and 1 MiB of a file claiming 0 frames
     (to tell an empty file from a cut one); nothing for typical WAV/FLAC.
     """
     info = reader.info
@@ -300,10 +321,9 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         raise bad_file(path, f"its header claims a sample rate of {info.sample_rate} Hz, outside "
                         f"1-{integrity.MAX_SAMPLE_RATE} Hz; the header is corrupt")
     fmt, subtype = info.format, info.subtype
-    is_mpeg = fmt == "MP3" or (subtype or "").startswith("MPEG_LAYER")
     try:
         size = os.stat(path).st_size if size is None else size
-        # The head is read only when a check needs it: MP3 (its Xing header),
+        # The head is read only when a check needs it (an MP3's tag was read when it was opened):
         # 0-frame claims, and claims too large for the format's smallest blocks.
         bound = None if info.frames == 0 else integrity.max_frames(
             fmt, subtype, info.channels, info.sample_rate, size, None
@@ -313,7 +333,7 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
             head = read_span(reader.source, 0, 1 << 20)
         elif fmt == "OGG":  # the header pages and the first audio pages
             head = read_span(reader.source, 0, _OGG_HEAD_BYTES)
-        elif is_mpeg or (bound is not None and info.frames > bound):
+        elif bound is not None and info.frames > bound:
             head = read_span(reader.source, 0, 4096)
         if fmt == "OGG":  # two maximal pages: the last one and the page before it
             tail_at = max(0, size - 2 * ogg_pages.OGG_MAX_PAGE)
@@ -325,9 +345,6 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
             flac_head = head[:64] or read_span(reader.source, 0, 64)
             if flac_head[:4] == b"fLaC":
                 flac_end = integrity.flac_last_frame_end(lambda n: read_span(reader.source, -n, n), flac_head)
-        id3 = integrity.id3v2_size(head) if is_mpeg else 0
-        if is_mpeg:  # the first MPEG frame, where a Xing/Info/VBRI header sits
-            frame_head = head[id3:] if id3 + 2048 <= len(head) else read_span(reader.source, id3, 2048)
     except OSError:  # the file vanished after opening: the first read will say so
         return
     if fmt == "OGG":
@@ -339,13 +356,6 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
             problem = ogg_pages.span_problem(reader.source, found[0] if found else 0, 0, None)
         if problem:
             raise bad_file(path, problem)
-    # Encoders count the stream from its first frame; compared with the whole
-    # file size (ID3v2 tag included) so that no encoder's convention can make
-    # a complete file look cut. Smaller cuts are caught by the exact length.
-    declared = integrity.mp3_declared_bytes(frame_head) if is_mpeg else None
-    if declared is not None and declared > size:
-        raise bad_file(path, f"the file is truncated: its Xing/Info header records {declared} bytes of MPEG "
-                        f"audio but the file has only {size} bytes")
     if info.frames == 0:
         wav_data = _wav_data_chunk(head, reader.source) if fmt in ("WAV", "WAVEX") else None
         # PyAV containers that report no frames are refused like the PyAV
@@ -365,51 +375,8 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
                             "so reads cannot be checked or positioned exactly")
         raise bad_file(path, f"its header claims {info.frames} frames but a {size}-byte {fmt} file "
                         f"holds at most {bound}; the header is corrupt")
-    if is_mpeg:
-        _check_mpeg_length(path, size, id3, frame_head, reader)
-
-
-def _check_mpeg_length(path: str, size: int, id3: int, frame_head: bytes, reader: SoundfileReader | PyAVReader) -> None:
-    """Refuses an MP3 whose length tag is damaged or claims fewer frames than the stream holds.
-
-    libsndfile never decodes past the length it reports, so a short claim
-    would silently drop the rest of the file. A tag with a frame count is
-    checked against its own bytes (see :func:`mpeg_frames.tag_problem`).
-    Without one the length is mpg123's estimate from the first frames'
-    bitrate: decoding may end up to :data:`MP3_ESTIMATE_TOLERANCE_FRAMES`
-    frames early (padded), and a local file's frames are counted once per
-    process (a header walk; remote files keep the estimate) so that an
-    estimate short of the stream is refused.
-    """
-    problem = mpeg_frames.tag_problem(frame_head, size - id3)
-    if problem:
-        raise bad_file(path, problem)
-    if not isinstance(reader, SoundfileReader) or mpeg_frames.tag_frame_count(frame_head) is not None:
-        return  # exact (and mpg123 trims the encoder delay and padding the LAME tag records)
-    frames, spf = reader.info.frames, reader.preroll // MPEG_PREROLL_FRAMES
-    reader.length_slack = MP3_ESTIMATE_TOLERANCE_FRAMES * spf
-    if not isinstance(reader.source, str):
-        return
-    try:
-        count, spf = _mpeg_frame_count(path, size, os.stat(path).st_mtime_ns, id3)
-    except OSError:
-        return
-    if count * spf > frames + 2 * spf:  # mpg123's estimate counts the size; a cut last frame may add one
-        raise bad_file(path, f"its length is estimated at {frames} frames (it has no usable Xing/Info frame count), "
-                        f"but its {count} MPEG frames hold {count * spf}; the length tag is damaged")
-
-
-@functools.lru_cache(maxsize=4096)
-def _mpeg_frame_count(path: str, size: int, mtime_ns: int, id3: int) -> tuple[int, int]:
-    """(frames, samples per frame) of a local MP3's stream, cached per path, size and mtime."""
-    with open(path, "rb") as fh:
-        data = fh.read(size)
-    start = id3
-    while start + 4 <= len(data) and mpeg_frames.frame_header(data[start : start + 4]) is None:
-        start = data.find(b"\xff", start + 1)
-        if start < 0:
-            return 0, 0
-    return mpeg_frames.count_frames(data, start)
+    if isinstance(reader, PyAVReader) and _is_mpeg(info):  # (libsndfile's readers were settled when opened)
+        mpeg_stream.read_length_tag(path, size, reader.source)
 
 
 # Bytes of an Ogg file checked when it is opened: the header pages (a Vorbis
@@ -569,9 +536,9 @@ class AudioFile:
             out[: len(x)] = x
             return out
         if slack:
-            what = (f"its length is estimated at {frames} frames (the MP3 has no Xing/Info header) but decoding "
-                    f"stopped at frame {stopped}, more than the {slack}-frame tolerance short; it is truncated or "
-                    "corrupt")
+            what = (f"its length is estimated at {frames} frames (a remote MP3 without a trusted frame count: its "
+                    f"frames are not counted, which would download it) but decoding stopped at frame {stopped}, more "
+                    f"than the {slack}-frame tolerance short; it is truncated or corrupt, or a local copy reads whole")
         else:
             what = (f"decoding stopped at frame {stopped} but its header promises {frames} frames; "
                     "it is truncated or corrupt")
@@ -587,12 +554,15 @@ def probe(path: str | os.PathLike[str], *, storage_options: dict | None = None) 
 
     One open of the file (libsndfile, or PyAV for its formats). For
     libsndfile formats ``frames`` is exact (for Ogg it comes from the last
-    page's granule position, for MP3 from the LAME/Xing header when present).
+    page's granule position, for MP3 from the Xing/Info tag when its LAME CRC
+    holds, else from a count of its frames, or for a remote file mpg123's estimate).
     For PyAV files it comes from the stream duration (exact for MP4/M4A,
     whose edit list already hides AAC encoder priming and padding), else the
     container duration (which FFmpeg may estimate from the bitrate), else
     the packet durations found by demuxing the file without decoding it
-    (raw ADTS ``.aac``).
+    (raw ADTS ``.aac`` and AC-3 always count their packets: FFmpeg's duration
+    for them is a bitrate estimate). Matroska/WebM Opus and AAC end where
+    their last packet does. A chained Ogg file's length is the sum of its links'.
 
     Raises:
         AudioReadError: if the file cannot be opened as audio.

@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from audiotree.dsp.edits import downmix
+from audiotree.errors import AudioReadError
 from audiotree.io.segment import open_audio
 from audiotree.validation import check_duration, check_pad_mode
 
@@ -87,8 +88,23 @@ def finish_frames(frames: np.ndarray, native_rate: int, sample_rate: int | None,
     return data, rate
 
 
-class OffsetPastEndError(ValueError):
-    """An excerpt's offset at or past the end of its file (the caller's idea of its length was wrong)."""
+class OffsetPastEndError(AudioReadError, ValueError):
+    """An excerpt's offset at or past the end of its file, as the file's header gives it.
+
+    Either the offset is wrong or the file is shorter than whoever chose the
+    offset believed (its header is damaged, or it changed since it was
+    indexed). Both an :class:`~audiotree.errors.AudioReadError` (so
+    ``on_read_error`` handles it like any other unreadable file) and a
+    ``ValueError`` (what it was before). ``reason`` is the fault alone, for a
+    caller that knows more (where the offset came from) to put in its own message.
+    """
+
+    def __init__(self, message: str, file_path: str | None = None, reason: str = ""):
+        super().__init__(message, file_path)
+        self.reason = reason or message
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.file_path, self.reason))
 
 
 def _start_frame(path: str, info: Any, offset: float) -> int:
@@ -96,9 +112,11 @@ def _start_frame(path: str, info: Any, offset: float) -> int:
     if offset < 0:
         raise ValueError(f"offset must be >= 0 seconds, got {offset!r}.")
     if offset > 0 and start >= info.frames:
+        reason = f"offset {float(offset):.3f} s is at or past the end of the file (duration {info.duration:.3f} s by its header)"
         raise OffsetPastEndError(
-            f"Offset {float(offset):.3f} s is at or past the end of '{path}' "
-            f"(duration {info.duration:.3f} s)."
+            f"Failed to read audio file '{path}': {reason}. If the file is longer than that, its header is damaged: "
+            "re-encode it; otherwise read at an offset within its duration, or use on_read_error=\"skip\" to skip it.",
+            path, reason,
         )
     return start
 

@@ -57,6 +57,7 @@ PYAV_EXTENSIONS: tuple[str, ...] = (
     ".mka",
     ".webm",
     ".ac3",
+    ".wv",
 )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from audiotree.errors import AudioReadError
+from audiotree.errors import AudioReadError, read_error_category
 from audiotree.io import storage
 from audiotree.validation import check_choice
 
@@ -107,7 +107,10 @@ def check_finite(x: np.ndarray, path: str, start: int) -> None:
         path,
     )
 
-def bad_file(path: str, what: str) -> AudioReadError:
+def bad_file(path: str, what: str, category: str | None = None) -> AudioReadError:
+    """The error of a file whose bytes are at fault: ``what`` says how; ``category`` is its short name
+    (:data:`audiotree.errors.READ_ERROR_CATEGORIES`; by default derived from ``what``)."""
     return AudioReadError(
-        f"Failed to read audio file '{path}': {what}. Re-download or re-encode it, {SKIP_HINT}.", path
+        f"Failed to read audio file '{path}': {what}. Re-download or re-encode it, {SKIP_HINT}.", path,
+        category or read_error_category(what),
     )

@@ -230,13 +230,32 @@ def _open_tar_member(path: str, ref: MemberRef) -> MemberInput:
 
 
 def _open_parquet_cell(path: str, ref: MemberRef) -> MemberInput:
-    from audiotree.io.parquet_audio import cell_span, read_cell
+    from audiotree.io.parquet_audio import EmptyCell, cell_span, linked_file, read_cell
 
-    span = cell_span(path, ref)
-    if span is not None:  # stored verbatim: a ranged read of the cell, like a tar member
-        return _open_range(path, ref.container, span[0], span[1], "Parquet file")
-    data = read_cell(path, ref)
+    try:
+        span = cell_span(path, ref)
+        if span is not None:  # stored verbatim: a ranged read of the cell, like a tar member
+            return _open_range(path, ref.container, span[0], span[1], "Parquet file")
+        data = read_cell(path, ref)
+    except EmptyCell:
+        linked = linked_file(path, ref)
+        if linked is None:
+            raise
+        return _open_linked(path, linked)
     return MemberInput(path, io.BytesIO(data), 0, len(data))
+
+
+def _open_linked(path: str, linked: str) -> MemberInput:
+    """The whole file a path-only Parquet cell names, as the member's input (errors name both)."""
+    try:
+        size = storage.stat(linked)[0]
+    except (OSError, AudioReadError) as exc:
+        raise AudioReadError(
+            f"Failed to read audio file '{path}': the cell holds no bytes and names the file '{storage.redact(linked)}' "
+            f"(a relative path starts from the Parquet file's folder), which cannot be read ({exc}). Put the file "
+            "there, embed the audio (datasets' embed_table_storage / push_to_hub), or use on_read_error=\"skip\".",
+            path) from exc
+    return _open_range(path, linked, 0, size, "linked audio file")
 
 
 # ---------------------------------------------------------------------------

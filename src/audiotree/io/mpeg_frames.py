@@ -2,23 +2,25 @@
 
 An MP3 has no container: its length is whatever its first frame's Xing or
 Info tag says, or mpg123's *estimate* from the file size and the first frames'
-bitrate. libsndfile reports that length and never decodes past it, so a lying
-or damaged tag makes the file read as shorter without an error (a VBR file
-whose Xing tag lost its frame count was estimated at 15,973 frames against
-33,075). This module checks the claim against the frames themselves:
+bitrate. libsndfile reports that length and never decodes past it. This module
+reads what the bytes say; :mod:`audiotree.io.mpeg_stream` decides what to
+trust:
 
-* :func:`tag_problem` checks the tag in the first frame: the LAME
-  extension's CRC-16 over the frame's first bytes (catches any damage to the
-  tag, its frame count included), that an Info (constant bitrate) tag's frame
-  count matches its audio bytes divided by the frame size, and that a Xing
-  tag's count is at least what its bytes hold at the highest bitrate.
+* :func:`read_tag` reads the tag in the first frame and judges it: the LAME
+  extension's CRC-16 (LAME sums the frame up to the CRC field, FFmpeg the
+  first 190 bytes with the field zeroed: either holds for a valid tag), that
+  the tag sits where the frame's header puts it (in a CRC-protected frame LAME
+  leaves out the CRC's two bytes, and decoders accept both places), that an
+  Info (constant bitrate) tag's frame count matches its audio bytes divided by
+  the frame size, and that a Xing tag's count is at least what its bytes hold
+  at the highest bitrate. A tag that fails is only *not trusted*; it also
+  says where the audio frames start, after the tag's own frame.
+* :func:`count_frames` walks the frame headers of a whole stream (no
+  decoding; about half a microsecond per frame), and finds junk between
+  frames (lost or damaged frames; tags between frames are not junk).
 * :func:`concealed_span` finds a frame mpg123 could not decode and replaced
   with silence (its concealment): a run of exact zeros that starts right
   after audible samples, which no valid stream decodes to.
-* :func:`count_frames` walks the frame headers of a whole stream (no
-  decoding; about half a microsecond per frame). It is used only for MP3s
-  without a frame count in their tag, whose length would otherwise be
-  mpg123's guess.
 
 >>> frame_header(bytes([0xFF, 0xFB, 0x90, 0x64]))  # MPEG-1 layer III, 128 kbit/s, 44.1 kHz
 (417, 1152, 44100)
@@ -27,10 +29,11 @@ whose Xing tag lost its frame count was estimated at 15,973 frames against
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["frame_header", "count_frames", "tag_problem", "tag_frame_count", "concealed_span", "MAX_KBPS"]
+__all__ = ["frame_header", "count_frames", "first_frame", "chain_start", "read_tag", "Tag", "concealed_span", "MAX_KBPS"]
 
 _RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}  # by version id
 _KBPS = {  # (MPEG-1?, layer id) -> bitrate index table (kbit/s)
@@ -83,19 +86,25 @@ def frame_header(header: bytes) -> tuple[int, int, int] | None:
     return size + padding * (4 if spf == 384 else 1), spf, rate
 
 
-def count_frames(data: bytes, start: int) -> tuple[int, int]:
-    """(MPEG frames, samples per frame) of the stream in ``data`` from its first frame at ``start``.
+# What may sit between MPEG frames without being damage: tags (ID3v2 of a concatenated file, ID3v1, APE, Lyrics3).
+_TAGS_BETWEEN = (b"ID3", b"TAG", b"APETAGEX", b"LYRICSBEGIN")
+
+
+def count_frames(data: bytes, start: int) -> tuple[int, int, int]:
+    """(MPEG frames, samples per frame, gap) of the stream in ``data`` from its first frame at ``start``.
 
     Follows frame lengths; after junk it resyncs on a header whose successor
     is a header too (so stray sync bytes in a tag are not counted). Counts
-    only frames of the first frame's version, layer and rate.
+    only frames of the first frame's version, layer and rate. ``gap`` is the
+    offset of the first junk that frames follow (bytes that are neither frames
+    nor a tag: lost or damaged frames), or -1.
     """
     first = frame_header(data[start : start + 4])
     if first is None:
-        return 0, 0
+        return 0, 0, -1
     spf, rate = first[1], first[2]
     key_mask = data[start + 1] << 8 | (data[start + 2] & 0x0C)  # version, layer, protection; rate bits
-    table, n, i, end = _TABLE, 0, start, len(data)
+    table, n, i, end, gap = _TABLE, 0, start, len(data), -1
     while i + 4 <= end:
         if data[i] == 0xFF:
             found = table.get(data[i + 1] << 8 | (data[i + 2] & 0xFD))
@@ -107,6 +116,7 @@ def count_frames(data: bytes, start: int) -> tuple[int, int]:
                     continue
                 break  # a cut last frame is not a frame
         # Resync: the next sync byte that starts a chain of two headers.
+        junk = i
         i = data.find(b"\xff", i + 1)
         while i >= 0:
             here = frame_header(data[i : i + 4])
@@ -115,7 +125,9 @@ def count_frames(data: bytes, start: int) -> tuple[int, int]:
             i = data.find(b"\xff", i + 1)
         if i < 0:
             break
-    return n, spf
+        if gap < 0 and not data.startswith(_TAGS_BETWEEN, junk):
+            gap = junk
+    return n, spf, gap
 
 
 def _crc16(data: bytes) -> int:
@@ -142,15 +154,81 @@ _CRC16_TABLE = _crc16_table()
 # What starts a length tag, and the encoder names that start its extension.
 _MAGICS = (b"Xing", b"Info", b"LAME", b"Lavc", b"Lavf")
 
+# Bytes of the first frame that FFmpeg's mp3 muxer sums for the LAME tag's CRC (zero-padded past a short frame).
+_FFMPEG_CRC_SPAN = 190
 
-def _tag(frame: bytes) -> tuple[int, bytes, int] | None:
-    """(offset, b"Xing" or b"Info", flags) of the length tag in the first frame ``frame``, or None."""
-    window = frame[:200]
-    for name in (b"Xing", b"Info"):
-        i = window.find(name)
-        if i >= 0 and i + 8 <= len(window):
-            return i, name, struct.unpack_from(">I", window, i + 4)[0]
-    return None
+
+class Tag(NamedTuple):
+    """What the first MPEG frames of a stream say about its length (see :func:`read_tag`).
+
+    Attributes:
+      audio: offset of the first audio frame in the bytes given (after a tag frame and any junk), -1 if none.
+      frames: the audio frames the tag records (``None`` without a tag or a frame count).
+      trust: ``"crc"`` when the LAME extension's CRC-16 holds over the tag, ``"bounds"`` when a tag without
+        that CRC is consistent with the stream's size, ``""`` when there is no usable frame count.
+      declared: the stream bytes the tag records (``None`` without that field).
+      problem: why a tag that is there is not trusted (``None`` when trusted or absent).
+    """
+
+    audio: int
+    frames: int | None
+    trust: str
+    declared: int | None
+    problem: str | None
+
+
+def _crc_holds(frame: bytes, lame: int) -> bool:
+    """Whether the LAME extension at ``lame`` in ``frame`` (the whole first frame) has a valid CRC-16.
+
+    Encoders disagree on what it covers: LAME sums the frame up to the CRC
+    field (``lame + 34`` bytes, 190 for MPEG-1 stereo, fewer for mono and
+    MPEG-2); FFmpeg sums 190 bytes with the field zeroed, padding a shorter
+    frame with zeros. Either one is a valid tag.
+    """
+    stored = struct.unpack_from(">H", frame, lame + 34)[0]
+    if _crc16(frame[: lame + 34]) == stored:
+        return True
+    zeroed = bytearray(frame[:_FFMPEG_CRC_SPAN])
+    zeroed += bytes(_FFMPEG_CRC_SPAN - len(zeroed))
+    field = zeroed[lame + 34 : lame + 36]  # (past the span in an MPEG-1 stereo frame: the conventions agree there)
+    zeroed[lame + 34 : lame + 34 + len(field)] = bytes(len(field))
+    return _crc16(bytes(zeroed)) == stored
+
+
+def first_frame(head: bytes, start: int = 0) -> int:
+    """Offset of the first MPEG frame header in ``head`` from ``start`` that the next frame's header follows.
+
+    A header at the very end of ``head`` (its successor not in it) counts; -1 when there is none.
+    """
+    i = head.find(b"\xff", start)
+    while i >= 0:
+        found = frame_header(head[i : i + 4])
+        if found is not None:
+            after = i + found[0]
+            if after + 4 > len(head) or frame_header(head[after : after + 4]) is not None:
+                return i
+        i = head.find(b"\xff", i + 1)
+    return -1
+
+
+def chain_start(data: bytes, lo: int, known: int) -> int:
+    """The first offset in ``[lo, known)`` from which whole frames follow one another to ``known``, else ``known``.
+
+    ``known`` is the offset of a frame; a stream that starts before it (an
+    ID3v2 tag whose size field points past its end) is found this way.
+    """
+    i = data.find(b"\xff", lo, known)
+    while i >= 0:
+        j = i
+        while j < known:
+            found = frame_header(data[j : j + 4])
+            if found is None:
+                break
+            j += found[0]
+        if j == known:
+            return i
+        i = data.find(b"\xff", i + 1, known)
+    return known
 
 
 def _tag_offset(frame: bytes) -> int:
@@ -160,67 +238,77 @@ def _tag_offset(frame: bytes) -> int:
     return 4 + side + (0 if frame[1] & 0x01 else 2)  # a 16-bit CRC follows the header when protected
 
 
-def tag_frame_count(frame: bytes) -> int | None:
-    """The frame count recorded by the Xing/Info tag of the first frame ``frame``, if it records one."""
-    tag = _tag(frame)
-    if tag is None or not tag[2] & 0x1 or tag[0] + 12 > len(frame):
-        return None
-    return struct.unpack_from(">I", frame, tag[0] + 8)[0]
+def _tag_at(frame: bytes) -> tuple[int, bytes, int] | None:
+    """(offset, name, flags) of a Xing/Info tag where decoders look for it in the first frame ``frame``.
+
+    That is right after the header and side information; in a CRC-protected
+    frame LAME writes it there too, ignoring the CRC's two bytes, and mpg123 and
+    FFmpeg read it, so both places count.
+    """
+    at = _tag_offset(frame)
+    for where in (at, at - 2) if not frame[1] & 0x01 else (at,):
+        name = frame[where : where + 4]
+        if name in _MAGICS[:2] and where + 8 <= len(frame):
+            return where, name, struct.unpack_from(">I", frame, where + 4)[0]
+    return None
 
 
-def tag_problem(frame: bytes, stream_bytes: int) -> str | None:
-    """What is wrong with the Xing/Info/LAME tag in ``frame`` (the first frame's bytes), or None.
+def read_tag(head: bytes, stream_bytes: int) -> Tag:
+    """What the stream whose first bytes are ``head`` (after any ID3v2 tag) says about its length.
 
     ``stream_bytes`` is the size of the MPEG stream (the file without its
-    ID3v2 tag). Only claims the tag's own bytes contradict are refused.
+    ID3v2 tag). A tag is only a length hint: a damaged one (CRC, offsets,
+    counts its own bytes contradict) is reported in ``problem`` and not
+    trusted, and ``audio`` says where the audio frames start either way.
     """
-    first = frame.find(b"\xff")
-    while 0 <= first and frame_header(frame[first : first + 4]) is None:
-        first = frame.find(b"\xff", first + 1)
+    first = first_frame(head)
     if first < 0:
-        return None
-    if any(magic in frame[:first] for magic in _MAGICS[:2]):  # the frame around the tag lost its header
-        return "the MPEG frame holding its Xing/Info tag has a damaged header (decoders would skip the tag)"
-    frame = frame[first:]
-    tag = _tag(frame)
-    header = frame_header(frame[:4])
+        return Tag(-1, None, "", None, None)
+    header = frame_header(head[first : first + 4])
+    frame = head[first : first + header[0]]
+    following = first_frame(head, first + header[0])
+    if any(magic in head[:first] for magic in _MAGICS[:2]):  # a tag whose frame header is damaged
+        return Tag(first, None, "", None, "the MPEG frame holding its Xing/Info tag has a damaged header")
+    tag = _tag_at(frame)
     if tag is None:
-        # A tag whose name is damaged: Xing flags and a LAME extension where a tag would sit. (LAME also
-        # writes its name into the padding of ordinary frames, so the name alone proves nothing.)
         at = _tag_offset(frame)
+        if any(magic in frame[:200] for magic in _MAGICS[:2]):
+            return Tag(following, None, "", None, "its first MPEG frame header does not match the Xing/Info tag "
+                       "inside it (the header is damaged)")
         if frame[at + 4 : at + 8] == b"\0\0\0\x0f" and frame[at + 120 : at + 124] in _MAGICS[2:]:
-            return "its first MPEG frame holds a LAME tag whose Xing/Info name is damaged (its length is lost)"
-        return None
+            return Tag(following, None, "", None, "its first MPEG frame holds a LAME tag whose Xing/Info name is "
+                       "damaged")
+        if frame[36:40] == b"VBRI":  # Fraunhofer's tag: its count is not checked; the frame holds no audio
+            return Tag(following, None, "", None, None)
+        return Tag(first, None, "", None, None)
     at, name, flags = tag
-    if at != _tag_offset(frame):
-        return (f"its first MPEG frame header does not match the {name.decode()} tag inside it (the header is damaged, "
-                "so decoders would take the tag for audio)")
+    frames = struct.unpack_from(">I", frame, at + 8)[0] if flags & 1 and at + 12 <= len(frame) else None
+    field = at + 8 + 4 * bool(flags & 1)
+    declared = struct.unpack_from(">I", frame, field)[0] if flags & 2 and field + 4 <= len(frame) else None
+    if frames is None:
+        return Tag(following, None, "", declared, None)
     lame = at + 8 + 4 * bool(flags & 1) + 4 * bool(flags & 2) + 100 * bool(flags & 4) + 4 * bool(flags & 8)
     extension = frame[lame : lame + 36]
-    # LAME (and FFmpeg's "Lavc") write a 36-byte extension whose last two bytes
-    # are a CRC-16 of the frame up to them; encoders without one leave zeros.
+    trust = "bounds"
+    # LAME (and FFmpeg's "Lavc"/"Lavf") write a 36-byte extension whose last two bytes
+    # are a CRC-16 over the frame's first bytes; encoders without one leave zeros.
     if len(extension) == 36 and any(extension):
-        stored = struct.unpack_from(">H", extension, 34)[0]
-        if _crc16(frame[: lame + 34]) != stored:
-            return "the LAME tag of its first MPEG frame fails its CRC check (its length fields are damaged)"
-    frames = tag_frame_count(frame)
-    if frames is None:
-        return None
-    declared = struct.unpack_from(">I", frame, at + 12)[0] if flags & 2 and at + 16 <= len(frame) else None
-    audio = min(stream_bytes, declared) if declared else stream_bytes
-    audio -= header[0]  # the tag's own frame holds no audio
+        if not _crc_holds(frame, lame):
+            return Tag(following, None, "", None, "the LAME tag of its first MPEG frame fails its CRC check")
+        trust = "crc"
+    audio = (min(stream_bytes, declared) if declared else stream_bytes) - header[0]  # the tag's frame holds none
     mpeg1, layer = (frame[1] >> 3) & 3 == 3, (frame[1] >> 1) & 3
     densest = (144 if header[1] == 1152 else 72 if header[1] == 576 else 48) * MAX_KBPS[(mpeg1, layer)] * 1000
     fewest = audio * header[2] // densest  # frames at the highest bitrate the format allows
     if name == b"Info" and declared:  # constant bitrate: every frame has the first audio frame's size
-        following = frame_header(frame[header[0] : header[0] + 4])
-        if following is not None:
-            unpadded = following[0] - ((frame[header[0] + 2] >> 1) & 1) * (4 if following[1] == 384 else 1)
+        second = frame_header(head[first + header[0] : first + header[0] + 4])
+        if second is not None:
+            unpadded = second[0] - ((head[first + header[0] + 2] >> 1) & 1) * (4 if second[1] == 384 else 1)
             fewest = max(fewest, audio // (unpadded + 1) - 2)
     if frames < fewest - 1:
-        return (f"its {name.decode()} tag records {frames} MPEG frames, but its {audio} bytes of audio hold at least "
-                f"{fewest}; the tag is corrupt")
-    return None
+        return Tag(following, None, "", None, f"its {name.decode()} tag records {frames} MPEG frames, but its {audio} "
+                   f"bytes of audio hold at least {fewest}")
+    return Tag(following, frames, trust, declared, None)
 
 
 # Concealment: mpg123 outputs a frame it cannot decode (damaged side

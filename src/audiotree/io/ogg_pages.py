@@ -39,7 +39,8 @@ import struct
 import zlib
 from typing import Any, Iterator, NamedTuple
 
-__all__ = ["OGG_MAX_PAGE", "Page", "page_crc", "head_problem", "tail_problem", "span_problem", "first_page_info"]
+__all__ = ["OGG_MAX_PAGE", "Page", "page_crc", "head_problem", "tail_problem", "span_problem", "first_page_info",
+           "pages_in", "link_spans"]
 
 #: Largest possible Ogg page: 27-byte header + 255 lacing values + 255 * 255 body bytes.
 OGG_MAX_PAGE = 27 + 255 + 255 * 255
@@ -118,6 +119,11 @@ def _pages_in(buf: bytes, base: int) -> Iterator[Page]:
         if page is not None:
             yield page
         i = buf.find(b"OggS", i + 1)
+
+
+def pages_in(buf: bytes, base: int = 0) -> list[Page]:
+    """Every whole, CRC-valid page in ``buf`` (file offset ``base``), in order."""
+    return [page for page in _pages_in(buf, base) if page.crc_ok]
 
 
 def first_page_info(head: bytes) -> tuple[int, bytes] | None:
@@ -302,5 +308,41 @@ def span_problem(source: Any, serial: int, first: int, last: int, total: int | N
             if page.serial == serial and (page.flags & 0x04 or (last is not None and page.granule >= last)):
                 break  # the span is covered, or the stream ended (a tag may follow)
         return None
+    finally:
+        reader.close()
+
+
+_WALK_BLOCK = 1 << 20  # bytes read at a time by link_spans
+
+
+def link_spans(source: Any) -> list[tuple[int, int]]:
+    """Byte spans ``[start, end)`` of the links of a chained Ogg file (streams one after another).
+
+    A link starts at a beginning-of-stream page that follows a page which is
+    not one (the beginning-of-stream pages of streams multiplexed together
+    come first, together, and make one link). Walks every page header of the
+    file (reads the whole file, in 1 MiB blocks); the walk stops at bytes that
+    are not a page, and the last link runs to the end of the file.
+    """
+    reader = _Reader(source)
+    try:
+        starts, offset, in_bos_group = [], 0, False
+        buf, base = b"", 0
+        while offset < reader.size:
+            i = offset - base
+            if i + 27 > len(buf) or i + 27 + buf[i + 26] > len(buf):
+                buf, base, i = reader.read(offset, _WALK_BLOCK), offset, 0
+                if len(buf) < 27 or i + 27 + buf[26] > len(buf):
+                    break
+            if buf[i : i + 4] != b"OggS":
+                break
+            lacing_end = i + 27 + buf[i + 26]
+            bos = bool(buf[i + 5] & 0x02)
+            if bos and not in_bos_group:
+                starts.append(offset)
+            in_bos_group = bos
+            offset += lacing_end - i + sum(buf[i + 27 : lacing_end])
+        ends = starts[1:] + [reader.size]
+        return list(zip(starts, ends))
     finally:
         reader.close()

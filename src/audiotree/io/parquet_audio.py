@@ -2,7 +2,10 @@
 
 The Hugging Face layout: an ``audio`` column of ``{bytes: binary, path: string}``
 structs (``datasets.Audio(decode=False)``, what ``Dataset.to_parquet`` writes),
-beside text and number columns. A plain ``binary`` column works too.
+beside text and number columns. A plain ``binary`` column works too. A cell
+with no bytes but a ``path`` (``datasets`` writes ``{"bytes": null, "path":
+...}`` for audio it did not embed) is read from that file
+(:func:`linked_file`: relative to the Parquet file's folder or URL).
 
 Where the audio bytes are stored verbatim (uncompressed, as Hugging Face
 ``datasets`` writes them), one row is one ranged read of its own bytes
@@ -19,13 +22,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import threading
 from typing import Any, Sequence
 
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
 
-__all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read_labels", "cell_span", "forget", "has_metadata_key", "DEFAULT_AUDIO_COLUMN"]
+__all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read_labels", "cell_span", "linked_file",
+           "forget", "has_metadata_key", "DEFAULT_AUDIO_COLUMN", "EmptyCell"]
 
 #: The audio column looked for when none is named.
 DEFAULT_AUDIO_COLUMN = "audio"
@@ -33,7 +38,13 @@ DEFAULT_AUDIO_COLUMN = "audio"
 _FILES_MAX = 16
 _FILES: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
 _GROUP: dict[str, Any] = {}
+_LINKS_MAX = 64
+_LINKS: "collections.OrderedDict[tuple, list]" = collections.OrderedDict()
 _LOCK = threading.Lock()
+
+
+class EmptyCell(AudioReadError):
+    """A row whose audio cell holds no bytes (a null cell, or a ``{"bytes": null, "path": ...}`` struct)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +57,12 @@ class ParquetAudioFile:
     label_columns: tuple[str, ...]
 
 
+def _empty(url: str) -> "EmptyCell":
+    shown = storage.redact(url)
+    return EmptyCell(f"Failed to read audio file '{shown}': the audio cell is empty (null) and names no file. Fill or "
+                     "drop the row, or use on_read_error=\"skip\".", shown)
+
+
 def _fail(path: str, what: str) -> AudioReadError:
     shown = storage.redact(path)
     return AudioReadError(f"Failed to read audio file '{shown}': {what}", shown)
@@ -53,8 +70,11 @@ def _fail(path: str, what: str) -> AudioReadError:
 
 def _file_key(path: str) -> tuple:
     # A rewritten local file gets a new key (its footer is read again).
+    import json
+
     version = None if storage.is_url(path) else storage.stat(path)
-    return (path, version, tuple(sorted(storage.merged_options(None).items(), key=str)))
+    # Options may nest (``client_kwargs``: a dict): their JSON text is the hashable form.
+    return (path, version, json.dumps(storage.merged_options(None), sort_keys=True, default=repr))
 
 
 def _open_entry(path: str) -> tuple[tuple, Any, int]:
@@ -153,7 +173,9 @@ def _fetcher(path: str):
         return parquet_cells.local_fetch(storage.local_path(path))
     options = storage.merged_options(None)
     fs = storage.filesystem(path, options)
-    return lambda a, b: storage.retry(lambda: fs.cat_file(path, start=a, end=b), path, "read", options)
+    from audiotree.io.ranged_get import read_range
+
+    return lambda a, b: read_range(fs, path, a, b, options)
 
 
 def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
@@ -201,7 +223,7 @@ def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
         return None
     offset, nbytes = (int(x) for x in spans[row])
     if (offset, nbytes) == parquet_cells.NULL:
-        raise _fail(url, "the audio cell is empty (null). Fill or drop the row, or use on_read_error=\"skip\".")
+        raise _empty(url)
     if (offset, nbytes) == parquet_cells.BAD_CHECKSUM:
         raise _fail(url, f"the page holding the audio cell of row {row} of row group {group} fails the CRC32 checksum "
                          "its writer recorded: the file is corrupt. Re-create or re-download it, or use "
@@ -238,10 +260,71 @@ def read_cell(url: str, ref: Any) -> bytes:
                          "was listed. Rebuild the index, or use on_read_error=\"skip\".")
     data, _ = cell_bytes(cached[row].as_py())
     if data is None:
-        raise _fail(url, "the audio cell is empty (null). Fill or drop the row, or use on_read_error=\"skip\".")
+        raise _empty(url)
     if not isinstance(data, (bytes, bytearray)):
         raise _fail(url, f"the audio cell holds {type(data).__name__}, not bytes.")
     return bytes(data)
+
+
+def _resolve_link(container: str, name: str) -> str:
+    """``name`` (a cell's ``path``) as a file: absolute paths and URLs as is, else from the Parquet file's folder."""
+    import posixpath
+
+    if storage.is_url(name) or os.path.isabs(name):
+        return name
+    if storage.is_url(container):
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(container)  # a query (a signed URL's) belongs to the Parquet file, not to its folder
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(parts.path), name))
+        return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    folder = os.path.dirname(os.fspath(storage.local_path(container)))
+    return os.path.normpath(os.path.join(folder, os.path.expanduser(name)))
+
+
+def linked_file(url: str, ref: Any) -> str | None:
+    """The file a path-only cell names (``{"bytes": null, "path": P}``, as ``datasets`` writes for unembedded audio).
+
+    ``P`` is resolved against the Parquet file's folder (an absolute path or a
+    URL as is; for a remote Parquet file, against its URL's folder). ``None``
+    when the column has no ``path`` field or the row's ``path`` is empty. The
+    row group's ``path`` values are read once per process (a small string
+    column; the audio bytes are not read).
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> from audiotree.io.members import parquet_url, parse
+    >>> folder = tempfile.mkdtemp()
+    >>> cells = pa.array([{"bytes": None, "path": "clips/a.flac"}], pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    >>> pq.write_table(pa.table({"audio": cells}), os.path.join(folder, "d.parquet"))
+    >>> url = parquet_url(os.path.join(folder, "d.parquet"), "audio", 0, 0)
+    >>> linked_file(url, parse(url)) == os.path.join(folder, "clips", "a.flac")
+    True
+    """
+    import pyarrow as pa
+
+    path, column, group, row = ref.container, ref.name, ref.offset, ref.size
+    key, opened, _ = _open_entry(path)
+    arrow_type = opened.schema_arrow.field(column).type
+    if not pa.types.is_struct(arrow_type) or arrow_type.get_field_index("path") < 0:
+        return None
+    full = (key, column, group)
+    with _LOCK:
+        names = _LINKS.get(full)
+    if names is None:
+        try:
+            names = opened.read_row_group(group, columns=[f"{column}.path"]).column(0).combine_chunks()
+            names = names.field("path").to_pylist() if pa.types.is_struct(names.type) else names.to_pylist()
+        except Exception as exc:
+            raise _fail(url, f"reading the path column of row group {group} failed ({type(exc).__name__}: {exc}). "
+                             "The file may be corrupt; re-create it, or use on_read_error=\"skip\".") from exc
+        with _LOCK:
+            _LINKS[full] = names
+            while len(_LINKS) > _LINKS_MAX:
+                _LINKS.popitem(last=False)
+    name = names[row] if row < len(names) else None
+    if not name:
+        return None
+    return _resolve_link(path, name)
 
 
 def read_labels(path: str, column: str, label_columns: Sequence[str]) -> Any:
@@ -263,5 +346,6 @@ def forget() -> None:
     with _LOCK:
         _FILES.clear()
         _GROUP.clear()
+        _LINKS.clear()
     parquet_cells.forget()
 

@@ -8,17 +8,26 @@ Workarounds (measured with PyAV 18)
 
 Placement precision
     A read that starts at frame 0 counts decoded samples and is exact. After a
-    seek, the first frame is placed by its timestamp: exact where timestamps
-    count samples (MP4/M4A, most audio containers), but only to within one
-    timestamp tick where ticks are coarser than a sample. Matroska and WebM
-    tick in milliseconds, so a seek read of an Opus/WebM file can be shifted by
-    up to one tick (48 samples at 48 kHz; 24 in our 16-channel Opus test).
-    Read such files from the start, or convert them, when sample-exact
-    excerpts matter.
+    seek, the first frame is placed by its timestamp where timestamps count
+    samples (MP4/M4A, most audio containers). Matroska and WebM tick in
+    milliseconds (48 samples at 48 kHz), and FFmpeg's Opus decoder re-applies
+    its pre-skip after a flush, so there a timestamp alone could be off by
+    more than a sample. But every Opus packet lasts a multiple of 2.5 ms, and
+    every packet of a fixed-frame codec (AAC) the same number of samples, so a
+    packet starts on a grid (less the decoder's delay) whose step is more than
+    twice a tick: the timestamp names the exact start, and the first frame
+    after a seek is placed where its packet ends (its length read from the
+    Opus TOC byte). The stream's length is where its last packet ends, less
+    the end trim of its ``skip_samples`` side data. A codec with no such grid
+    (Vorbis in WebM) is read from the start instead: exact, at the cost of
+    decoding everything before the excerpt.
+    Raw ADTS/AC-3 streams have no length header (FFmpeg estimates one from the
+    bitrate), so their packets are counted once (cached per local file).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from fractions import Fraction
 from typing import Any
@@ -103,6 +112,56 @@ def _check_media_size(source: Any, packets: int, channels: int) -> None:
                          "than that many packets can; the sample table is corrupt")
 
 
+# Raw elementary streams: no container length, FFmpeg estimates one from the bitrate.
+_RAW_STREAMS = frozenset({"AAC", "AC3", "EAC3"})
+
+# Opus frame lengths in 48 kHz samples by TOC configuration (RFC 6716 3.1):
+# SILK 10/20/40/60 ms, hybrid 10/20 ms, CELT 2.5/5/10/20 ms.
+_OPUS_FRAME = [480, 960, 1920, 2880] * 3 + [480, 960] * 2 + [120, 240, 480, 960] * 4
+
+
+def _opus_packet_samples(data: bytes) -> int | None:
+    """48 kHz samples in one Opus packet, from its TOC byte (and frame count byte), or None if malformed."""
+    if not data:
+        return None
+    toc = data[0]
+    code = toc & 3
+    if code == 3:
+        if len(data) < 2:
+            return None
+        count = data[1] & 0x3F
+    else:
+        count = 1 if code == 0 else 2
+    return _OPUS_FRAME[toc >> 3] * count
+
+
+def _trimmed(packet: Any) -> tuple[int, int] | None:
+    """(samples skipped at the start, discarded at the end) of a packet's output by its side data, or None."""
+    try:
+        if not packet.has_sidedata("skip_samples"):
+            return None
+        data = bytes(packet.get_sidedata("skip_samples"))
+    except (AttributeError, TypeError, ValueError):  # an older PyAV without packet side data
+        return None
+    if len(data) < 8:
+        return None
+    return int.from_bytes(data[:4], "little"), int.from_bytes(data[4:8], "little")
+
+
+def _raw_packet_frames(container: Any, stream: Any) -> int:
+    """Sum of the packet durations of a stream, in its time base, by demuxing it (nothing is decoded)."""
+    return sum(int(packet.duration or 0) for packet in container.demux(stream))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_raw_packet_frames(path: str, size: int, mtime_ns: int) -> int:
+    """:func:`_raw_packet_frames` of a local file's first audio stream, once per path, size and mtime."""
+    import av
+
+    with av.open(path, mode="r") as container:
+        return _raw_packet_frames(container, container.streams.audio[0])
+
+
 class PyAVReader:
     """A PyAV (FFmpeg) container opened once, read with sample-aligned seeks."""
 
@@ -124,6 +183,9 @@ class PyAVReader:
         "_jitter",
         "length_slack",
         "_packer",
+        "_grid",
+        "_lead",
+        "_zero",
     )
 
     def __init__(self, path: str, source: Any = None) -> None:
@@ -132,6 +194,9 @@ class PyAVReader:
         self._dirty = False
         self._packer = None  # an av.AudioResampler, made for the first frame of > 8 planes
         self.length_slack = 0  # raised by _duration_frames when the length is an estimate
+        self._grid = 0  # coarse timestamps: packets start on this grid of samples (0: unknown, count from 0)
+        self._lead = 0  # ... offset by this much (the decoder's delay)
+        self._zero = 0  # ... counted from this timestamp position (that of the first output sample)
         self._open_container()
         container, stream, codec = self._container, self._stream, self._codec
         try:
@@ -154,13 +219,16 @@ class PyAVReader:
             # samples fall before 0 and are dropped.
             start_time = stream.start_time
             self._origin = int(start_time) if start_time is not None and start_time > 0 else 0
-            frames = self._duration_frames(container, stream, sample_rate)
+            fmt_name = (container.format.name or "").split(",")[0].upper()
+            frame_size = int(codec.frame_size or 0)
+            if self._jitter > 2:  # timestamps coarser than a sample: place packets on their grid
+                frames = self._grid_length(frame_size)
+            else:
+                frames = self._duration_frames(container, stream, sample_rate, fmt_name in _RAW_STREAMS)
             # Pre-roll covers decoder warm-up after a flush: one codec frame
             # is enough for AAC's MDCT overlap (measured); 0.1 s also covers
             # Opus (80 ms recommended) and Vorbis long blocks.
-            frame_size = int(codec.frame_size or 0)
             self.preroll = max(2 * frame_size, -(-sample_rate // 10), 4096)
-            fmt_name = (container.format.name or "").split(",")[0].upper()
             _check_packet_count(fmt_name, stream, frame_size, frames)
             if fmt_name == "MOV" and codec.name == "aac":
                 _check_media_size(self.source, int(stream.frames or 0), channels)
@@ -186,18 +254,81 @@ class PyAVReader:
         self._codec = stream.codec_context if stream is not None else None
         self._dirty = False
 
-    def _duration_frames(self, container: Any, stream: Any, sample_rate: int) -> int:
+    def _grid_length(self, frame_size: int) -> int:
+        """Length in frames of a stream with coarse timestamps; sets the packet grid when there is one.
+
+        Every packet of an Opus stream lasts a multiple of 2.5 ms (120 samples
+        at 48 kHz), every packet of a fixed-frame codec (AAC) ``frame_size``
+        samples, so packet ``k`` starts at a multiple of that grid less the
+        decoder's delay. A timestamp within half a grid step of the truth (a
+        millisecond tick is 48 samples) therefore names the exact start. The
+        length is where the last packet ends (its ``skip_samples`` side data
+        trims the end), found by a seek near the end; without a grid it is the
+        container's duration.
+        """
+        codec = self._codec
+        delay = int(getattr(codec, "delay", 0) or 0)
+        if codec.name == "opus" and (120 * self._rate) % 48000 == 0:
+            grid = 120 * self._rate // 48000
+        else:
+            grid = frame_size
+        if grid <= 0 or 2 * self._to_samples(1) >= grid:
+            return self._duration_frames(self._container, self._stream, self._rate, False)
+        end = None
+        try:
+            container, stream = self._container, self._stream
+            self._dirty = True
+            first = next((packet for packet in container.demux(stream) if packet.pts is not None), None)
+            if first is None:
+                return self._duration_frames(container, stream, self._rate, False)
+            # Packet 0 starts `skip` samples before the first output sample (its start trim, else the delay).
+            trim = _trimmed(first)
+            skip = trim[0] if trim else delay
+            zero = self._frame_position(int(first.pts)) + skip
+            # FFmpeg's muxers put timestamp 0 at the first output sample (packet 0 at -skip, rounded): keep it.
+            self._grid, self._lead, self._zero = grid, -skip % grid, 0 if abs(zero) <= self._to_samples(1) else zero
+            if container.duration:
+                target = container.duration * self._tb_den // (1_000_000 * self._tb_num) - self._tb_den // self._tb_num
+                container.seek(max(0, target) + self._origin, stream=stream, backward=True, any_frame=False)
+            for packet in container.demux(stream):
+                samples = self._packet_samples(packet)
+                if packet.pts is not None and samples:
+                    trim = _trimmed(packet)
+                    end = self._grid_start(int(packet.pts)) + samples - (trim[1] if trim else 0)
+        except Exception:  # noqa: BLE001 - any demuxer trouble: fall back to the container's duration
+            end = None
+        if end is None:
+            return self._duration_frames(self._container, self._stream, self._rate, False)
+        return max(0, end)
+
+    def _packet_samples(self, packet: Any) -> int | None:
+        """Samples a packet decodes to (before trims), if known without decoding it."""
+        if self._codec.name == "opus":
+            return _opus_packet_samples(bytes(packet))
+        return int(self._codec.frame_size or 0) or None
+
+    def _grid_start(self, pts: int) -> int:
+        """Exact first sample of the packet with timestamp ``pts`` (see :meth:`_grid_length`)."""
+        approx = self._frame_position(pts) - self._zero
+        step = (self._lead - approx) % self._grid
+        return approx + (step - self._grid if 2 * step > self._grid else step)
+
+    def _duration_frames(self, container: Any, stream: Any, sample_rate: int, raw: bool) -> int:
         """Stream length in frames, from metadata (no decoding).
 
         Preference: the stream duration (exact for MP4/M4A, where it comes
         from the edit list and so already excludes encoder priming/padding);
         else the container duration (may be a bitrate estimate); else the sum
         of packet durations from demuxing (reads the file but decodes
-        nothing; needed for raw ADTS ``.aac``).
+        nothing; what ``raw`` streams such as ADTS ``.aac`` always use: their
+        durations are FFmpeg's estimates from the bitrate).
         """
-        if stream.duration is not None and stream.duration > 0:
+        if raw and isinstance(self.source, str):  # counted once per local file
+            st = os.stat(self.source)
+            return self._to_samples(_cached_raw_packet_frames(self.source, st.st_size, st.st_mtime_ns))
+        if not raw and stream.duration is not None and stream.duration > 0:
             return self._to_samples(int(stream.duration))
-        if container.duration is not None and container.duration > 0:
+        if not raw and container.duration is not None and container.duration > 0:
             # container.duration is in AV_TIME_BASE (microseconds), and may be
             # FFmpeg's estimate from the bitrate: allow decoding to end a
             # quarter second short of it (see AudioFile.read).
@@ -247,7 +378,8 @@ class PyAVReader:
         self._dirty = True
         container, stream, codec = self._container, self._stream, self._codec
         for packet in container.demux(stream):
-            yield from codec.decode(packet)
+            for frame in codec.decode(packet):
+                yield packet, frame
 
     def _as_frames_by_channels(self, frame: Any, channels: int) -> np.ndarray:
         """Frame samples as (samples, channels) in their native dtype (a view when possible)."""
@@ -287,14 +419,27 @@ class PyAVReader:
         out = np.zeros((count, channels), dtype=np.float32)
         filled_to = start  # samples in [start, filled_to) are final
         seek_frame: int | None = max(0, start - self.preroll)
+        grid = self._grid
+        if not grid and self._jitter > 2:
+            seek_frame = None  # coarse timestamps and no packet grid: count from the start
         while True:
             from_beginning = seek_frame is None or seek_frame == 0
             expected: int | None = None
             overshot = False
-            for frame in self._decode_from(seek_frame):
+            shift = 0
+            for packet, frame in self._decode_from(seek_frame):
                 n = frame.samples
-                if frame.pts is not None:
+                samples = self._packet_samples(packet) if grid and expected is None and not from_beginning else None
+                if samples and packet.pts is not None:
+                    # Its packet's exact start on the grid. FFmpeg re-applies the Opus pre-skip to the first packet
+                    # after a flush, so an Opus frame ends where its packet does; other decoders trim nothing.
+                    pos = self._grid_start(int(packet.pts)) + (samples - n if self._codec.name == "opus" else 0)
+                elif frame.pts is not None:
                     pos = self._frame_position(int(frame.pts))
+                    if from_beginning and self._jitter > 2:
+                        # Coarse timestamps count from the first frame's (Vorbis in WebM starts at 3 ms): no gap.
+                        shift = pos if expected is None else shift
+                        pos -= shift
                     if expected is not None and abs(pos - expected) <= self._jitter:
                         pos = expected  # count samples; the timestamp is just coarse
                 elif expected is not None:

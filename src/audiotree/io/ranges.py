@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from audiotree.errors import AudioReadError
-from audiotree.io import storage
+from audiotree.io import ranged_get, storage
 
 __all__ = ["parse_size", "RangeCache", "RemoteFolder", "RemoteArray", "remote_folder", "default_cache_dir"]
 
@@ -237,33 +237,6 @@ def remote_folder(url: str, *, storage_options: Mapping[str, Any] | None = None,
     return RemoteFolder(url, storage_options=storage_options, cache=cache)
 
 
-def _s3_range(fs: Any, url: str, start: int, stop: int) -> tuple[bytes, int | None] | None:
-    """``(bytes, object size)`` of one ranged GET on s3fs (size from ``Content-Range``); ``None`` elsewhere."""
-    call = getattr(fs, "_call_s3", None)
-    if call is None or getattr(fs, "version_aware", False):
-        return None
-    from fsspec.asyn import sync
-
-    bucket, key, _ = fs.split_path(url)
-
-    async def get():
-        try:
-            resp = await call("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}")
-        except OSError as exc:
-            if storage.http_status(exc) == 416 or "not satisfiable" in str(exc).lower():
-                return b"", None  # the object is shorter than ``start``
-            raise
-        try:
-            data = await resp["Body"].read()
-        finally:
-            resp["Body"].close()
-        content_range = resp.get("ContentRange") or ""
-        tail = content_range.rsplit("/", 1)[-1]
-        return data, int(tail) if tail.isdigit() else None
-
-    return sync(fs.loop, get)
-
-
 class RemoteFolder:
     """Ranged reads of the objects in the folder ``url``, optionally through a :class:`RangeCache`.
 
@@ -329,13 +302,7 @@ class RemoteFolder:
         """The whole (small) object ``url/name`` in one request; ``ValueError`` if it is over ``limit`` bytes."""
         url = self.object_url(name)
         fs = self._fs()
-        got = self._call(url, "read", lambda: _s3_range(fs, url, 0, limit + 1))
-        if got is None:
-            data = self._call(url, "read", lambda: fs.cat_file(url, start=0, end=limit + 1))
-        else:
-            data = got[0]
-            if not data and got[1] is None:  # 416: an empty object
-                data = b""
+        data = self._call(url, "read", lambda: ranged_get.get_range(fs, url, 0, limit + 1)).part(0, limit + 1)
         self.requests += 1
         self.bytes_read += len(data)
         if len(data) > limit:
@@ -355,11 +322,8 @@ class RemoteFolder:
             if data is not None and len(data) == stop - start:
                 return data
         fs = self._fs()
-        got = self._call(url, "read", lambda: _s3_range(fs, url, start, stop))
-        if got is None:
-            data, total = self._call(url, "read", lambda: fs.cat_file(url, start=start, end=stop)), None
-        else:
-            data, total = got
+        answer = self._call(url, "read", lambda: ranged_get.get_range(fs, url, start, stop))
+        data, total = answer.part(start, stop), answer.total
         self.requests += 1
         self.bytes_read += len(data)
         if total is not None:
@@ -402,7 +366,7 @@ class RemoteArray:
     still being written); anything else is a ``ValueError`` naming it.
 
     >>> import numpy as np
-    >>> from audiotree.io import storage
+    >>> from audiotree.io import ranged_get, storage
     >>> storage.filesystem("memory://").pipe("memory://doc/ranges/x.bin", np.arange(6, dtype="<f4").tobytes())
     >>> a = RemoteArray(RemoteFolder("memory://doc/ranges"), "x.bin", "<f4", (3, 2), whole_below=0)
     >>> a[1:2].tolist(), float(a[2][1])

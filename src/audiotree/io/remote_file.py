@@ -28,9 +28,9 @@ from typing import Any, Callable, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io.input_file import ReadOnlyInput
+from audiotree.io.ranged_get import Answer, get_range
 from audiotree.io.storage import (
     filesystem,
-    http_status,
     is_url,
     local_path,
     object_info,
@@ -95,7 +95,6 @@ def _make_cache_class():
 
         def __init__(self, blocksize: int, fetcher: Callable[[int, int], bytes], size: int, **kwargs: Any) -> None:
             self._url = kwargs.pop("url", "")
-            self._whole: Callable[[], bytes] | None = kwargs.pop("whole", None)
             super().__init__(blocksize, fetcher, size)
             self.cache = b""
             self.start = 0
@@ -111,12 +110,11 @@ def _make_cache_class():
             self.total_requested_bytes += len(data)
 
         def _get(self, start: int, end: int) -> bytes:
-            try:
-                return retry(lambda: self.fetcher(start, end), self._url, "read")
-            except AudioReadError as err:
-                cause = err.__cause__
-                if self._whole is None or not (isinstance(cause, ValueError) and "range" in str(cause).lower()):
-                    raise
+            answer = retry(lambda: self.fetcher(start, end), self._url, "read")
+            if not isinstance(answer, Answer):  # a plain fetcher (bytes)
+                return answer
+            if answer.start == start or not answer.whole:
+                return answer.part(start, end)
             # The server ignored Range and sent the whole object: keep it all.
             host = self._url.split("/")[2] if "://" in self._url else self._url
             if host not in _RANGE_WARNED:
@@ -127,10 +125,14 @@ def _make_cache_class():
                     "that honours Range (S3, GCS, most web servers) to read excerpts only.",
                     UserWarning, stacklevel=2,
                 )
-            data = retry(self._whole, self._url, "read")
+            data = answer.data
             self.cache, self.start, self.end, self.full = data, 0, len(data), True
             self.total_requested_bytes += len(data)
             return data
+
+        def span(self, start: int, end: int) -> bytes:
+            """Bytes ``[start, end)`` of the object (clipped at its end), from the cache or fetched."""
+            return self._fetch(start, end)
 
         def _fetch(self, start: int | None, end: int | None) -> bytes:
             if start is None:
@@ -268,54 +270,59 @@ class RemoteInput(ReadOnlyInput):
 
 
 
-def _s3_head(fs: Any, url: str) -> tuple[dict, bytes] | None:
-    """The object's metadata and first :data:`MIN_WINDOW` bytes (or :func:`first_read`'s) in one ranged GET, for
-    s3fs; else ``None``.
+class _RangedFile:
+    """A seekable binary file over a :class:`ReadaheadCache` of an object of ``size`` bytes."""
+
+    def __init__(self, cache: Any, size: int) -> None:
+        self.cache, self.size, self.loc, self.closed = cache, size, 0, False
+
+    def read(self, n: int = -1) -> bytes:
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        stop = self.size if n is None or n < 0 else min(self.size, self.loc + int(n))
+        out = self.cache.span(self.loc, stop) if stop > self.loc else b""
+        self.loc += len(out)
+        return out
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.loc, 2: self.size}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+        if base + offset < 0:
+            raise ValueError("Seek before start of file")
+        self.loc = base + offset
+        return self.loc
+
+    def tell(self) -> int:
+        return self.loc
+
+    def close(self) -> None:
+        self.closed = True
+        self.cache.cache = b""
+
+
+def _s3_head(fs: Any, url: str) -> tuple[int, bytes] | None:
+    """The object's size and first :data:`MIN_WINDOW` bytes (or :func:`first_read`'s) in one checked ranged GET,
+    for s3fs; else ``None``.
 
     Why: a HEAD for the size followed by a GET for the header costs two round
     trips per opened file; the GET's ``Content-Range`` carries the size, so
     one does. Other backends (and empty objects, which have no byte range)
     take the HEAD path.
     """
-    call = getattr(fs, "_call_s3", None)
-    if call is None or not callable(getattr(fs, "split_path", None)) or getattr(fs, "version_aware", False):
+    if not callable(getattr(fs, "_call_s3", None)) or not callable(getattr(fs, "split_path", None)):
         return None
-    from fsspec.asyn import sync
-
-    bucket, key, version = fs.split_path(url)
+    _, key, version = fs.split_path(url)
     if not key or version:
         return None
     window = _HEAD_BYTES.get()
-
-    async def get():
-        try:
-            resp = await call("get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{window - 1}")
-        except OSError as exc:
-            if "range" in str(exc).lower() and "not satisfiable" in str(exc).lower() or http_status(exc) == 416:
-                return None  # an empty object
-            raise
-        try:
-            data = await resp["Body"].read()
-        finally:
-            resp["Body"].close()
-        return resp, data
-
-    got = sync(fs.loop, get)
-    if got is None:
-        return None
-    resp, data = got
-    content_range = resp.get("ContentRange") or ""
-    if "/" in content_range and content_range.rsplit("/", 1)[1].isdigit():
-        size = int(content_range.rsplit("/", 1)[1])
-    elif not data:  # an empty answer without a range proves nothing (a proxy cut it): ask the HEAD path
-        return None
-    else:  # no Content-Range: the whole object came back
-        size = len(data)
-    if len(data) > size or (len(data) < min(size, window)):
+    answer = get_range(fs, url, 0, window)
+    if answer.total is None:
+        return None  # 416 (an empty object) or no size given: let the HEAD path decide
+    data = answer.part(0, window)
+    if len(data) < min(answer.total, window):
         return None  # a short or odd answer: let the HEAD path decide
-    info = {"name": f"{bucket}/{key}", "size": size, "type": "file", "ETag": resp.get("ETag"),
-            "LastModified": resp.get("LastModified"), "ContentType": resp.get("ContentType")}
-    return info, data
+    return answer.total, data
 
 
 def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> str | RemoteInput:
@@ -335,34 +342,14 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
     cache = _register_cache()
     head = retry(lambda: _s3_head(fs, path), path, "open", storage_options)
     if head is not None:
-        info, first = head
+        size, first = head
     else:
-        info, first = retry(lambda: object_info(fs, path), path, "open", storage_options), None
-    size = int(info["size"])
+        size, first = int(retry(lambda: object_info(fs, path), path, "open", storage_options)["size"]), None
 
-    def whole() -> bytes:
-        return fs.cat_file(path)
+    def fetch(start: int, stop: int) -> Answer:
+        return get_range(fs, path, start, stop, size=size)
 
-    def do_open():
-        return fs.open(
-            path, "rb", block_size=MIN_WINDOW, cache_type=cache.name, size=size,
-            cache_options={"url": path, "whole": whole},
-        )
-
-    try:
-        file = retry(do_open, path, "open", storage_options)
-    except TypeError:
-        # Backends whose open() takes no size= (they look it up themselves).
-        file = retry(
-            lambda: fs.open(path, "rb", block_size=MIN_WINDOW, cache_type=cache.name,
-                            cache_options={"url": path, "whole": whole}),
-            path, "open", storage_options,
-        )
-    if "details" in getattr(file, "__dict__", {}) or hasattr(type(file), "details"):
-        # The object's metadata is known: without it s3fs looks it up again
-        # (a second HEAD request) on the first ranged read.
-        with contextlib.suppress(Exception):
-            file.details = info
+    file = _RangedFile(cache(MIN_WINDOW, fetch, size, url=path), size)
     remote = RemoteInput(path, file, size)
     if first is not None:
         file.cache.seed(0, first)

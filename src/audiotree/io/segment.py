@@ -3,8 +3,9 @@
 Long recordings cut into utterances (a Kaldi ``segments`` file, lhotse
 supervisions, an index built with ``--segments``) are read through a
 :class:`SegmentFile`: an open :class:`~audiotree.io.AudioFile` seen through the
-window ``[start, end)`` seconds. Its ``info`` describes the segment (``frames``
-is the segment's length) and ``read(start, n)`` counts frames from the
+window ``[start, end)`` seconds, and optionally on some of its channels (a
+lhotse supervision of one speaker of a stereo call). Its ``info`` describes the
+segment (``frames`` is the segment's length, ``channels`` its channel count) and ``read(start, n)`` counts frames from the
 segment's first one, clamped at its last, so every excerpt strategy, the
 ``loudest`` search and the loudness profile run on a segment unchanged and can
 never take audio from outside it.
@@ -37,17 +38,27 @@ from audiotree.io.decode import AudioFile
 __all__ = ["SegmentFile", "open_audio", "segment_frames", "check_window"]
 
 
-def check_window(window: Any) -> tuple[float, float] | None:
-    """``window`` as ``(start, end)`` seconds (``None`` stays ``None``); ValueError when malformed."""
+def check_window(window: Any) -> tuple | None:
+    """``window`` as ``(start, end)`` seconds, or ``(start, end, channels)`` (``None`` stays ``None``).
+
+    ``channels``: the file's channels the segment is on (distinct indices, in
+    order; a lhotse supervision's ``channel``). ValueError when malformed.
+    """
     if window is None:
         return None
     try:
-        start, end = (float(v) for v in window)
+        bounds, channels = (window[:2], window[2]) if len(window) == 3 else (window, None)
+        start, end = (float(v) for v in bounds)
     except (TypeError, ValueError):
         raise ValueError(f"window must be (start, end) seconds, got {window!r}.") from None
     if not (math.isfinite(start) and math.isfinite(end)) or start < 0 or end <= start:
         raise ValueError(f"window must satisfy 0 <= start < end (seconds), got {window!r}.")
-    return start, end
+    if channels is None:
+        return start, end
+    picked = tuple(int(c) for c in channels) if isinstance(channels, (tuple, list)) else ()
+    if not picked or len(set(picked)) != len(picked) or min(picked) < 0 or list(picked) != list(channels):
+        raise ValueError(f"a window's channels must be distinct channel indices >= 0, got {channels!r}.")
+    return start, end, picked
 
 
 def segment_frames(window: tuple[float, float], sample_rate: int, frames: int) -> tuple[int, int]:
@@ -67,11 +78,19 @@ class SegmentFile:
       backend: the recording's decoder.
     """
 
-    __slots__ = ("_file", "path", "info", "first", "backend")
+    __slots__ = ("_file", "path", "info", "first", "backend", "channels")
 
-    def __init__(self, audio: AudioFile, window: tuple[float, float]):
+    def __init__(self, audio: AudioFile, window: tuple):
         info = audio.info
         first, stop = segment_frames(window, info.sample_rate, info.frames)
+        self.channels = list(window[2]) if len(window) == 3 else None  # the file's channels it is on (None: all)
+        if self.channels is not None and max(self.channels) >= info.channels:
+            audio.close()
+            from audiotree.errors import AudioReadError
+
+            raise AudioReadError(f"Segment [{window[0]:.3f}, {window[1]:.3f}) s is on channel(s) {self.channels} of "
+                                 f"'{audio.path}', which has {info.channels}; the segment list and the recording "
+                                 "disagree. Rebuild the index.", audio.path)
         if first >= info.frames or stop <= first:
             audio.close()
             from audiotree.errors import AudioReadError
@@ -85,7 +104,8 @@ class SegmentFile:
         self.path = audio.path
         self.first = first
         self.backend = audio.backend
-        self.info = dataclasses.replace(info, frames=stop - first)
+        self.info = dataclasses.replace(info, frames=stop - first,
+                                        channels=info.channels if self.channels is None else len(self.channels))
 
     def __enter__(self) -> "SegmentFile":
         return self
@@ -109,7 +129,8 @@ class SegmentFile:
         count = left if num_frames is None else min(int(num_frames), left)
         if count <= 0:
             return np.empty((0, self.info.channels), dtype=np.float32)
-        return self._file.read(self.first + start, count)
+        data = self._file.read(self.first + start, count)
+        return data if self.channels is None else np.ascontiguousarray(data[:, self.channels])
 
 
 def open_audio(path: str | os.PathLike, window: tuple[float, float] | None = None, **kwargs: Any):

@@ -153,6 +153,11 @@ class SoundfileReader:
         if not isinstance(self.source, str):
             self.source.close()
 
+    def detach(self) -> Any:
+        """Closes the decoder but not its source, and returns the source (now the caller's to close)."""
+        self._file.close()
+        return self.source
+
     def _position(self) -> int:
         if self._pos is None:
             self._pos = int(self._file.tell())

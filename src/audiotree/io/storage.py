@@ -59,6 +59,8 @@ __all__ = [
     "filesystem",
     "file_size",
     "stat",
+    "tagged_time",
+    "same_version",
     "version",
     "download",
     "upload",
@@ -71,6 +73,7 @@ __all__ = [
     "use_storage_options",
     "call_with_storage_options",
     "is_transient",
+    "WrongRange",
     "RETRY_ATTEMPTS",
     "RETRY_MAX_DELAY",
 ]
@@ -251,6 +254,13 @@ def redact(text: str, storage_options: Mapping[str, Any] | None = None) -> str:
     return text
 
 
+class WrongRange(OSError):
+    """A ranged GET was answered with other bytes than the range asked for (see :mod:`audiotree.io.ranged_get`).
+
+    Transient: a proxy or cache in between may answer the next try correctly.
+    """
+
+
 def http_status(exc: BaseException) -> int | None:
     """The HTTP status behind ``exc`` or its causes, if any library recorded one."""
     seen = 0
@@ -302,7 +312,7 @@ def is_transient(exc: BaseException) -> bool:
     reports a truncated body as ``ClientPayloadError`` from a
     ``ContentLengthError`` whose ``code=400`` is its parser's, not the server's.
     """
-    if any(_is_cut_short(cur) for cur in _chain(exc)) or _is_checksum_mismatch(exc):
+    if any(_is_cut_short(cur) or isinstance(cur, WrongRange) for cur in _chain(exc)) or _is_checksum_mismatch(exc):
         return True
     return _is_transient(exc)
 
@@ -368,6 +378,10 @@ def remote_error(
         hint = (f"The bytes received failed the storage's checksum after {attempts} attempt(s): the data was damaged "
                 "on the way (a proxy, a flaky network) or the object changed while it was read; check the network and "
                 "try again.")
+    elif any(isinstance(cur, WrongRange) for cur in _chain(exc)):
+        hint = (f"The storage kept answering the ranged request with other bytes than the range asked for, after "
+                f"{attempts} attempt(s): a server, proxy or cache in between ignores or rewrites HTTP Range requests. "
+                "The file is not at fault; read it without that proxy, or from storage that honours Range.")
     elif any(_is_cut_short(cur) for cur in _chain(exc)):
         hint = (f"The connection kept ending before the whole answer arrived (a reset or truncated body) after "
                 f"{attempts} attempt(s); check the server or the network and try again.")
@@ -430,7 +444,11 @@ def stat(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None =
 
     The pair identifies a version of the file (the corpus index records it).
     A remote object's time is the storage's (S3 ``LastModified``, GCS
-    ``updated``), -1 when the backend reports none (plain HTTP).
+    ``updated``), -1 when the backend reports none (plain HTTP). Those times
+    have a resolution of a second (S3) or a millisecond (GCS), so an object
+    replaced by another of the same size within it would look unchanged: the
+    digits below the resolution carry a digest of the object's version tag
+    (GCS ``generation``, else the ``ETag``) instead (:func:`tagged_time`).
 
     Raises ``OSError`` for a local path and :class:`AudioReadError` for a URL.
 
@@ -445,7 +463,43 @@ def stat(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None =
         return int(st.st_size), int(st.st_mtime_ns)
     fs = filesystem(path, storage_options)
     info = retry(lambda: object_info(fs, path), path, "look up", storage_options)
-    return int(info["size"]), _mtime_ns(info)
+    tag = info.get("generation") or info.get("ETag") or info.get("etag")
+    return int(info["size"]), tagged_time(_mtime_ns(info), None if tag is None else str(tag))
+
+
+def tagged_time(mtime_ns: int, tag: str | None) -> int:
+    """``mtime_ns`` (a store's time, whole seconds or milliseconds) with a digest of ``tag`` in the digits below
+    its resolution, never all zero; other times unchanged.
+
+    >>> t = 1_700_000_000 * 10**9
+    >>> tagged_time(t, '"abc"') // 10**9 == t // 10**9, tagged_time(t, '"abc"') != tagged_time(t, '"abd"')
+    (True, True)
+    >>> tagged_time(t + 5, '"abc"'), tagged_time(-1, '"abc"'), tagged_time(t, None) == t
+    (1700000000000000005, -1, True)
+    """
+    import hashlib
+
+    if tag is None or mtime_ns < 0 or mtime_ns % 10**6:
+        return mtime_ns
+    digest = int.from_bytes(hashlib.blake2b(tag.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+    step = 10**9 if mtime_ns % 10**9 == 0 else 10**6
+    return mtime_ns + 1 + digest % (step - 1)
+
+
+def same_version(now_ns: int, recorded_ns: int) -> bool:
+    """Whether a remote object's :func:`stat` time ``now_ns`` matches ``recorded_ns``, which an index may have
+    recorded before times carried a tag digest (its digits below the store's resolution all zero).
+
+    >>> t = 1_700_000_000 * 10**9
+    >>> same_version(tagged_time(t, "e"), t), same_version(tagged_time(t, "e"), tagged_time(t, "f"))
+    (True, False)
+    """
+    if now_ns == recorded_ns:
+        return True
+    for step in (10**9, 10**6):
+        if recorded_ns >= 0 and recorded_ns % step == 0 and now_ns // step == recorded_ns // step:
+            return now_ns % step != 0
+    return False
 
 
 def version(url: str, *, storage_options: Mapping[str, Any] | None = None) -> tuple[int, int, str | None]:

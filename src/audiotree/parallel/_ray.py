@@ -41,6 +41,34 @@ def import_ray():
     return ray
 
 
+def _made_token_path():
+    """``(~/.ray/auth_token, whether ~/.ray existed)`` when no token file exists yet (Ray may save one when it starts
+    a local cluster), else ``None``: a token that was there is never touched."""
+    from pathlib import Path
+
+    folder = Path.home() / ".ray"
+    path = folder / "auth_token"
+    return None if path.exists() else (path, folder.exists())
+
+
+def _remove_made_token(made) -> None:
+    """Removes the token file (and the ``~/.ray`` folder, left empty) that Ray saved during this run.
+
+    Why: ``ray.init()`` of a local cluster turns token authentication on by
+    default and saves a fresh token to ``~/.ray/auth_token`` for it; the
+    cluster is gone after the run, and the file would make every later
+    ``ray.init()`` on this machine use token authentication.
+    """
+    if made is None:
+        return
+    path, folder_existed = made
+    with contextlib.suppress(OSError):
+        path.unlink()
+    if not folder_existed:
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # only when empty
+
+
 def _call(func, chunk):
     return func(chunk)
 
@@ -63,6 +91,7 @@ class RayRunner(Runner):
         """Joins ``address`` (or the running cluster, or starts a local one); leaves what it started."""
         ray = import_ray()
         started = False
+        token = _made_token_path()
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"log_to_driver": False}
             if address is None:
@@ -78,6 +107,7 @@ class RayRunner(Runner):
         finally:
             if started:
                 ray.shutdown()
+                _remove_made_token(token)
 
     def run(self, func, chunks):
         ray = self._ray

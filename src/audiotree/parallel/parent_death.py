@@ -32,7 +32,8 @@ import os
 import sys
 import threading
 
-__all__ = ["exit_with_parent", "started_by_main_thread", "POLL_SECONDS", "ORPHAN_EXIT_CODE"]
+__all__ = ["exit_with_parent", "exit_with_pickling_parent", "PICKLED_BY", "started_by_main_thread", "POLL_SECONDS",
+           "ORPHAN_EXIT_CODE"]
 
 #: How often the watchdog looks at the parent (seconds).
 POLL_SECONDS = 0.25
@@ -113,9 +114,14 @@ def exit_with_parent(parent_pid: int | None = None, *, main_thread: bool = False
     global _watched
     parent = os.getppid() if parent_pid is None else int(parent_pid)
     with _lock:
-        if _watched is not None and _watched[0] == os.getpid():
-            return
-        _watched = (os.getpid(), parent)
+        again = _watched is not None and _watched[0] == os.getpid()
+        if not again:
+            _watched = (os.getpid(), parent)
+    if again:
+        # Already watched (a reader armed it when it was unpickled): add the kernel's signal if now allowed.
+        if main_thread and _watched[1] == parent == os.getppid():
+            _set_parent_death_signal()
+        return
     first_ppid = os.getppid()
     if main_thread and first_ppid == parent:
         _set_parent_death_signal()
@@ -123,3 +129,41 @@ def exit_with_parent(parent_pid: int | None = None, *, main_thread: bool = False
         os._exit(ORPHAN_EXIT_CODE)  # pylint: disable=protected-access
     threading.Thread(target=_watch, args=(parent, first_ppid, interval), name="audiotree-parent-watch",
                      daemon=True).start()
+
+
+#: The key under which a reader's pickle records the pid of the process that pickled it.
+PICKLED_BY = "_audiotree_pickled_by"
+
+
+def _ancestors(levels: int = 3) -> list[int]:
+    """This process's parent, grandparent, ... (``levels`` of them where ``/proc`` tells; the parent elsewhere)."""
+    out = [os.getppid()]
+    for _ in range(levels - 1):
+        try:
+            with open(f"/proc/{out[-1]}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if ppid <= 1:
+            break
+        out.append(ppid)
+    return out
+
+
+def exit_with_pickling_parent(pickled_by: int | None) -> None:
+    """Arms :func:`exit_with_parent` for the process ``pickled_by`` when this process is its child (or grandchild,
+    through a fork server) unpickling an object it pickled; nothing otherwise.
+
+    Why: a data source handed to a plain Grain pipeline (``MapDataset.source(
+    reader) ... mp_prefetch(...)``) or a torch ``DataLoader`` travels to each
+    worker by pickle, with no audiotree code in the worker's start. The
+    reader's ``__setstate__`` calls this, so those workers exit with the
+    script too. The same process (a copy), an unrelated one loading a saved
+    pickle, or a Ray worker arm nothing.
+
+    >>> exit_with_pickling_parent(None), exit_with_pickling_parent(os.getpid())
+    (None, None)
+    """
+    if pickled_by is None or int(pickled_by) == os.getpid() or int(pickled_by) not in _ancestors():
+        return
+    exit_with_parent(int(pickled_by))

@@ -11,7 +11,9 @@ Two reports with one schema (the ``--json`` output, :data:`REPORT_KEYS`):
   (``{group: {"files", "readable", "seconds"}}``);
 - ``formats`` (``"FORMAT/SUBTYPE"``), ``sample_rates`` and ``channels``: file
   counts over the readable files; ``duration_histogram`` (bins of seconds);
-- ``unreadable`` (``[{"path", "reason"}]``), ``short`` (``{"min_seconds",
+- ``unreadable`` (``[{"path", "reason"}]``), ``unreadable_by_reason`` (``{category: files}``, most
+  first: the short :attr:`~audiotree.errors.AudioReadError.category` of each, so that a whole corpus refused
+  for one cause shows as one line), ``short`` (``{"min_seconds",
   "files": [{"path", "seconds"}]}``: the readable files shorter than the
   excerpt length, padded when read), ``notes``;
 - ``loudness``: ``None`` unless asked for, else the integrated loudness of the

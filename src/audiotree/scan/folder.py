@@ -71,19 +71,21 @@ def probe(path: str) -> dict[str, Any]:
             if tail > 0:
                 got = f.read(int(info.frames) - tail, tail).shape[0]
                 if got < tail:
-                    return {"reason": f"truncated: the header claims {int(info.frames)} frames but the audio ends "
+                    return {"category": "truncated",
+                            "reason": f"truncated: the header claims {int(info.frames)} frames but the audio ends "
                                       f"{tail - got} frame(s) early"}
         return {"format": f"{info.format}/{info.subtype}" if info.subtype else str(info.format),
                 "sample_rate": int(info.sample_rate), "channels": int(info.channels), "duration": info.duration}
     except AudioReadError as exc:
-        return {"reason": reason_text(exc, path)}
+        return {"reason": reason_text(exc, path), "category": exc.category}
     except OSError as exc:  # vanished or unreadable by permissions
-        return {"reason": " ".join(str(exc).split())}
+        return {"reason": " ".join(str(exc).split()), "category": "file not found" if isinstance(
+            exc, FileNotFoundError) else "permission denied" if isinstance(exc, PermissionError) else "undecodable"}
 
 
-def measure_loudness(path: str, max_seconds: float) -> tuple[float | None, str | None]:
+def measure_loudness(path: str, max_seconds: float) -> tuple[float | None, str | None, str | None]:
     """Integrated LUFS of the first ``max_seconds`` (``-inf``: silent; BS.1770's weighted channels, at most
-    5), or ``(None, reason)``."""
+    5), or ``(None, reason, its category)``."""
     import numpy as np
 
     from audiotree.dsp.loudness import integrated_loudness
@@ -95,11 +97,11 @@ def measure_loudness(path: str, max_seconds: float) -> tuple[float | None, str |
             rate = f.info.sample_rate
             frames = f.read(0, max(1, int(round(max_seconds * rate))))
     except AudioReadError as exc:
-        return None, reason_text(exc, path)
+        return None, reason_text(exc, path), exc.category
     if frames.shape[0] == 0:
-        return -math.inf, None
+        return -math.inf, None, None
     x = np.ascontiguousarray(frames[:, :5].T)  # BS.1770 weights at most 5 channels (no LFE)
-    return float(integrated_loudness(x, rate)), None
+    return float(integrated_loudness(x, rate)), None, None
 
 
 @contextlib.contextmanager
@@ -156,9 +158,9 @@ def scan_report(sources: Any, *, duration: float = 1.0, loudness: bool = False, 
         results = _map(functools.partial(measure_loudness, max_seconds=loudness_seconds),
                        [f["path"] for f in readable], executor, progress, "Measuring loudness")
         measured = []
-        for f, (lufs, reason) in zip(readable, results):
+        for f, (lufs, reason, category) in zip(readable, results):
             if reason is not None:  # its header read, its audio does not: unreadable everywhere in the report
-                drop_unreadable(report, f["path"], f["group"], f["duration"], reason)
+                drop_unreadable(report, f["path"], f["group"], f["duration"], reason, category)
                 continue
             measured.append((f["path"], lufs))
         report["loudness"] = loudness_section(measured, max_seconds=loudness_seconds, mono=False,

@@ -9,7 +9,10 @@ from typing import Any
 from audiotree.scan.quality import WORST_SHOWN, quality_section
 from audiotree.scan.summary import loudness_section, reason_text, summarise
 
-__all__ = ["index_scan_report", "index_has_profiles", "DEFAULT_WINDOW_CUTOFF"]
+__all__ = ["index_scan_report", "index_has_profiles", "DEFAULT_WINDOW_CUTOFF", "SEGMENT_NOTE"]
+
+#: The note of a segment index's report: its ``files`` (and every per-file list) count segments, one row each.
+SEGMENT_NOTE = "a segment index: 'files' counts segments, one row each."
 
 #: The cutoff (LUFS) of the windows section when none is given.
 DEFAULT_WINDOW_CUTOFF = -40.0
@@ -110,7 +113,7 @@ def index_scan_report(path: str | os.PathLike, *, duration: float = 1.0, lufs_cu
     if ix.has_segments:  # one row per segment: a row is named by its recording and its bounds
         starts, ends = ix.column("start").tolist(), ix.column("end").tolist()
         names = [f"{p} [{s:.3f}, {e:.3f}) s" for p, s, e in zip(names, starts, ends)]
-        notes.append("a segment index: 'files' counts segments, one row each.")
+        notes.append(SEGMENT_NOTE)
     errors = ix.table.column("error").to_pylist()
     containers = ix.table.column("container").to_pylist()
     codecs = ix.table.column("codec").to_pylist()

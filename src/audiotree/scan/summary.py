@@ -18,8 +18,8 @@ SCHEMA_VERSION = 1
 #: The top-level keys of every scan report, of a folder or of an index.
 REPORT_KEYS = frozenset({
     "version", "index", "sources", "files", "readable", "total_seconds", "total_hours", "groups", "formats",
-    "sample_rates", "channels", "duration_histogram", "unreadable", "short", "notes", "loudness", "windows",
-    "quality",
+    "sample_rates", "channels", "duration_histogram", "unreadable", "unreadable_by_reason", "short", "notes",
+    "loudness", "windows", "quality",
 })
 #: The keys of ``report["loudness"]`` when loudness was measured.
 LOUDNESS_KEYS = frozenset({
@@ -46,6 +46,28 @@ def reason_text(error: Any, path: str) -> str:
             text = text[len(prefix):]
             break
     return text or (type(error).__name__ if isinstance(error, BaseException) else "unreadable")
+
+
+def reason_category(fact: Mapping[str, Any]) -> str:
+    """The short category of an unreadable file's fact: its ``category`` (the error's
+    :attr:`~audiotree.errors.AudioReadError.category`), else one derived from its ``reason`` text.
+
+    >>> reason_category({"reason": "the file is truncated: its header declares 4000 bytes"})
+    'truncated'
+    """
+    from audiotree.errors import read_error_category
+
+    return str(fact.get("category") or read_error_category(str(fact.get("reason") or "")))
+
+
+def by_reason(categories: Iterable[str]) -> dict[str, int]:
+    """``{category: files}``, most files first (ties by name): the report's ``unreadable_by_reason``.
+
+    >>> by_reason(["truncated", "empty file", "truncated"])
+    {'truncated': 2, 'empty file': 1}
+    """
+    counts = collections.Counter(categories)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def duration_histogram(durations: Iterable[float]) -> list[dict]:
@@ -111,12 +133,14 @@ def summarise(facts: Sequence[Mapping[str, Any]], *, sources: Mapping[str, list]
     channels: collections.Counter = collections.Counter()
     durations: list[float] = []
     unreadable: list[dict] = []
+    categories: list[str] = []
     short: list[dict] = []
     for f in facts:
         stats = groups.setdefault(f.get("group") or "(all)", {"files": 0, "readable": 0, "seconds": 0.0})
         stats["files"] += 1
         if f.get("reason") is not None:
             unreadable.append({"path": f["path"], "reason": f["reason"]})
+            categories.append(reason_category(f))
             continue
         seconds = float(f["duration"])
         stats["readable"] += 1
@@ -142,6 +166,7 @@ def summarise(facts: Sequence[Mapping[str, Any]], *, sources: Mapping[str, list]
         "channels": {str(k): v for k, v in sorted(channels.items())},
         "duration_histogram": duration_histogram(durations),
         "unreadable": unreadable,
+        "unreadable_by_reason": by_reason(categories),
         "short": {"min_seconds": duration, "files": short},
         "notes": list(notes),
         "loudness": None,
@@ -150,7 +175,8 @@ def summarise(facts: Sequence[Mapping[str, Any]], *, sources: Mapping[str, list]
     }
 
 
-def drop_unreadable(report: dict, path: str, group: str | None, seconds: float, reason: str) -> None:
+def drop_unreadable(report: dict, path: str, group: str | None, seconds: float, reason: str,
+                    category: str | None = None) -> None:
     """Moves a readable file to ``unreadable`` (its header read, its audio did not), fixing every total.
 
     >>> r = summarise([{"group": None, "path": "a.wav", "format": "WAV", "sample_rate": 8000, "channels": 1,
@@ -158,8 +184,13 @@ def drop_unreadable(report: dict, path: str, group: str | None, seconds: float, 
     >>> drop_unreadable(r, "a.wav", None, 2.0, "cut short")
     >>> r["readable"], r["total_seconds"], r["groups"]["(all)"], r["unreadable"]
     (0, 0.0, {'files': 1, 'readable': 0, 'seconds': 0.0}, [{'path': 'a.wav', 'reason': 'cut short'}])
+    >>> r["unreadable_by_reason"]
+    {'undecodable': 1}
     """
     report["unreadable"].append({"path": path, "reason": reason})
+    counts = collections.Counter(report["unreadable_by_reason"])
+    counts[reason_category({"reason": reason, "category": category})] += 1
+    report["unreadable_by_reason"] = by_reason(counts.elements())
     stats = report["groups"][group or "(all)"]
     stats["readable"] -= 1
     stats["seconds"] = round(stats["seconds"] - seconds, 3)

@@ -121,7 +121,8 @@ class IndexRows:
         return self._group_of(self.row(i))
 
     def window(self, i: int) -> tuple[float, float] | None:
-        """Row ``i``'s read window: its segment's ``(start, end)`` seconds, or ``None`` (the whole file)."""
+        """Row ``i``'s read window: its segment's ``(start, end)`` seconds (and ``channels`` when it is on some of
+        the file's channels), or ``None`` (the whole file)."""
         return self._window_of(self.row(i))
 
     # Per store row ``r``: what an item looks up once it has resolved its position (IndexedLoader).
@@ -134,11 +135,16 @@ class IndexRows:
         code = int(self.store.value("group.codes", r))
         return None if code < 0 else self.store.manifest["groups"][code]
 
-    def _window_of(self, r: int) -> tuple[float, float] | None:
+    def _window_of(self, r: int) -> tuple | None:
         if not self.store.has("window"):
             return None
         start, end = self.store.value("window", r)
-        return None if start != start else (float(start), float(end))  # NaN: a whole-file row
+        if start != start:  # NaN: a whole-file row
+            return None
+        mask = int(self.store.value("audio_channels", r)) if self.store.has("audio_channels") else 0
+        if mask:  # a segment on some of the file's channels (one speaker of a stereo call)
+            return float(start), float(end), tuple(k for k in range(mask.bit_length()) if mask >> k & 1)
+        return float(start), float(end)
 
     def _seek_hint(self, r: int, path: str):
         """A :func:`~audiotree.io.flac_indexed.seek_hint` context for row ``r``'s FLAC seek table, or ``None``.
@@ -499,6 +505,15 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
     return {name: weighted(without_silent(rows.take(np.sort(order[bounds[k]:bounds[k + 1]])), loudest,
                                           f"group {name!r}"), weight_by, ix)
             for name, k in by_name}
+
+
+def text_labels(rows: IndexRows) -> list[str]:
+    """The labels ``rows`` carry that are free text (transcripts): the index records them as kind ``"text"``.
+
+    The one place that decides what a text label is, for the check that a
+    fixed-length crop does not carry a whole utterance's transcript.
+    """
+    return [name for name in rows.labels if rows.store.label_kind(name) == "text"]
 
 
 def first_channels(rows: IndexRows) -> int | None:

@@ -15,6 +15,7 @@ looks up one slot and one row (its path from the mapped path column).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import numpy as np
@@ -117,9 +118,10 @@ class StoreSlots:
         file, j = int(value(self.name, "file", slot)), int(value(self.name, "j", slot))
         files = self.store.derived_length(self.name, "stride")
         if not 0 <= file < files:
-            raise ValueError(f"{self.store.directory}: the index's column store is damaged (slot {slot} of "
-                             f"{self.name} names file {file} of {files}). Delete that folder; the next "
-                             "dataset built over the index writes it again.")
+            from audiotree.index.store_check import damaged
+
+            raise damaged(os.path.join(self.store.directory, f"{self.name}.file.npy"),
+                          f"slot {slot} names file {file} of {files}")
         step = float(value(self.name, "stride", file))
         # float(j) * step is the float64 product SlotIndex.offset holds (j * stride).
         return file, float(j) * step, step, float(value(self.name, "usable", file))

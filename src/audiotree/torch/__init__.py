@@ -11,6 +11,7 @@ One module per concept:
 * :mod:`~audiotree.torch.iterable`: ``TorchIterableDataset`` for endless streams.
 * :mod:`~audiotree.torch.loader`: ``AudioDataLoader`` / ``create_dataloader``, which resume exactly.
 * :mod:`~audiotree.torch.reading`: what the adapters share (epochs, reader threads).
+* :mod:`~audiotree.torch.text`: ``TextCollator``, transcripts to padded CTC targets.
 
 Quick start::
 
@@ -37,12 +38,14 @@ from audiotree.torch.loader import AudioDataLoader, as_torch_dataset, create_dat
 from audiotree.torch.map_style import EpochSampler, TorchMapDataset
 from audiotree.torch.reading import DEFAULT_READ_THREADS, ENDLESS_EPOCH_STRIDE
 from audiotree.torch.tensors import TorchAudioTree, collate, collate_tensors, to_torch
+from audiotree.torch.text import TextCollator
 
 __all__ = [
     "TorchAudioTree",
     "to_torch",
     "collate",
     "collate_tensors",
+    "TextCollator",
     "TorchMapDataset",
     "TorchIterableDataset",
     "EpochSampler",

@@ -21,7 +21,8 @@ import grain
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
-from audiotree.sources.datasets.common import building_with_storage_options, check_common, probe_channels, resolve_files
+from audiotree.sources.datasets.common import (building_with_storage_options, check_common, probe_channels,
+                                               refuse_text_crops, resolve_files)
 from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
@@ -72,6 +73,7 @@ def build_file_dataset(
                                         min_duration=corpus.min_duration, max_duration=corpus.max_duration,
                                         on_stale=corpus.on_stale, loudest=loudest, where=corpus.where,
                                         weight_by=corpus.weight_by)
+        refuse_text_crops(rows, duration, excerpt)
         rows = host_items(rows, order.shard_options)
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
         if not output.mono:
@@ -220,6 +222,8 @@ def build_balanced_dataset(
     for name, folders in sources.items():
         what = f"group {name!r}"
         if name in group_rows:
+            if window is None:
+                refuse_text_crops(group_rows[name], duration, excerpt, what=f" ({what})")
             group_rows[name] = host_items(group_rows[name], order.shard_options, what=what)
             group_files[name] = range(len(group_rows[name]))
         else:

@@ -20,7 +20,8 @@ from audiotree.sources.files import SourceSpec, discover
 from audiotree.sources.loading import check_on_read_error
 from audiotree.validation import check_sample_rate, is_int
 
-__all__ = ["check_common", "resolve_files", "probe_channels", "building_with_storage_options", "check_storage_options"]
+__all__ = ["check_common", "resolve_files", "probe_channels", "building_with_storage_options", "check_storage_options",
+           "refuse_text_crops"]
 
 Builder = TypeVar("Builder", bound=Callable[..., Any])
 
@@ -96,3 +97,32 @@ def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, e
         return files
     files, _ = discover(sources, extensions, strict=True, on_read_error=on_read_error, audio_column=audio_column)
     return files
+
+
+def refuse_text_crops(rows: Any, duration: float | None, excerpt: Any, what: str = "") -> None:
+    """Refuses fixed-length excerpts that would carry a whole utterance's text label, unless allowed.
+
+    A ``duration=`` excerpt is a crop of the file (or segment); a transcript
+    label is the whole utterance's, so every crop would be paired with words it
+    does not hold (every CTC target wrong). Whole items (``duration=None``),
+    rows no longer than ``duration`` (read whole, padded) and
+    ``ExcerptConfig(allow_text_crops=True)`` pass.
+    """
+    if rows is None or duration is None or excerpt.strategy == "full" or excerpt.allow_text_crops:
+        return
+    from audiotree.sources.indexed import text_labels
+
+    texts = text_labels(rows)
+    if not texts:
+        return
+    import numpy as np
+
+    longer = int(np.count_nonzero(np.asarray(rows.durations, dtype=np.float64) > float(duration) + 1e-9))
+    if longer:  # items no longer than the excerpt are read whole (padded): their text is right
+        raise ValueError(
+            f"labels {texts} of {rows.index_path}{what} are text (transcripts of the whole file or segment), but "
+            f"duration={duration!r} reads a {duration} s crop of each item, so {longer} of {len(rows)} items longer "
+            "than that would carry words they do not hold. Pass "
+            "duration=None to read whole items (cap them with ExcerptConfig(strategy='full', crop_to=...), pad "
+            "batches with Output(pad_mode=...) / batch_by_duration), or ExcerptConfig(allow_text_crops=True) if the "
+            "crops are meant to carry the full text.")

@@ -313,7 +313,7 @@ class WindowLoader(grain.transforms.RandomMap):
             # The planned length was wrong: a read problem of this file (on_read_error), not a bad argument.
             planned = max_offset + self.duration
             raise AudioReadError(
-                f"Failed to read audio file '{path}': {exc} The windows were planned from {self.durations_source}, "
+                f"Failed to read audio file '{path}': {exc.reason}. The windows were planned from {self.durations_source}, "
                 f"which says it lasts {planned:.3f} s; refresh it (rebuild the index or cache, or fix durations=) "
                 f"or use on_stale='reprobe' with an index.", path) from None
 

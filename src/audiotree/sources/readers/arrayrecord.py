@@ -34,7 +34,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from audiotree.process_local import ProcessLocal
+from audiotree.process_local import ExitsWithPickler, ProcessLocal
 from audiotree.fs import read_limited
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
@@ -159,7 +159,7 @@ def _resolve(paths: Any, folder_of=None) -> list[tuple]:
     return shards
 
 
-class ArrayRecordAudioSource:
+class ArrayRecordAudioSource(ExitsWithPickler):
     """A Grain ``RandomAccessDataSource`` of the items in ArrayRecord datasets.
 
     Args:

@@ -16,12 +16,13 @@ from typing import Any
 
 from audiotree.core import AudioTree
 from audiotree.io.manifest import ManifestReader
+from audiotree.process_local import ExitsWithPickler
 from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 
 __all__ = ["AudioDataSource"]
 
 
-class AudioDataSource(ManifestReader):
+class AudioDataSource(ExitsWithPickler, ManifestReader):
     """A Grain ``RandomAccessDataSource`` over an :class:`~audiotree.AudioWriter` folder.
 
     ``source[i]`` is a batch-of-1 ``AudioTree`` with the item's audio (or

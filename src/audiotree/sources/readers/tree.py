@@ -33,7 +33,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from audiotree.process_local import ProcessLocal
+from audiotree.process_local import ExitsWithPickler, ProcessLocal
 from audiotree.formats import header as _format
 from audiotree.fs import read_limited
 from audiotree.io import storage
@@ -84,7 +84,7 @@ def _leaf_sizes(manifest: TreeManifest) -> dict[str, int | None]:
     return sizes
 
 
-class TreeDataSource(ProcessLocal):
+class TreeDataSource(ExitsWithPickler, ProcessLocal):
     """A Grain ``RandomAccessDataSource`` over a :class:`~audiotree.TreeWriter` folder.
 
     ``source[i]`` rebuilds sample ``i`` with the written structure: every array

@@ -1,0 +1,180 @@
+"""One ranged GET of a remote object, its answer checked against the request.
+
+A ``Range: bytes=a-b`` request may be answered with anything: HTTP allows a
+server or a proxy to send ``200`` and the whole object instead, and a cache in
+between may send a ``206`` for another range. fsspec's ``cat_file`` returns
+whatever body came back, so bytes from elsewhere in the object would be taken
+for the range: shifted audio, a tar member or a Parquet cell from the wrong
+place. :func:`get_range` makes the request itself (s3fs, gcsfs and HTTP) and
+checks the status and the ``Content-Range`` start, end and length against what
+was asked:
+
+- ``206`` for exactly the range (clipped at the object's end): the bytes;
+- ``200``: the whole object. Its length must be ``size`` when the caller knows
+  it; the range is then sliced out of it (:meth:`Answer.part`), never taken as
+  the range;
+- ``416``: the object is shorter than ``a`` (an empty answer);
+- anything else raises :class:`~audiotree.io.storage.WrongRange`, which
+  :func:`audiotree.io.storage.retry` retries and then reports as an
+  :class:`~audiotree.errors.AudioReadError` naming the request.
+
+Other backends (local, ``memory://``, the rest of fsspec) are read with
+``cat_file``; an answer longer than the range is refused the same way.
+
+>>> check_answer("u", 206, "bytes 10-19/100", b"x" * 10, 10, 20)
+Answer(data=b'xxxxxxxxxx', start=10, total=100)
+>>> check_answer("u", 206, "bytes 0-9/100", b"x" * 10, 10, 20)
+Traceback (most recent call last):
+...
+audiotree.io.storage.WrongRange: GET u bytes=10-19 was answered with 206 and Content-Range 'bytes 0-9/100'
+>>> check_answer("u", 200, "", b"0123456789", 2, 5).part(2, 5)
+b'234'
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+from audiotree.io import storage
+
+__all__ = ["Answer", "get_range", "check_answer", "read_range"]
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
+
+
+class Answer(NamedTuple):
+    """What a ranged GET brought: ``data`` holds bytes ``[start, start + len(data))`` of an object of ``total``
+    bytes (``None`` when the answer did not say)."""
+
+    data: bytes
+    start: int
+    total: int | None
+
+    def part(self, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of the object, as far as this answer holds them."""
+        lo = max(0, start - self.start)
+        return self.data[lo:max(lo, stop - self.start)]
+
+    @property
+    def whole(self) -> bool:
+        """Whether the answer is the whole object (a ``200``)."""
+        return self.start == 0 and self.total is not None and len(self.data) == self.total
+
+
+def check_answer(url: str, status: int, content_range: str | None, data: bytes, start: int, stop: int, *,
+                 size: int | None = None) -> Answer:
+    """The :class:`Answer` to ``GET url`` with ``Range: bytes=start-(stop-1)``, or
+    :class:`~audiotree.io.storage.WrongRange` when the status, ``Content-Range`` or body is not that range (or
+    the whole object, of ``size`` bytes when given)."""
+    asked = f"GET {url} bytes={start}-{stop - 1}"
+    content_range = (content_range or "").strip()
+    if status == 206:
+        match = _CONTENT_RANGE.match(content_range)
+        if match is not None:
+            first, last = int(match.group(1)), int(match.group(2))
+            total = None if match.group(3) == "*" else int(match.group(3))
+            end = stop if total is None else min(stop, total)
+            if first == start and last == end - 1 and len(data) == last - first + 1:
+                return Answer(data, start, total)
+        raise storage.WrongRange(f"{asked} was answered with 206 and Content-Range {content_range!r}"
+                                 + (f" and {len(data)} bytes" if match is not None and match.group(1) == str(start)
+                                    else ""))
+    if status == 200:
+        if content_range:
+            match = _CONTENT_RANGE.match(content_range)
+            if match is None or int(match.group(1)) != 0 or int(match.group(2)) != len(data) - 1:
+                raise storage.WrongRange(f"{asked} was answered with 200 and Content-Range {content_range!r}")
+        if size is not None and len(data) != size:
+            raise storage.WrongRange(f"{asked} was answered with 200 and {len(data)} bytes, but the object is "
+                                     f"{size} bytes")
+        if not data and size is None:  # a middlebox's empty 200 is not an empty object (that answers 416)
+            raise storage.WrongRange(f"{asked} was answered with 200 and no bytes")
+        return Answer(data, 0, len(data))
+    raise storage.WrongRange(f"{asked} was answered with HTTP {status}")
+
+
+async def _s3(fs: Any, url: str, start: int, stop: int, size: int | None) -> Answer:
+    bucket, key, version = fs.split_path(url)
+    extra = {"VersionId": version} if version else {}
+    try:
+        resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}", **extra)
+    except OSError as exc:
+        if storage.http_status(exc) == 416 or "not satisfiable" in str(exc).lower():
+            return Answer(b"", start, None)  # the object is shorter than ``start``
+        raise
+    try:
+        data = await resp["Body"].read()
+    finally:
+        resp["Body"].close()
+    status = resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 206 if resp.get("ContentRange") else 200)
+    return check_answer(url, int(status), resp.get("ContentRange"), data, start, stop, size=size)
+
+
+async def _gcs(fs: Any, url: str, start: int, stop: int, size: int | None) -> Answer:
+    try:  # fs.url keeps a generation the URL names
+        status, headers, _, data = await fs._request("GET", fs.url(url), headers={"Range": f"bytes={start}-{stop - 1}"})
+    except Exception as exc:
+        if storage.http_status(exc) == 416:
+            return Answer(b"", start, None)
+        raise
+    return check_answer(url, int(status), headers.get("Content-Range"), data, start, stop, size=size)
+
+
+async def _http(fs: Any, url: str, start: int, stop: int, size: int | None) -> Answer:
+    kw = dict(fs.kwargs)
+    headers = dict(kw.pop("headers", None) or {})
+    headers["Range"] = f"bytes={start}-{stop - 1}"
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers=headers, **kw) as r:
+        if r.status == 416:
+            return Answer(b"", start, None)
+        if r.status == 404:
+            raise FileNotFoundError(url)
+        r.raise_for_status()
+        data = await r.read()
+        status, content_range = r.status, r.headers.get("Content-Range")
+    return check_answer(url, status, content_range, data, start, stop, size=size)
+
+
+def _backend(fs: Any):
+    module = type(fs).__module__
+    if callable(getattr(fs, "_call_s3", None)) and callable(getattr(fs, "split_path", None)):
+        return _s3
+    if module.startswith("gcsfs") and callable(getattr(fs, "_request", None)):
+        return _gcs
+    if module.startswith("fsspec.implementations.http") and callable(getattr(fs, "set_session", None)):
+        return _http
+    return None
+
+
+def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = None) -> Answer:
+    """One GET of bytes ``[start, stop)`` of ``url`` on ``fs``, checked (see the module text); not retried.
+
+    ``size``, the object's length when the caller knows it, is what a ``200``
+    answer must hold.
+    """
+    if stop <= start:
+        return Answer(b"", start, None)
+    backend = _backend(fs)
+    if backend is None:
+        data = fs.cat_file(url, start=start, end=stop)
+        if len(data) > stop - start:
+            raise storage.WrongRange(f"GET {url} bytes={start}-{stop - 1} brought {len(data)} bytes")
+        return Answer(data, start, None)
+    from fsspec.asyn import sync
+
+    return sync(fs.loop, backend, fs, url, start, stop, size)
+
+
+def read_range(fs: Any, url: str, start: int, stop: int, storage_options: Any = None, *, what: str = "read",
+               size: int | None = None) -> bytes:
+    """Bytes ``[start, stop)`` of ``url`` (short only where the object ends): :func:`get_range` retried by
+    :func:`audiotree.io.storage.retry`.
+
+    >>> storage.filesystem("memory://").pipe("memory://doc/ranged/a.bin", b"0123456789")
+    >>> read_range(storage.filesystem("memory://"), "memory://doc/ranged/a.bin", 3, 6)
+    b'345'
+    """
+    answer = storage.retry(lambda: get_range(fs, url, start, stop, size=size), url, what, storage_options)
+    return answer.part(start, stop)
