@@ -94,6 +94,9 @@ def index_as_format_1_0(src: Path, dst: Path, *, profiles: list | None = None) -
     table = table.set_column(table.column_names.index("profile"), pa.field("profile", column.type), column)
     if "seek_points" in table.column_names:  # (from format 1.2)
         table = table.drop_columns(["seek_points"])
+    from audiotree.index.quality import QUALITY_COLUMNS
+
+    table = table.drop_columns([c for c in QUALITY_COLUMNS if c in table.column_names])  # (from format 1.3)
     meta.update(format_version=[1, 0], min_reader_version=[1, 0])
     metadata = dict(table.schema.metadata)
     metadata[b"audiotree"] = json.dumps(meta, sort_keys=True).encode()

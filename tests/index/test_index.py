@@ -124,13 +124,16 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     schema = pq.read_schema(out)
     assert schema.names == ["path", "group", "size", "mtime_ns", "container", "codec", "sample_rate", "channels",
                             "frames", "duration", "readable", "error", "error_kind", "profile_step", "profile",
-                            "seek_points"]
+                            "seek_points", "bandwidth_hz", "clip_share", "clip_longest", "dc_offset", "channel_corr",
+                            "silence_share", "snr_db"]
+    assert schema.field("clip_longest").type == pa.int64() and schema.field("snr_db").type == pa.float64()
     assert schema.field("profile").type == pa.list_(pa.int16())
     assert schema.field("seek_points").type == pa.list_(pa.int64())
     assert schema.field("duration").type == pa.float64() and schema.field("size").type == pa.int64()
     meta = json.loads(pq.read_metadata(out).metadata[b"audiotree"])
-    assert meta["format"] == "audiotree-index" and meta["format_version"] == [1, 2]
-    assert meta["min_reader_version"] == [1, 1]  # a 1.0 reader cannot read int16 profiles; 1.1 skips seek_points
+    assert meta["format"] == "audiotree-index" and meta["format_version"] == [1, 3]
+    # A 1.0 reader cannot read int16 profiles; 1.1 skips seek_points and the quality columns.
+    assert meta["min_reader_version"] == [1, 1]
     assert meta["loudness"] == {"enabled": True, "mono": True, "block_sec": 0.1}
     df = pd.read_parquet(out)
     assert len(df) == 6

@@ -13,6 +13,7 @@ import soundfile
 
 from audiotree.index import build_index, file_profile, open_index, window_loudness
 from audiotree.index.profile import ZERO_BLOCK, decode_profile, encode_profile, profile_of_path
+from audiotree.index.quality import QUALITY_COLUMNS
 from audiotree.io import AudioFile
 from audiotree.synth import synthesize
 from helpers import index_as_format_1_0
@@ -125,10 +126,11 @@ def test_the_index_stores_at_most_two_bytes_a_block_and_half_of_float32(corpus, 
     assert (new_bytes - new_dictionary) / blocks <= 2.0
     assert new_bytes / blocks <= 2.25, new_bytes / blocks  # (2.08 here: the dictionary page of ~8,000 blocks)
     assert new_bytes <= 0.5 * old_bytes, (new_bytes / blocks, old_bytes / blocks)
-    # The whole file, footer and other columns included (less format 1.2's seek points, which 1.0 did not have).
+    # The whole file, footer and other columns included (less format 1.2's seek points and 1.3's quality
+    # columns, which 1.0 did not have).
     without = tmp_path / "without-seek-points.parquet"
     table = pq.read_table(out)
-    pq.write_table(table.drop_columns(["seek_points"]), without, compression="zstd")
+    pq.write_table(table.drop_columns(["seek_points", *QUALITY_COLUMNS]), without, compression="zstd")
     assert os.path.getsize(without) <= 0.5 * os.path.getsize(old)
 
 
@@ -159,9 +161,10 @@ def test_a_1_0_reader_is_told_to_upgrade_and_a_1_1_reader_reads_both(corpus, tmp
     # A reader of 1.0 (expecting float32 profiles) refuses the index by its header, before any column.
     with pytest.raises(ValueError, match=r"needs a reader of version >= 1\.1, but this reader is 1\.0; upgrade"):
         header.check(meta, header.INDEX, out, reader_version=(1, 0))
-    info = header.check(meta, header.INDEX, out, reader_version=(1, 1))  # (1.2 added a column 1.1 never reads)
-    assert info.version == (1, 2) and not info.strict  # a newer minor: its unknown metadata keys are tolerated
-    assert header.check(meta, header.INDEX, out, reader_version=(1, 2)).strict
+    info = header.check(meta, header.INDEX, out, reader_version=(1, 1))  # (1.2 and 1.3 added columns 1.1 never reads)
+    assert info.version == (1, 3) and not info.strict  # a newer minor: its unknown metadata keys are tolerated
+    assert not header.check(meta, header.INDEX, out, reader_version=(1, 2)).strict  # (1.3 is newer still)
+    assert header.check(meta, header.INDEX, out, reader_version=(1, 3)).strict
     old = json.loads(pq.read_metadata(index_as_format_1_0(out, tmp_path / "old.parquet")).metadata[b"audiotree"])
     assert header.check(old, header.INDEX, "old", reader_version=(1, 1)).strict
     # The other formats did not move.
@@ -195,7 +198,7 @@ def test_updating_a_format_1_0_index_reuses_its_rows_and_writes_what_a_fresh_bui
     # Every file is FLAC: read again for its seek points (format 1.2), so the index is a fresh build's.
     assert report.read == report.rows == len(open_index(out)) and report.reused == 0
     meta = json.loads(pq.read_metadata(old).metadata[b"audiotree"])
-    assert meta["format_version"] == [1, 2] and meta["min_reader_version"] == [1, 1]
+    assert meta["format_version"] == [1, 3] and meta["min_reader_version"] == [1, 1]
     assert pq.read_table(old).equals(pq.read_table(out))  # the same int16 profiles as a fresh build
 
 

@@ -69,6 +69,8 @@ class Sources:
     pool: list[str]  # plain paths when no group is named (create_audio_dataset)
     index: str | None = None  # a corpus index (.parquet) read instead of folders
     group_by: str | None = None  # the index label whose values are the balanced groups
+    where: str | None = None  # keep the index rows where this expression holds (Corpus(where=...))
+    labels: tuple = ()  # index columns the items carry (Corpus(labels=...)), e.g. preview --sort-by's
 
     @property
     def balanced(self) -> bool:
@@ -282,6 +284,11 @@ def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100, whole_
     return decorator
 
 
+#: ``--where EXPR`` of the commands that read a corpus index.
+where_option = click.option(
+    "--where", "where", default=None, metavar="EXPR",
+    help="With a corpus index: keep only its rows where EXPR holds, e.g. 'bandwidth_hz >= 16000 and clip_share < "
+         "1e-4' (comparisons of index columns and numbers, and/or/not; see docs/index.md, \"Quality\").")
 sources_argument = click.argument("sources", nargs=-1, required=True, metavar="SOURCES...")
 #: SOURCES that ``--index`` may replace.
 optional_sources_argument = click.argument("sources", nargs=-1, required=False, metavar="[SOURCES]...")
@@ -321,16 +328,20 @@ def resolve_sources(values: Sequence[str], pipeline: PipelineOptions | None = No
     return sources
 
 
-def index_source(values: Sequence[str], index: str | None, group_by: str | None) -> Sources | None:
+def index_source(values: Sequence[str], index: str | None, group_by: str | None,
+                 where: str | None = None) -> Sources | None:
     """The SOURCES of a command reading a corpus index: ``--index PATH``, or one ``.parquet`` SOURCE (as ``scan``).
 
     ``None`` when neither is given (SOURCES are folders). ``group_by`` names
-    the index label whose values become the balanced groups.
+    the index label whose values become the balanced groups; ``where`` keeps
+    the rows where an expression holds (``--where``).
     """
     single = len(values) == 1 and str(values[0]).lower().endswith(".parquet")
     if index is None and not single:
         if group_by is not None:
             raise click.UsageError("--group-by LABEL needs a corpus index (--index corpus.parquet).")
+        if where is not None:
+            raise click.UsageError("--where needs a corpus index (CORPUS.parquet): it filters the index's rows.")
         return None
     if index is not None and values:
         raise click.UsageError("give --index or SOURCES, not both: the index already lists the files.")
@@ -341,7 +352,7 @@ def index_source(values: Sequence[str], index: str | None, group_by: str | None)
         if not os.path.isfile(path):
             raise click.BadParameter(f"'{path}' does not exist.", param_hint="'--index'")
         path = os.path.abspath(path)
-    return Sources(groups={}, pool=[], index=path, group_by=group_by)
+    return Sources(groups={}, pool=[], index=path, group_by=group_by, where=where)
 
 
 def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: int | None = None):
@@ -356,9 +367,11 @@ def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: in
     if sources.index is not None:
         if sources.group_by is not None:
             return create_balanced_audio_dataset(
-                corpus=Corpus(index=sources.index, group_by=sources.group_by, **policy), weights=pipeline.weights,
-                **common)
-        return create_audio_dataset(corpus=Corpus(index=sources.index, **policy), **common)
+                corpus=Corpus(index=sources.index, group_by=sources.group_by, where=sources.where,
+                              labels=sources.labels or None, **policy),
+                weights=pipeline.weights, **common)
+        return create_audio_dataset(corpus=Corpus(index=sources.index, where=sources.where,
+                                                  labels=sources.labels or None, **policy), **common)
     if sources.balanced:
         return create_balanced_audio_dataset(sources.groups, weights=pipeline.weights, corpus=Corpus(**policy),
                                              **common)

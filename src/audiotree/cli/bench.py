@@ -15,6 +15,7 @@ from audiotree.cli._common import (
     describe_pipeline,
     describe_sources,
     index_source,
+    where_option,
     parse_int_list,
     pipeline_options,
     resolve_sources,
@@ -47,9 +48,10 @@ from audiotree.cli._common import (
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 @click.option("--group-by", "group_by", default=None, metavar="LABEL",
               help="With a corpus index as SOURCES (CORPUS.parquet, as for scan): balance over this label's values.")
+@where_option
 @pipeline_options()
 def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, ram_budget, tolerance, plot, as_json,
-          group_by, pipeline) -> None:
+          group_by, where, pipeline) -> None:
     """Measure items/s, time to first batch and peak memory per setting, and name the knee.
 
     \b
@@ -64,7 +66,7 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
         except ImportError:
             raise CliError("--plot needs matplotlib, which audiotree depends on but which cannot be imported; "
                            "reinstall it: pip install audiotree.") from None
-    parsed = index_source(sources, None, group_by) or resolve_sources(sources, pipeline)
+    parsed = index_source(sources, None, group_by, where) or resolve_sources(sources, pipeline)
 
     from audiotree.tuning import default_workers, tune
 

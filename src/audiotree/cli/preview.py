@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from audiotree.cli._common import (
     CliError,
     build_dataset,
     index_source,
+    where_option,
     pipeline_options,
     resolve_sources,
     sources_argument,
@@ -30,8 +32,12 @@ from audiotree.cli._common import (
               help="Arrange the cards in sections by this column: source, folder, format or a label "
                    "the items carry (pitch, velocity, note_duration, an extras key). With a corpus index as "
                    "SOURCES (CORPUS.parquet, as for scan), an index label: excerpts are balanced over its values.")
+@click.option("--sort-by", "sort_by", default=None, metavar="[-]COLUMN",
+              help="With a corpus index as SOURCES: order the cards by this index column (a quality column such as "
+                   "snr_db, or a numeric label), lowest first ('-snr_db': highest first), in one section.")
+@where_option
 @pipeline_options()
-def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pipeline) -> None:
+def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, sort_by, where, pipeline) -> None:
     """Render N excerpts into a static index.html: a player, labels and a picture per excerpt.
 
     \b
@@ -44,13 +50,29 @@ def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pi
     from audiotree.preview import render_preview
 
     by_label = group_by not in _CARD_COLUMNS
-    parsed = index_source(sources, None, group_by if by_label else None) if _is_index(sources) else None
+    parsed = index_source(sources, None, group_by if by_label else None, where) if _is_index(sources) else None
+    if parsed is None and where is not None:
+        raise click.UsageError("--where needs a corpus index (CORPUS.parquet) as SOURCES: it filters the index's rows.")
     if parsed is not None and by_label:
         group_by = "source"  # each excerpt's source is its label value
+    if parsed is None and sort_by is not None:
+        raise click.UsageError("--sort-by needs a corpus index (CORPUS.parquet) as SOURCES: it orders by its columns.")
     if parsed is None:
         parsed = resolve_sources(sources, pipeline)
     started = time.perf_counter()
-    ds = build_dataset(parsed, pipeline, num_epochs=None)
+    if sort_by is not None:
+        from audiotree.cli.quality_report import sort_where, sorted_items
+
+        if _given("group_by"):
+            raise click.UsageError("--sort-by orders every card in one section; it does not combine with --group-by.")
+        column, descending = sort_by.lstrip("-"), sort_by.startswith("-")
+        # The n rows lowest (highest) by the column, ordered: the corpus' worst (best) files by it.
+        parsed = dataclasses.replace(parsed, labels=(*parsed.labels, column), group_by=None,
+                                     where=sort_where(parsed.index, column, n, descending, parsed.where))
+        ds = sorted_items(build_dataset(parsed, pipeline, num_epochs=None), n, column, descending)
+        group_by = None
+    else:
+        ds = build_dataset(parsed, pipeline, num_epochs=None)
     # A ValueError (--group-by naming no column, files of different channel counts) becomes one
     # "Error: audiotree preview: ..." line in the command group.
     result = render_preview(
@@ -70,6 +92,13 @@ def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, pi
 
 
 _CARD_COLUMNS = ("source", "folder", "format")
+
+
+def _given(name: str) -> bool:
+    from click.core import ParameterSource
+
+    return click.get_current_context().get_parameter_source(name) not in (None, ParameterSource.DEFAULT,
+                                                                           ParameterSource.DEFAULT_MAP)
 
 
 def _is_index(sources) -> bool:

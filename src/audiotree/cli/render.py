@@ -22,6 +22,7 @@ from audiotree.cli._common import (
     build_dataset,
     executor_options,
     index_source,
+    where_option,
     optional_sources_argument,
     pipeline_options,
     progress_bar,
@@ -37,6 +38,7 @@ from audiotree.writers.parts import FORMATS
               help="Read the files from this corpus index (audiotree index) instead of SOURCES.")
 @click.option("--group-by", "group_by", default=None, metavar="LABEL",
               help="With --index: balance over the values of this index label (each value is a group).")
+@where_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="Folder of the rendered dataset, or a URL such as s3://bucket/render (created; re-run to resume). "
                    "With --executor ray a folder must be on a file system every node shares; a URL needs none "
@@ -58,7 +60,7 @@ from audiotree.writers.parts import FORMATS
 @click.option("--overwrite", is_flag=True, help="Delete a previous render in --out and start again.")
 @executor_options
 @pipeline_options(whole_files=True)
-def render(sources, index, group_by, out_dir: str, n: int | None, epoch: bool, fmt: str, workers: int,
+def render(sources, index, group_by, where, out_dir: str, n: int | None, epoch: bool, fmt: str, workers: int,
            batch_size: int | None, part_size: int, overwrite: bool, executor: str | None, ray_address: str | None,
            pipeline) -> None:
     """Pre-render N excerpts (or one --epoch) of the pipeline to a dataset on disk.
@@ -83,14 +85,15 @@ def render(sources, index, group_by, out_dir: str, n: int | None, epoch: bool, f
                                "shape per leaf: use --format audio or --format arrayrecord.")
     if batch_size is None:
         batch_size = 1 if pipeline.duration is None else 32
-    parsed = index_source(sources, index, group_by)
+    parsed = index_source(sources, index, group_by, where)
     if parsed is None:
         parsed = resolve_sources(sources, pipeline)
         config_sources = {"sources": {
             name: [p if storage.is_url(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
             for name, paths in (parsed.groups.items() if parsed.balanced else [("", parsed.pool)])}}
     else:
-        config_sources = {"index": parsed.index, "group_by": parsed.group_by}
+        config_sources = {"index": parsed.index, "group_by": parsed.group_by,
+                          **({"where": parsed.where} if parsed.where is not None else {})}
     config = {"epoch": epoch, **config_sources, "pipeline": dataclasses.asdict(pipeline)}
     make_dataset = functools.partial(build_dataset, parsed, pipeline, num_epochs=1 if epoch else None)
     # Built here once (files listed, the index read); executor tasks rebuild it from make_dataset.

@@ -180,6 +180,10 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
         _print_loudness(report["loudness"], console, from_index=bool(report.get("index")), one=one)
     if report.get("windows"):
         _print_windows(report["windows"], console, limit, one=one)
+    if report.get("quality"):
+        from audiotree.cli.quality_report import print_quality
+
+        print_quality(report["quality"], console, limit)
 
 
 def _units(report: dict) -> tuple[str, str]:
@@ -357,7 +361,8 @@ def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs
         if plot is not None and profiles:
             loudness = True  # the plot's second histogram
         report = index_scan_report(sources[0], duration=duration, lufs_cutoff=lufs_cutoff, loudness=loudness,
-                                   loudness_seconds=loudness_seconds, durations_out=durations)
+                                   loudness_seconds=loudness_seconds, durations_out=durations,
+                                   worst=None if (show_all or as_json) else LINES_SHOWN)
         described = f"index {report['index']} ({report['files']} {_units(report)[0]})"
     else:
         if _given("loudness_seconds") and not (loudness or plot is not None):
@@ -377,12 +382,19 @@ def scan(sources, duration: float, loudness: bool, loudness_seconds: float, lufs
         from audiotree.cli._common import describe_sources
 
         described = describe_sources(parsed, files=report["files"])
+    quality_plot = None
     if plot is not None:
         _plot(plot, report, durations, described)
+        if report.get("quality"):
+            from audiotree.cli.quality_report import plot_quality_section
+
+            quality_plot = plot_quality_section(plot, report, described)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         print_report(report, stdout_console(), limit=None if show_all else LINES_SHOWN)
         if plot is not None:
             stdout_console().print(f"Plot: {plot}", soft_wrap=True)
+        if quality_plot is not None:
+            stdout_console().print(f"Quality plot: {quality_plot}", soft_wrap=True)
 

@@ -98,6 +98,11 @@ class ExcerptConfig:
         profile has no window above the cutoff out of sampling (group weights
         are unchanged; the rest of the group is sampled). Without it,
         ``on_failure`` applies to them, decided before anything is read.
+      max_silence_share: ``loudest`` over a corpus index only: a window
+        qualifies only if at most this share of its 100 ms profile blocks is
+        silent (under -60 LUFS, the index's ``silence_share`` rule), as it must
+        clear ``lufs_cutoff``; ``None`` (default) checks no share. Pure in the
+        profile, so items stay a function of ``(seed, index)``.
       crop_to: ``full`` only: the longest item in seconds; longer files keep
         their first ``crop_to`` seconds. ``None`` reads every file whole.
         (``max_duration`` is the builders' filter of index rows: a file
@@ -123,6 +128,7 @@ class ExcerptConfig:
     crop_to: float | None = None
     skip_silent: bool = False
     allow_text_crops: bool = False
+    max_silence_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in _STRATEGIES:
@@ -140,11 +146,15 @@ class ExcerptConfig:
         if self.allow_text_crops and self.strategy == "full":
             raise ValueError("ExcerptConfig.allow_text_crops applies to fixed-length excerpts; strategy='full' reads "
                              "whole items, which keep their text. Remove it.")
+        if self.max_silence_share is not None and not (is_real(self.max_silence_share)
+                                                       and 0 <= self.max_silence_share < 1):
+            raise ValueError(f"max_silence_share must be a share in [0, 1) or None, got {self.max_silence_share!r}.")
         if not float(self.scan_max_seconds) >= 0:
             raise ValueError(f"scan_max_seconds must be >= 0, got {self.scan_max_seconds!r}.")
         if self.strategy != "loudest":
             defaults = {f.name: f.default for f in dataclasses.fields(ExcerptConfig)}
-            for knob in ("num_tries", "lufs_cutoff", "on_failure", "scan_max_seconds", "skip_silent"):
+            for knob in ("num_tries", "lufs_cutoff", "on_failure", "scan_max_seconds", "skip_silent",
+                         "max_silence_share"):
                 if getattr(self, knob) != defaults[knob]:
                     raise ValueError(
                         f"ExcerptConfig.{knob} only applies to strategy='loudest' "

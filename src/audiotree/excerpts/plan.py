@@ -33,6 +33,15 @@ import numpy as np
 
 from audiotree.dsp.loudness import ABSOLUTE_GATE_POWER, BLOCK_STEPS, LUFS_OFFSET, gate_few, gated_from_block_power
 
+def _silent_shares(profile: np.ndarray, w: int) -> np.ndarray:
+    """Per window of ``w`` blocks (one per start): the share of its blocks under the index's silence level."""
+    from audiotree.dsp.quality import SILENCE_LUFS
+
+    silent = (profile < 10.0 ** ((SILENCE_LUFS - LUFS_OFFSET) / 10.0)).astype(np.int64)
+    counts = np.cumsum(np.r_[0, silent])
+    return (counts[w:] - counts[:-w]) / w
+
+
 __all__ = [
     "EXCERPT_METHODS", "PROFILE_MARGIN_LU", "LoudestPlan", "ProfileRowPlan", "RowPlan", "build_plan", "method_extras",
     "method_name",
@@ -331,7 +340,7 @@ class ProfileRowPlan:
     """
 
     def __init__(self, profile, *, duration: float, cutoff: float, margin: float = PROFILE_MARGIN_LU,
-                 keep_profiles: bool = False):
+                 keep_profiles: bool = False, max_silence_share: float | None = None):
         from audiotree.index.profile import window_blocks
 
         p = np.asarray(profile, dtype=np.float64).reshape(-1)
@@ -363,6 +372,8 @@ class ProfileRowPlan:
             exact = self._gate(maybe)
             good = sure.copy()
             good[maybe] = exact > threshold
+        if max_silence_share is not None:  # and not mostly silent (ExcerptConfig.max_silence_share)
+            good = good & (_silent_shares(p, w) <= max_silence_share)
         edges = np.flatnonzero(np.diff(np.r_[0, good.astype(np.int8), 0]))
         self.first = edges[0::2].astype(np.int64)
         self.count = (edges[1::2] - edges[0::2]).astype(np.int64)

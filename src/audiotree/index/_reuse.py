@@ -3,7 +3,9 @@
 A row is reused, not read again, when it was built with the same row
 settings and its file is still listed with the same size and modification
 time. Rows of transient failures are always read again, and so are FLAC
-rows written before the index had seek points (format 1.2), to get theirs.
+rows written before the index had seek points (format 1.2), to get theirs,
+and rows with a profile but no quality columns (written before format 1.3),
+to measure them.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
 
         unknown = pc.fill_null(pc.equal(pc.list_value_length(table.column("seek_points")), 0), False).to_pylist()
         transient = [a or b for a, b in zip(transient, unknown)]
+    if "bandwidth_hz" in table.column_names and "profile" in table.column_names:  # profiled before format 1.3
+        import pyarrow.compute as pc
+
+        blocks = pc.fill_null(pc.list_value_length(table.column("profile")), 0)  # (a file under 100 ms has none)
+        unmeasured = pc.and_(pc.greater(blocks, 0), pc.is_null(table.column("bandwidth_hz")))
+        transient = [a or bool(b) for a, b in zip(transient, unmeasured.to_pylist())]
     keep = []
     for p, s, m, again in zip(paths, sizes, mtimes, transient):
         ap = stored_to_abs.get(p)

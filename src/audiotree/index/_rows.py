@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from audiotree.index.quality import QUALITY_COLUMNS, is_quality
 from audiotree.index.schema import BASE_COLUMNS, arrow_schema, require_pyarrow
 
 __all__ = ["rows_table", "current_table", "write_parquet"]
@@ -29,7 +30,9 @@ def rows_table(rows: Sequence[dict]):
     pa = require_pyarrow()
     schema = arrow_schema()
     arrays = {name: pa.array([r[name] for r in rows], type=schema.field(name).type)
-              for name in BASE_NAMES if name not in ("profile", "seek_points")}
+              for name in BASE_NAMES if name not in ("profile", "seek_points") and not is_quality(name)}
+    for name in QUALITY_COLUMNS:  # NaN (not defined, e.g. a mono file's channel_corr) is stored as null
+        arrays[name] = pa.array([r.get(name) for r in rows], type=schema.field(name).type, from_pandas=True)
     profiles = [r["profile"] for r in rows]
     for p in profiles:
         if p is not None and np.asarray(p).dtype != np.int16:  # a float profile here would be stored truncated
@@ -69,6 +72,10 @@ def current_table(table, *, before_seek_points: bool = False):
         table = table.drop_columns(["seek_points"])
     if "seek_points" not in table.column_names:  # an index or part written before format 1.2
         table = table.append_column("seek_points", _unknown_seek_points(table))
+    for name in QUALITY_COLUMNS:  # an index or part written before format 1.3: not measured
+        if name not in table.column_names:
+            kind = arrow_schema().field(name).type
+            table = table.append_column(pa.field(name, kind), pa.nulls(table.num_rows, kind))
     table = table.select(BASE_NAMES)
     column = table.column("profile")
     if pa.types.is_floating(column.type.value_type):

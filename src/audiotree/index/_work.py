@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from audiotree.index.quality import QUALITY_COLUMNS
+
 __all__ = ["index_file", "index_chunk", "index_segments"]
 
 
@@ -21,11 +23,13 @@ def _empty_row(path: str, group: str | None) -> dict[str, Any]:
         "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
         "sample_rate": None, "channels": None, "frames": None, "duration": None, "readable": False,
         "error": None, "error_kind": None, "profile_step": None, "profile": None, "seek_points": None,
+        **dict.fromkeys(QUALITY_COLUMNS),
     }
 
 
 def _stored_profile(audio, mono: bool):
-    """The profile of ``audio`` as the index stores it (int16, :func:`~audiotree.index.profile.encode_profile`).
+    """The profile of ``audio`` as the index stores it (int16, :func:`~audiotree.index.profile.encode_profile`),
+    and its quality columns (:mod:`audiotree.index.quality`), measured in the same decode pass.
 
     Encoded here, in the worker: the rows sent back are half the size. A
     mean square that is not a finite float32 (samples too large, e.g. 1e25 in a
@@ -34,12 +38,14 @@ def _stored_profile(audio, mono: bool):
     import numpy as np
 
     from audiotree.index.profile import encode_profile, file_profile
+    from audiotree.index.quality import quality_meter
 
-    profile = file_profile(audio, mono=mono)
+    meter = quality_meter(audio.info)
+    profile = file_profile(audio, mono=mono, on_frames=meter.push)
     if not np.all(np.isfinite(profile)):
         raise ValueError(f"'{audio.path}': the loudness of its samples is not finite (they are NaN, infinite, or so "
                          "large their mean square overflows float32), so it cannot be measured; fix or remove the file.")
-    return encode_profile(profile)
+    return encode_profile(profile), meter.result(profile)
 
 
 def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
@@ -68,12 +74,14 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
                 channels=int(info.channels), frames=int(info.frames), duration=float(info.duration),
             )
             if loudness and (mono or info.channels <= 5):
-                row["profile"] = _stored_profile(f, mono)
+                row["profile"], quality = _stored_profile(f, mono)
+                row.update(quality)
                 row["profile_step"] = profile_step(info.sample_rate)
         row["readable"] = True
     except (AudioReadError, OSError, ValueError, MemoryError) as exc:
         row["readable"] = False
         row["profile"] = row["profile_step"] = row["seek_points"] = None
+        row.update(dict.fromkeys(QUALITY_COLUMNS))
         row["error"] = _error_text(exc)
         # A storage that kept failing (resets, 503s) says nothing about the file: the next build reads it again.
         row["error_kind"] = "transient" if storage.is_transient(exc) else "permanent"
@@ -137,9 +145,11 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
                 try:
                     # A view of the open file (not closed here: the next segment reads it too), on its channels.
                     window = (start, end) if row["on"] is None else (start, end, row["on"])
-                    row["profile"] = _stored_profile(SegmentFile(audio, window), mono)
+                    row["profile"], quality = _stored_profile(SegmentFile(audio, window), mono)
+                    row.update(quality)
                     row["profile_step"] = profile_step(rate)
                 except failed as exc:
+                    row.update(dict.fromkeys(QUALITY_COLUMNS))
                     row.update(readable=False, profile=None, profile_step=None, error=_error_text(exc),
                                error_kind="transient" if storage.is_transient(exc) else "permanent")
     return rows

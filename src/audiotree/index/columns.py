@@ -10,7 +10,7 @@ pages of the rows it reads. A :class:`ColumnStore` pickles as its folder's
 name, so a Grain or PyTorch worker (fork or spawn) starts in constant time
 and memory whatever the row count.
 
-Layout (``format`` 1), one raw little-endian ``NAME.bin`` file per array, its
+Layout (``format`` 3), one raw little-endian ``NAME.bin`` file per array, its
 dtype and shape in the manifest (written as it streams):
 
 - ``path.offsets``/``path.data``: the stored paths, UTF-8 (Arrow's string
@@ -19,6 +19,8 @@ dtype and shape in the manifest (written as it streams):
 - ``size``, ``mtime_ns`` (int64), ``duration``, ``channels`` (float64, NaN when
   null), ``readable`` (bool), ``window`` (``(n, 2)`` float64 segment bounds, in
   a segment index only);
+- ``quality-NAME`` (float64, NaN when null): the quality columns and
+  ``sample_rate`` (:mod:`audiotree.index.quality`; since store format 3);
 - ``group.codes`` (int32, ``-1`` for none) with the group names in the manifest;
 - ``label-K.*``: label ``K`` (by position in the manifest): category ids
   (int32) and their vocabulary, numbers as stored, or a text column's
@@ -41,7 +43,7 @@ read as other rows, labels or spans.
 the store was built from: its path, size, modification time and content
 digest (:func:`~audiotree.index.store_check.index_digest`), the row count and
 every array's dtype and shape. A store lives in a folder named by its
-generation, ``g2-DIGEST`` (the index's content digest and root), under the
+generation, ``g3-DIGEST`` (the index's content digest and root), under the
 store folder of the index: beside a local index in a writable folder
 (``corpus.parquet.columns/``), else under ``$AUDIOTREE_CACHE_DIR`` (default
 ``~/.cache/audiotree``), keyed by the index's path or URL. A generation folder
@@ -232,12 +234,16 @@ class ColumnStore:
     def label_key(self, name: str) -> str:
         labels = self.manifest["labels"]
         if name not in labels:
+            from audiotree.index.quality import is_quality, store_key
+
+            if is_quality(name) and self.has(store_key(name)):  # a quality column, carried as a numeric label
+                return store_key(name)
             raise KeyError(f"{self.directory}: no label column {name!r}; its labels are {list(labels)}.")
         return f"label-{labels[name]['position']}"
 
     def label_kind(self, name: str) -> str:
         self.label_key(name)
-        return self.manifest["labels"][name]["kind"]
+        return self.manifest["labels"][name]["kind"] if name in self.manifest["labels"] else "numeric"
 
     def label_leaf(self, name: str, row: int) -> Any:
         """Row ``row``'s label as an item leaf: ``[text]`` for a text label, else a ``(1,)`` array."""

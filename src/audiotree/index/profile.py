@@ -146,7 +146,8 @@ def _decoded() -> np.ndarray:
     return _DECODED
 
 
-def file_profile(audio, *, mono: bool = True, chunk_seconds: float = _CHUNK_SECONDS) -> np.ndarray:
+def file_profile(audio, *, mono: bool = True, chunk_seconds: float = _CHUNK_SECONDS,
+                 on_frames=None) -> np.ndarray:
     """The loudness profile of an open :class:`~audiotree.io.AudioFile`, streamed.
 
     Args:
@@ -154,6 +155,9 @@ def file_profile(audio, *, mono: bool = True, chunk_seconds: float = _CHUNK_SECO
       mono: average the channels before filtering (what ``mono=True`` datasets
         meter); else weight them as BS.1770 does (at most 5 channels).
       chunk_seconds: audio decoded and filtered per step.
+      on_frames: called with each decoded chunk ``(n, channels)`` in order
+        (every frame the profile covers, once): how the index measures
+        quality in the same pass (:class:`audiotree.dsp.quality.QualityMeter`).
 
     Returns:
       float32 ``(frames // step,)``: the K-weighted mean square of each block.
@@ -186,6 +190,8 @@ def file_profile(audio, *, mono: bool = True, chunk_seconds: float = _CHUNK_SECO
                 f"'{audio.path}' ended at {(first * step + frames.shape[0]) / rate:.3f} s, before the "
                 f"{info.duration:.3f} s its header declares; the file is truncated."
             )
+        if on_frames is not None:
+            on_frames(frames)
         power = meter.weighted_power(downmix(frames, axis=1) if mono else frames)
         out[first:first + count] = power.mean(axis=1)
     return out

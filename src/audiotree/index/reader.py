@@ -18,6 +18,7 @@ import numpy as np
 
 from audiotree.commands import index_refresh_command
 from audiotree.errors import AudioReadError
+from audiotree.index.quality import is_quality
 from audiotree.index.schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLUMNS, accepted_types, arrow_schema,
                                     decode_metadata, require_pyarrow)
 from audiotree.index.trust import check_profiles, resolve_root
@@ -380,7 +381,7 @@ def _open_index(path: str, source: Any, columns: Sequence[str] | None, labels: S
             if column not in names:
                 raise ValueError(f"{path}: label column {column!r} is listed in the metadata but missing; rebuild "
                                  "the index.")
-    missing = [name for name in (labels or ()) if name not in meta["labels"]]
+    missing = [name for name in (labels or ()) if name not in meta["labels"] and not is_quality(name)]
     if missing:
         raise ValueError(
             f"{path} has no label column(s) {missing}; its labels are {list(meta['labels'])}. Rebuild the index "

@@ -28,6 +28,10 @@ column          type             meaning
 ``profile``     list<int16>      the loudness profile (below); null without one
 ``seek_points`` list<int64>      a FLAC file's seek table (below); null for other
                                  formats and FLAC files without one
+*quality*       float64 / int64  ``bandwidth_hz``, ``clip_share``, ``clip_longest``
+                                 (int64), ``dc_offset``, ``channel_corr``,
+                                 ``silence_share``, ``snr_db`` (below); null
+                                 without a profile
 *labels*        string / number  the joined label columns, under their own names
 *label*``#id``  int32 (null)     a category label's ids (below)
 =============== ================ =================================================
@@ -97,6 +101,17 @@ by default; libsndfile does not), from one ranged read of the header's first
 written before 1.2 have none; an update reuses them as they are (delete the
 index to rebuild it with the tables).
 
+Quality columns
+---------------
+A build with loudness measures each file's (each segment's) quality in the
+same decode pass as its profile (:mod:`audiotree.dsp.quality` defines each
+measure; docs/index.md, "Quality", gives their measured error). The file's
+Nyquist frequency, to compare ``bandwidth_hz`` with, is ``sample_rate / 2``.
+A value that is not defined is null: every quality column of a row without a
+profile (header-only builds, unreadable files), ``channel_corr`` of a file
+that does not have exactly two channels (or has a constant one), ``snr_db``
+of digital silence. The column store and the datasets read null as NaN.
+
 File metadata
 -------------
 The Parquet key-value metadata holds, under the key ``audiotree``, a JSON
@@ -116,6 +131,9 @@ the metadata instead, where an id is a value's position; both are read.)
 
 Versions
 --------
+* 1.3: the quality columns. A 1.1 reader reads the index (it never asks for
+  them), so ``min_reader_version`` stays 1.1. An index of an older version
+  reads them as null; an update with loudness re-reads its files to measure them.
 * 1.2: the ``seek_points`` column. A 1.1 reader reads the index (it never
   asks for that column), so ``min_reader_version`` stays 1.1.
 * 1.1: ``profile`` is ``list<int16>`` centi-decibels. A 1.0 reader cannot read
@@ -130,6 +148,7 @@ import os
 from typing import Any, Mapping
 
 from audiotree.formats import header as _format
+from audiotree.index.quality import QUALITY_TYPES
 from audiotree.validation import is_int
 
 __all__ = [
@@ -151,7 +170,7 @@ __all__ = [
 ]
 
 #: The index layout this code writes (see "Versions").
-FORMAT_VERSION: tuple[int, int] = (1, 2)
+FORMAT_VERSION: tuple[int, int] = (1, 3)
 #: Readers older than this cannot read what this code writes: 1.0 readers expect float32 profiles.
 MIN_READER_VERSION: tuple[int, int] = (1, 1)
 METADATA_KEY = b"audiotree"
@@ -175,6 +194,7 @@ BASE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("profile_step", "int32", True),
     ("profile", "list<int16>", True),
     ("seek_points", "list<int64>", True),
+    *((name, kind, True) for name, kind in QUALITY_TYPES.items()),
 )
 RESERVED_COLUMNS = frozenset(name for name, _, _ in BASE_COLUMNS)
 #: The columns of a segment index (after the base columns; see "Segment indexes").
@@ -186,7 +206,7 @@ SEGMENT_COLUMNS: tuple[tuple[str, str, bool], ...] = (
 )
 SEGMENT_NAMES = tuple(name for name, _, _ in SEGMENT_COLUMNS)
 #: Base columns an index written by an older minor version may lack (read as all null).
-OPTIONAL_COLUMNS = frozenset({"error_kind", "seek_points"})
+OPTIONAL_COLUMNS = frozenset({"error_kind", "seek_points", *QUALITY_TYPES})
 # Base column types an index of an older minor version holds instead (still read): 1.0's float32 profiles.
 _LEGACY_TYPES = {"profile": ("list<float32>",)}
 META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels")

@@ -14,7 +14,8 @@ import numpy as np
 
 __all__ = ["write_store", "STORE_FORMAT"]
 
-#: Version of the store's layout; a store of another version is rebuilt (2: generations, checksums; 3: segment ids).
+#: Version of the store's layout; a store of another version is rebuilt (2: generations, checksums; 3: segment
+#: ids, the quality columns and ``sample_rate``, :mod:`audiotree.index.quality`).
 STORE_FORMAT = 3
 # Rows read from the index per step while building (bounds the builder's memory).
 _BATCH_ROWS = 65_536
@@ -24,6 +25,7 @@ def write_store(ix: Any, folder: str, identity: dict) -> dict:
     """Writes the arrays of ``ix`` into ``folder``; returns the manifest (without its checksum)."""
     import pyarrow as pa
 
+    from audiotree.index.quality import STORE_COLUMNS, quality_arrays
     from audiotree.index.reader import open_index
     from audiotree.index.text import TextColumn
 
@@ -40,7 +42,8 @@ def write_store(ix: Any, folder: str, identity: dict) -> dict:
         put(name + ".data", np.asarray(data, np.uint8))
 
     names = list(ix.meta["labels"])
-    full = open_index(ix.path, columns=["path", "group", "size", "mtime_ns", "channels", "duration", "readable"],
+    full = open_index(ix.path, columns=["path", "group", "size", "mtime_ns", "channels", "duration", "readable",
+                                        *STORE_COLUMNS],
                       labels=names, root=ix.root)
     table = full.table
     n = len(full)
@@ -72,6 +75,8 @@ def write_store(ix: Any, folder: str, identity: dict) -> dict:
                                                               for v in full.vocabulary(name)]))
         else:
             put(key, np.asarray(full.label_values(name)))
+    for key, array in quality_arrays(table).items():  # (NaN for an index without quality columns)
+        put(key, array)
     if "audio_channels" in table.column_names:  # a segment on some channels: a bit per channel (0: all)
         put("audio_channels", np.asarray([0 if c is None else sum(1 << int(k) for k in c)
                                           for c in table.column("audio_channels").to_pylist()], np.int64))

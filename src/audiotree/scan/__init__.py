@@ -21,7 +21,9 @@ Two reports with one schema (the ``--json`` output, :data:`REPORT_KEYS`):
   index built with ``--mono`` profiles it; else BS.1770's weighted channels);
 - ``windows``: for an index with profiles, each file's share of excerpt-length
   windows above a cutoff; ``None`` otherwise. A file shorter than the window
-  has no full window: ``windows`` 0 and ``share_above`` ``None``.
+  has no full window: ``windows`` 0 and ``share_above`` ``None``;
+- ``quality``: for an index with quality columns, each column's histogram and
+  worst files (:mod:`audiotree.scan.quality`); ``None`` otherwise.
 
 >>> sorted(REPORT_KEYS)[:4]
 ['channels', 'duration_histogram', 'files', 'formats']

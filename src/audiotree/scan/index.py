@@ -6,6 +6,7 @@ import math
 import os
 from typing import Any
 
+from audiotree.scan.quality import WORST_SHOWN, quality_section
 from audiotree.scan.summary import loudness_section, reason_text, summarise
 
 __all__ = ["index_scan_report", "index_has_profiles", "DEFAULT_WINDOW_CUTOFF", "SEGMENT_NOTE"]
@@ -62,7 +63,7 @@ def _sources(meta: dict) -> dict[str, list[str]]:
 
 def index_scan_report(path: str | os.PathLike, *, duration: float = 1.0, lufs_cutoff: float | None = None,
                       loudness: bool = False, loudness_seconds: float = 30.0,
-                      durations_out: list | None = None) -> dict[str, Any]:
+                      durations_out: list | None = None, worst: int | None = WORST_SHOWN) -> dict[str, Any]:
     """The health report of a corpus index (the keys of :func:`audiotree.scan.scan_report`).
 
     Counts, formats, rates, channels and durations come from the rows. With
@@ -73,7 +74,9 @@ def index_scan_report(path: str | os.PathLike, *, duration: float = 1.0, lufs_cu
     ``short`` as the folder scan lists it). ``loudness`` adds the integrated
     loudness of each file's first ``loudness_seconds``, from its profile (of the
     channel average when the index was built with ``--mono``; within 0.1 LU of
-    the meter on the same signal).
+    the meter on the same signal). ``quality``, for an index with quality
+    columns, gives each column's histogram and its ``worst`` files (``None``:
+    every file; :mod:`audiotree.scan.quality`).
 
     Raises:
       ValueError: ``loudness`` or ``lufs_cutoff`` on an index without profiles,
@@ -92,6 +95,7 @@ def index_scan_report(path: str | os.PathLike, *, duration: float = 1.0, lufs_cu
     import numpy as np
 
     from audiotree.index import open_index, window_blocks, window_loudness
+    from audiotree.index.quality import has_quality
     from audiotree.index.schema import BLOCK_SEC
 
     if not (isinstance(duration, (int, float)) and math.isfinite(duration) and duration > 0):
@@ -126,6 +130,8 @@ def index_scan_report(path: str | os.PathLike, *, duration: float = 1.0, lufs_cu
     report = summarise(facts, sources=_sources(ix.meta), duration=duration, index=ix.path, notes=notes)
     if durations_out is not None:
         durations_out.extend(f["duration"] for f in facts if f.get("reason") is None)
+    if has_quality(ix.meta):
+        report["quality"] = quality_section(ix.table, names, readable, worst=worst)
     if not ix.has_profile:
         report["notes"].append("the index holds no loudness profiles (it was built with --no-loudness): no window "
                                "shares, no loudness.")

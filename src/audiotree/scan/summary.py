@@ -19,7 +19,7 @@ SCHEMA_VERSION = 1
 REPORT_KEYS = frozenset({
     "version", "index", "sources", "files", "readable", "total_seconds", "total_hours", "groups", "formats",
     "sample_rates", "channels", "duration_histogram", "unreadable", "unreadable_by_reason", "short", "notes",
-    "loudness", "windows",
+    "loudness", "windows", "quality",
 })
 #: The keys of ``report["loudness"]`` when loudness was measured.
 LOUDNESS_KEYS = frozenset({
@@ -171,6 +171,7 @@ def summarise(facts: Sequence[Mapping[str, Any]], *, sources: Mapping[str, list]
         "notes": list(notes),
         "loudness": None,
         "windows": None,
+        "quality": None,
     }
 
 

@@ -181,13 +181,14 @@ class IndexRows:
             return None
         from audiotree.excerpts.plan import ProfileRowPlan
 
-        duration, cutoff, keep = self.loudest
-        return ProfileRowPlan(profile, duration=duration, cutoff=cutoff, keep_profiles=keep)
+        duration, cutoff, keep, *silence = self.loudest
+        return ProfileRowPlan(profile, duration=duration, cutoff=cutoff, keep_profiles=keep,
+                              max_silence_share=silence[0] if silence else None)
 
     def qualifying(self) -> np.ndarray:
         """Positions with a window above the cutoff by the profile, or with no profile (not known silent)."""
-        duration, cutoff, _ = self.loudest
-        flags = _qualifying_flags(self.store, duration, cutoff)
+        duration, cutoff, _, *silence = self.loudest
+        flags = _qualifying_flags(self.store, duration, cutoff, silence[0] if silence else None)
         return np.flatnonzero(flags if self.selection is None else flags[self.rows()])
 
     # ---------------------------------------------------------- staleness
@@ -259,18 +260,22 @@ class PathColumn:
         return (self._rows.path(i) for i in range(len(self)))
 
 
-def _qualifying_flags(store: Any, duration: float, cutoff: float) -> np.ndarray:
-    """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin), or no profile. Computed once, kept."""
+def _qualifying_flags(store: Any, duration: float, cutoff: float, max_silence: float | None = None) -> np.ndarray:
+    """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin) and at most ``max_silence`` silent, or
+    no profile. Computed once, kept."""
     from audiotree.excerpts.plan import PROFILE_MARGIN_LU, ProfileRowPlan
 
     name = f"qualifying-{duration:.6g}s-{cutoff:.6g}LUFS-{PROFILE_MARGIN_LU:g}"
+    if max_silence is not None:
+        name += f"-silence{max_silence:.6g}"
     if store.has_extra(name):
         return store.extra(name)
     flags = np.ones(len(store), dtype=bool)
     for r in range(len(store)):
         profile = store.profile(r)
         if profile is not None and profile.size:
-            flags[r] = ProfileRowPlan(profile, duration=duration, cutoff=cutoff).qualifies
+            flags[r] = ProfileRowPlan(profile, duration=duration, cutoff=cutoff,
+                                      max_silence_share=max_silence).qualifies
     return store.save_extra(name, flags)
 
 
@@ -355,6 +360,9 @@ def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool =
     """The spec when ``excerpt`` is ``loudest`` (``None`` otherwise); refuses ``skip_silent`` without an index."""
     if excerpt.strategy != "loudest":
         return None
+    if excerpt.max_silence_share is not None and not has_index:
+        raise ValueError("ExcerptConfig(max_silence_share=...) needs Corpus(index=...) (a corpus index with loudness "
+                         "profiles): without one, which windows are silent is not known before they are read.")
     if excerpt.skip_silent and not has_index:
         raise ValueError("ExcerptConfig(skip_silent=True) needs Corpus(index=...) (a corpus index with loudness profiles): "
                          "without one, silent files are not known before they are read.")
@@ -364,12 +372,15 @@ def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool =
 def _with_loudest(rows: IndexRows, ix: Any, spec: LoudestSpec) -> IndexRows:
     """``rows`` planning ``loudest`` excerpts from their profiles (per item), when the index has them."""
     if not ix.has_profile:
-        if spec.excerpt.skip_silent:
-            raise ValueError(f"{ix.path} was built without loudness profiles, so skip_silent=True cannot know which "
+        if spec.excerpt.skip_silent or spec.excerpt.max_silence_share is not None:
+            option = "skip_silent=True" if spec.excerpt.skip_silent else "max_silence_share"
+            raise ValueError(f"{ix.path} was built without loudness profiles, so {option} cannot know which "
                              "files are silent; rebuild it without --no-loudness.")
         return rows  # loudest then searches each file
     # Items take lufs from the profile when it describes what they meter (the same mono/stereo mix).
-    return dataclasses.replace(rows, loudest=(spec.duration, float(spec.excerpt.lufs_cutoff), ix.mono == spec.mono))
+    silence = spec.excerpt.max_silence_share
+    return dataclasses.replace(rows, loudest=(spec.duration, float(spec.excerpt.lufs_cutoff), ix.mono == spec.mono)
+                               + (() if silence is None else (float(silence),)))
 
 
 def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> IndexRows:
@@ -386,8 +397,13 @@ def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> Inde
     return rows if keep.size == len(rows) else rows.take(keep)
 
 
-def _selected_rows(store: Any, min_duration: float | None, max_duration: float | None) -> np.ndarray:
+def _selected_rows(store: Any, min_duration: float | None, max_duration: float | None, where: str | None = None,
+                   ix: Any = None) -> np.ndarray:
     keep = store.column("readable").astype(bool)
+    if where is not None:
+        from audiotree.index.where import where_mask
+
+        keep = keep & where_mask(where, store, ix.path, ix.meta)
     if min_duration is not None or max_duration is not None:
         duration = store.column("duration")
         if min_duration is not None:
@@ -399,26 +415,33 @@ def _selected_rows(store: Any, min_duration: float | None, max_duration: float |
 
 def rows_from_index(
     index: Any, *, labels: Any = None, min_duration: float | None = None, max_duration: float | None = None,
-    what: str = "the index", loudest: LoudestSpec | None = None, filter_silent: bool = True,
+    what: str = "the index", loudest: LoudestSpec | None = None, filter_silent: bool = True, where: str | None = None,
+    weight_by: Any = None,
 ) -> IndexRows:
-    """The readable rows of ``index`` within the duration filters, with ``labels``.
+    """The readable rows of ``index`` within the duration filters and ``where`` (:mod:`audiotree.index.where`), with
+    ``labels``.
 
     With ``loudest``, the rows plan loud excerpts from the profiles (and,
     under ``skip_silent`` and ``filter_silent``, lose the silent files).
     Start-up reads the index's metadata and opens its column store; its cost
     does not grow with the rows beyond the filters' one vectorised pass.
     """
+    from audiotree.index.quality import is_quality, require_quality
     from audiotree.sources.item_labels import label_request, plan_labels
 
     _check_filters(min_duration, max_duration)
     request = label_request(labels)
     ix, store = load_index(index)
-    selected = _selected_rows(store, min_duration, max_duration)
+    quality = [name for name, _ in request if is_quality(name)]
+    if quality:
+        require_quality(ix.path, ix.meta, f"Corpus(labels={quality})")
+    selected = _selected_rows(store, min_duration, max_duration, where, ix)
     if selected.size == 0:
         raise RuntimeError(
             f"No rows of {ix.path} to read ({what}): of {len(store)} rows, none is readable"
             + (f" within min_duration={min_duration}, max_duration={max_duration}" if min_duration is not None
                or max_duration is not None else "")
+            + (f" where {where}" if where is not None else "")
             + ". Check the filters, or rebuild the index."
         )
     unreadable = len(store) - int(np.count_nonzero(store.column("readable")))
@@ -434,7 +457,18 @@ def rows_from_index(
         rows = _with_loudest(rows, ix, loudest)
         if filter_silent:
             rows = without_silent(rows, loudest, what)
-    return rows
+    return weighted(rows, weight_by, ix)
+
+
+def weighted(rows: IndexRows, weight_by: Any, ix: Any) -> IndexRows:
+    """``rows`` resampled by ``weight_by`` (:mod:`audiotree.index.weights`); as they are without one."""
+    if weight_by is None:
+        return rows
+    from audiotree.index.weights import resample_positions, row_weights
+
+    store_rows = rows.rows()
+    weights = row_weights(weight_by, rows.store, ix.path, ix.meta, store_rows)
+    return rows.take(resample_positions(weights, f"weight_by of {ix.path}"))
 
 
 def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRows]:
@@ -445,6 +479,7 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
     if group_by != "group" and group_by not in ix.label_names:
         raise ValueError(f"{ix.path} has no column {group_by!r} to group by; use 'group' or one of its labels "
                          f"{ix.label_names}.")
+    weight_by = kwargs.pop("weight_by", None)  # (within each group)
     rows = rows_from_index(ix, filter_silent=False, **kwargs)
     codes, names = store.codes(group_by)
     keys = codes[rows.rows()]
@@ -458,7 +493,8 @@ def rows_by_group(index: Any, group_by: str, **kwargs: Any) -> dict[str, IndexRo
     bounds = np.r_[starts, keys.size]
     loudest = kwargs.get("loudest")
     by_name = sorted((names[int(code)], k) for k, code in enumerate(present))
-    return {name: without_silent(rows.take(np.sort(order[bounds[k]:bounds[k + 1]])), loudest, f"group {name!r}")
+    return {name: weighted(without_silent(rows.take(np.sort(order[bounds[k]:bounds[k + 1]])), loudest,
+                                          f"group {name!r}"), weight_by, ix)
             for name, k in by_name}
 
 
@@ -504,7 +540,7 @@ def checked_channels(rows: IndexRows, channels: int | None) -> int | None:
 
 
 def refuse_index_options(**options: Any) -> None:
-    """``labels=``/``min_duration=``/``max_duration=`` come from an index; refuse them without one."""
+    """``labels=``/``min_duration=``/``max_duration=``/``where=`` come from an index; refuse them without one."""
     given = sorted(name for name, value in options.items() if value is not None)
     if given:
         raise ValueError(f"Corpus({', '.join(given)}) need Corpus(index=...) (a corpus index from `audiotree index`); folders carry no "

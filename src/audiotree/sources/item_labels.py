@@ -181,7 +181,10 @@ def plan_labels(store: Any, request: Any, index_path: str) -> LabelPlan:
     Raises ``ValueError`` naming the index when a label has none of its
     columns, or when aliased columns hold numbers and strings.
     """
-    available = list(store.manifest["labels"]) + ([_ID] if store.has("id.offsets") else [])
+    from audiotree.index.quality import QUALITY_COLUMNS, store_key
+
+    available = (list(store.manifest["labels"]) + ([_ID] if store.has("id.offsets") else [])
+                 + [name for name in QUALITY_COLUMNS if store.has(store_key(name))])
     names, kinds, columns, derived = [], [], [], []
     for name, wanted in request:
         found = tuple(c for c in wanted if c in available)

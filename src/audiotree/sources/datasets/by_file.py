@@ -71,14 +71,16 @@ def build_file_dataset(
     if corpus.index is not None:
         rows = indexed.rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
                                         min_duration=corpus.min_duration, max_duration=corpus.max_duration,
-                                        on_stale=corpus.on_stale, loudest=loudest)
+                                        on_stale=corpus.on_stale, loudest=loudest, where=corpus.where,
+                                        weight_by=corpus.weight_by)
         refuse_text_crops(rows, duration, excerpt)
         rows = host_items(rows, order.shard_options)
         files = range(len(rows))  # items are row numbers; IndexedLoader maps them to files
         if not output.mono:
             channels = indexed.checked_channels(rows, channels)
     else:
-        indexed.refuse_index_options(min_duration=corpus.min_duration, max_duration=corpus.max_duration)
+        indexed.refuse_index_options(min_duration=corpus.min_duration, max_duration=corpus.max_duration,
+                                     where=corpus.where, weight_by=corpus.weight_by)
         if corpus.labels is not None:  # sidecars of tar members, columns of Parquet rows
             files, stream_labels = resolve_labelled_files(sources, filepaths, corpus)
         else:
@@ -170,7 +172,8 @@ def build_balanced_dataset(
             raise ValueError("Pass Corpus(index=..., group_by=...) or sources=, not both.")
         group_rows = indexed.rows_by_group(corpus.index, corpus.group_by, labels=corpus.labels,
                                            min_duration=corpus.min_duration,
-                                           max_duration=corpus.max_duration, loudest=loudest)
+                                           max_duration=corpus.max_duration, loudest=loudest, where=corpus.where,
+                                           weight_by=corpus.weight_by)
         sources = {name: None for name in group_rows}
     elif corpus.group_by is not None:
         raise ValueError("Corpus(group_by=...) groups the rows of an index; pass Corpus(index=...) as well.")
@@ -178,7 +181,8 @@ def build_balanced_dataset(
         if indexed.is_index_path(spec):
             group_rows[name] = indexed.rows_from_index(spec, labels=corpus.labels, min_duration=corpus.min_duration,
                                                        max_duration=corpus.max_duration, what=f"group {name!r}",
-                                                       loudest=loudest)
+                                                       loudest=loudest, where=corpus.where,
+                                                       weight_by=corpus.weight_by)
     if group_rows:
         from audiotree.index.reader import check_on_stale
         from audiotree.sources.item_labels import check_same_kinds
@@ -186,7 +190,8 @@ def build_balanced_dataset(
         check_on_stale(corpus.on_stale)
         check_same_kinds({rows.index_path: rows.labels for rows in group_rows.values()})
     else:
-        indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration)
+        indexed.refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration,
+                                     where=corpus.where, weight_by=corpus.weight_by)
     check_measure_lufs(output.measure_lufs)
     if order.shard_options is not None:
         check_shard_options(order.shard_options)

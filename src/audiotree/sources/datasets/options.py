@@ -116,6 +116,16 @@ class Corpus:
         :mod:`audiotree.sources.item_labels`).
       min_duration, max_duration: keep index rows within these seconds (a
         filter: a longer file is left out, never cropped).
+      where: keep the index rows where this expression over index columns
+        holds, e.g. ``"bandwidth_hz >= 16000 and clip_share < 1e-4"``:
+        comparisons of columns (quality columns, ``sample_rate``,
+        ``duration``, ``channels``, ``size``, numeric labels) and numbers,
+        joined by ``and``/``or``/``not`` (:mod:`audiotree.index.where`; a
+        missing value compares false). Applied once, before any worker starts.
+      weight_by: draw the index rows of each group in proportion to a
+        numeric column (``"snr_db"``) or to a function of the columns
+        (``lambda c: c["snr_db"].clip(0, 40)``): each row fills its share of
+        the group's items, deterministically (:mod:`audiotree.index.weights`).
       on_stale: a file whose size or mtime differs from its index row:
         ``"raise"`` (naming the file and the refresh command), ``"reprobe"``
         (read it as it is now), ``"skip"`` the item, or ``"trust"`` (no check
@@ -153,6 +163,8 @@ class Corpus:
     extensions: Sequence[str] | None = None
     audio_column: str | None = None
     storage_options: Mapping[str, Any] | None = None
+    where: str | None = None
+    weight_by: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.labels, Mapping):  # {label: [aliases]}: one label made of several columns

@@ -535,14 +535,18 @@ def build_windowed_dataset(
     sample_rate, shuffle_seed, excerpt_seed = check_common(num_epochs=num_epochs, on_read_error="raise",
                                                            output=output, order=order)
     rows = None
+    if corpus.weight_by is not None:
+        raise ValueError("create_windowed_audio_dataset() reads every window of every file once; Corpus(weight_by=...) "
+                         "applies to create_audio_dataset and create_balanced_audio_dataset.")
     if corpus.index is not None:
         rows = rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
                                 min_duration=corpus.min_duration, max_duration=corpus.max_duration,
-                                on_stale=corpus.on_stale)
+                                on_stale=corpus.on_stale, where=corpus.where)
         rows = host_items(rows, order.shard_options)
         files = rows.paths
     else:
-        refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration)
+        refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration,
+                             where=corpus.where)
         files = resolve_files(sources, filepaths, corpus.extensions, audio_column=corpus.audio_column)
         files = host_items(files, order.shard_options)
     ds = windowed_group_dataset(
