@@ -15,18 +15,21 @@ def _value(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def print_quality(quality: dict, console, limit: int | None) -> None:
-    """Each column's histogram and its worst files (at most ``limit`` lines each; ``None``: every file)."""
+def print_quality(quality: dict, console, limit: int | None, unit: str = "files") -> None:
+    """Each column's histogram and its worst rows (at most ``limit`` lines each; ``None``: every row).
+
+    ``unit`` names the rows: ``"files"``, or ``"segments"`` in a segment index's report.
+    """
     from rich.table import Table
 
     console.print("Quality (from the index's quality columns; docs/index.md, \"Quality\"):")
     for column, entry in quality.items():
-        console.print(f"{column}: {entry['measured']} files, min {_value(entry['min'])}, median "
+        console.print(f"{column}: {entry['measured']} {unit}, min {_value(entry['min'])}, median "
                       f"{_value(entry['median'])}, max {_value(entry['max'])}", soft_wrap=True)
         largest = max((b["count"] for b in entry["histogram"]), default=0)
         hist = Table(show_edge=False, box=None, padding=(0, 1))
         hist.add_column(column)
-        hist.add_column("files", justify="right")
+        hist.add_column(unit, justify="right")
         hist.add_column("")
         for b in entry["histogram"]:
             low = "-inf" if b["min"] is None else f"{b['min']:g}"

@@ -183,7 +183,7 @@ def print_report(report: dict, console, *, limit: int | None = LINES_SHOWN) -> N
     if report.get("quality"):
         from audiotree.cli.quality_report import print_quality
 
-        print_quality(report["quality"], console, limit)
+        print_quality(report["quality"], console, limit, _units(report)[0])
 
 
 def _units(report: dict) -> tuple[str, str]:
