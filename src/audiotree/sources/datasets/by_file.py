@@ -22,7 +22,8 @@ from audiotree.excerpts.config import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import (building_with_storage_options, check_common, probe_channels,
-                                              refuse_text_crops, resolve_files, resolve_labelled_files)
+                                              refuse_text_crops, refuse_text_windows, resolve_files,
+                                              resolve_labelled_files)
 from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
@@ -229,6 +230,8 @@ def build_balanced_dataset(
         if name in group_rows:
             if window is None:
                 refuse_text_crops(group_rows[name], duration, excerpt, what=f" ({what})")
+            else:
+                refuse_text_windows(group_rows[name], window, what=f" ({what})")
             group_rows[name] = host_items(group_rows[name], order.shard_options, what=what)
             group_files[name] = range(len(group_rows[name]))
         else:

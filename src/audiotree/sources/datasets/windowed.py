@@ -42,7 +42,8 @@ from audiotree.io.excerpt import OffsetPastEndError
 from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
-from audiotree.sources.datasets.common import building_with_storage_options, check_common, resolve_files
+from audiotree.sources.datasets.common import (building_with_storage_options, check_common, refuse_text_windows,
+                                              resolve_files)
 from audiotree.sources.containers import host_items
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
@@ -98,6 +99,7 @@ class WindowConfig:
     lufs_cache: Any = None
     lufs_cutoff: float = -40.0
     lufs_window_sec: float | None = None
+    allow_text_crops: bool = False
 
     def __post_init__(self) -> None:
         check_positive(self.duration, "WindowConfig.duration")
@@ -106,6 +108,8 @@ class WindowConfig:
         if not is_real(self.lufs_cutoff):
             raise ValueError(f"WindowConfig.lufs_cutoff must be a number (LUFS), got {self.lufs_cutoff!r}.")
         check_positive(self.lufs_window_sec, "WindowConfig.lufs_window_sec", optional=True)
+        if not isinstance(self.allow_text_crops, bool):
+            raise ValueError(f"WindowConfig.allow_text_crops must be True or False, got {self.allow_text_crops!r}.")
 
 
 # ---------------------------------------------------------------- scanning
@@ -542,6 +546,7 @@ def build_windowed_dataset(
         rows = rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
                                 min_duration=corpus.min_duration, max_duration=corpus.max_duration,
                                 on_stale=corpus.on_stale, where=corpus.where)
+        refuse_text_windows(rows, window)
         rows = host_items(rows, order.shard_options)
         files = rows.paths
     else:
