@@ -22,15 +22,14 @@ from audiotree.excerpts.config import ExcerptConfig
 from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import (building_with_storage_options, check_common, probe_channels,
-                                              refuse_text_crops, refuse_text_windows, resolve_files,
-                                              resolve_labelled_files)
+                                              refuse_text_crops, resolve_files, resolve_labelled_files)
 from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import check_weights, mix_shuffled
 from audiotree.sources.ordering import EpochShuffledMapDataset
-from audiotree.sources.datasets.windowed import WindowConfig, windowed_group_dataset
+from audiotree.sources.datasets.windowed import WindowConfig, check_window_rows, windowed_group_dataset
 from audiotree.validation import check_duration, check_pad_mode
 
 __all__ = ["build_file_dataset", "build_balanced_dataset", "shard_dataset"]
@@ -231,7 +230,7 @@ def build_balanced_dataset(
             if window is None:
                 refuse_text_crops(group_rows[name], duration, excerpt, what=f" ({what})")
             else:
-                refuse_text_windows(group_rows[name], window, what=f" ({what})")
+                check_window_rows(group_rows[name], window, what=f" ({what})")
             group_rows[name] = host_items(group_rows[name], order.shard_options, what=what)
             group_files[name] = range(len(group_rows[name]))
         else:

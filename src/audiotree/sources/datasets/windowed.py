@@ -61,6 +61,7 @@ from audiotree.validation import check_pad_mode, check_positive, is_real
 __all__ = [
     "WindowConfig",
     "WindowLufsCache",
+    "check_window_rows",
     "build_windowed_dataset",
     "windowed_group_dataset",
     "scan_durations",
@@ -418,6 +419,15 @@ def _is_own_cache(rows: Any, lufs_cache: Any) -> bool:
     return isinstance(lufs_cache, (str, os.PathLike)) and os.fspath(lufs_cache) == rows.index_path
 
 
+def check_window_rows(rows: Any, window: WindowConfig, what: str = "") -> None:
+    """Refuses an index ``window=`` cannot sample (``what`` names its group): a segment index, or text labels
+    (transcripts) on files longer than one window (:func:`~audiotree.sources.datasets.common.refuse_text_windows`)."""
+    if rows.store.has("window"):
+        raise ValueError(f"{rows.index_path}{what} is a segment index; window= samples windows of whole files. Read "
+                         "its segments with create_audio_dataset(corpus=Corpus(index=...), duration=...) instead.")
+    refuse_text_windows(rows, window, what)
+
+
 def _index_slots(rows: Any, window: WindowConfig, *, hop: float, sample_rate: int, mono: bool,
                  durations: Mapping[str, float] | None, lufs_per_file: Mapping[str, Any] | None) -> tuple[Any, str]:
     """``(StoreSlots, durations_source)`` of an index's rows, planned from its columns as arrays.
@@ -427,9 +437,7 @@ def _index_slots(rows: Any, window: WindowConfig, *, hop: float, sample_rate: in
     the index's profiles (:func:`~audiotree.sources.window_index.index_cells`).
     The slots are kept in the index's column store, so workers map them.
     """
-    if rows.store.has("window"):
-        raise ValueError(f"{rows.index_path} is a segment index; window= samples windows of whole files. Read its "
-                         "segments with create_audio_dataset(corpus=Corpus(index=...), duration=...) instead.")
+    check_window_rows(rows, window)
     lufs_cache, lufs_window_sec = window.lufs_cache, window.lufs_window_sec
     durations_source = "durations="
     seconds: Any = durations
@@ -546,7 +554,7 @@ def build_windowed_dataset(
         rows = rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
                                 min_duration=corpus.min_duration, max_duration=corpus.max_duration,
                                 on_stale=corpus.on_stale, where=corpus.where)
-        refuse_text_windows(rows, window)
+        check_window_rows(rows, window)
         rows = host_items(rows, order.shard_options)
         files = rows.paths
     else:
