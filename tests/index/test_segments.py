@@ -239,6 +239,10 @@ def test_window_sampling_refuses_a_segment_index(corpus):
     out = _build(corpus)
     with pytest.raises(ValueError, match="is a segment index"):
         create_windowed_audio_dataset(corpus=Corpus(index=out), window=WindowConfig(duration=0.5), sample_rate=RATE)
+    # Its transcripts do not change the reason: it is the segments, not the text, that windows cannot read.
+    with pytest.raises(ValueError, match="is a segment index"):
+        create_windowed_audio_dataset(corpus=Corpus(index=out, labels=["text"]), window=WindowConfig(duration=0.5),
+                                      sample_rate=RATE)
 
 
 def test_a_damaged_segment_index_is_refused(corpus, tmp_path):

@@ -14,7 +14,8 @@ import pytest
 
 from audiotree.excerpts import ExcerptConfig
 from audiotree.index import build_index, import_kaldi
-from audiotree.sources import Corpus, create_audio_dataset, create_balanced_audio_dataset
+from audiotree.sources import (Corpus, WindowConfig, create_audio_dataset, create_balanced_audio_dataset,
+                               create_windowed_audio_dataset)
 
 
 def _sox_files(folder):
@@ -66,6 +67,37 @@ def test_whole_items_and_knowing_crops_pass(asr_index):
     assert np.asarray(speakers[0].extras["speaker"]).shape == (1,)
 
 
+def test_windows_with_a_text_label_are_refused_naming_the_fix(asr_index):
+    # Every window of a file carries the file's whole transcript: the same wrong CTC targets as a crop.
+    with pytest.raises(ValueError, match=r"labels \['text'\] .* are text .*WindowConfig\(duration=1.0\) reads 1.0 s "
+                                         r"windows.*3 of 3 items longer.*duration=None.*"
+                                         r"WindowConfig\(allow_text_crops=True\)"):
+        create_windowed_audio_dataset(corpus=Corpus(index=asr_index, labels=["text"]), sample_rate=16000)
+    with pytest.raises(ValueError, match=r"group 'all'.*2 of 3 items longer.*WindowConfig\(allow_text_crops=True\)"):
+        create_balanced_audio_dataset({"all": asr_index}, corpus=Corpus(labels=["speaker", "text"]),
+                                      window=WindowConfig(duration=2.25), sample_rate=16000)
+
+
+def test_knowing_windows_and_whole_rows_pass(asr_index):
+    allowed = WindowConfig(duration=1.0, jitter=False, allow_text_crops=True)
+    windows = create_windowed_audio_dataset(corpus=Corpus(index=asr_index, labels=["text"]), window=allowed,
+                                            shuffle=False, sample_rate=16000)
+    texts = sorted(windows[i].extras["text"][0] for i in range(len(windows)))
+    assert windows[0].waveform.shape == (1, 1, 16000)
+    assert texts == sorted(["one two"] * 2 + ["three"] * 2 + ["four five six"] * 3)
+    balanced = create_balanced_audio_dataset({"all": asr_index}, corpus=Corpus(labels=["text"]), window=allowed,
+                                             sample_rate=16000)
+    assert balanced[0].waveform.shape == (1, 1, 16000) and balanced[0].extras["text"][0] in TEXTS
+    # Files no longer than the window are one window, read whole (padded): their text is right.
+    whole = create_windowed_audio_dataset(corpus=Corpus(index=asr_index, labels=["text"]),
+                                          window=WindowConfig(duration=3.0), shuffle=False, sample_rate=16000)
+    assert len(whole) == 3 and whole[0].waveform.shape == (1, 1, 48000)
+    assert sorted(whole[i].extras["text"][0] for i in range(3)) == sorted(TEXTS)
+    # A category label describes every window: no override needed.
+    speakers = create_windowed_audio_dataset(corpus=Corpus(index=asr_index, labels=["speaker"]), sample_rate=16000)
+    assert len(speakers) == 7
+
+
 def test_the_kaldi_transcript_counts_as_text(tmp_path):
     subprocess.run(["sox", "-n", "-r", "16000", "-b", "16", "-c", "1", str(tmp_path / "rec.wav"), "synth", "4",
                     "sine", "440"], check=True, capture_output=True)
@@ -98,3 +130,5 @@ def test_the_setting_is_checked():
         ExcerptConfig(allow_text_crops="yes")
     with pytest.raises(ValueError, match="strategy='full' reads whole items"):
         ExcerptConfig(strategy="full", allow_text_crops=True)
+    with pytest.raises(ValueError, match="WindowConfig.allow_text_crops must be True or False"):
+        WindowConfig(allow_text_crops=1)

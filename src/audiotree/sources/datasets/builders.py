@@ -183,7 +183,10 @@ def create_windowed_audio_dataset(
         cell is quieter, ``lufs_window_sec`` sizes explicit loudness cells.
         From an index, durations come from the index, and with
         ``lufs_window_sec`` (a multiple of 0.1 s) quiet slots are dropped using
-        its loudness profiles.
+        its loudness profiles. Every window carries its file's labels, so an
+        index with a text label (a transcript) and files longer than one
+        window is refused unless ``allow_text_crops=True`` says the windows
+        are meant to carry the whole text.
       durations: ``{path: seconds}``; default from the cache, else file headers.
       lufs_per_file: explicit loudness cells of ``window.lufs_window_sec``
         seconds (override the cache).

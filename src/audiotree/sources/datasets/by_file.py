@@ -29,7 +29,7 @@ from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, c
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import check_weights, mix_shuffled
 from audiotree.sources.ordering import EpochShuffledMapDataset
-from audiotree.sources.datasets.windowed import WindowConfig, windowed_group_dataset
+from audiotree.sources.datasets.windowed import WindowConfig, check_window_rows, windowed_group_dataset
 from audiotree.validation import check_duration, check_pad_mode
 
 __all__ = ["build_file_dataset", "build_balanced_dataset", "shard_dataset"]
@@ -229,6 +229,8 @@ def build_balanced_dataset(
         if name in group_rows:
             if window is None:
                 refuse_text_crops(group_rows[name], duration, excerpt, what=f" ({what})")
+            else:
+                check_window_rows(group_rows[name], window, what=f" ({what})")
             group_rows[name] = host_items(group_rows[name], order.shard_options, what=what)
             group_files[name] = range(len(group_rows[name]))
         else:

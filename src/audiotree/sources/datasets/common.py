@@ -21,7 +21,7 @@ from audiotree.sources.loading import check_on_read_error
 from audiotree.validation import check_sample_rate, is_int
 
 __all__ = ["check_common", "resolve_files", "probe_channels", "building_with_storage_options", "check_storage_options",
-           "refuse_text_crops"]
+           "refuse_text_crops", "refuse_text_windows"]
 
 Builder = TypeVar("Builder", bound=Callable[..., Any])
 
@@ -128,6 +128,28 @@ def refuse_text_crops(rows: Any, duration: float | None, excerpt: Any, what: str
     """
     if rows is None or duration is None or excerpt.strategy == "full" or excerpt.allow_text_crops:
         return
+    _refuse_crops(rows, float(duration), what, f"duration={duration!r} reads a {duration} s crop of each item",
+                  "duration=None", "ExcerptConfig(allow_text_crops=True) if the crops are meant to carry the full text.")
+
+
+def refuse_text_windows(rows: Any, window: Any, what: str = "") -> None:
+    """:func:`refuse_text_crops` for windowed sampling: every window of a file carries the file's whole text.
+
+    Rows no longer than ``window.duration`` (one window, read whole and
+    padded) and ``WindowConfig(allow_text_crops=True)`` pass.
+    """
+    if rows is None or window.allow_text_crops:
+        return
+    seconds = float(window.duration)
+    _refuse_crops(rows, seconds, what, f"window=WindowConfig(duration={window.duration!r}) reads {seconds} s "
+                  "windows of each item", "no window= and duration=None (create_audio_dataset or "
+                  "create_balanced_audio_dataset)", "WindowConfig(allow_text_crops=True) if the windows are meant to "
+                  "carry the full text.")
+
+
+def _refuse_crops(rows: Any, seconds: float, what: str, reads: str, whole: str, override: str) -> None:
+    """The ValueError of a text-labelled ``rows`` some of whose items are longer than ``seconds`` (``reads``
+    says what is read of them, ``whole`` how to read whole items instead, ``override`` how to accept it)."""
     from audiotree.sources.indexed import text_labels
 
     texts = text_labels(rows)
@@ -135,12 +157,10 @@ def refuse_text_crops(rows: Any, duration: float | None, excerpt: Any, what: str
         return
     import numpy as np
 
-    longer = int(np.count_nonzero(np.asarray(rows.durations, dtype=np.float64) > float(duration) + 1e-9))
+    longer = int(np.count_nonzero(np.asarray(rows.durations, dtype=np.float64) > seconds + 1e-9))
     if longer:  # items no longer than the excerpt are read whole (padded): their text is right
         raise ValueError(
             f"labels {texts} of {rows.index_path}{what} are text (transcripts of the whole file or segment), but "
-            f"duration={duration!r} reads a {duration} s crop of each item, so {longer} of {len(rows)} items longer "
-            "than that would carry words they do not hold. Pass "
-            "duration=None to read whole items (cap them with ExcerptConfig(strategy='full', crop_to=...), pad "
-            "batches with Output(pad_mode=...) / batch_by_duration), or ExcerptConfig(allow_text_crops=True) if the "
-            "crops are meant to carry the full text.")
+            f"{reads}, so {longer} of {len(rows)} items longer than that would carry words they do not hold. Pass "
+            f"{whole} to read whole items (cap them with ExcerptConfig(strategy='full', crop_to=...), pad "
+            f"batches with Output(pad_mode=...) / batch_by_duration), or {override}")

@@ -42,7 +42,8 @@ from audiotree.io.excerpt import OffsetPastEndError
 from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
-from audiotree.sources.datasets.common import building_with_storage_options, check_common, resolve_files
+from audiotree.sources.datasets.common import (building_with_storage_options, check_common, refuse_text_windows,
+                                              resolve_files)
 from audiotree.sources.containers import host_items
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
 from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
@@ -60,6 +61,7 @@ from audiotree.validation import check_pad_mode, check_positive, is_real
 __all__ = [
     "WindowConfig",
     "WindowLufsCache",
+    "check_window_rows",
     "build_windowed_dataset",
     "windowed_group_dataset",
     "scan_durations",
@@ -98,6 +100,7 @@ class WindowConfig:
     lufs_cache: Any = None
     lufs_cutoff: float = -40.0
     lufs_window_sec: float | None = None
+    allow_text_crops: bool = False
 
     def __post_init__(self) -> None:
         check_positive(self.duration, "WindowConfig.duration")
@@ -106,6 +109,8 @@ class WindowConfig:
         if not is_real(self.lufs_cutoff):
             raise ValueError(f"WindowConfig.lufs_cutoff must be a number (LUFS), got {self.lufs_cutoff!r}.")
         check_positive(self.lufs_window_sec, "WindowConfig.lufs_window_sec", optional=True)
+        if not isinstance(self.allow_text_crops, bool):
+            raise ValueError(f"WindowConfig.allow_text_crops must be True or False, got {self.allow_text_crops!r}.")
 
 
 # ---------------------------------------------------------------- scanning
@@ -414,6 +419,15 @@ def _is_own_cache(rows: Any, lufs_cache: Any) -> bool:
     return isinstance(lufs_cache, (str, os.PathLike)) and os.fspath(lufs_cache) == rows.index_path
 
 
+def check_window_rows(rows: Any, window: WindowConfig, what: str = "") -> None:
+    """Refuses an index ``window=`` cannot sample (``what`` names its group): a segment index, or text labels
+    (transcripts) on files longer than one window (:func:`~audiotree.sources.datasets.common.refuse_text_windows`)."""
+    if rows.store.has("window"):
+        raise ValueError(f"{rows.index_path}{what} is a segment index; window= samples windows of whole files. Read "
+                         "its segments with create_audio_dataset(corpus=Corpus(index=...), duration=...) instead.")
+    refuse_text_windows(rows, window, what)
+
+
 def _index_slots(rows: Any, window: WindowConfig, *, hop: float, sample_rate: int, mono: bool,
                  durations: Mapping[str, float] | None, lufs_per_file: Mapping[str, Any] | None) -> tuple[Any, str]:
     """``(StoreSlots, durations_source)`` of an index's rows, planned from its columns as arrays.
@@ -423,9 +437,7 @@ def _index_slots(rows: Any, window: WindowConfig, *, hop: float, sample_rate: in
     the index's profiles (:func:`~audiotree.sources.window_index.index_cells`).
     The slots are kept in the index's column store, so workers map them.
     """
-    if rows.store.has("window"):
-        raise ValueError(f"{rows.index_path} is a segment index; window= samples windows of whole files. Read its "
-                         "segments with create_audio_dataset(corpus=Corpus(index=...), duration=...) instead.")
+    check_window_rows(rows, window)
     lufs_cache, lufs_window_sec = window.lufs_cache, window.lufs_window_sec
     durations_source = "durations="
     seconds: Any = durations
@@ -542,6 +554,7 @@ def build_windowed_dataset(
         rows = rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
                                 min_duration=corpus.min_duration, max_duration=corpus.max_duration,
                                 on_stale=corpus.on_stale, where=corpus.where)
+        check_window_rows(rows, window)
         rows = host_items(rows, order.shard_options)
         files = rows.paths
     else:
