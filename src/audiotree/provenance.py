@@ -86,3 +86,34 @@ def encode_provenance(batch: int | None, *, filepath: Any = None, source: Any = 
             raise ValueError(f"offset must be a scalar or shaped ({batch},), got {off.shape}.")
         metadata["offset"] = off
     return metadata
+
+
+#: The ``extras`` entry of item keys (see :mod:`audiotree.sources.item_labels`): code-point rows like
+#: ``filepath``, so batches stay array pytrees; writers store them as text and readers restore the rows.
+KEY_EXTRA = "key"
+
+
+def _is_key_rows(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.ndim == 2 and value.dtype == np.int32 and value.shape[1] == STR_MAX_LENGTH
+
+
+def stored_extras(extras: Any) -> dict:
+    """``extras`` as writers store them: the item key's code-point rows as a list of strings.
+
+    >>> stored_extras({"key": encode_strings(["u1"]), "n": 1})
+    {'key': ['u1'], 'n': 1}
+    """
+    out = dict(extras or {})
+    value = out.get(KEY_EXTRA)
+    if value is not None and _is_key_rows(np.asarray(value)):
+        out[KEY_EXTRA] = decode_strings(np.asarray(value))
+    return out
+
+
+def restored_key(value: Any) -> Any:
+    """A stored item key (one string per item, or a list of them) as code-point rows again."""
+    if isinstance(value, str):
+        return encode_strings([value])
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return encode_strings(list(value))
+    return value

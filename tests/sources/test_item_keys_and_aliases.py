@@ -2,7 +2,8 @@
 
 * Every item carries ``extras["key"]``: the utterance id of a segment index
   (imports), a tar member's webdataset key, a Parquet row's ``FILE:GROUP:ROW``,
-  a plain file's path; batches hold a list of keys, in Grain and in torch.
+  a plain file's path, as code-point rows (``item_keys`` decodes them), so batches stay array pytrees
+  that ``jax.jit`` takes, in Grain and in torch.
   Hypotheses written by key score against the manifest without a join.
 * ``Corpus(labels={"text": ["transcript", "txt"]})`` gives one column (and
   one vocabulary for categories) over sources that name a label differently.
@@ -21,6 +22,7 @@ import pytest
 from audiotree import AudioTree
 from audiotree.index import build_index, import_kaldi, open_index
 from audiotree.sources import Corpus, create_audio_dataset
+from audiotree.sources.item_labels import item_keys
 from label_corpus import HF_FIXTURE, RATE, audio_bytes, write_shards
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
@@ -54,13 +56,13 @@ def test_an_imported_utterance_id_is_every_item_and_batch_key(kaldi):
     ds = create_audio_dataset(corpus=Corpus(index=out, labels=["id", "text"]), sample_rate=RATE, duration=None,
                               shuffle=False)
     items = _items(ds)
-    assert sorted(item.extras["key"][0] for item in items) == sorted(manifest)
-    assert all(item.extras["id"] == item.extras["key"] for item in items)
+    assert sorted(item_keys(item)[0] for item in items) == sorted(manifest)
+    assert all(item.extras["id"] == item_keys(item) for item in items)
     # Hypotheses written by key score against the manifest without a join.
     hypotheses = {}
     for batch in ds.to_iter_dataset(SYNC).batch(2, batch_fn=AudioTree.batch):
-        assert isinstance(batch.extras["key"], list)
-        for key, text in zip(batch.extras["key"], batch.extras["text"]):
+        assert batch.extras["key"].dtype == np.int32  # code-point rows: the batch stays an array pytree
+        for key, text in zip(item_keys(batch), batch.extras["text"]):
             hypotheses[key] = text.lower()  # a "recogniser"
     assert {k: v.upper() for k, v in hypotheses.items()} == manifest
 
@@ -72,7 +74,7 @@ def test_torch_batches_keep_the_keys(kaldi):
     out, manifest = kaldi
     ds = create_audio_dataset(corpus=Corpus(index=out), sample_rate=RATE, duration=0.3, shuffle=False)
     batch = collate(_items(ds))
-    assert batch.extras["key"] == [k for k in sorted(manifest)]
+    assert item_keys(batch) == sorted(manifest)
     assert isinstance(batch.waveform, torch.Tensor)
 
 
@@ -86,12 +88,12 @@ def test_members_rows_and_files_have_keys_with_and_without_an_index(tmp_path):
     sources = [shard, str(HF_FIXTURE), str(wav)]
     streamed = create_audio_dataset(sources=sources, sample_rate=RATE, duration=0.1, shuffle=False,
                                     corpus=Corpus(on_read_error="skip"))
-    keys = {item.extras["key"][0] for item in _items(streamed) if item is not None}
+    keys = {item_keys(item)[0] for item in _items(streamed) if item is not None}
     assert keys == set(expected)
     out = tmp_path / "ix.parquet"
     _build(sources, out)
     indexed = create_audio_dataset(corpus=Corpus(index=out), sample_rate=RATE, duration=0.1, shuffle=False)
-    assert {item.extras["key"][0] for item in _items(indexed)} == set(expected)
+    assert {item_keys(item)[0] for item in _items(indexed)} == set(expected)
 
 
 def test_a_parquet_id_column_is_the_key(tmp_path):
@@ -101,7 +103,7 @@ def test_a_parquet_id_column_is_the_key(tmp_path):
     out = tmp_path / "ix.parquet"
     _build(str(hf), out)
     ds = create_audio_dataset(corpus=Corpus(index=out), sample_rate=RATE, duration=0.1, shuffle=False)
-    assert [item.extras["key"] for item in _items(ds)] == [["u-a"], ["u-b"], ["u-c"]]
+    assert [item_keys(item) for item in _items(ds)] == [["u-a"], ["u-b"], ["u-c"]]
 
 
 def test_a_label_an_index_lacks_is_refused_with_advice_that_applies(tmp_path):
@@ -131,7 +133,7 @@ def test_three_names_for_one_transcript_give_one_column(tmp_path):
     _build([str(hf), str(tmp_path / "json" / "train-000000.tar"), str(plain)], out)
     ds = create_audio_dataset(corpus=Corpus(index=out, labels={"text": ["transcript", "txt"]}, on_read_error="skip"),
                               sample_rate=RATE, duration=None, shuffle=False)
-    texts = {item.extras["key"][0]: item.extras["text"][0] for item in _items(ds) if item is not None}
+    texts = {item_keys(item)[0]: item.extras["text"][0] for item in _items(ds) if item is not None}
     assert texts == {f"{hf.name}:0:0": "a tone at four forty", f"{hf.name}:0:1": "some noise",
                      f"{hf.name}:0:2": "a lower tone", "s0-0": "shard words 0 0", "s0-1": "shard words 0 1",
                      "p0": "bare words 0", "p1": "bare words 1"}
@@ -156,7 +158,7 @@ def test_aliased_categories_share_one_vocabulary(tmp_path):
     vocab = label_vocabulary(out, labels)["speaker"]
     assert vocab == ["ann", "bob", "cy"]
     ds = create_audio_dataset(corpus=Corpus(index=out, labels=labels), sample_rate=RATE, duration=0.1, shuffle=False)
-    got = {item.extras["key"][0].rsplit("/", 1)[-1]: vocab[int(item.extras["speaker"][0])] for item in _items(ds)}
+    got = {item_keys(item)[0].rsplit("/", 1)[-1]: vocab[int(item.extras["speaker"][0])] for item in _items(ds)}
     assert got == {"u0.wav": "ann", "u1.wav": "bob", "u2.wav": "cy", "u3.wav": "ann"}
     assert all(item.extras["speaker"].dtype == np.int32 for item in _items(ds))
 
@@ -173,7 +175,7 @@ def test_sidecars_stream_without_an_index(tmp_path):
     assert [item.extras["speaker"][0] for item in items] == ["spk0", "spk1"] * 2
     assert all(item.extras["n"].tolist() == [4] for item in items)
     batch = AudioTree.batch(items)
-    assert batch.extras["key"] == ["s0-0", "s0-1", "s1-0", "s1-1"] and batch.extras["n"].shape == (4,)
+    assert item_keys(batch) == ["s0-0", "s0-1", "s1-0", "s1-1"] and batch.extras["n"].shape == (4,)
     parquet = create_audio_dataset(sources=str(HF_FIXTURE), corpus=Corpus(labels=["text", "score"],
                                                                           on_read_error="skip"),
                                    sample_rate=RATE, duration=0.1, shuffle=False)
@@ -188,3 +190,15 @@ def test_relative_shards_stream_their_sidecars(tmp_path, monkeypatch):
     ds = create_audio_dataset(sources="./wds/train-000000.tar", corpus=Corpus(labels=["text"]),
                               sample_rate=RATE, duration=0.1, shuffle=False)
     assert [item.extras["text"][0] for item in _items(ds)] == ["shard words 0 0", "shard words 0 1"]
+
+
+def test_a_batch_with_keys_goes_through_jit_and_device_put(kaldi):
+    import jax
+
+    out, manifest = kaldi
+    ds = create_audio_dataset(corpus=Corpus(index=out), sample_rate=RATE, duration=0.3, shuffle=False)
+    batch = AudioTree.batch(_items(ds))
+    on_device = jax.device_put(batch)
+    loudest = jax.jit(lambda tree: (abs(tree.waveform).max(), tree.extras["key"]))(on_device)
+    assert item_keys(on_device) == sorted(manifest)
+    assert np.array_equal(np.asarray(loudest[1]), batch.extras["key"])

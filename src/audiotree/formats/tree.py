@@ -233,7 +233,9 @@ def _flatten_audio_tree(tree: Any, path: str, leaves: list[Leaf], depth: int) ->
     if tree.extras:
         if not isinstance(tree.extras, Mapping):
             raise TypeError(f"{_join(path, 'extras')!r} must be a dict, got {type(tree.extras).__name__}.")
-        children["extras"] = _flatten(dict(tree.extras), _join(path, "extras"), leaves, depth + 1)
+        from audiotree.provenance import stored_extras
+
+        children["extras"] = _flatten(stored_extras(tree.extras), _join(path, "extras"), leaves, depth + 1)
     metadata = tree.provenance
     if metadata:
         unknown = sorted(set(metadata) - {"filepath", "source", "offset"})
@@ -585,12 +587,14 @@ def build(node: dict, values: Mapping[str, Any]) -> Any:
         return values[node["leaf"]]
     if kind == "dict":
         return {key: build(child, values) for key, child in node["children"].items()}
-    from audiotree.provenance import encode_strings
     from audiotree.core import AudioTree
+    from audiotree.provenance import KEY_EXTRA, encode_strings, restored_key
 
     children = node["children"]
     fields = {key: build(children[key], values) for key in _ARRAY_FIELDS if key in children}
     extras = build(children["extras"], values) if "extras" in children else {}
+    if KEY_EXTRA in extras:  # stored as text, carried as code-point rows
+        extras[KEY_EXTRA] = restored_key(extras[KEY_EXTRA])
     metadata: dict[str, Any] = {}
     if "metadata" in children:
         for key, value in build(children["metadata"], values).items():

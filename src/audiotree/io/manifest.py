@@ -28,7 +28,7 @@ import numpy as np
 from audiotree import limits
 from audiotree.formats import manifest as _manifest
 from audiotree.fs import check_relative, safe_join
-from audiotree.provenance import encode_strings
+from audiotree.provenance import KEY_EXTRA, encode_strings, restored_key
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
 from audiotree.io.excerpt import read_excerpt
@@ -372,7 +372,8 @@ class ManifestReader:
         for name, value in entry.items():
             if name.startswith(_manifest.EXTRAS_PREFIX):
                 key = name[len(_manifest.EXTRAS_PREFIX):]
-                extras[key] = value if isinstance(value, str) else np.asarray(value)[None]
+                extras[key] = (restored_key(value) if key == KEY_EXTRA else value if isinstance(value, str)
+                               else np.asarray(value)[None])
         metadata = {"filepath": encode_strings([entry.get("filepath", audio_path)])}
         if "source" in entry:
             metadata["source"] = encode_strings([entry["source"]])

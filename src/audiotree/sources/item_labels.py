@@ -1,9 +1,13 @@
 """What an item carries besides its audio: its key, and the labels ``Corpus(labels=...)`` asks for.
 
 The key
-    Every item of the builders carries ``extras["key"]``: a one-string list
-    (a list of strings in a batch, like a text label), in Grain and in torch
-    batches. It is the row's utterance id in a segment index (Kaldi, lhotse,
+    Every item of the builders carries ``extras["key"]``: the key's
+    code points as an int32 row ``(1, 1024)`` (``(B, 1024)`` in a batch), the
+    encoding of ``filepath`` and ``source`` (:mod:`audiotree.provenance`), so
+    every batch stays a pytree of arrays that ``jax.jit`` and
+    ``jax.device_put`` take, in Grain and in torch batches alike.
+    :func:`item_keys` decodes them: ``item_keys(batch)`` is a list of ``B``
+    strings. It is the row's utterance id in a segment index (Kaldi, lhotse,
     NeMo imports, ``--segments``), else an index label named ``id``, else what
     the path names: a tar member's webdataset key (``a/utt1`` for
     ``a/utt1.flac``), a Parquet row's ``FILE:GROUP:ROW``, a plain file's path.
@@ -45,12 +49,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from audiotree.io.members import is_member, parse
+from audiotree.provenance import KEY_EXTRA
 
-__all__ = ["KEY", "item_key", "label_request", "LabelPlan", "plan_labels", "label_vocabulary", "check_same_kinds",
+__all__ = ["KEY", "item_key", "item_keys", "encode_key", "label_request", "LabelPlan", "plan_labels", "label_vocabulary", "check_same_kinds",
            "StreamLabels", "stream_labels"]
 
-#: The ``extras`` entry that holds every item's key.
-KEY = "key"
+#: The ``extras`` entry that holds every item's key (code-point rows; writers store it as text).
+KEY = KEY_EXTRA
 _ID = "id"
 
 
@@ -65,6 +70,28 @@ def item_key(path: str) -> str:
 
         return split_key(ref.name)[0]
     return f"{ref.container.rstrip('/').rsplit('/', 1)[-1]}:{ref.offset}:{ref.size}"
+
+
+def encode_key(keys: list) -> np.ndarray:
+    """``extras["key"]`` of items with these keys: code-point rows ``(len(keys), 1024)`` int32."""
+    from audiotree.provenance import encode_strings
+
+    return encode_strings(keys)
+
+
+def item_keys(tree: Any) -> list:
+    """The keys of an item or batch (an ``AudioTree`` of NumPy, JAX or torch leaves), as strings.
+
+    >>> from audiotree import AudioTree
+    >>> tree = AudioTree.create(np.zeros((2, 1, 4), np.float32), 8000, extras={"key": encode_key(["u1", "u2"])})
+    >>> item_keys(tree)
+    ['u1', 'u2']
+    """
+    from audiotree.provenance import decode_strings
+
+    rows = tree.extras[KEY]
+    rows = rows.numpy() if hasattr(rows, "numpy") and not isinstance(rows, np.ndarray) else rows
+    return decode_strings(np.asarray(rows))
 
 
 def label_request(labels: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -138,7 +165,7 @@ class LabelPlan:
     def leaves(self, store: Any, r: int, path: str) -> dict:
         """Row ``r``'s ``extras``: the labels and the key (``path``: the row's usable path)."""
         out = {name: self._leaf(store, r, j) for j, name in enumerate(self.names)}
-        out[KEY] = [self._key(store, r, path)]
+        out[KEY] = encode_key([self._key(store, r, path)])
         return out
 
     def _key(self, store: Any, r: int, path: str) -> str:

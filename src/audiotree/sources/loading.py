@@ -20,7 +20,7 @@ from audiotree.excerpts.config import ExcerptConfig
 from audiotree.excerpts.strategies import select_clip
 from audiotree.io.failures import ON_READ_ERROR, check_on_read_error
 from audiotree.io.storage import call_with_storage_options
-from audiotree.sources.item_labels import KEY, item_key
+from audiotree.sources.item_labels import KEY, encode_key, item_key
 
 __all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
@@ -84,7 +84,8 @@ class ExcerptLoader(grain.transforms.RandomMap):
 
     def _extras(self, path: Any) -> dict:
         extras = {} if self.labels is None else self.labels.leaves(path)
-        extras.setdefault(KEY, [item_key(path)])
+        if KEY not in extras:
+            extras[KEY] = encode_key([item_key(path)])
         return extras
 
 
@@ -94,7 +95,7 @@ class StampSource(grain.transforms.Map):
 
     Missing provenance is filled so items from files and from datasets batch
     together: ``filepath`` becomes ``""``, ``offset`` NaN, and the item key
-    (``extras["key"]``) ``""``.
+    (``extras["key"]``, code-point rows) ``""``.
     """
 
     name: str
@@ -111,7 +112,7 @@ class StampSource(grain.transforms.Map):
         metadata.setdefault("offset", np.full((batch,), np.nan))
         element = element.replace(_metadata=metadata)
         if "key" not in element.extras:  # every item has a key (see audiotree.sources.item_labels)
-            element = element.replace_extras(key=[""] * batch)
+            element = element.replace_extras(key=encode_key([""] * batch))
         return element
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from audiotree import limits
 from audiotree.fs import check_relative, close_keeping_error, fsync_dir, fsync_path, naming_os_errors
 from audiotree.formats import manifest as _manifest
+from audiotree.provenance import stored_extras
 from audiotree.schema import LABEL_FIELDS
 from audiotree.validation import is_int
 
@@ -226,7 +227,7 @@ class AudioWriter:
         waveform = np.asarray(tree.waveform)
         batch, channels, samples = (int(d) for d in waveform.shape)
         rate = int(tree.sample_rate)
-        extras = dict(tree.extras or {})
+        extras = stored_extras(tree.extras)
         for key, value in extras.items():
             if not isinstance(key, str):
                 raise ValueError(f"extras keys must be strings, got {key!r}.")

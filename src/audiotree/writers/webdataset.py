@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.fs import fsync_dir, fsync_path
+from audiotree.provenance import stored_extras
 
 __all__ = ["WebDatasetWriter"]
 
@@ -132,7 +133,7 @@ class WebDatasetWriter:
             value = _scalar(tree.lufs, i)
             if value is not None:
                 meta["lufs"] = value
-        for key, value in dict(tree.extras or {}).items():
+        for key, value in stored_extras(tree.extras).items():
             scalar = _scalar(value, i)
             if scalar is not None:
                 meta[str(key)] = scalar
