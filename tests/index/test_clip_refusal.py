@@ -100,6 +100,10 @@ def test_an_index_without_clip_blocks_names_the_rebuild(index, tmp_path):
     with pytest.raises(ValueError, match=r"clip_blocks.*audiotree index SOURCES --out"):
         _dataset(old, max_clip_share=0.0)
     assert len(_dataset(old)) > 0  # everything else still reads it
+    report = build_index(index.parent, old, executor="serial", show_progress=False)  # the update measures them
+    assert report.read == 2 and report.reused == 0
+    assert pq.read_table(old, columns=["clip_blocks"]).column("clip_blocks").null_count == 0
+    assert len(_dataset(old, max_clip_share=0.0)) > 0
 
 
 def _cli(*args):
