@@ -125,8 +125,9 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     assert schema.names == ["path", "group", "size", "mtime_ns", "container", "codec", "sample_rate", "channels",
                             "frames", "duration", "readable", "error", "error_kind", "profile_step", "profile",
                             "seek_points", "bandwidth_hz", "clip_share", "clip_longest", "dc_offset", "channel_corr",
-                            "silence_share", "snr_db"]
+                            "silence_share", "snr_db", "clip_blocks"]
     assert schema.field("clip_longest").type == pa.int64() and schema.field("snr_db").type == pa.float64()
+    assert schema.field("clip_blocks").type == pa.list_(pa.uint8())
     assert schema.field("profile").type == pa.list_(pa.int16())
     assert schema.field("seek_points").type == pa.list_(pa.int64())
     assert schema.field("duration").type == pa.float64() and schema.field("size").type == pa.int64()

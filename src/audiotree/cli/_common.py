@@ -196,6 +196,8 @@ class PipelineOptions:
     strategy: str = "random"
     lufs_cutoff: float | None = None
     num_tries: int | None = None
+    max_silence_share: float | None = None
+    max_clip_share: float | None = None
     weights: dict[str, float] | None = None
     mono: bool = True
     seed: int = 0
@@ -210,6 +212,9 @@ class PipelineOptions:
             knobs["lufs_cutoff"] = self.lufs_cutoff
         if self.num_tries is not None:
             knobs["num_tries"] = self.num_tries
+        for knob in ("max_silence_share", "max_clip_share"):
+            if getattr(self, knob) is not None:
+                knobs[knob] = getattr(self, knob)
         return ExcerptConfig(**knobs)
 
     @property
@@ -255,6 +260,13 @@ def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100, whole_
                          help="Loudness an excerpt must exceed, LUFS (loudest only; default -40)."),
             click.option("--num-tries", type=click.IntRange(min=1), default=None,
                          help="Metered attempts per excerpt (loudest only; default 8)."),
+            click.option("--max-silence-share", type=click.FloatRange(0, 1, max_open=True), default=None,
+                         metavar="SHARE", help="Refuse windows with more than this share of silent 100 ms blocks "
+                                               "(loudest over --index only; ExcerptConfig.max_silence_share)."),
+            click.option("--max-clip-share", type=click.FloatRange(0, 1, max_open=True), default=None,
+                         metavar="SHARE", help="Refuse windows with more than this share of clipped samples; 0 "
+                                               "refuses any clipping (loudest over --index only; "
+                                               "ExcerptConfig.max_clip_share)."),
             click.option("--weights", callback=parse_weights, default=None, metavar="G=W,...",
                          help="Relative group weights, e.g. speech=0.5,music=0.3 (groups left out weigh 1)."),
             click.option("--mono/--stereo", default=True, show_default=True,
@@ -268,11 +280,12 @@ def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100, whole_
 
         @functools.wraps(func)
         def wrapper(*args: Any, sample_rate: int, duration: float, strategy: str, lufs_cutoff: float | None,
-                    num_tries: int | None, weights: dict | None, mono: bool, seed: int, shuffle: bool,
-                    on_read_error: str, **kwargs: Any):
+                    num_tries: int | None, max_silence_share: float | None, max_clip_share: float | None,
+                    weights: dict | None, mono: bool, seed: int, shuffle: bool, on_read_error: str, **kwargs: Any):
             pipeline = PipelineOptions(
                 sample_rate=sample_rate, duration=duration, strategy=strategy, lufs_cutoff=lufs_cutoff,
-                num_tries=num_tries, weights=weights, mono=mono, seed=seed, shuffle=shuffle,
+                num_tries=num_tries, max_silence_share=max_silence_share, max_clip_share=max_clip_share,
+                weights=weights, mono=mono, seed=seed, shuffle=shuffle,
                 on_read_error=on_read_error,
             )
             return func(*args, pipeline=pipeline, **kwargs)

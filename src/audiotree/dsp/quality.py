@@ -34,6 +34,8 @@ only; no model):
   A file without pauses (continuous music, a noise recording) reads as the
   ratio of its mean to its quietest moments, a lower bound of its SNR. NaN for
   a file of digital silence.
+Per 100 ms block (the loudness profile's grid), :meth:`QualityMeter.clip_blocks`
+  counts the clipped samples of each block, by the same rule.
 ``silence_share``
   Computed from the loudness profile (:func:`silence_share`): the share of
   100 ms blocks under :data:`SILENCE_LUFS`.
@@ -99,16 +101,20 @@ def silence_share(profile, threshold_lufs: float = SILENCE_LUFS) -> float:
 class _ClipRuns:
     """Runs of samples at the ceiling, per channel, across chunks (a run may span a chunk boundary)."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, step: int = 0):
         self.carry = np.zeros(channels, dtype=np.int64)  # length of the run open at the end of the last chunk
         self.chunks: list[tuple[float, int, int]] = []   # (ceiling used, clipped samples, longest run)
         self.peak = 0.0
+        self.step = int(step)  # frames per block of the per-block counts (0: none kept)
+        self.frame = 0  # frames pushed before this chunk
+        self.per_block: list[tuple[int, np.ndarray]] = []  # (first block a chunk touches, clipped samples per block)
 
     def push(self, frames: np.ndarray) -> None:
         """Counts the runs in ``frames`` ``(n, channels)``, C-ordered."""
         n, channels = frames.shape
         if n == 0:
             return
+        first_frame, self.frame = self.frame, self.frame + n
         flat = frames.reshape(-1)
         # Maxima of blocks of the interleaved samples: only the blocks that reach the ceiling are searched.
         whole = flat.size // _CLIP_BLOCK * _CLIP_BLOCK
@@ -129,6 +135,7 @@ class _ClipRuns:
             part = flat[b * _CLIP_BLOCK:(b + 1) * _CLIP_BLOCK]
             hits.append(b * _CLIP_BLOCK + np.flatnonzero((part >= threshold) | (part <= -threshold)))
         hits = np.concatenate(hits)
+        marks = np.zeros(n + 1, dtype=np.int64) if self.step else None  # +1 at a counted run's start, -1 past it
         for c in range(channels):
             frame = hits[hits % channels == c] // channels if channels > 1 else hits
             if frame.size == 0:
@@ -146,11 +153,34 @@ class _ClipRuns:
                 # Its carried samples were counted already once it had reached CLIP_RUN.
                 counts[0] = lengths[0] if carry >= CLIP_RUN else effective[0]
             counted += int(counts[effective >= CLIP_RUN].sum())
+            if marks is not None:  # (samples carried from the last chunk are counted at this chunk's first frame)
+                keep = effective >= CLIP_RUN
+                np.add.at(marks, starts[keep], 1)
+                np.add.at(marks, ends[keep], -1)
+                if keep[0] and counts[0] > lengths[0]:
+                    marks[0] += counts[0] - lengths[0]
+                    marks[1] -= counts[0] - lengths[0]
             qualifying = effective[effective >= CLIP_RUN]
             if qualifying.size:
                 longest = max(longest, int(qualifying.max()))
             self.carry[c] = int(effective[-1]) if ends[-1] == n else 0
         self.chunks.append((ceiling, counted, longest))
+        if marks is not None and counted:  # per block of the file's grid this chunk touches
+            lo = first_frame // self.step
+            at = (first_frame + np.arange(n)) // self.step - lo
+            self.per_block.append((lo, np.bincount(at, weights=np.cumsum(marks[:-1]), minlength=at[-1] + 1)))
+
+    def blocks(self, count: int) -> np.ndarray:
+        """Clipped samples (every channel) in each of the first ``count`` blocks of ``step`` frames."""
+        out = np.zeros(count, dtype=np.int64)
+        ceiling = min(1.0, self.peak)
+        kept = {i for i, (c, k, _) in enumerate(self.chunks) if c >= ceiling - CLIP_TOLERANCE and k}
+        positions = [i for i, (c, k, _) in enumerate(self.chunks) if k]  # the chunks that recorded counts
+        for i, (lo, counts) in zip(positions, self.per_block):
+            if i in kept and lo < count:
+                part = np.rint(counts[:count - lo]).astype(np.int64)
+                out[lo:lo + part.size] += part
+        return out
 
     def result(self) -> tuple[int, int]:
         ceiling = min(1.0, self.peak)
@@ -178,7 +208,8 @@ class QualityMeter:
         self.n = 0
         self._sum = np.zeros(self.channels, dtype=np.float64)
         self._pair = np.zeros(3, dtype=np.float64)  # sums of xx, yy, xy of a stereo file
-        self._clips = _ClipRuns(self.channels)
+        self.step = max(1, int(round(0.1 * self.rate)))  # frames per 100 ms profile block
+        self._clips = _ClipRuns(self.channels, self.step)
         self._nfft = fft_size(self.rate)
         self._window = np.hanning(self._nfft).astype(np.float32)
         self._spectrum = np.zeros(self._nfft // 2 + 1, dtype=np.float64)
@@ -240,6 +271,12 @@ class QualityMeter:
             framed = mix[:whole].reshape(-1, self._frame_len)
             self._powers.append(np.einsum("ij,ij->i", framed, framed) / np.float32(self._frame_len))
         self._pending = np.array(mix[whole:], dtype=np.float32)
+
+    def clip_blocks(self, count: int) -> np.ndarray:
+        """Clipped samples (the ``clip_share`` rule, every channel) in each of the first ``count`` 100 ms blocks
+        (the loudness profile's grid), int64. A run that spans two pushes and reaches :data:`CLIP_RUN` only in
+        the second counts its first samples in the second's first block (at most ``CLIP_RUN - 1`` moved)."""
+        return self._clips.blocks(int(count))
 
     def bandwidth(self) -> float:
         """``bandwidth_hz`` of what was pushed (see the module)."""

@@ -103,6 +103,13 @@ class ExcerptConfig:
         silent (under -60 LUFS, the index's ``silence_share`` rule), as it must
         clear ``lufs_cutoff``; ``None`` (default) checks no share. Pure in the
         profile, so items stay a function of ``(seed, index)``.
+      max_clip_share: ``loudest`` over a corpus index only: a window
+        qualifies only if at most this share of its samples is clipped (the
+        index's ``clip_share`` rule, counted per 100 ms block in its
+        ``clip_blocks`` column, each block's share rounded up to 1/255), as it
+        must clear ``lufs_cutoff``; ``0.0`` refuses any window with a clipped
+        sample, ``None`` (default) checks no clipping. Pure in the index, like
+        ``max_silence_share``.
       crop_to: ``full`` only: the longest item in seconds; longer files keep
         their first ``crop_to`` seconds. ``None`` reads every file whole.
         (``max_duration`` is the builders' filter of index rows: a file
@@ -129,6 +136,7 @@ class ExcerptConfig:
     skip_silent: bool = False
     allow_text_crops: bool = False
     max_silence_share: float | None = None
+    max_clip_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in _STRATEGIES:
@@ -149,12 +157,14 @@ class ExcerptConfig:
         if self.max_silence_share is not None and not (is_real(self.max_silence_share)
                                                        and 0 <= self.max_silence_share < 1):
             raise ValueError(f"max_silence_share must be a share in [0, 1) or None, got {self.max_silence_share!r}.")
+        if self.max_clip_share is not None and not (is_real(self.max_clip_share) and 0 <= self.max_clip_share < 1):
+            raise ValueError(f"max_clip_share must be a share in [0, 1) or None, got {self.max_clip_share!r}.")
         if not float(self.scan_max_seconds) >= 0:
             raise ValueError(f"scan_max_seconds must be >= 0, got {self.scan_max_seconds!r}.")
         if self.strategy != "loudest":
             defaults = {f.name: f.default for f in dataclasses.fields(ExcerptConfig)}
             for knob in ("num_tries", "lufs_cutoff", "on_failure", "scan_max_seconds", "skip_silent",
-                         "max_silence_share"):
+                         "max_silence_share", "max_clip_share"):
                 if getattr(self, knob) != defaults[knob]:
                     raise ValueError(
                         f"ExcerptConfig.{knob} only applies to strategy='loudest' "

@@ -42,6 +42,16 @@ def _silent_shares(profile: np.ndarray, w: int) -> np.ndarray:
     return (counts[w:] - counts[:-w]) / w
 
 
+def _window_means(shares, blocks: int, w: int) -> np.ndarray:
+    """Per window of ``w`` blocks (one per start): the mean of its blocks' ``shares`` (one per profile block)."""
+    s = np.asarray(shares, dtype=np.float64).reshape(-1)
+    if s.size != blocks:
+        raise ValueError(f"the index's clip_blocks holds {s.size} blocks where the profile has {blocks}; the index "
+                         "was edited or damaged. Rebuild it.")
+    sums = np.cumsum(np.r_[0.0, s])
+    return (sums[w:] - sums[:-w]) / w
+
+
 __all__ = [
     "EXCERPT_METHODS", "PROFILE_MARGIN_LU", "LoudestPlan", "ProfileRowPlan", "RowPlan", "build_plan", "method_extras",
     "method_name",
@@ -340,7 +350,8 @@ class ProfileRowPlan:
     """
 
     def __init__(self, profile, *, duration: float, cutoff: float, margin: float = PROFILE_MARGIN_LU,
-                 keep_profiles: bool = False, max_silence_share: float | None = None):
+                 keep_profiles: bool = False, max_silence_share: float | None = None,
+                 max_clip_share: float | None = None, clip_shares=None):
         from audiotree.index.profile import window_blocks
 
         p = np.asarray(profile, dtype=np.float64).reshape(-1)
@@ -374,6 +385,8 @@ class ProfileRowPlan:
             good[maybe] = exact > threshold
         if max_silence_share is not None:  # and not mostly silent (ExcerptConfig.max_silence_share)
             good = good & (_silent_shares(p, w) <= max_silence_share)
+        if max_clip_share is not None:  # and not clipped (ExcerptConfig.max_clip_share)
+            good = good & (_window_means(clip_shares, p.size, w) <= max_clip_share)
         edges = np.flatnonzero(np.diff(np.r_[0, good.astype(np.int8), 0]))
         self.first = edges[0::2].astype(np.int64)
         self.count = (edges[1::2] - edges[0::2]).astype(np.int64)

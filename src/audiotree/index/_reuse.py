@@ -55,6 +55,8 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
 
         blocks = pc.fill_null(pc.list_value_length(table.column("profile")), 0)  # (a file under 100 ms has none)
         unmeasured = pc.and_(pc.greater(blocks, 0), pc.is_null(table.column("bandwidth_hz")))
+        if "clip_blocks" in table.column_names:  # (profiled before the per-block clipping column)
+            unmeasured = pc.or_(unmeasured, pc.and_(pc.greater(blocks, 0), pc.is_null(table.column("clip_blocks"))))
         transient = [a or bool(b) for a, b in zip(transient, unmeasured.to_pylist())]
     keep = []
     for p, s, m, again in zip(paths, sizes, mtimes, transient):

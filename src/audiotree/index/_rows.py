@@ -30,7 +30,8 @@ def rows_table(rows: Sequence[dict]):
     pa = require_pyarrow()
     schema = arrow_schema()
     arrays = {name: pa.array([r[name] for r in rows], type=schema.field(name).type)
-              for name in BASE_NAMES if name not in ("profile", "seek_points") and not is_quality(name)}
+              for name in BASE_NAMES if name not in ("profile", "seek_points", "clip_blocks")
+              and not is_quality(name)}
     for name in QUALITY_COLUMNS:  # NaN (not defined, e.g. a mono file's channel_corr) is stored as null
         arrays[name] = pa.array([r.get(name) for r in rows], type=schema.field(name).type, from_pandas=True)
     profiles = [r["profile"] for r in rows]
@@ -40,6 +41,8 @@ def rows_table(rows: Sequence[dict]):
     arrays["profile"] = _list_array(profiles, [p is None for p in profiles])
     seeks = [r.get("seek_points") for r in rows]  # (rows of container faults and segments have none)
     arrays["seek_points"] = _list_array(seeks, [p is None for p in seeks], np.int64)
+    clips = [r.get("clip_blocks") for r in rows]
+    arrays["clip_blocks"] = _list_array(clips, [p is None for p in clips], np.uint8)
     return pa.table([arrays[name] for name in BASE_NAMES], schema=schema)
 
 
@@ -76,6 +79,9 @@ def current_table(table, *, before_seek_points: bool = False):
         if name not in table.column_names:
             kind = arrow_schema().field(name).type
             table = table.append_column(pa.field(name, kind), pa.nulls(table.num_rows, kind))
+    if "clip_blocks" not in table.column_names:  # written before the column existed: not measured
+        kind = arrow_schema().field("clip_blocks").type
+        table = table.append_column(pa.field("clip_blocks", kind), pa.nulls(table.num_rows, kind))
     table = table.select(BASE_NAMES)
     column = table.column("profile")
     if pa.types.is_floating(column.type.value_type):

@@ -23,7 +23,7 @@ def _empty_row(path: str, group: str | None) -> dict[str, Any]:
         "path": path, "group": group, "size": -1, "mtime_ns": -1, "container": None, "codec": None,
         "sample_rate": None, "channels": None, "frames": None, "duration": None, "readable": False,
         "error": None, "error_kind": None, "profile_step": None, "profile": None, "seek_points": None,
-        **dict.fromkeys(QUALITY_COLUMNS),
+        **dict.fromkeys(QUALITY_COLUMNS), "clip_blocks": None,
     }
 
 
@@ -38,14 +38,15 @@ def _stored_profile(audio, mono: bool):
     import numpy as np
 
     from audiotree.index.profile import encode_profile, file_profile
-    from audiotree.index.quality import quality_meter
+    from audiotree.index.quality import encode_clip_blocks, quality_meter
 
     meter = quality_meter(audio.info)
     profile = file_profile(audio, mono=mono, on_frames=meter.push)
     if not np.all(np.isfinite(profile)):
         raise ValueError(f"'{audio.path}': the loudness of its samples is not finite (they are NaN, infinite, or so "
                          "large their mean square overflows float32), so it cannot be measured; fix or remove the file.")
-    return encode_profile(profile), meter.result(profile)
+    clips = encode_clip_blocks(meter.clip_blocks(profile.size), meter.step, meter.channels)
+    return encode_profile(profile), {**meter.result(profile), "clip_blocks": clips}
 
 
 def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
@@ -81,7 +82,7 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     except (AudioReadError, OSError, ValueError, MemoryError) as exc:
         row["readable"] = False
         row["profile"] = row["profile_step"] = row["seek_points"] = None
-        row.update(dict.fromkeys(QUALITY_COLUMNS))
+        row.update(dict.fromkeys(QUALITY_COLUMNS), clip_blocks=None)
         row["error"] = _error_text(exc)
         # A storage that kept failing (resets, 503s) says nothing about the file: the next build reads it again.
         row["error_kind"] = "transient" if storage.is_transient(exc) else "permanent"
@@ -149,7 +150,7 @@ def index_segments(path: str, group: str | None, windows: Sequence[tuple[int, fl
                     row.update(quality)
                     row["profile_step"] = profile_step(rate)
                 except failed as exc:
-                    row.update(dict.fromkeys(QUALITY_COLUMNS))
+                    row.update(dict.fromkeys(QUALITY_COLUMNS), clip_blocks=None)
                     row.update(readable=False, profile=None, profile_step=None, error=_error_text(exc),
                                error_kind="transient" if storage.is_transient(exc) else "permanent")
     return rows

@@ -230,6 +230,16 @@ class ColumnStore:
         lo, hi = (int(v) for v in self.read("profile.offsets", int(row), int(row) + 2))
         return decode_profile(self.read("profile.data", lo, hi))
 
+    def clip_shares(self, row: int) -> np.ndarray | None:
+        """Row ``row``'s clipped-sample share per profile block (float64), or ``None`` without one (no profile, or
+        an index built before ``clip_blocks``)."""
+        from audiotree.index.quality import decode_clip_blocks
+
+        if not self.has("clip.offsets") or not self.value("clip.valid", row):
+            return None
+        lo, hi = (int(v) for v in self.read("clip.offsets", int(row), int(row) + 2))
+        return decode_clip_blocks(self.read("clip.data", lo, hi))
+
     # ------------------------------------------------------------ labels
     def label_key(self, name: str) -> str:
         labels = self.manifest["labels"]

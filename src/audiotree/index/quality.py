@@ -19,7 +19,11 @@ import numpy as np
 from audiotree.dsp.quality import QUALITY_COLUMNS, QualityMeter
 
 __all__ = ["QUALITY_COLUMNS", "QUALITY_TYPES", "QUALITY_SINCE", "quality_meter", "has_quality", "require_quality",
-           "is_quality", "store_key", "quality_arrays", "STORE_COLUMNS"]
+           "is_quality", "store_key", "quality_arrays", "STORE_COLUMNS", "CLIP_BLOCKS", "encode_clip_blocks",
+           "decode_clip_blocks", "require_clip_blocks"]
+
+#: The per-block clipping column: each 100 ms profile block's clipped-sample share, uint8 in 1/255 steps rounded up.
+CLIP_BLOCKS = "clip_blocks"
 
 #: Arrow type of each quality column (all nullable).
 QUALITY_TYPES: dict[str, str] = {name: ("int64" if name == "clip_longest" else "float64") for name in QUALITY_COLUMNS}
@@ -30,6 +34,33 @@ QUALITY_SINCE = (1, 3)
 def quality_meter(info: Any) -> QualityMeter:
     """A meter for a file with ``info`` (an ``AudioFile.info``: its rate and channel count)."""
     return QualityMeter(int(info.sample_rate), channels=int(info.channels))
+
+
+def encode_clip_blocks(counts, step: int, channels: int) -> np.ndarray:
+    """Clipped samples per block (:meth:`QualityMeter.clip_blocks`) as the index stores them: uint8 shares of the
+    block's ``step * channels`` samples in 1/255 steps, rounded up (a block with any clipped sample is >= 1).
+
+    >>> encode_clip_blocks([0, 1, 800, 1600], 800, 2).tolist()
+    [0, 1, 128, 255]
+    """
+    share = np.asarray(counts, dtype=np.float64) / float(max(1, int(step) * int(channels)))
+    return np.minimum(np.ceil(255.0 * share), 255).astype(np.uint8)
+
+
+def decode_clip_blocks(values) -> np.ndarray:
+    """Stored ``clip_blocks`` as float64 shares per block (at most 1/255 above the exact share).
+
+    >>> decode_clip_blocks(np.array([0, 255], np.uint8)).tolist()
+    [0.0, 1.0]
+    """
+    return np.asarray(values, dtype=np.float64) / 255.0
+
+
+def require_clip_blocks(path: str, feature: str) -> ValueError:
+    """The error for ``feature`` over an index whose profiled rows lack ``clip_blocks`` (built before it existed)."""
+    return ValueError(f"{feature} needs the index's per-block clipping ({CLIP_BLOCKS}), but {path} was built before "
+                      f"that column existed. Rebuild it: delete it and run `audiotree index SOURCES --out {path}` "
+                      "again.")
 
 
 def is_quality(name: str) -> bool:

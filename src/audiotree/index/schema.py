@@ -32,6 +32,9 @@ column          type             meaning
                                  (int64), ``dc_offset``, ``channel_corr``,
                                  ``silence_share``, ``snr_db`` (below); null
                                  without a profile
+``clip_blocks`` list<uint8>      per profile block, its clipped-sample share
+                                 (``clip_share``'s rule) in 1/255 steps rounded
+                                 up; null without a profile
 *labels*        string / number  the joined label columns, under their own names
 *label*``#id``  int32 (null)     a category label's ids (below)
 =============== ================ =================================================
@@ -195,6 +198,7 @@ BASE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("profile", "list<int16>", True),
     ("seek_points", "list<int64>", True),
     *((name, kind, True) for name, kind in QUALITY_TYPES.items()),
+    ("clip_blocks", "list<uint8>", True),
 )
 RESERVED_COLUMNS = frozenset(name for name, _, _ in BASE_COLUMNS)
 #: The columns of a segment index (after the base columns; see "Segment indexes").
@@ -206,7 +210,7 @@ SEGMENT_COLUMNS: tuple[tuple[str, str, bool], ...] = (
 )
 SEGMENT_NAMES = tuple(name for name, _, _ in SEGMENT_COLUMNS)
 #: Base columns an index written by an older minor version may lack (read as all null).
-OPTIONAL_COLUMNS = frozenset({"error_kind", "seek_points", *QUALITY_TYPES})
+OPTIONAL_COLUMNS = frozenset({"error_kind", "seek_points", *QUALITY_TYPES, "clip_blocks"})
 # Base column types an index of an older minor version holds instead (still read): 1.0's float32 profiles.
 _LEGACY_TYPES = {"profile": ("list<float32>",)}
 META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels")
@@ -238,6 +242,8 @@ def _arrow_type(name: str):
         return pa.list_(pa.int16())
     if name == "list<int64>":
         return pa.list_(pa.int64())
+    if name == "list<uint8>":
+        return pa.list_(pa.uint8())
     return {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64(),
             "bool": pa.bool_()}[name]
 

@@ -15,8 +15,8 @@ import numpy as np
 __all__ = ["write_store", "STORE_FORMAT"]
 
 #: Version of the store's layout; a store of another version is rebuilt (2: generations, checksums; 3: segment
-#: ids, the quality columns and ``sample_rate``, :mod:`audiotree.index.quality`).
-STORE_FORMAT = 3
+#: ids, the quality columns and ``sample_rate``, :mod:`audiotree.index.quality`; 4: ``clip_blocks``).
+STORE_FORMAT = 4
 # Rows read from the index per step while building (bounds the builder's memory).
 _BATCH_ROWS = 65_536
 
@@ -148,11 +148,17 @@ def _write_profiles(ix: Any, folder: str, put, arrays: dict) -> None:
     offsets, valid = [np.zeros(1, np.int64)], []
     dtype = None
     total = 0
+    clips: list = []  # (offsets, valid) per batch of clip_blocks, when the index has the column
     try:
         pf = pq.ParquetFile(source)
-        with open(os.path.join(folder, "profile.data.bin"), "wb") as raw:
+        has_clips = "clip_blocks" in pf.schema_arrow.names
+        with open(os.path.join(folder, "profile.data.bin"), "wb") as raw, \
+                open(os.path.join(folder, "clip.data.bin"), "wb") as clip_raw:
             for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=[
-                    "profile", "readable", "frames", "sample_rate", "profile_step"]):
+                    "profile", "readable", "frames", "sample_rate", "profile_step"]
+                    + (["clip_blocks"] if has_clips else [])):
+                if has_clips:
+                    clips.append(_write_list(batch.column("clip_blocks"), clip_raw))
                 column = batch.column("profile")
                 check_profiles(ix.path, column, batch.column("frames"), batch.column("sample_rate"),
                                batch.column("profile_step"), batch.column("readable"))
@@ -169,3 +175,18 @@ def _write_profiles(ix: Any, folder: str, put, arrays: dict) -> None:
     put("profile.offsets", np.concatenate(offsets))
     put("profile.valid", np.concatenate(valid) if valid else np.zeros(0, bool))
     arrays["profile.data"] = {"dtype": np.dtype(dtype or np.float32).str, "shape": [total]}
+    if not has_clips:
+        os.remove(os.path.join(folder, "clip.data.bin"))
+        return
+    ends = np.cumsum([0] + [o[-1] for o, _ in clips]).astype(np.int64)
+    put("clip.offsets", np.concatenate([np.zeros(1, np.int64)] + [o[1:] + e for (o, _), e in zip(clips, ends)]))
+    put("clip.valid", np.concatenate([v for _, v in clips]) if clips else np.zeros(0, bool))
+    arrays["clip.data"] = {"dtype": np.dtype(np.uint8).str, "shape": [int(ends[-1])]}
+
+
+def _write_list(column: Any, raw) -> tuple[np.ndarray, np.ndarray]:
+    """Appends the values of a ``list<uint8>`` column's batch to ``raw``; its ``(offsets from 0, valid)``."""
+    starts = column.offsets.to_numpy().astype(np.int64)
+    values = column.values.slice(int(starts[0]), int(starts[-1] - starts[0])).to_numpy(zero_copy_only=False)
+    np.ascontiguousarray(values, dtype=np.uint8).tofile(raw)
+    return starts - starts[0], column.is_valid().to_numpy(zero_copy_only=False).astype(bool)

@@ -58,7 +58,8 @@ class IndexRows:
     views (``sizes``, ``durations``, ``channels``, ...) gather every selected
     row and are for the process that builds a dataset. ``labels`` names the
     label columns an item carries. ``loudest`` is ``(duration, cutoff,
-    keep_profiles)`` when items pick loud excerpts from the profiles, else
+    keep_profiles)`` (then ``max_silence_share, max_clip_share`` when either
+    is set) when items pick loud excerpts from the profiles, else
     ``None``: a row's plan is computed when an item reads it, from its profile
     alone (a few hundred 100 ms blocks for a 20 s file).
     """
@@ -181,14 +182,16 @@ class IndexRows:
             return None
         from audiotree.excerpts.plan import ProfileRowPlan
 
-        duration, cutoff, keep, *silence = self.loudest
+        duration, cutoff, keep, *shares = self.loudest
+        silence, clip = shares or (None, None)
         return ProfileRowPlan(profile, duration=duration, cutoff=cutoff, keep_profiles=keep,
-                              max_silence_share=silence[0] if silence else None)
+                              max_silence_share=silence, max_clip_share=clip,
+                              clip_shares=None if clip is None else _clip_shares(self.store, r, self.index_path))
 
     def qualifying(self) -> np.ndarray:
         """Positions with a window above the cutoff by the profile, or with no profile (not known silent)."""
-        duration, cutoff, _, *silence = self.loudest
-        flags = _qualifying_flags(self.store, duration, cutoff, silence[0] if silence else None)
+        duration, cutoff, _, *shares = self.loudest
+        flags = _qualifying_flags(self.store, duration, cutoff, *shares, index_path=self.index_path)
         return np.flatnonzero(flags if self.selection is None else flags[self.rows()])
 
     # ---------------------------------------------------------- staleness
@@ -260,22 +263,37 @@ class PathColumn:
         return (self._rows.path(i) for i in range(len(self)))
 
 
-def _qualifying_flags(store: Any, duration: float, cutoff: float, max_silence: float | None = None) -> np.ndarray:
-    """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin) and at most ``max_silence`` silent, or
-    no profile. Computed once, kept."""
+def _clip_shares(store: Any, r: int, index_path: str) -> np.ndarray:
+    """Store row ``r``'s clipped share per profile block; an error naming the rebuild when the index has none."""
+    shares = store.clip_shares(r)
+    if shares is None:
+        from audiotree.index.quality import require_clip_blocks
+
+        raise require_clip_blocks(index_path, "ExcerptConfig(max_clip_share=...)")
+    return shares
+
+
+def _qualifying_flags(store: Any, duration: float, cutoff: float, max_silence: float | None = None,
+                      max_clip: float | None = None, *, index_path: str = "") -> np.ndarray:
+    """Per store row: a window of ``duration`` above ``cutoff`` (+ the margin), at most ``max_silence`` silent and
+    at most ``max_clip`` clipped, or no profile. Computed once, kept."""
     from audiotree.excerpts.plan import PROFILE_MARGIN_LU, ProfileRowPlan
 
     name = f"qualifying-{duration:.6g}s-{cutoff:.6g}LUFS-{PROFILE_MARGIN_LU:g}"
     if max_silence is not None:
         name += f"-silence{max_silence:.6g}"
+    if max_clip is not None:
+        name += f"-clip{max_clip:.6g}"
     if store.has_extra(name):
         return store.extra(name)
     flags = np.ones(len(store), dtype=bool)
     for r in range(len(store)):
         profile = store.profile(r)
         if profile is not None and profile.size:
-            flags[r] = ProfileRowPlan(profile, duration=duration, cutoff=cutoff,
-                                      max_silence_share=max_silence).qualifies
+            flags[r] = ProfileRowPlan(profile, duration=duration, cutoff=cutoff, max_silence_share=max_silence,
+                                      max_clip_share=max_clip,
+                                      clip_shares=None if max_clip is None else _clip_shares(store, r, index_path)
+                                      ).qualifies
     return store.save_extra(name, flags)
 
 
@@ -360,9 +378,10 @@ def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool =
     """The spec when ``excerpt`` is ``loudest`` (``None`` otherwise); refuses ``skip_silent`` without an index."""
     if excerpt.strategy != "loudest":
         return None
-    if excerpt.max_silence_share is not None and not has_index:
-        raise ValueError("ExcerptConfig(max_silence_share=...) needs Corpus(index=...) (a corpus index with loudness "
-                         "profiles): without one, which windows are silent is not known before they are read.")
+    for knob, what in (("max_silence_share", "silent"), ("max_clip_share", "clipped")):
+        if getattr(excerpt, knob) is not None and not has_index:
+            raise ValueError(f"ExcerptConfig({knob}=...) needs Corpus(index=...) (a corpus index with loudness "
+                             f"profiles): without one, which windows are {what} is not known before they are read.")
     if excerpt.skip_silent and not has_index:
         raise ValueError("ExcerptConfig(skip_silent=True) needs Corpus(index=...) (a corpus index with loudness profiles): "
                          "without one, silent files are not known before they are read.")
@@ -372,15 +391,24 @@ def loudest_spec(excerpt: Any, duration: float, *, has_index: bool, mono: bool =
 def _with_loudest(rows: IndexRows, ix: Any, spec: LoudestSpec) -> IndexRows:
     """``rows`` planning ``loudest`` excerpts from their profiles (per item), when the index has them."""
     if not ix.has_profile:
-        if spec.excerpt.skip_silent or spec.excerpt.max_silence_share is not None:
-            option = "skip_silent=True" if spec.excerpt.skip_silent else "max_silence_share"
+        if spec.excerpt.skip_silent or spec.excerpt.max_silence_share is not None \
+                or spec.excerpt.max_clip_share is not None:
+            option = "skip_silent=True" if spec.excerpt.skip_silent else \
+                "max_silence_share" if spec.excerpt.max_silence_share is not None else "max_clip_share"
+            what = "windows clip" if option == "max_clip_share" else "files are silent"
             raise ValueError(f"{ix.path} was built without loudness profiles, so {option} cannot know which "
-                             "files are silent; rebuild it without --no-loudness.")
+                             f"{what}; rebuild it without --no-loudness.")
         return rows  # loudest then searches each file
+    silence, clip = spec.excerpt.max_silence_share, spec.excerpt.max_clip_share
+    if clip is not None and not rows.store.has("clip.offsets"):
+        from audiotree.index.quality import require_clip_blocks
+
+        raise require_clip_blocks(ix.path, "ExcerptConfig(max_clip_share=...)")
     # Items take lufs from the profile when it describes what they meter (the same mono/stereo mix).
-    silence = spec.excerpt.max_silence_share
+    shares = () if silence is None and clip is None else \
+        (None if silence is None else float(silence), None if clip is None else float(clip))
     return dataclasses.replace(rows, loudest=(spec.duration, float(spec.excerpt.lufs_cutoff), ix.mono == spec.mono)
-                               + (() if silence is None else (float(silence),)))
+                               + shares)
 
 
 def without_silent(rows: IndexRows, spec: LoudestSpec | None, what: str) -> IndexRows:
