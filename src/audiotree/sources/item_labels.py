@@ -90,8 +90,8 @@ def item_keys(tree: Any) -> list:
     from audiotree.provenance import decode_strings
 
     rows = tree.extras[KEY]
-    rows = rows.numpy() if hasattr(rows, "numpy") and not isinstance(rows, np.ndarray) else rows
-    return decode_strings(np.asarray(rows))
+    rows = np.asarray(rows.numpy() if hasattr(rows, "numpy") and not isinstance(rows, np.ndarray) else rows)
+    return decode_strings(np.where(rows < 0, 0, rows))  # a filler slot of batch_by_duration (-1s) has the key ""
 
 
 def label_request(labels: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
