@@ -194,3 +194,23 @@ def indexed_groups(index, **kwargs):
     from audiotree.sources.indexed import rows_by_group
 
     return rows_by_group(index, "group", **kwargs)
+
+
+@pytest.mark.slow
+def test_cli_weight_by_renders_the_rows_the_python_api_draws(index, tmp_path):
+    from collections import Counter
+
+    from audiotree.sources import open_render
+
+    out = tmp_path / "weighted"
+    result = _cli("render", "--index", index, "--weight-by", "bandwidth_hz", "--epoch", "--format", "tree",
+                  "--out", out, "--duration", "0.5", "--sample-rate", RATE, "--no-shuffle")
+    assert result.returncode == 0, result.stderr
+    rendered = open_render(out)
+    expected = create_audio_dataset(corpus=Corpus(index=index, weight_by="bandwidth_hz"), num_epochs=1, shuffle=False,
+                                    sample_rate=RATE, duration=0.5)
+    assert Counter(rendered[i].filepath[0] for i in range(len(rendered))) == \
+        Counter(expected[i].filepath[0] for i in range(len(expected)))
+    assert len(set(Counter(expected[i].filepath[0] for i in range(len(expected))).values())) > 1  # weights differ
+    folders = _cli("preview", str(index.parent / "a"), "--weight-by", "snr_db", "--out", tmp_path / "p")
+    assert folders.returncode != 0 and "--weight-by needs a corpus index" in folders.stderr

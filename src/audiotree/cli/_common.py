@@ -70,6 +70,7 @@ class Sources:
     index: str | None = None  # a corpus index (.parquet) read instead of folders
     group_by: str | None = None  # the index label whose values are the balanced groups
     where: str | None = None  # keep the index rows where this expression holds (Corpus(where=...))
+    weight_by: str | None = None  # draw each group's rows in proportion to this column (Corpus(weight_by=...))
     labels: tuple = ()  # index columns the items carry (Corpus(labels=...)), e.g. preview --sort-by's
 
     @property
@@ -297,11 +298,16 @@ def pipeline_options(*, duration: float = 1.0, sample_rate: int = 44_100, whole_
     return decorator
 
 
-#: ``--where EXPR`` of the commands that read a corpus index.
-where_option = click.option(
-    "--where", "where", default=None, metavar="EXPR",
-    help="With a corpus index: keep only its rows where EXPR holds, e.g. 'bandwidth_hz >= 16000 and clip_share < "
-         "1e-4' (comparisons of index columns and numbers, and/or/not; see docs/index.md, \"Quality\").")
+def where_option(func: Callable) -> Callable:
+    """``--where EXPR`` and ``--weight-by COLUMN`` of the commands that read a corpus index (``where``, ``weight_by``)."""
+    func = click.option(
+        "--weight-by", "weight_by", default=None, metavar="COLUMN",
+        help="With a corpus index: draw each group's rows in proportion to this numeric index column, e.g. "
+             "snr_db (Corpus(weight_by=...); a missing value weighs 0).")(func)
+    return click.option(
+        "--where", "where", default=None, metavar="EXPR",
+        help="With a corpus index: keep only its rows where EXPR holds, e.g. 'bandwidth_hz >= 16000 and clip_share < "
+             "1e-4' (comparisons of index columns and numbers, and/or/not; see docs/index.md, \"Quality\").")(func)
 sources_argument = click.argument("sources", nargs=-1, required=True, metavar="SOURCES...")
 #: SOURCES that ``--index`` may replace.
 optional_sources_argument = click.argument("sources", nargs=-1, required=False, metavar="[SOURCES]...")
@@ -342,7 +348,7 @@ def resolve_sources(values: Sequence[str], pipeline: PipelineOptions | None = No
 
 
 def index_source(values: Sequence[str], index: str | None, group_by: str | None,
-                 where: str | None = None) -> Sources | None:
+                 where: str | None = None, weight_by: str | None = None) -> Sources | None:
     """The SOURCES of a command reading a corpus index: ``--index PATH``, or one ``.parquet`` SOURCE (as ``scan``).
 
     ``None`` when neither is given (SOURCES are folders). ``group_by`` names
@@ -355,6 +361,8 @@ def index_source(values: Sequence[str], index: str | None, group_by: str | None,
             raise click.UsageError("--group-by LABEL needs a corpus index (--index corpus.parquet).")
         if where is not None:
             raise click.UsageError("--where needs a corpus index (CORPUS.parquet): it filters the index's rows.")
+        if weight_by is not None:
+            raise click.UsageError("--weight-by needs a corpus index (CORPUS.parquet): it weighs the index's rows.")
         return None
     if index is not None and values:
         raise click.UsageError("give --index or SOURCES, not both: the index already lists the files.")
@@ -365,7 +373,7 @@ def index_source(values: Sequence[str], index: str | None, group_by: str | None,
         if not os.path.isfile(path):
             raise click.BadParameter(f"'{path}' does not exist.", param_hint="'--index'")
         path = os.path.abspath(path)
-    return Sources(groups={}, pool=[], index=path, group_by=group_by, where=where)
+    return Sources(groups={}, pool=[], index=path, group_by=group_by, where=where, weight_by=weight_by)
 
 
 def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: int | None = None):
@@ -381,9 +389,9 @@ def build_dataset(sources: Sources, pipeline: PipelineOptions, *, num_epochs: in
         if sources.group_by is not None:
             return create_balanced_audio_dataset(
                 corpus=Corpus(index=sources.index, group_by=sources.group_by, where=sources.where,
-                              labels=sources.labels or None, **policy),
+                              weight_by=sources.weight_by, labels=sources.labels or None, **policy),
                 weights=pipeline.weights, **common)
-        return create_audio_dataset(corpus=Corpus(index=sources.index, where=sources.where,
+        return create_audio_dataset(corpus=Corpus(index=sources.index, where=sources.where, weight_by=sources.weight_by,
                                                   labels=sources.labels or None, **policy), **common)
     if sources.balanced:
         return create_balanced_audio_dataset(sources.groups, weights=pipeline.weights, corpus=Corpus(**policy),

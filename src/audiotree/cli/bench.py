@@ -51,7 +51,7 @@ from audiotree.cli._common import (
 @where_option
 @pipeline_options()
 def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, ram_budget, tolerance, plot, as_json,
-          group_by, where, pipeline) -> None:
+          group_by, where, weight_by, pipeline) -> None:
     """Measure items/s, time to first batch and peak memory per setting, and name the knee.
 
     \b
@@ -66,7 +66,7 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
         except ImportError:
             raise CliError("--plot needs matplotlib, which audiotree depends on but which cannot be imported; "
                            "reinstall it: pip install audiotree.") from None
-    parsed = index_source(sources, None, group_by, where) or resolve_sources(sources, pipeline)
+    parsed = index_source(sources, None, group_by, where, weight_by) or resolve_sources(sources, pipeline)
 
     from audiotree.tuning import default_workers, tune
 

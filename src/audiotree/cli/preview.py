@@ -37,7 +37,8 @@ from audiotree.cli._common import (
                    "snr_db, or a numeric label), lowest first ('-snr_db': highest first), in one section.")
 @where_option
 @pipeline_options()
-def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, sort_by, where, pipeline) -> None:
+def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, sort_by, where, weight_by,
+            pipeline) -> None:
     """Render N excerpts into a static index.html: a player, labels and a picture per excerpt.
 
     \b
@@ -50,9 +51,11 @@ def preview(sources, out_dir: Path, n: int, image_format: str, group_by: str, so
     from audiotree.preview import render_preview
 
     by_label = group_by not in _CARD_COLUMNS
-    parsed = index_source(sources, None, group_by if by_label else None, where) if _is_index(sources) else None
-    if parsed is None and where is not None:
-        raise click.UsageError("--where needs a corpus index (CORPUS.parquet) as SOURCES: it filters the index's rows.")
+    parsed = (index_source(sources, None, group_by if by_label else None, where, weight_by) if _is_index(sources)
+              else None)
+    if parsed is None and (where is not None or weight_by is not None):
+        raise click.UsageError(f"{'--where' if where is not None else '--weight-by'} needs a corpus index "
+                               "(CORPUS.parquet) as SOURCES: it selects among the index's rows.")
     if parsed is not None and by_label:
         group_by = "source"  # each excerpt's source is its label value
     if parsed is None and sort_by is not None:

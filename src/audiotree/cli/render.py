@@ -60,7 +60,7 @@ from audiotree.writers.parts import FORMATS
 @click.option("--overwrite", is_flag=True, help="Delete a previous render in --out and start again.")
 @executor_options
 @pipeline_options(whole_files=True)
-def render(sources, index, group_by, where, out_dir: str, n: int | None, epoch: bool, fmt: str, workers: int,
+def render(sources, index, group_by, where, weight_by, out_dir: str, n: int | None, epoch: bool, fmt: str, workers: int,
            batch_size: int | None, part_size: int, overwrite: bool, executor: str | None, ray_address: str | None,
            pipeline) -> None:
     """Pre-render N excerpts (or one --epoch) of the pipeline to a dataset on disk.
@@ -85,7 +85,7 @@ def render(sources, index, group_by, where, out_dir: str, n: int | None, epoch: 
                                "shape per leaf: use --format audio or --format arrayrecord.")
     if batch_size is None:
         batch_size = 1 if pipeline.duration is None else 32
-    parsed = index_source(sources, index, group_by, where)
+    parsed = index_source(sources, index, group_by, where, weight_by)
     if parsed is None:
         parsed = resolve_sources(sources, pipeline)
         config_sources = {"sources": {
@@ -93,7 +93,8 @@ def render(sources, index, group_by, where, out_dir: str, n: int | None, epoch: 
             for name, paths in (parsed.groups.items() if parsed.balanced else [("", parsed.pool)])}}
     else:
         config_sources = {"index": parsed.index, "group_by": parsed.group_by,
-                          **({"where": parsed.where} if parsed.where is not None else {})}
+                          **({"where": parsed.where} if parsed.where is not None else {}),
+                          **({"weight_by": parsed.weight_by} if parsed.weight_by is not None else {})}
     config = {"epoch": epoch, **config_sources, "pipeline": dataclasses.asdict(pipeline)}
     make_dataset = functools.partial(build_dataset, parsed, pipeline, num_epochs=1 if epoch else None)
     # Built here once (files listed, the index read); executor tasks rebuild it from make_dataset.
