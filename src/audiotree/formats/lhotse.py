@@ -39,7 +39,7 @@ import json
 import os
 from typing import Any, Iterator, Sequence
 
-from audiotree.formats.imported import ImportedSegments
+from audiotree.formats.imported import ImportedSegments, json_lines
 from audiotree.validation import is_real
 
 __all__ = ["read_manifests", "write_manifests", "SUPERVISION_FIELDS"]
@@ -52,31 +52,8 @@ def _fail(path: str, line: int, message: str) -> ValueError:
     return ValueError(f"lhotse manifest {path} line {line}: {message}")
 
 
-def _open_text(path: str, mode: str = "rt"):
-    if path.endswith(".gz"):
-        return gzip.open(path, mode, encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
-
-
 def _records(path: str) -> Iterator[tuple[int, dict]]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"lhotse manifest not found: {path}.")
-    try:
-        with _open_text(path) as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise _fail(path, number, f"is not JSON ({exc.msg}).") from None
-                if not isinstance(record, dict):
-                    raise _fail(path, number, "is not a JSON object.")
-                yield number, record
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise ValueError(f"lhotse manifest {path}: cannot be read ({exc}); is it a (gzipped) JSONL file?") from None
+    return json_lines(path, "lhotse")
 
 
 def _recording_path(where: str, number: int, record: dict, audio_root: str) -> str:

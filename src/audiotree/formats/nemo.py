@@ -43,9 +43,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
-from audiotree.formats.imported import ImportedSegments
+from audiotree.formats.imported import ImportedSegments, json_lines
 from audiotree.validation import is_real
 
 __all__ = ["read_manifests", "NEMO_FIELDS"]
@@ -59,23 +59,7 @@ def _fail(path: str, line: int, message: str) -> ValueError:
 
 
 def _records(path: str) -> Iterator[tuple[int, dict]]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"NeMo manifest not found: {path}.")
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise _fail(path, number, f"is not JSON ({exc.msg}); a NeMo manifest holds one JSON object "
-                                              "per line.") from None
-                if not isinstance(record, dict):
-                    raise _fail(path, number, "is not a JSON object.")
-                yield number, record
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"NeMo manifest {path}: not UTF-8 text ({exc}).") from None
+    return json_lines(path, "NeMo")
 
 
 def _seconds(where: str, number: int, record: dict, name: str) -> float | None:
