@@ -81,7 +81,6 @@ class ExcerptLoader(grain.transforms.RandomMap):
             raise ChannelMismatchError(str(path), tree.num_channels, self.channels)
         return tree
 
-
     def _extras(self, path: Any) -> dict:
         extras = {} if self.labels is None else self.labels.leaves(path)
         if KEY not in extras:
@@ -111,8 +110,8 @@ class StampSource(grain.transforms.Map):
         metadata.setdefault("filepath", encode_strings([""] * batch))
         metadata.setdefault("offset", np.full((batch,), np.nan))
         element = element.replace(_metadata=metadata)
-        if "key" not in element.extras:  # every item has a key (see audiotree.sources.item_labels)
-            element = element.replace_extras(key=encode_key([""] * batch))
+        if KEY not in element.extras:  # every item has a key (see audiotree.sources.item_labels)
+            element = element.replace_extras(**{KEY: encode_key([""] * batch)})
         return element
 
 
