@@ -42,7 +42,7 @@ def test_docstring_examples_run(name, tmp_path, monkeypatch):
 
 def test_the_public_modules_carry_examples():
     counted = {}
-    for name in ("audiotree.core", "audiotree.validation", "audiotree.seeds", "audiotree.schema",
+    for name in ("audiotree.core", "audiotree.validation", "audiotree.seeds", "audiotree.tree_fields",
                  "audiotree.excerpts.config", "audiotree.excerpts.strategies", "audiotree.io.excerpt",
                  "audiotree.dsp.edits", "audiotree.sources.slots"):
         tests = doctest.DocTestFinder().find(importlib.import_module(name))

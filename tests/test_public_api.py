@@ -30,7 +30,7 @@ BUDGET = {  # positional parameters allowed before keyword-only ones
 def test_top_level_names():
     assert set(audiotree.__all__) == {"AudioTree", "ExcerptConfig", "Output", "Order", "Corpus", "AudioWriter",
                                       "TreeWriter", "render", "sources", "transforms"}
-    assert audiotree.render.__module__ == "audiotree.writers.render"
+    assert audiotree.render.__module__ == "audiotree.writers.render_run"
     for name in audiotree.__all__:
         assert getattr(audiotree, name) is not None
     assert audiotree.ExcerptConfig is audiotree.sources.ExcerptConfig

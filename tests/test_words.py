@@ -104,7 +104,7 @@ def test_executor_none_is_this_process_everywhere(tmp_path):
 def test_policies_share_one_vocabulary():
     from audiotree.index import ON_STALE, LabelSource
     from audiotree.index.reader import check_on_stale
-    from audiotree.io.failures import ON_READ_ERROR, check_on_read_error
+    from audiotree.io.read_errors import ON_READ_ERROR, check_on_read_error
     from audiotree.writers import TreeWriter
 
     assert set(ON_READ_ERROR) == {"raise", "warn", "skip"}

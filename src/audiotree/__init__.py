@@ -23,7 +23,7 @@ _LAZY = {
     "Corpus": ("audiotree.sources.datasets.options", "Corpus"),
     "AudioWriter": ("audiotree.writers", "AudioWriter"),
     "TreeWriter": ("audiotree.writers", "TreeWriter"),
-    "render": ("audiotree.writers.render", "render"),
+    "render": ("audiotree.writers.render_run", "render"),
     "sources": ("audiotree.sources", None),
     "transforms": ("audiotree.transforms", None),
     "jax": ("audiotree.jax", None),  # not in __all__: JAX-only helpers, imported on first use
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from audiotree.excerpts.config import ExcerptConfig
     from audiotree.sources.datasets.options import Corpus, Order, Output
     from audiotree.writers import AudioWriter, TreeWriter
-    from audiotree.writers.render import render
+    from audiotree.writers.render_run import render
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -55,7 +55,7 @@ from audiotree.leaves import (
     resolve_device,
 )
 from audiotree.tree_io import FileMethods
-from audiotree.schema import ARRAY_FIELDS, DERIVED_FIELDS, LABEL_FIELDS, METADATA_KEYS, PYTREE_FIELDS
+from audiotree.tree_fields import ARRAY_FIELDS, DERIVED_FIELDS, LABEL_FIELDS, METADATA_KEYS, PYTREE_FIELDS
 
 __all__ = [
     "AudioTree",

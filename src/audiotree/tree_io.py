@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence, Self
 
 import numpy as np
 
-from audiotree.schema import LABEL_FIELDS, wrap_label
+from audiotree.tree_fields import LABEL_FIELDS, wrap_label
 
 __all__ = ["FileMethods"]
 

@@ -15,7 +15,7 @@ buffer) within ``tolerance`` (5 %) of the best throughput: past it, more
 parallelism buys memory, not speed. With ``ram_budget_mb`` only settings whose
 peak stays within the budget are candidates, and the result also says how
 large the buffers may grow at the knee before the budget is reached, using the
-same arithmetic as :mod:`audiotree.sources.memory`.
+same arithmetic as :mod:`audiotree.sources.audio_datasets`.
 
 Example::
 
@@ -175,7 +175,7 @@ class Setting:
         return f"{workers}, {threads}, {buffer}"
 
     def buffered_bytes(self, item_bytes: int, batch_bytes: int) -> int:
-        """Decoded audio the buffers can hold (the arithmetic of :mod:`audiotree.sources.memory`)."""
+        """Decoded audio the buffers can hold (the arithmetic of :mod:`audiotree.sources.audio_datasets`)."""
         read = (self.prefetch_buffer_size + self.num_threads) * item_bytes
         if not self.num_workers:
             return read

@@ -104,7 +104,7 @@ def test_hosts_read_disjoint_shard_files_that_cover_everything(written):
 
 
 def test_bad_datasets_are_refused_naming_the_file(written, tmp_path):
-    from audiotree.formats.arrayrecord import decode_item, encode_items
+    from audiotree.formats.arrayrecord_codec import decode_item, encode_items
     from audiotree.sources import ArrayRecordAudioSource
     from audiotree.writers import ArrayRecordWriter
 

@@ -1,4 +1,4 @@
-"""The render record on disk (formats/render.py) and reading a render back (sources/readers/render.py)."""
+"""The render record on disk (formats/render_record.py) and reading a render back (sources/readers/render_parts.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from audiotree.formats.render import RECORD, new_record, read_record, write_record
+from audiotree.formats.render_record import RECORD, new_record, read_record, write_record
 from audiotree.sources import open_render
 
 

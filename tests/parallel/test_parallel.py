@@ -16,7 +16,7 @@ from helpers import run_script
 
 @pytest.mark.parametrize("module", [
     "audiotree.parallel.chunks", "audiotree.parallel.executors", "audiotree.parallel.staging",
-    "audiotree.formats.arrayrecord", "audiotree.writers.arrayrecord", "audiotree.sources.readers.arrayrecord",
+    "audiotree.formats.arrayrecord_codec", "audiotree.writers.arrayrecord_writer", "audiotree.sources.readers.arrayrecord_source",
 ])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)

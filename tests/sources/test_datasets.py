@@ -311,7 +311,7 @@ def test_sharding_is_disjoint_and_complete(corpus):
 
 def test_buffer_memory_warning(corpus):
     ds = create_audio_dataset(corpus["music"], duration=60.0, output=Output(mono=False, channels=2), sample_rate=48000)
-    from audiotree.sources import memory
+    from audiotree.sources import audio_datasets as memory
 
     ram = memory.physical_memory_bytes()
     huge = grain.ReadOptions(num_threads=1, prefetch_buffer_size=int(ram / (60 * 48000 * 2 * 4)) + 10)
@@ -390,7 +390,7 @@ def test_indices_past_len_continue_into_later_epochs(corpus):
 
 
 def test_default_read_options_are_sized_for_audio(corpus):
-    from audiotree.sources.memory import DEFAULT_READ_BUFFER_BYTES, default_read_options
+    from audiotree.sources.audio_datasets import DEFAULT_READ_BUFFER_BYTES, default_read_options
 
     ds = create_audio_dataset(corpus["music"], duration=3.0, sample_rate=48000)
     options = default_read_options(48000 * 3 * 2 * 4)  # a 3 s stereo excerpt
@@ -407,7 +407,7 @@ def test_default_read_options_are_sized_for_audio(corpus):
 @pytest.mark.slow
 def test_default_reads_become_synchronous_inside_workers(corpus):
     """Left to us, ReadOptions use threads in one process and none inside mp_prefetch workers."""
-    from audiotree.sources.memory import WORKER_READ_OPTIONS
+    from audiotree.sources.audio_datasets import WORKER_READ_OPTIONS
 
     ds = create_audio_dataset(corpus["music"], duration=0.2, sample_rate=8000, num_epochs=None)
     it = ds.to_iter_dataset().batch(4, batch_fn=AudioTree.batch)
@@ -435,7 +435,7 @@ def _duration_of(t):
 def test_transformations_of_our_datasets_stay_audiotree_datasets(corpus):
     """Chains built from our datasets keep our to_iter_dataset/mp_prefetch, and their data is Grain's."""
     from audiotree.sources.workers.lifecycle import ClosingIterDataset
-    from audiotree.sources.memory import AudioIterDataset, AudioMapDataset
+    from audiotree.sources.audio_datasets import AudioIterDataset, AudioMapDataset
 
     ds = create_audio_dataset(corpus["music"], duration=0.2, sample_rate=8000)
     plain = ds.parents[0]  # the same pipeline without our wrapper: Grain's classes only
@@ -463,7 +463,7 @@ def test_transformations_of_our_datasets_stay_audiotree_datasets(corpus):
     assert isinstance(it, AudioIterDataset) and it.element_bytes == 2 * ds.item_bytes
     assert [list(b) for b in it] == [[0.2, 0.2]] * (len(ds) // 2)
     # Rebuilt for the workers (synchronous reads), the same steps replay.
-    from audiotree.sources.memory import WORKER_READ_OPTIONS
+    from audiotree.sources.audio_datasets import WORKER_READ_OPTIONS
 
     assert [list(b) for b in it._rebuilt(WORKER_READ_OPTIONS)] == [list(b) for b in it]
     assert isinstance(it.mp_prefetch(grain.MultiprocessingOptions(num_workers=0)), ClosingIterDataset)

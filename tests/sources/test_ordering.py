@@ -8,7 +8,7 @@ import sys
 import grain
 import pytest
 
-from audiotree.sources.ordering import EpochShuffledMapDataset, evict_oldest
+from audiotree.sources.epoch_order import EpochShuffledMapDataset, evict_oldest
 
 
 def _ds(n=10, *, seed=3, num_epochs=3, shuffle=True):

@@ -12,7 +12,7 @@ import pytest
 from audiotree import AudioTree, ExcerptConfig
 from audiotree.errors import AudioReadError
 from audiotree.sources.loading import ExcerptLoader, StampSource, check_on_read_error
-from audiotree.sources.memory import AudioIterDataset, AudioMapDataset, default_read_options, estimate_item_bytes
+from audiotree.sources.audio_datasets import AudioIterDataset, AudioMapDataset, default_read_options, estimate_item_bytes
 from factories import noise_tree, tone_file
 
 

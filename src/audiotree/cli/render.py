@@ -1,7 +1,7 @@
 """``audiotree render``: pre-render excerpts to a dataset, resumably (the CLI of :func:`audiotree.render`).
 
-The layout of ``OUT`` is :mod:`audiotree.formats.render`; the rendering itself
-(parts, resuming, executors, object storage) is :mod:`audiotree.writers.render`.
+The layout of ``OUT`` is :mod:`audiotree.formats.render_record`; the rendering itself
+(parts, resuming, executors, object storage) is :mod:`audiotree.writers.render_run`.
 This command parses the arguments, builds the pipeline and calls it.
 
 Read a render back with :func:`audiotree.sources.open_render` (one
@@ -100,7 +100,7 @@ def render(sources, index, group_by, where, weight_by, out_dir: str, n: int | No
     # Built here once (files listed, the index read); executor tasks rebuild it from make_dataset.
     ds = make_dataset() if executor is None or epoch else None
     total = len(ds) if epoch else n
-    from audiotree.writers.render import render as render_items
+    from audiotree.writers.render_run import render as render_items
 
     console, err = stdout_console(), stderr_console()
     with progress_bar(err, transient=False) as progress:

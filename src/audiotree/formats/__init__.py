@@ -4,7 +4,7 @@
 * :mod:`~audiotree.formats.manifest`: the ``AudioWriter`` NPZ manifest.
 * :mod:`~audiotree.formats.tree`: the ``TreeWriter`` memmap layout.
 * :mod:`~audiotree.formats.window_lufs`: the per-window loudness cache.
-* :mod:`~audiotree.formats.render`: the record a ``render`` run leaves behind.
+* :mod:`~audiotree.formats.render_record`: the record a ``render`` run leaves behind.
 * :mod:`~audiotree.formats.kaldi`, :mod:`~audiotree.formats.lhotse`: other toolkits'
   corpus descriptions (Kaldi data directories, lhotse manifests), read into
   :mod:`~audiotree.formats.imported` segment lists; lhotse manifests written back.

@@ -20,7 +20,7 @@ Compatibility rules enforced by :func:`check`:
   a field is stored (the index's 1.1 profiles) raises ``min_reader_version``.
 
 A format whose layout moved on alone passes its own version to :func:`header`
-and :func:`check` (the corpus index: :data:`audiotree.index.schema.FORMAT_VERSION`);
+and :func:`check` (the corpus index: :data:`audiotree.index.table_schema.FORMAT_VERSION`);
 the others use :data:`CURRENT_VERSION`.
 """
 

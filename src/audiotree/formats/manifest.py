@@ -40,7 +40,7 @@ import numpy as np
 from audiotree import limits
 from audiotree.formats import header as _format
 from audiotree.fs import atomic_file, npz_problem
-from audiotree.schema import LABEL_FIELDS
+from audiotree.tree_fields import LABEL_FIELDS
 from audiotree.validation import is_int
 
 __all__ = [

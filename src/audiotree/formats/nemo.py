@@ -148,7 +148,7 @@ def read_manifests(manifests: Sequence[str | os.PathLike] | str | os.PathLike) -
            for p, s, e in zip(segment_paths, starts, ends)]
     columns: dict[str, list] = {"path": segment_paths, "start": starts, "end": ends, "id": ids,
                                 "recording": [rec_of[p] for p in segment_paths]}
-    from audiotree.index.schema import RESERVED_COLUMNS, SEGMENT_NAMES
+    from audiotree.index.table_schema import RESERVED_COLUMNS, SEGMENT_NAMES
 
     taken = RESERVED_COLUMNS | set(SEGMENT_NAMES)  # an index's own columns: a field of that name is renamed
     names = list(dict.fromkeys(k for r in rows for k in r))

@@ -1,7 +1,7 @@
 """The corpus index: scan a corpus once, start training instantly, carry labels,
 know where the loud parts are.
 
-One Parquet file, one row per audio file (see :mod:`audiotree.index.schema`):
+One Parquet file, one row per audio file (see :mod:`audiotree.index.table_schema`):
 header facts, readability, label columns and a loudness profile on BS.1770's
 100 ms block grid. Build it with :func:`build_index` (or ``audiotree index``),
 open it with :func:`open_index`, or hand it to the dataset builders

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from audiotree.index.quality import QUALITY_COLUMNS, is_quality
-from audiotree.index.schema import BASE_COLUMNS, arrow_schema, require_pyarrow
+from audiotree.index.table_schema import BASE_COLUMNS, arrow_schema, require_pyarrow
 
 __all__ = ["rows_table", "current_table", "write_parquet"]
 

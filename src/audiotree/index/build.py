@@ -42,7 +42,7 @@ from audiotree.index.labels import (append_label_columns, label_source_from, mat
                                    typed_label_columns)
 from audiotree.io import storage
 from audiotree.index._rows import BASE_NAMES as _BASE_NAMES, current_table, rows_table, write_parquet
-from audiotree.index.schema import BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
+from audiotree.index.table_schema import BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
 from audiotree.validation import is_int
 
 __all__ = ["build_index", "IndexBuildReport"]

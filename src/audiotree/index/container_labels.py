@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from audiotree.index.schema import RESERVED_COLUMNS, require_pyarrow
+from audiotree.index.table_schema import RESERVED_COLUMNS, require_pyarrow
 
 __all__ = ["sidecar_columns", "merge_label_columns", "problem_rows", "order_column", "SIDECAR_PREFIX"]
 

@@ -57,7 +57,7 @@ import unicodedata
 import warnings
 from typing import Any, Mapping, Sequence
 
-from audiotree.index.schema import RESERVED_COLUMNS, ids_column, require_pyarrow
+from audiotree.index.table_schema import RESERVED_COLUMNS, ids_column, require_pyarrow
 from audiotree.validation import check_choice
 
 __all__ = ["LabelSource", "LabelMatch", "TEXT_MIN_DISTINCT", "TEXT_NAMES", "read_labels", "match_labels",

@@ -19,7 +19,7 @@ import numpy as np
 from audiotree.commands import index_refresh_command
 from audiotree.errors import AudioReadError
 from audiotree.index.quality import is_quality
-from audiotree.index.schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLUMNS, accepted_types, arrow_schema,
+from audiotree.index.table_schema import (BASE_COLUMNS, OPTIONAL_COLUMNS, SEGMENT_COLUMNS, accepted_types, arrow_schema,
                                     decode_metadata, require_pyarrow)
 from audiotree.index.trust import check_profiles, resolve_root
 from audiotree.io import storage
@@ -115,7 +115,7 @@ class CorpusIndex:
 
     Attributes:
       path: the index file.
-      meta: its ``audiotree`` metadata (see :mod:`audiotree.index.schema`).
+      meta: its ``audiotree`` metadata (see :mod:`audiotree.index.table_schema`).
       root: absolute folder the stored paths are relative to, or ``None``
         when they are absolute.
       table: a ``pyarrow.Table`` of the columns read.
@@ -140,12 +140,12 @@ class CorpusIndex:
 
     @property
     def has_seek_points(self) -> bool:
-        """True when the index has the ``seek_points`` column (format 1.2 on; see :mod:`audiotree.index.schema`)."""
+        """True when the index has the ``seek_points`` column (format 1.2 on; see :mod:`audiotree.index.table_schema`)."""
         return tuple(self.meta.get("format_version") or (1, 0)) >= (1, 2)
 
     @property
     def has_segments(self) -> bool:
-        """True for a segment index (one row per segment of a recording; see :mod:`audiotree.index.schema`)."""
+        """True for a segment index (one row per segment of a recording; see :mod:`audiotree.index.table_schema`)."""
         return "start" in self.table.column_names
 
     @property

@@ -1,7 +1,7 @@
 """A FLAC file's seek points at index time: which bytes a build reads for them, and the open that reuses them.
 
 What the index's ``seek_points`` column holds and how readers use it is in
-:mod:`audiotree.index.schema` ("FLAC seek points"). Here:
+:mod:`audiotree.index.table_schema` ("FLAC seek points"). Here:
 
 * a build with loudness decodes every sample anyway, so :func:`open_for_build`
   reads the whole file's bytes first (a local read; one GET for a URL; the

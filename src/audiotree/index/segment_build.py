@@ -4,7 +4,7 @@
 ``pyarrow.Table``, a ``{column: values}`` mapping or a list of row dicts:
 ``path``, ``start``, ``end`` seconds, optional ``id`` and ``recording``, plus
 label columns; see :mod:`audiotree.index.segments`). The index then has one
-row per segment (the segment columns of :mod:`audiotree.index.schema`), its
+row per segment (the segment columns of :mod:`audiotree.index.table_schema`), its
 labels those of the segment (a ``text`` column is free text: strings in
 items); ``labels=`` still joins per-file labels to every segment of a file.
 Each recording is opened and probed once however many segments it has
@@ -19,7 +19,7 @@ import os
 import warnings
 from typing import Any, Sequence
 
-from audiotree.index.schema import require_pyarrow
+from audiotree.index.table_schema import require_pyarrow
 from audiotree.io import storage
 
 __all__ = ["ORDER", "plan", "segments_by_file", "with_segment_columns", "merge_specs"]

@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from audiotree.index.schema import RESERVED_COLUMNS, require_pyarrow
+from audiotree.index.table_schema import RESERVED_COLUMNS, require_pyarrow
 from audiotree.validation import is_int
 
 __all__ = ["SegmentTable", "read_segments", "segment_label_columns", "END_TOLERANCE_SECONDS"]

@@ -61,7 +61,7 @@ import numpy as np
 from audiotree.errors import AudioReadError
 from audiotree.io import integrity, mpeg_stream, ogg_pages, open_checks, storage
 from audiotree.io.extensions import PYAV_EXTENSIONS, normalize_extension, pyav_available
-from audiotree.io.failures import (
+from audiotree.io.read_errors import (
     SKIP_HINT,
     bad_file,
     check_finite,

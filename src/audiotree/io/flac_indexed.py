@@ -43,7 +43,7 @@ import numpy as np
 
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
-from audiotree.io.failures import SKIP_HINT, check_finite
+from audiotree.io.read_errors import SKIP_HINT, check_finite
 from audiotree.io.flac_seek import decode_stream, header_length, stream_info
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header

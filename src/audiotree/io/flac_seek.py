@@ -17,7 +17,7 @@ The table is ``int64 (K, 2)``: rows ``[first sample, byte offset]`` of
 frames, the first row the first frame, then about one every ``every``
 seconds, increasing (16 bytes a second of audio). The corpus index computes it
 once per file at index time (its ``seek_points`` column, see
-:mod:`audiotree.index.schema`) and the dataset reader uses it for remote files
+:mod:`audiotree.index.table_schema`) and the dataset reader uses it for remote files
 and members of remote shards (:mod:`audiotree.io.flac_indexed`).
 
 A SEEKTABLE is used only when it is about as dense as ``every`` asks (``flac``

@@ -32,9 +32,9 @@ from audiotree.provenance import KEY_EXTRA, encode_strings, restored_key
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
 from audiotree.io.excerpt import read_excerpt
-from audiotree.io.failures import check_on_read_error
+from audiotree.io.read_errors import check_on_read_error
 from audiotree.io.remote_file import first_read
-from audiotree.schema import DERIVED_FIELDS, LABEL_FIELDS
+from audiotree.tree_fields import DERIVED_FIELDS, LABEL_FIELDS
 from audiotree.validation import check_duration, check_sample_rate, is_int
 
 __all__ = ["ManifestReader"]

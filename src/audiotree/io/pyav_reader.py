@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from audiotree.io.failures import bad_file, read_span
+from audiotree.io.read_errors import bad_file, read_span
 from audiotree.io.info import AudioInfo
 
 __all__ = ["PyAVReader"]

@@ -36,7 +36,7 @@ def index_has_profiles(path: str | os.PathLike) -> bool:
     import pyarrow.parquet as pq
 
     from audiotree.index import open_index
-    from audiotree.index.schema import decode_metadata
+    from audiotree.index.table_schema import decode_metadata
 
     path = os.fspath(path)
     try:
@@ -96,7 +96,7 @@ def index_scan_report(path: str | os.PathLike, *, duration: float = 1.0, lufs_cu
 
     from audiotree.index import open_index, window_blocks, window_loudness
     from audiotree.index.quality import has_quality
-    from audiotree.index.schema import BLOCK_SEC
+    from audiotree.index.table_schema import BLOCK_SEC
 
     if not (isinstance(duration, (int, float)) and math.isfinite(duration) and duration > 0):
         raise ValueError(f"duration must be a positive number of seconds, got {duration!r}.")

@@ -69,9 +69,9 @@ _LAZY = {
     "plan_buckets": "audiotree.sources.bucketing",
     "BucketPlan": "audiotree.sources.bucketing",
     # Reads what `audiotree render` wrote (finished parts, in item order).
-    "open_render": "audiotree.sources.readers.render",
-    "ArrayRecordAudioSource": "audiotree.sources.readers.arrayrecord",
-    "open_arrayrecord": "audiotree.sources.readers.arrayrecord",
+    "open_render": "audiotree.sources.readers.render_parts",
+    "ArrayRecordAudioSource": "audiotree.sources.readers.arrayrecord_source",
+    "open_arrayrecord": "audiotree.sources.readers.arrayrecord_source",
 }
 
 

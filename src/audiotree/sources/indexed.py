@@ -37,7 +37,7 @@ def is_index_path(value: Any) -> bool:
     if not (isinstance(value, (str, os.PathLike)) and os.fspath(value).lower().endswith(".parquet")):
         return False
     from audiotree.io.parquet_audio import has_metadata_key
-    from audiotree.index.schema import METADATA_KEY
+    from audiotree.index.table_schema import METADATA_KEY
 
     return has_metadata_key(os.fspath(value), METADATA_KEY)
 

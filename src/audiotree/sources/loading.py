@@ -18,7 +18,7 @@ from audiotree.errors import AudioReadError, ChannelMismatchError
 from audiotree.core import AudioTree
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.excerpts.strategies import select_clip
-from audiotree.io.failures import ON_READ_ERROR, check_on_read_error
+from audiotree.io.read_errors import ON_READ_ERROR, check_on_read_error
 from audiotree.io.storage import call_with_storage_options
 from audiotree.sources.item_labels import KEY, encode_key, item_key
 

@@ -38,7 +38,7 @@ import grain
 import numpy as np
 
 from audiotree.seeds import epoch_rng
-from audiotree.sources.ordering import evict_oldest
+from audiotree.sources.epoch_order import evict_oldest
 from audiotree.validation import is_real
 
 __all__ = ["ShuffledProportionalSelection", "mix_shuffled", "check_weights", "DEFAULT_BLOCK_SIZE"]

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from audiotree.writers.arrayrecord import ArrayRecordWriter
+from audiotree.writers.arrayrecord_writer import ArrayRecordWriter
 from audiotree.writers.audio import AudioWriter
 from audiotree.writers.tree import TreeWriter
 

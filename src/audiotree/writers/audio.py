@@ -38,7 +38,7 @@ from audiotree import limits
 from audiotree.fs import check_relative, close_keeping_error, fsync_dir, fsync_path, naming_os_errors
 from audiotree.formats import manifest as _manifest
 from audiotree.provenance import stored_extras
-from audiotree.schema import LABEL_FIELDS
+from audiotree.tree_fields import LABEL_FIELDS
 from audiotree.validation import is_int
 
 __all__ = ["AudioWriter"]

@@ -91,7 +91,7 @@ def part_files(fmt: str, directory: Path) -> dict:
     import hashlib
     import json
 
-    from audiotree.formats.arrayrecord import INDEX_NAME, check_index
+    from audiotree.formats.arrayrecord_codec import INDEX_NAME, check_index
 
     index = Path(directory) / INDEX_NAME
     shards, _ = check_index(json.loads(index.read_text(encoding="utf-8")), str(index))

@@ -8,7 +8,7 @@ Each takes its own few arguments and the option objects of
 passed loose (the seed page's calls keep working).
 
 Determinism: the file list is sorted; ``shuffle_seed`` fixes the file order
-(a new permutation every epoch, see :mod:`audiotree.sources.ordering`) and
+(a new permutation every epoch, see :mod:`audiotree.sources.epoch_order`) and
 ``excerpt_seed`` (default: derived from ``shuffle_seed``) fixes the excerpts.
 Grain's ``random_map`` gives every *global* index its own generator, so
 ``ds[i]`` is reproducible, a file revisited in a later epoch gets a new

@@ -3,7 +3,7 @@
 Every builder returns a Grain ``MapDataset`` of batch-of-1 ``AudioTree`` items.
 
 Determinism: the file list is sorted; ``shuffle_seed`` fixes the file order
-(a new permutation every epoch, see :mod:`audiotree.sources.ordering`) and ``excerpt_seed`` (default: derived from
+(a new permutation every epoch, see :mod:`audiotree.sources.epoch_order`) and ``excerpt_seed`` (default: derived from
 ``shuffle_seed``) fixes the excerpts. Grain's ``random_map`` gives every
 *global* index its own generator, so ``ds[i]`` is reproducible, a file revisited
 in a later epoch gets a new excerpt, and the stream does not depend on how many
@@ -26,9 +26,9 @@ from audiotree.sources.datasets.common import (building_with_storage_options, ch
 from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
-from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
+from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import check_weights, mix_shuffled
-from audiotree.sources.ordering import EpochShuffledMapDataset
+from audiotree.sources.epoch_order import EpochShuffledMapDataset
 from audiotree.sources.datasets.windowed import WindowConfig, check_window_rows, windowed_group_dataset
 from audiotree.validation import check_duration, check_pad_mode
 

@@ -50,13 +50,13 @@ def _walk(ds: Any):
 def _item_order(items: Any) -> tuple[Any, int | None, Any]:
     """``(epoch order, items per epoch, index loader)`` of an item dataset built by our builders.
 
-    The epoch order is the :class:`~audiotree.sources.ordering.EpochShuffledMapDataset`
+    The epoch order is the :class:`~audiotree.sources.epoch_order.EpochShuffledMapDataset`
     under ``items`` when only per-item maps lie between (so position ``p`` of
     epoch ``e`` is row ``perm_e[p]``), else ``None``; the index loader is the
     :class:`~audiotree.sources.indexed.IndexedLoader` mapped over the rows, if any.
     """
     from audiotree.sources.indexed import IndexedLoader
-    from audiotree.sources.ordering import EpochShuffledMapDataset
+    from audiotree.sources.epoch_order import EpochShuffledMapDataset
 
     node, loader = items, None
     while True:
@@ -86,7 +86,7 @@ def _check_items(items: Any, plan: BucketPlan, order: Any, per_epoch: int | None
             "in the items' order."
         )
     if order is None:
-        from audiotree.sources.ordering import EpochShuffledMapDataset
+        from audiotree.sources.epoch_order import EpochShuffledMapDataset
 
         for node in _walk(items):
             if isinstance(node, EpochShuffledMapDataset) and node.shuffle:
@@ -179,7 +179,7 @@ class DurationBatchDataset(grain.MapDataset):
             perm = order.permutation(epoch)
             positions = np.empty_like(perm)
             positions[perm] = np.arange(perm.size)
-            from audiotree.sources.ordering import evict_oldest
+            from audiotree.sources.epoch_order import evict_oldest
 
             evict_oldest(self._positions, keep=2)
             self._positions[epoch] = positions
@@ -428,7 +428,7 @@ def batch_by_duration(
         raise ValueError(f"The plan splits batches over {plan.num_shards} hosts, but shard_options has {shard_count}.")
     ds = DurationBatchDataset(items, plan, num_epochs=num_epochs, pad_to=pad_to, shard_index=shard_index,
                               pad_multiple=pad_multiple)
-    from audiotree.sources.memory import AudioMapDataset
+    from audiotree.sources.audio_datasets import AudioMapDataset
 
     # Size read buffers in bytes of batches, not Grain's 500 elements: from the
     # items' own estimate when they carry one, else for the worst case we serve

@@ -46,7 +46,7 @@ from audiotree.sources.datasets.common import (building_with_storage_options, ch
                                               resolve_files)
 from audiotree.sources.containers import host_items
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
-from audiotree.sources.memory import AudioMapDataset, estimate_item_bytes
+from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.indexed import (
     IndexedLoader,
     is_index_path,

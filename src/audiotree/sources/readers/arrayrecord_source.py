@@ -1,7 +1,7 @@
 """Reading ArrayRecord datasets (``ArrayRecordWriter``, ``audiotree render --format arrayrecord``).
 
 :class:`ArrayRecordAudioSource` is ``grain.sources.ArrayRecordDataSource``
-over the shards, plus our record decoder (:mod:`audiotree.formats.arrayrecord`):
+over the shards, plus our record decoder (:mod:`audiotree.formats.arrayrecord_codec`):
 ``source[i]`` is the same item (an ``AudioTree`` of batch 1, or the pytree
 written) that was rendered, with no pickle involved. It is picklable and reads
 in Grain's worker processes.
@@ -39,7 +39,7 @@ from audiotree.fs import read_limited
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
 from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
-from audiotree.formats.arrayrecord import (
+from audiotree.formats.arrayrecord_codec import (
     INDEX_NAME,
     MAX_INDEX_BYTES,
     SHARD_PATTERN,
@@ -290,7 +290,7 @@ def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, 
     """The items of ArrayRecord datasets as a ``grain.MapDataset`` (see :class:`ArrayRecordAudioSource`)."""
     import grain
 
-    from audiotree.sources.memory import wrap_stored
+    from audiotree.sources.audio_datasets import wrap_stored
 
     source = ArrayRecordAudioSource(paths, shard_options=shard_options, storage_options=storage_options,
                                     cache_limit=cache_limit, cache_dir=cache_dir)

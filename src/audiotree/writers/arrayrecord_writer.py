@@ -1,7 +1,7 @@
 """``ArrayRecordWriter``: batches of items as sharded ArrayRecord files.
 
 The layout and the record codec are described in
-:mod:`audiotree.formats.arrayrecord`; read it back with
+:mod:`audiotree.formats.arrayrecord_codec`; read it back with
 :func:`audiotree.sources.open_arrayrecord`. Each item of a written batch
 becomes one record; a shard is closed after ``records_per_shard`` records and a
 new one opened. The index ``arrayrecord.json`` is written (atomically) only by
@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from audiotree.fs import fsync_dir, write_json_atomic
-from audiotree.formats.arrayrecord import INDEX_NAME, SHARD_PATTERN, WRITER_OPTIONS, encode_items, index_document
+from audiotree.formats.arrayrecord_codec import INDEX_NAME, SHARD_PATTERN, WRITER_OPTIONS, encode_items, index_document
 from audiotree.validation import is_int
 
 __all__ = ["ArrayRecordWriter"]

@@ -1,6 +1,6 @@
 """Reading what ``audiotree render`` wrote: one Grain dataset over the finished parts.
 
-The on-disk layout is :mod:`audiotree.formats.render`. A render on object
+The on-disk layout is :mod:`audiotree.formats.render_record`. A render on object
 storage is read in place: the record in one request, each part's manifest
 when an item of that part is first read, then each item by ranged requests
 (see :class:`audiotree.sources.TreeDataSource`); nothing is downloaded whole.
@@ -18,11 +18,11 @@ from typing import Any
 import grain
 
 from audiotree.process_local import ProcessLocal
-from audiotree.formats.render import MAX_RECORD_BYTES, RECORD, parse_record, read_record
+from audiotree.formats.render_record import MAX_RECORD_BYTES, RECORD, parse_record, read_record
 from audiotree.io import storage
-from audiotree.sources.readers.arrayrecord import ArrayRecordAudioSource, open_arrayrecord
+from audiotree.sources.readers.arrayrecord_source import ArrayRecordAudioSource, open_arrayrecord
 from audiotree.sources.readers.audio import AudioDataSource
-from audiotree.sources.memory import wrap_stored
+from audiotree.sources.audio_datasets import wrap_stored
 from audiotree.sources.readers.tree import TreeDataSource
 
 __all__ = ["open_render", "RenderParts", "host_range"]
@@ -130,7 +130,7 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
                 cache_limit: int | str | None = None, cache_dir: str | os.PathLike | None = None):
     """The finished parts of a render in ``out`` as one dataset, in item order.
 
-    Returns an :class:`~audiotree.sources.memory.AudioMapDataset` (a
+    Returns an :class:`~audiotree.sources.audio_datasets.AudioMapDataset` (a
     ``grain.MapDataset``) over the parts; ArrayRecord renders are read with
     :func:`~audiotree.sources.open_arrayrecord`.
 

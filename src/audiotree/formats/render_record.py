@@ -10,7 +10,7 @@ Layout of a render folder ``OUT``::
 ``render.json`` holds ``{"version": 1, "config": {...}, "parts": [{"dir",
 "start", "stop", "count"}, ...], "complete": bool, "total": int | null}``; an
 ``arrayrecord`` part's entry also lists its shards (``"shards"``, see
-:func:`audiotree.formats.arrayrecord.check_render_shards`). Parts
+:func:`audiotree.formats.arrayrecord_codec.check_render_shards`). Parts
 split the dataset's items at multiples of ``part_size``; a part is listed only
 after its writer closed it, and the record is replaced atomically, so a listed
 part is always complete. Read a render with :func:`audiotree.sources.open_render`.

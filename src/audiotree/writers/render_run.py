@@ -1,6 +1,6 @@
 """``audiotree.render``: pre-render a dataset's items into parts, resumably, locally or on an executor.
 
-The layout of ``out`` is :mod:`audiotree.formats.render`. Parts split the
+The layout of ``out`` is :mod:`audiotree.formats.render_record`. Parts split the
 dataset's items at multiples of ``part_size``. A part is recorded in
 ``render.json`` (replaced atomically) only after its writer closed it, so after
 an interruption a re-run with the same arguments keeps every recorded part,
@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping
 
 from audiotree.fs import fsync_dir
 from audiotree.limits import MAX_ITEMS
-from audiotree.formats.render import PART, RECORD, new_record, read_record, write_record
+from audiotree.formats.render_record import PART, RECORD, new_record, read_record, write_record
 from audiotree.io import storage
 from audiotree.validation import is_int
 from audiotree.writers.parts import FORMATS, RenderRange, batch_in_order, open_part_writer, part_files
