@@ -17,6 +17,7 @@ from typing import Any
 from audiotree.fs import fsync_dir, write_json_atomic
 from audiotree.formats.arrayrecord_codec import INDEX_NAME, SHARD_PATTERN, WRITER_OPTIONS, encode_items, index_document
 from audiotree.validation import is_int
+from audiotree.writers.writer_options import refuse_existing
 
 __all__ = ["ArrayRecordWriter"]
 
@@ -61,9 +62,8 @@ class ArrayRecordWriter:
         self.records_per_shard = int(records_per_shard)
         self.metadata = dict(metadata or {})
         index = self.directory / INDEX_NAME
-        if index.exists() and not exist_ok:
-            raise FileExistsError(f"{index} exists: {self.directory} already holds an ArrayRecord dataset; "
-                                  "pass exist_ok=True to replace it or choose a new folder.")
+        refuse_existing(self.directory, "an ArrayRecord dataset", [INDEX_NAME] if index.exists() else [],
+                        exist_ok=exist_ok)
         self.directory.mkdir(parents=True, exist_ok=True)
         if index.exists():
             index.unlink()
