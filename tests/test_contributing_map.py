@@ -1,4 +1,5 @@
-"""CONTRIBUTING's package map names every package and every root module of ``src/audiotree`` (issue 38).
+"""CONTRIBUTING's package map names every package and every root module of ``src/audiotree`` (issue 38;
+this replaces the check of ``tests/test_docs.py`` that found package names anywhere in the page).
 
 A name counts when it stands, in backquotes, in the first column of a table
 under "## The package map": a mention in prose is not a row.
