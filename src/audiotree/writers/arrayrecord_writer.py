@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from audiotree.fs import fsync_dir, write_json_atomic
+from audiotree.fs import fsync_dir, fsync_path, write_json_atomic
 from audiotree.formats.arrayrecord_codec import INDEX_NAME, SHARD_PATTERN, WRITER_OPTIONS, encode_items, index_document
 from audiotree.validation import is_int
 from audiotree.writers.writer_options import refuse_existing
@@ -116,11 +116,7 @@ class ArrayRecordWriter:
             return
         self._close_shard()
         for name, _ in self._shards:  # the shards' bytes are durable before the index names them
-            fd = os.open(self.directory / name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.directory / name)
         fsync_dir(self.directory)
         write_json_atomic(self.directory / INDEX_NAME, index_document(self._shards, self.metadata))
         self._closed = True
