@@ -59,6 +59,9 @@ __all__ = [
     "BucketPlan",
     "ArrayRecordAudioSource",
     "open_arrayrecord",
+    "WeightSchedule",
+    "realised_proportions",
+    "MixProportions",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.
@@ -72,6 +75,10 @@ _LAZY = {
     "open_render": "audiotree.sources.readers.render_parts",
     "ArrayRecordAudioSource": "audiotree.sources.readers.arrayrecord_source",
     "open_arrayrecord": "audiotree.sources.readers.arrayrecord_source",
+    # Mix weights that change along the global stream, and what a mix served per window.
+    "WeightSchedule": "audiotree.sources.weight_schedule",
+    "realised_proportions": "audiotree.sources.mixing",
+    "MixProportions": "audiotree.sources.mixing",
 }
 
 
