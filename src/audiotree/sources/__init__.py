@@ -31,6 +31,8 @@ from audiotree.sources.datasets.windowed import (
 )
 from audiotree.sources.files import find_audio_files
 from audiotree.sources.loading import OnReadError
+from audiotree.sources.mixing import MixProportions, realised_proportions
+from audiotree.sources.weight_schedule import WeightSchedule
 
 __all__ = [
     "ExcerptConfig",
@@ -75,10 +77,6 @@ _LAZY = {
     "open_render": "audiotree.sources.readers.render_parts",
     "ArrayRecordAudioSource": "audiotree.sources.readers.arrayrecord_source",
     "open_arrayrecord": "audiotree.sources.readers.arrayrecord_source",
-    # Mix weights that change along the global stream, and what a mix served per window.
-    "WeightSchedule": "audiotree.sources.weight_schedule",
-    "realised_proportions": "audiotree.sources.mixing",
-    "MixProportions": "audiotree.sources.mixing",
 }
 
 
