@@ -216,3 +216,29 @@ def test_resume_with_a_new_schedule_from_a_step(groups):
     assert report.expected[0].tolist() == pytest.approx([0.25, 0.75])
     assert report.worst_deviation() <= 3
     assert np.mean([k[0] == "b" for k in tail[switch - 437:]]) == pytest.approx(0.75, abs=0.03)
+
+
+def _only_b_after_100(index: int) -> dict:
+    return {"a": 1.0 if index < 100 else 0.0, "b": 1.0}
+
+
+def test_block_means_match_the_exact_mean_of_every_block():
+    ramp = WeightSchedule({0: {"a": 0.9, "b": 0.1}, 1000: {"a": 0.1, "b": 0.9}, 1500: {"a": 1, "b": 0}},
+                          block_size=48)
+    switched = WeightSchedule(RAMP, "step", block_size=48).then(700, {0: {"a": 1, "b": 3}, 2000: {"a": 3, "b": 1}})
+    called = WeightSchedule(functools.partial(_ramp_weights, length=1000), block_size=16)
+    for schedule in (ramp, switched, called):
+        size = schedule.block_size
+        exact = np.stack([schedule.mean(b * size, (b + 1) * size) for b in range(100)])
+        np.testing.assert_allclose(schedule.block_means(0, size, 100), exact, atol=1e-12)
+
+
+def test_a_callable_schedule_with_a_group_that_never_ends_is_refused_clearly(monkeypatch):
+    from audiotree.sources import mixing
+
+    monkeypatch.setattr(mixing, "_MAX_SCAN_BLOCKS", 1024)  # the search's bound, lowered to keep the test quick
+    schedule = WeightSchedule(_only_b_after_100, block_size=16)
+    with pytest.raises(ValueError, match="does not run out .* callable schedule; make every group endless"):
+        ShuffledProportionalSelection([1000, sys.maxsize], schedule, seed=0, names=["a", "b"])
+    finite = ShuffledProportionalSelection([1000, 500], schedule, seed=0, names=["a", "b"])
+    assert 500 <= len(finite) < 700  # "b" runs out

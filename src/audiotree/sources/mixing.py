@@ -59,7 +59,7 @@ __all__ = ["ShuffledProportionalSelection", "mix_shuffled", "check_weights", "DE
 
 DEFAULT_BLOCK_SIZE = 4096
 #: Blocks scanned for the end of a finite group under a callable schedule before giving up.
-_MAX_SCAN_BLOCKS = 1 << 20
+_MAX_SCAN_BLOCKS = 1 << 16
 
 
 class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
