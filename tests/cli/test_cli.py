@@ -407,6 +407,7 @@ def test_demo_from_a_fresh_cache(tmp_path):
     out = result.stdout
     assert "generated in" in out and "items/s" in out
     assert "Proportions over 256 items" in out and "Mix of the first 8 batches" in out
+    assert "Mix per 10 steps of 32" in out and "70-79" in out and "(50.0%)" in out  # per window, read from the mix
     for group in ("speech", "music", "effects"):
         assert group in out
     # Observed shares follow the weights 0.5 / 0.3 / 0.2.

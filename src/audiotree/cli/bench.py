@@ -23,6 +23,7 @@ from audiotree.cli._common import (
     stderr_console,
     stdout_console,
 )
+from audiotree.cli._mixes import mix_report, mix_table
 
 
 @click.command(short_help="Measure workers x threads x buffers and name the knee.")
@@ -89,7 +90,7 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
         if plot.parent and not plot.parent.exists():
             plot.parent.mkdir(parents=True, exist_ok=True)
         result.plot(plot, corpus=describe_sources(parsed), pipeline=describe_pipeline(pipeline))
-    mix = mix_report(ds, batch_size)
+    mix = mix_report(ds, batch_size)  # what the mix serves per window of steps, read without audio
     if as_json:
         payload = result.to_dict()
         payload["cpu_count"] = os.cpu_count()
@@ -132,35 +133,3 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
     if plot is not None:
         console.print(f"Plot: {plot}")
 
-
-#: The mix table: windows of this many steps (batches), this many windows.
-MIX_WINDOW_STEPS, MIX_WINDOWS = 10, 8
-
-
-def mix_report(ds, batch_size: int):
-    """The realised proportions of a mixed ``ds`` per window of ``MIX_WINDOW_STEPS`` steps (``None``: no mix)."""
-    from audiotree.sources.mixing import find_mix, realised_proportions
-
-    selection = find_mix(ds)
-    window = MIX_WINDOW_STEPS * batch_size
-    if selection is None or len(selection) < window:
-        return None
-    stop = min(MIX_WINDOWS * window, len(selection) // window * window)
-    return realised_proportions(ds, stop, window=window)
-
-
-def mix_table(mix, batch_size: int):
-    """A rich Table: per window of steps, each group's share served and (in brackets) asked for."""
-    from rich.table import Table
-
-    steps = mix.window // batch_size
-    table = Table(title=f"Mix per {steps} steps of {batch_size} (served, and the weights' share in brackets)",
-                  caption=f"read from the mix itself (no audio); worst window {mix.worst_deviation():.1f} binomial SD "
-                          "from the weights", title_justify="left", caption_justify="left")
-    table.add_column("steps")
-    for name in mix.names:
-        table.add_column(name, justify="right")
-    for start, realised, expected in zip(mix.starts, mix.realised, mix.expected):
-        first = start // batch_size
-        table.add_row(f"{first}-{first + steps - 1}", *(f"{r:.1%} ({e:.1%})" for r, e in zip(realised, expected)))
-    return table
