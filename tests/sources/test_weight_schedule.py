@@ -242,3 +242,15 @@ def test_a_callable_schedule_with_a_group_that_never_ends_is_refused_clearly(mon
         ShuffledProportionalSelection([1000, sys.maxsize], schedule, seed=0, names=["a", "b"])
     finite = ShuffledProportionalSelection([1000, 500], schedule, seed=0, names=["a", "b"])
     assert 500 <= len(finite) < 700  # "b" runs out
+
+
+@pytest.mark.slow
+def test_a_scheduled_mix_reads_the_same_through_torch_spawned_workers(groups):
+    torch = pytest.importorskip("torch")
+    from audiotree.torch import TorchMapDataset, collate
+
+    ds = create_balanced_audio_dataset(groups, weights=WeightSchedule(RAMP), duration=0.05, sample_rate=8000)
+    loader = torch.utils.data.DataLoader(TorchMapDataset(ds, epoch_size=300), batch_size=25, num_workers=2,
+                                         collate_fn=collate, multiprocessing_context="spawn")
+    served = [source for batch in loader for source in batch.source]
+    assert served == [ds[i].source[0] for i in range(300)]
