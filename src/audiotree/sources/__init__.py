@@ -31,6 +31,8 @@ from audiotree.sources.datasets.windowed import (
 )
 from audiotree.sources.files import find_audio_files
 from audiotree.sources.loading import OnReadError
+from audiotree.sources.mixing import MixProportions, realised_proportions
+from audiotree.sources.weight_schedule import WeightSchedule
 
 __all__ = [
     "ExcerptConfig",
@@ -59,6 +61,9 @@ __all__ = [
     "BucketPlan",
     "ArrayRecordAudioSource",
     "open_arrayrecord",
+    "WeightSchedule",
+    "realised_proportions",
+    "MixProportions",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.

@@ -89,7 +89,7 @@ def create_audio_dataset(
 
 def create_balanced_audio_dataset(
     sources: Mapping[str, Any] | None = None,
-    weights: Mapping[str, float] | None = None,
+    weights: Mapping[str, float] | Any = None,
     *,
     duration: float | None = 1.0,
     num_epochs: int | None = None,
@@ -112,6 +112,9 @@ def create_balanced_audio_dataset(
         ``corpus=Corpus(index=..., group_by=...)`` the groups come from one
         index's column instead.
       weights: ``{group: weight}``; groups left out weigh 1. Weights are relative.
+        Or a :class:`~audiotree.sources.WeightSchedule` (or a picklable
+        callable ``item -> {group: weight}``) naming every group: weights that
+        change along the global stream (see :mod:`audiotree.sources.weight_schedule`).
       duration: excerpt length in seconds (1 s by default); ``None`` reads
         whole files (as ``excerpt=ExcerptConfig(strategy="full")`` does).
       num_epochs: ``None`` (default) makes every file group endless. A finite

@@ -27,7 +27,7 @@ from audiotree.sources.containers import check_shard_options, host_items
 from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
-from audiotree.sources.mixing import check_weights, mix_shuffled
+from audiotree.sources.mixing import check_mix_weights, mix_shuffled
 from audiotree.sources.epoch_order import EpochShuffledMapDataset
 from audiotree.sources.datasets.windowed import WindowConfig, check_window_rows, windowed_group_dataset
 from audiotree.validation import check_duration, check_pad_mode
@@ -220,7 +220,7 @@ def build_balanced_dataset(
     for name in names:
         if not isinstance(name, str) or not name:
             raise ValueError(f"Group names must be non-empty strings, got {name!r}.")
-    group_weights = check_weights(weights, names)
+    group_weights = check_mix_weights(weights, names)
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
     group_files: dict = {}
@@ -276,7 +276,7 @@ def build_balanced_dataset(
             ds = shard_dataset(ds, order.shard_options)
         parts.append(ds.map(StampSource(name)))
 
-    mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"))
+    mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"), names=names)
     if output.measure_lufs:
         mixed = mixed.map(MeasureLufs())
     window_duration = getattr(window, "duration", None)

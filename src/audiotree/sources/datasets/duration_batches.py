@@ -338,7 +338,7 @@ def batch_by_duration(
     too_long: Literal["raise", "crop", "skip"] = "raise",
     remainder: Literal["pad", "drop", "keep"] = "pad",
     groups: Sequence[str] | None = None,
-    weights: Mapping[str, float] | None = None,
+    weights: Mapping[str, float] | Any = None,
     weight_by: Literal["duration", "count"] = "duration",
     shard_options: Any = None,
     plan: BucketPlan | None = None,
@@ -363,7 +363,8 @@ def batch_by_duration(
         bucket: a jitted step compiles at most once per bucket); ``"longest"``
         to its longest item (less padding, more shapes).
       shuffle_seed, shuffle, too_long, remainder, groups, weights, weight_by: see
-        :func:`~audiotree.sources.bucketing.plan_buckets`.
+        :func:`~audiotree.sources.bucketing.plan_buckets` (``weights`` may be
+        a :class:`~audiotree.sources.WeightSchedule` whose keys count batches).
       num_epochs: epochs of the plan; ``None`` repeats forever.
       shard_options: a ``grain.sharding.ShardOptions`` to split every batch
         across hosts (host ``i`` of ``n`` gets slots ``i::n``); ``None``: one host.
