@@ -37,6 +37,7 @@ from typing import Any, Iterable, Sequence
 from audiotree.process_local import ExitsWithPickler, ProcessLocal
 from audiotree.fs import read_limited
 from audiotree.errors import AudioReadError
+from audiotree.discovery.sharding import check_shard_options
 from audiotree.io import storage
 from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.arrayrecord_codec import (
@@ -215,9 +216,7 @@ class ArrayRecordAudioSource(ExitsWithPickler):
         import grain
 
         if shard_options is not None:
-            index, count = int(shard_options.shard_index), int(shard_options.shard_count)
-            if not 0 <= index < count:
-                raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
+            index, count = check_shard_options(shard_options)
             if len(shards) < count:
                 raise ValueError(f"{len(shards)} ArrayRecord shard file(s) cannot be split over {count} hosts; "
                                  "write more shards (a smaller records_per_shard or --part-size).")
