@@ -34,6 +34,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from audiotree.core import AudioTree
 from audiotree.process_local import ExitsWithPickler, ProcessLocal
 from audiotree.fs import read_limited
 from audiotree.errors import AudioReadError
@@ -275,12 +276,12 @@ class ArrayRecordAudioSource(ExitsWithPickler):
 
     def __getitem__(self, index: int) -> Any:
         i = self._check(index)
-        return decode_item(self._source[i], self._where(i))
+        return decode_item(self._source[i], self._where(i), tree_class=AudioTree)
 
     def __getitems__(self, indices: Iterable[int]) -> list:
         checked = [self._check(i) for i in indices]
         records = self._source.__getitems__(checked) if checked else []
-        return [decode_item(record, self._where(i)) for i, record in zip(checked, records)]
+        return [decode_item(record, self._where(i), tree_class=AudioTree) for i, record in zip(checked, records)]
 
 
 def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, shard_options: Any = None,
