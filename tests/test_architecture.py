@@ -6,6 +6,13 @@ every string literal that names a module of the package (what a lazy
 ``importlib.import_module`` table loads). Only imports under
 ``if TYPE_CHECKING:`` are left out, since they never run.
 
+Above the modules, the graph is read per unit: a package with its subpackages
+(``audiotree.sources``), or a root module (``audiotree.commands``). Units form no
+cycle (an edge kept would be listed in ``KNOWN_UNIT_CYCLE_EDGES`` with its reason),
+and ``LAYERS`` states their order, bottom to top: an import goes down or
+sideways, and at most one goes up, listed in ``KNOWN_UPWARD`` with its reason.
+Every unit has a place, so a new package or root module states its layer.
+
 Beyond the graph, four counts must be 0 (or name each exception with its reason,
 in the ``KNOWN_*`` tables below; an entry that no longer matches fails, so no
 exception outlives its reason):
@@ -590,7 +597,7 @@ def test_validators_are_defined_once():
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "validation", "version", "fs", "lazy_exports", "leaves", "provenance", "tree_fields",
      "synth", "quality_synth"),                 # plain helpers that import nothing of the package
-    ("limits", "seeds", "lengths", "sharding"),  # numbers: sane ranges, seeds, lengths, shard arithmetic
+    ("limits", "seeds", "lengths"),             # numbers: sane ranges, seeds, lengths
     ("parallel",),                              # executors, chunks
     ("process_local",),                         # per-process state that travels to workers
     ("dsp",),                                   # metering, resampling, edits
@@ -598,7 +605,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("commands",),                              # command lines in messages
     ("formats",),                               # on-disk layouts we write or import (no container class)
     ("core",),                                  # the container, AudioTree: bytes and layouts know nothing of it
-    ("discovery",),                             # finding files and container members, labels beside them
+    ("discovery",),                             # files, container members and their labels; host shares
     ("index",),                                 # the corpus index
     ("excerpts",),                              # choosing excerpts (the loudest plan reads the index)
     ("tree_io",),                               # AudioTree's file methods
@@ -646,9 +653,11 @@ def unit_graph(graph: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
 
 
 def unplaced_units(graph: dict[str, set[str]]) -> list[str]:
+    """Units not in ``LAYERS``, units placed twice, and placed names that are no unit of the package."""
     placed = [u for layer in LAYERS for u in layer]
     units = set(unit_graph(graph))
-    return sorted((units - set(placed)) | {u for u in placed if placed.count(u) > 1})
+    gone = {f"{u} (placed, but no such package or module)" for u in placed if u not in units}
+    return sorted((units - set(placed)) | {u for u in placed if placed.count(u) > 1} | gone)
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -722,9 +731,9 @@ def test_the_layer_checks_can_fail(tmp_path, monkeypatch):
     (pkg / "high" / "b.py").write_text("def g():\n    from audiotree.low import a\n    return a\n")
     (pkg / "stray.py").write_text("")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE_ROOT", pkg)
-    monkeypatch.setattr(sys.modules[__name__], "LAYERS", [("low",), ("high",)])
+    monkeypatch.setattr(sys.modules[__name__], "LAYERS", [("low",), ("high", "gone")])
     graph, _ = import_graph()
-    assert unplaced_units(graph) == ["stray"]
+    assert unplaced_units(graph) == ["gone (placed, but no such package or module)", "stray"]
     assert upward_imports(graph) == ["audiotree.low.a -> audiotree.high.b"]
     assert unit_cycles(graph, {}) == ([["high", "low"]], [])
     assert unit_cycles(graph, {"low -> high": "planted"}) == ([], [])
