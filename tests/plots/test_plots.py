@@ -122,14 +122,14 @@ def test_both_plots_decode_in_headless_chromium(tmp_path):
 def test_mix_plot_draws_each_group_served_and_asked(tmp_path):
     import grain
 
-    from audiotree.plots.mix import MIX_PLOT_HEIGHT, MIX_PLOT_WIDTH
+    from audiotree.plots.mix import MIX_PLOT_HEIGHT, MIX_PLOT_WIDTH, plot_mix_proportions
     from audiotree.sources import WeightSchedule, realised_proportions
     from audiotree.sources.mixing import mix_shuffled
 
     schedule = WeightSchedule({0: {"a": 0.9, "b": 0.1}, 1000: {"a": 0.1, "b": 0.9}})
     endless = grain.MapDataset.range(10).repeat()
     report = realised_proportions(mix_shuffled([endless, endless], schedule, seed=0, names=["a", "b"]), 2000)
-    fig = report.plot(tmp_path / "mix.png", unit="item")
+    fig = plot_mix_proportions(report, tmp_path / "mix.png", unit="item")
     size, rgb = _pixels(tmp_path / "mix.png")
     assert size == (MIX_PLOT_WIDTH, MIX_PLOT_HEIGHT)
     ax = fig.axes[0]
@@ -142,4 +142,4 @@ def test_mix_plot_draws_each_group_served_and_asked(tmp_path):
         assert _count(rgb, colour) > 200
     empty = report._replace(starts=[], realised=report.realised[:0], expected=report.expected[:0])
     with pytest.raises(ValueError, match="no window"):
-        empty.plot(tmp_path / "empty.png")
+        plot_mix_proportions(empty, tmp_path / "empty.png")

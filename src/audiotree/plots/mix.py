@@ -34,7 +34,7 @@ def plot_mix_proportions(report: Any, path: str | os.PathLike, *, title: str | N
     each window, a dashed line for the share its weights ask for, and a band
     of 3 binomial standard deviations of a window around it.
     """
-    require_matplotlib("MixProportions.plot()")
+    require_matplotlib("plot_mix_proportions()")
     if not len(report.starts):
         raise ValueError("The report holds no window to plot; ask realised_proportions for at least one window.")
     fig = new_figure(MIX_PLOT_WIDTH, MIX_PLOT_HEIGHT)

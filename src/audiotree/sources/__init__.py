@@ -29,7 +29,7 @@ from audiotree.sources.datasets.windowed import (
     save_window_lufs,
     scan_durations,
 )
-from audiotree.sources.files import find_audio_files
+from audiotree.discovery.files import find_audio_files
 from audiotree.sources.loading import OnReadError
 from audiotree.sources.mixing import MixProportions, realised_proportions
 from audiotree.sources.weight_schedule import WeightSchedule

@@ -242,15 +242,6 @@ class MixProportions(NamedTuple):
              "expected": dict(zip(self.names, map(float, e)))}
             for s, r, e in zip(self.starts, self.realised, self.expected)]}
 
-    def plot(self, path: Any, *, title: str | None = None, caption: str | None = None, unit: str = "item") -> Any:
-        """Draws the shares per window (served, asked for, 3-SD band) to the PNG ``path``; returns the ``Figure``.
-
-        ``unit`` names what the windows count (``"step"`` for batches). Needs matplotlib.
-        """
-        from audiotree.plots.mix import plot_mix_proportions
-
-        return plot_mix_proportions(self, path, title=title, caption=caption, unit=unit)
-
     def worst_deviation(self) -> float:
         """The largest ``|realised - expected|`` in binomial standard deviations of a window."""
         sd = np.sqrt(np.maximum(self.expected * (1 - self.expected), 1e-12) / self.window)

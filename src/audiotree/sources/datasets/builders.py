@@ -24,7 +24,7 @@ import grain
 
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.sources.datasets.by_file import build_balanced_dataset, build_file_dataset
-from audiotree.sources.files import SourceSpec
+from audiotree.discovery.files import SourceSpec
 from audiotree.sources.datasets.options import Corpus, Order, Output, gather_options
 from audiotree.sources.datasets.windowed import WindowConfig, build_windowed_dataset
 
