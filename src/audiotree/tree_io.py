@@ -5,10 +5,11 @@
 :class:`audiotree.AudioTree` binds in its class body (``from_file =
 classmethod(tree_io.from_file)``): the class lists its whole API, this module
 holds the reading. The reading itself lives in :mod:`audiotree.io`
-(``io.excerpt``, ``io.manifest``, ``io.encode``) and :mod:`audiotree.excerpts`,
-which return plain arrays; the results become trees through ``cls.create``, the
-class being an argument. This module never imports the container, nor do the
-modules it reads through, so ``core -> tree_io -> io, excerpts`` points down.
+(``io.excerpt``, ``io.encode``), ``formats.manifest_reader`` and
+:mod:`audiotree.excerpts`, which return plain arrays; the results become trees
+through ``cls.create``, the class being an argument. This module never imports
+the container, nor do the modules it reads through, so ``core -> tree_io ->
+io, formats, excerpts`` points down.
 
 >>> import numpy as np, soundfile, tempfile, os
 >>> from audiotree import AudioTree
@@ -123,7 +124,7 @@ def from_manifest(
     true. Items must share rate, channels and length. An empty selection
     raises ``ValueError``; a missing audio file raises ``AudioReadError``.
     """
-    from audiotree.io.manifest import ManifestReader
+    from audiotree.formats.manifest_reader import ManifestReader
 
     reader = ManifestReader(manifest_path, audio_dir=audio_dir, filter_fn=filter_fn)
     if len(reader) == 0:
