@@ -11,6 +11,7 @@ the same items there.
 from __future__ import annotations
 
 import ast
+import copy
 import multiprocessing
 import pickle
 from pathlib import Path
@@ -84,12 +85,14 @@ def read(obj) -> list:
         return [int(obj[i]) for i in range(12)]
     if kind == "DurationBatchDataset":
         return [obj[i].filepath for i in range(6)]
+    if kind == "ScheduledCounts":
+        return [obj.at(block).tolist() for block in range(6)]
     return [float(obj.value("duration", row)) for row in range(len(obj))]
 
 
 def arrive(obj, attr: str) -> tuple:
     """In the worker: the per-process state the object arrived with, and what it reads there."""
-    arrived_with = dict(getattr(obj, attr))
+    arrived_with = copy.copy(getattr(obj, attr))
     return arrived_with, read(obj)
 
 
@@ -111,6 +114,7 @@ def _objects(files, tmp_path):
     from audiotree.sources.datasets.duration_batches import DurationBatchDataset
     from audiotree.sources.epoch_order import EpochShuffledMapDataset
     from audiotree.sources.mixing import ShuffledProportionalSelection
+    from audiotree.sources.weight_schedule import ScheduledCounts, WeightSchedule
 
     selection = ShuffledProportionalSelection([50, 50], [1.0, 2.0], seed=3, block_size=16)
     epochs = EpochShuffledMapDataset(grain.MapDataset.range(5), seed=1, num_epochs=3)
@@ -121,20 +125,24 @@ def _objects(files, tmp_path):
     index = tmp_path / "corpus.parquet"
     build_index({"tones": str(Path(files[0]).parent)}, index, executor="serial", show_progress=False)
     store = open_columns(str(index))
-    return [(selection, "_cache"), (epochs, "_cache"), (batches, "_positions"), (store, "_files")]
+    schedule = WeightSchedule({0: {"a": 0.9, "b": 0.1}, 100_000: {"a": 0.1, "b": 0.9}})
+    counts = ScheduledCounts(schedule, ["b", "a"], schedule.block_size)
+    # (object, its per-process attribute, that attribute's value in a new process)
+    return [(selection, "_cache", {}), (epochs, "_cache", {}), (batches, "_positions", {}), (store, "_files", {}),
+            (counts, "_rows", 1)]
 
 
 @pytest.mark.slow  # a spawned interpreter imports audiotree and Grain
 def test_the_classes_travel_to_a_spawned_worker_without_their_state(files, tmp_path):
     objects = _objects(files, tmp_path)
     expected = []
-    for obj, attr in objects:
+    for obj, attr, fresh in objects:
         assert attr in type(obj).process_local
         expected.append(read(obj))
-        assert getattr(obj, attr), f"{type(obj).__name__} filled no {attr} in this process"
+        assert getattr(obj, attr) != fresh, f"{type(obj).__name__} filled no {attr} in this process"
         clone = pickle.loads(pickle.dumps(obj))
-        assert getattr(clone, attr) == {} and read(clone) == expected[-1]
+        assert getattr(clone, attr) == fresh and read(clone) == expected[-1]
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        arrived = pool.starmap(arrive, objects)
-    assert [state for state, _ in arrived] == [{}] * len(objects)
+        arrived = pool.starmap(arrive, [(obj, attr) for obj, attr, _ in objects])
+    assert [state for state, _ in arrived] == [fresh for _, _, fresh in objects]
     assert [items for _, items in arrived] == expected
