@@ -49,6 +49,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import grain
 import numpy as np
 
+from audiotree.process_local import ProcessLocal
 from audiotree.seeds import epoch_rng
 from audiotree.sources.epoch_order import evict_oldest
 from audiotree.sources.weight_schedule import ScheduledCounts, WeightSchedule, as_schedule
@@ -62,8 +63,10 @@ DEFAULT_BLOCK_SIZE = 4096
 _MAX_SCAN_BLOCKS = 1 << 16
 
 
-class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
+class ShuffledProportionalSelection(ProcessLocal, grain.transforms.DatasetSelectionMap):
     """Maps mixed index -> (group, index within group); see the module docstring."""
+
+    process_local = {"_cache": dict}  # the blocks' labels this process computed
 
     def __init__(self, lengths: Sequence[int], weights: Sequence[float] | WeightSchedule, *, seed: int,
                  block_size: int = DEFAULT_BLOCK_SIZE, names: Sequence[str] | None = None):
@@ -93,11 +96,6 @@ class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
         self._block = int(block_size)
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._length = self._compute_length()
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_cache"] = {}
-        return state
 
     def _cumulative(self, n: int) -> np.ndarray:
         """Items of each group among the first ``n`` positions (``n`` a block boundary)."""

@@ -55,6 +55,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from audiotree.process_local import FromObject, ProcessLocal
 from audiotree.validation import is_int, is_real
 
 __all__ = ["WeightSchedule", "ScheduledCounts", "as_schedule"]
@@ -306,7 +307,7 @@ def as_schedule(weights: Any) -> WeightSchedule | None:
     return None
 
 
-class ScheduledCounts:
+class ScheduledCounts(ProcessLocal):
     """Items of each group among the first ``b`` blocks of a scheduled mix (``at(b)``), a pure function of ``b``.
 
     ``names`` is the mix's group order. Blocks before the schedule's horizon
@@ -314,6 +315,14 @@ class ScheduledCounts:
     closed form (floors, the largest group taking the remainder, as for a
     constant mix).
     """
+
+    # The blocks this process counted: a new process starts again from block 0 (all zeros).
+    process_local = {
+        "_lock": threading.Lock,
+        "_prefix": FromObject(lambda self: np.zeros((1, len(self._order)), dtype=np.int64)),
+        "_rows": lambda: 1,
+        "_targets": FromObject(lambda self: [0.0] * len(self._order)),
+    }
 
     def __init__(self, schedule: WeightSchedule, names: Sequence[str], block_size: int):
         if set(schedule.names) != set(names):
@@ -332,17 +341,6 @@ class ScheduledCounts:
             final = schedule.proportions(horizon)[self._order]
             self.final = final
             self._largest = int(np.argmax(final))
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_prefix"], state["_targets"] = self._prefix[:1].copy(), [0.0] * len(self._targets)
-        state["_rows"] = 1
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def block_mean(self, block: int) -> np.ndarray:
         """The schedule's mean proportions over ``block``, in the mix's group order."""

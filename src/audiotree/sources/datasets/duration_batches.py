@@ -24,6 +24,7 @@ import grain
 import numpy as np
 
 from audiotree.discovery.sharding import check_shard_options
+from audiotree.process_local import ProcessLocal
 from audiotree.sources.bucketing import DEFAULT_NUM_BUCKETS, FILLER, BucketPlan, endless_length, plan_buckets
 from audiotree.validation import is_int, renamed_keywords
 
@@ -113,7 +114,7 @@ def durations_of(items: Any) -> np.ndarray:
     return np.asarray(loader.rows.durations, dtype=np.float64)
 
 
-class DurationBatchDataset(grain.MapDataset):
+class DurationBatchDataset(ProcessLocal, grain.MapDataset):
     """Batches of ``items`` as planned by ``plan``; see the module docstring.
 
     Filler slots (``remainder="pad"``, or items dropped by ``on_read_error``)
@@ -123,6 +124,8 @@ class DurationBatchDataset(grain.MapDataset):
     (floats), ``False`` (booleans) or ``""`` (text). Weight losses by
     ``lengths > 0`` or use :meth:`~audiotree.AudioTree.mask`.
     """
+
+    process_local = {"_positions": dict}  # the inverse permutations this process computed
 
     def __init__(self, items: grain.MapDataset, plan: BucketPlan, *, num_epochs: int | None = None,
                  pad_to: str = "bucket", shard_index: int = 0, pad_multiple: int = 1):
@@ -185,11 +188,6 @@ class DurationBatchDataset(grain.MapDataset):
             evict_oldest(self._positions, keep=2)
             self._positions[epoch] = positions
         return int(positions[item])
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_positions"] = {}
-        return state
 
     def _fit(self, tree: Any, slot: int, bucket: int) -> Any:
         """Crops an item to its bucket (checking the planned duration) and stamps its group."""
