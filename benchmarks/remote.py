@@ -15,6 +15,11 @@
    before it is forwarded; connections and bytes are never limited. It counts
    the requests and the bytes the server sends back (HTTP headers included):
    every request of every worker passes through it.
+   The same corpus on S3: moto's server (its own process) behind its own delay
+   proxy, for ``--s3-delays`` (default 0 and 50 ms). No S3 server faster than
+   moto installs here (MinIO is in neither Debian bookworm nor PyPI, whose
+   ``minio`` is the client SDK; LocalStack's S3 is Python too), so the S3
+   cells show moto's limits, not the loader's: read their ceiling row first.
 4. First the rig's own ceiling, with no loader: ``--ceiling-clients`` concurrent
    ranged GETs (64 KiB for requests/s, 1 MiB for MB/s) from one aiohttp
    client process, straight to the server and through the proxy at +0 ms.
@@ -202,6 +207,23 @@ def start_server(kind: str, root: Path, work: Path) -> tuple[str, int]:
     return "aiohttp static server (one Python process)", port
 
 
+def start_moto(root: Path, names: list[str]) -> int:
+    """moto's S3 server in its own process with the corpus in ``s3://bench/corpus/``; returns its port."""
+    import s3fs
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from moto.server import main; main(sys.argv[1:])",
+                             "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _started.append(proc)
+    _wait_port(port, proc)
+    fs = s3fs.S3FileSystem(endpoint_url=f"http://127.0.0.1:{port}", key="bench", secret="bench-secret",
+                           skip_instance_cache=True)
+    fs.mkdir("bench")
+    for n in names:
+        fs.put_file(str(root / n), f"bench/corpus/{n}", ACL="public-read")  # the ceiling's GETs are unsigned
+    return port
+
+
 _PROXY = r'''
 import asyncio, mmap, struct, sys
 port, target = int(sys.argv[1]), int(sys.argv[2])
@@ -273,11 +295,11 @@ asyncio.run(main())
 class DelayProxy:
     """The delay proxy in its own process; ``delay_ms`` is set at run time, counters read through a shared file."""
 
-    def __init__(self, target_port: int, work: Path) -> None:
+    def __init__(self, target_port: int, work: Path, name: str = "proxy") -> None:
         import mmap
 
         self.port = _free_port()
-        path = work / "proxy.stats"
+        path = work / f"{name}.stats"
         path.write_bytes(b"\0" * 32)
         self._file = open(path, "r+b")  # noqa: SIM115 - kept open for the map
         self._map = mmap.mmap(self._file.fileno(), 32)
@@ -319,6 +341,8 @@ def ceiling(port: int, names: list[str], sizes: list[int], clients: int, seconds
                     headers = {"Range": f"bytes={start}-{start + chunk - 1}"}
                     async with session.get(f"http://127.0.0.1:{port}/{names[k]}", headers=headers) as r:
                         body = await r.read()
+                        if r.status not in (200, 206):
+                            raise RuntimeError(f"the ceiling's GET of {names[k]} got HTTP {r.status}")
                     done[0] += 1
                     done[1] += len(body)
             t0 = time.perf_counter()
@@ -459,6 +483,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--delays", default="0,20,50,100", help="ms added per request, comma separated")
     ap.add_argument("--server", choices=("nginx", "aiohttp"), default="nginx")
+    ap.add_argument("--s3-delays", default="0,50", help="ms per request for the S3 (moto) cells; '' for none")
     ap.add_argument("--ceiling-clients", type=int, default=64)
     ap.add_argument("--ceiling-seconds", type=float, default=None)
     ap.add_argument("--corpus-dir", default=None, help="where the corpus is written (reused when it matches)")
@@ -493,13 +518,22 @@ def main(argv=None) -> int:
         server, port = start_server(args.server, corpus, work)
         proxy = DelayProxy(port, work)
         print(f"server: {server} on 127.0.0.1:{port}; delay proxy on :{proxy.port}", flush=True)
-        ceilings = {}
+        ceilings: dict[str, tuple[dict, dict]] = {}
         for label, target in (("server", port), ("proxy +0 ms", proxy.port)):
             ceilings[label] = (ceiling(target, names, sizes, args.ceiling_clients, seconds, 65536),
                                ceiling(target, names, sizes, args.ceiling_clients, seconds, 1 << 20))
             small, big = ceilings[label]
             print(f"ceiling, {label}: {small['requests_per_s']:.0f} requests/s (64 KiB ranges), "
                   f"{big['mb_per_s']:.0f} MB/s (1 MiB ranges)", flush=True)
+
+        s3_delays = [float(x) for x in args.s3_delays.split(",") if x.strip()]
+        if s3_delays:
+            moto_port = start_moto(corpus, names)
+            s3_proxy = DelayProxy(moto_port, work, "s3proxy")
+            keys = [f"bench/corpus/{n}" for n in names]
+            ceilings["moto S3"] = (ceiling(moto_port, keys, sizes, args.ceiling_clients, seconds, 65536),
+                                   ceiling(moto_port, keys, sizes, args.ceiling_clients, seconds, 1 << 20))
+            print("ceiling, moto S3:", ceilings["moto S3"], flush=True)
 
         local_index, remote_index = work / "local.parquet", work / "http.parquet"
         _index([str(corpus / n) for n in names], local_index)
@@ -511,6 +545,16 @@ def main(argv=None) -> int:
             proxy.set_delay(ms)
             rows.append((f"http +{ms:g} ms", cell(remote_index, args, proxy)))
             print(rows[-1][0], rows[-1][1], flush=True)
+        if s3_delays:
+            os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench-secret",
+                              AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{s3_proxy.port}")
+            s3_index = work / "s3.parquet"
+            s3_proxy.set_delay(0)
+            _index([f"s3://bench/corpus/{n}" for n in names], s3_index)
+            for ms in s3_delays:
+                s3_proxy.set_delay(ms)
+                rows.append((f"s3 (moto) +{ms:g} ms", cell(s3_index, args, s3_proxy)))
+                print(rows[-1][0], rows[-1][1], flush=True)
         load = os.getloadavg()[0]
     finally:
         _stop_all()
