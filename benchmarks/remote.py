@@ -530,6 +530,7 @@ def main(argv=None) -> int:
         if s3_delays:
             moto_port = start_moto(corpus, names)
             s3_proxy = DelayProxy(moto_port, work, "s3proxy")
+            print(f"server: moto S3 on 127.0.0.1:{moto_port}; delay proxy on :{s3_proxy.port}", flush=True)
             keys = [f"bench/corpus/{n}" for n in names]
             ceilings["moto S3"] = (ceiling(moto_port, keys, sizes, args.ceiling_clients, seconds, 65536),
                                    ceiling(moto_port, keys, sizes, args.ceiling_clients, seconds, 1 << 20))
