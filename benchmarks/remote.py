@@ -542,7 +542,7 @@ def main(argv=None) -> int:
         _index([f"http://127.0.0.1:{proxy.port}/{n}" for n in names], remote_index)
         rows.append(("local", cell(local_index, args, None)))
         print("local", rows[-1][1], flush=True)
-        for ms in [float(x) for x in args.delays.split(",")]:
+        for ms in [float(x) for x in args.delays.split(",") if x.strip()]:
             proxy.set_delay(ms)
             rows.append((f"http +{ms:g} ms", cell(remote_index, args, proxy)))
             print(rows[-1][0], rows[-1][1], flush=True)
