@@ -2,14 +2,16 @@
 
 Why: async fsspec filesystems (s3fs, gcsfs, HTTP) run their requests on one
 event loop in a daemon thread (``fsspecIO``). Nothing stops that thread at
-exit: it is still inside the loop while the interpreter finalizes. When it
-next wakes up (a socket closes, a keep-alive timer fires) it cannot take the
-GIL any more and the C runtime ends the thread by unwinding it; with pyarrow's
-C++ runtime loaded that unwinding can hit a frame that must not throw, and the
-process dies with ``terminate called without an active exception`` (SIGABRT,
-rc 134) after its work is done. Measured here against moto: 3 to 4 of 12 runs
-of "open with s3fs, read with pyarrow, exit" died that way; none did with the
-loop stopped first.
+exit: it is still inside the loop while the interpreter finalizes. A
+process that read through s3fs and pyarrow then sometimes dies after its work
+is done with ``terminate called without an active exception`` (SIGABRT, rc
+134). Measured here against moto: 1 to 4 of every 12 runs of "open with s3fs,
+read with pyarrow, exit" died that way; none of 12 (and none of 20 in the
+tests) with the loop stopped first. The likely mechanism, not traced in a
+debugger (the crash did not happen under gdb): a daemon thread that wakes
+during finalization cannot take the GIL and is ended by unwinding its stack,
+and with pyarrow's C++ runtime loaded that unwinding can reach a frame that
+must not throw, which calls ``std::terminate``.
 
 A forked child (torch DataLoader workers, multiprocessing "fork") inherits
 the parent's loop object but not its thread. The object still says it is
