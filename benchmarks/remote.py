@@ -10,7 +10,8 @@
    (``--server aiohttp``, or nginx not installed) a Python aiohttp static
    server in its own process stands in, and the ceiling below says what it
    serves.
-3. In front of it, a delay proxy (asyncio, its own process, 127.0.0.1 only):
+3. In front of it, a delay proxy (asyncio, ``--proxy-processes`` processes on one
+   port, default 1; uvloop where installed; 127.0.0.1 only):
    every request a client sends is held ``--delays`` ms (default 0/20/50/100)
    before it is forwarded; connections and bytes are never limited. It counts
    the requests and the bytes the server sends back (HTTP headers included):
@@ -226,10 +227,11 @@ def start_moto(root: Path, names: list[str]) -> int:
 
 _PROXY = r'''
 import asyncio, mmap, struct, sys
-port, target = int(sys.argv[1]), int(sys.argv[2])
+port, target, slot = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
 stats = open(sys.argv[3], "r+b")
-m = mmap.mmap(stats.fileno(), 32)
-# layout: delay seconds (double), requests, bytes from server, connections (int64)
+m = mmap.mmap(stats.fileno(), 0)
+# layout: delay seconds (double), then per proxy process (slot): requests, bytes from server, connections (int64)
+base = 8 + 24 * slot
 
 def delay():
     return struct.unpack_from("d", m, 0)[0]
@@ -243,7 +245,7 @@ async def pump_up(reader, writer):
             data = await reader.read(65536)
             if not data:
                 break
-            add(8, data.count(b" HTTP/1.1\r\n"))
+            add(base, data.count(b" HTTP/1.1\r\n"))
             d = delay()
             if d > 0:
                 await asyncio.sleep(d)
@@ -260,7 +262,7 @@ async def pump_down(reader, writer):
             data = await reader.read(262144)
             if not data:
                 break
-            add(16, len(data))
+            add(base + 8, len(data))
             writer.write(data)
             await writer.drain()
     except OSError:
@@ -269,7 +271,7 @@ async def pump_down(reader, writer):
         writer.close()
 
 async def handle(creader, cwriter):
-    add(24, 1)
+    add(base + 16, 1)
     try:
         sreader, swriter = await asyncio.open_connection("127.0.0.1", target)
     except OSError:
@@ -283,30 +285,39 @@ async def handle(creader, cwriter):
     await asyncio.gather(pump_up(creader, swriter), pump_down(sreader, cwriter))
 
 async def main():
-    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096, reuse_port=True)
     print("ready", flush=True)
     async with server:
         await server.serve_forever()
 
-asyncio.run(main())
+try:
+    import uvloop  # faster where installed; the proxy works without it
+    uvloop.run(main())
+except ImportError:
+    asyncio.run(main())
 '''
 
 
 class DelayProxy:
-    """The delay proxy in its own process; ``delay_ms`` is set at run time, counters read through a shared file."""
+    """The delay proxy: ``processes`` asyncio processes sharing one port (SO_REUSEPORT).
 
-    def __init__(self, target_port: int, work: Path, name: str = "proxy") -> None:
+    ``set_delay`` applies at run time; the counters are read through a shared file (one slot per process).
+    """
+
+    def __init__(self, target_port: int, work: Path, name: str = "proxy", processes: int = 1) -> None:
         import mmap
 
         self.port = _free_port()
+        self.processes = processes
         path = work / f"{name}.stats"
-        path.write_bytes(b"\0" * 32)
+        path.write_bytes(b"\0" * (8 + 24 * processes))
         self._file = open(path, "r+b")  # noqa: SIM115 - kept open for the map
-        self._map = mmap.mmap(self._file.fileno(), 32)
-        self.proc = subprocess.Popen([sys.executable, "-c", _PROXY, str(self.port), str(target_port), str(path)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        _started.append(self.proc)
-        _wait_port(self.port, self.proc)
+        self._map = mmap.mmap(self._file.fileno(), 0)
+        for slot in range(processes):
+            proc = subprocess.Popen([sys.executable, "-c", _PROXY, str(self.port), str(target_port), str(path),
+                                     str(slot)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _started.append(proc)
+            _wait_port(self.port, proc)
 
     def set_delay(self, ms: float) -> None:
         import struct
@@ -314,10 +325,11 @@ class DelayProxy:
         struct.pack_into("d", self._map, 0, ms / 1000)
 
     def counts(self) -> tuple[int, int]:
-        """(requests forwarded, bytes the server sent) so far."""
+        """(requests forwarded, bytes the server sent) so far, over every proxy process."""
         import struct
 
-        return struct.unpack_from("q", self._map, 8)[0], struct.unpack_from("q", self._map, 16)[0]
+        slots = [struct.unpack_from("qq", self._map, 8 + 24 * k) for k in range(self.processes)]
+        return sum(r for r, _ in slots), sum(b for _, b in slots)
 
 
 # --------------------------------------------------------------------------- the ceiling
@@ -484,6 +496,7 @@ def main(argv=None) -> int:
     ap.add_argument("--delays", default="0,20,50,100", help="ms added per request, comma separated")
     ap.add_argument("--server", choices=("nginx", "aiohttp"), default="nginx")
     ap.add_argument("--s3-delays", default="0,50", help="ms per request for the S3 (moto) cells; '' for none")
+    ap.add_argument("--proxy-processes", type=int, default=1, help="asyncio processes of each delay proxy")
     ap.add_argument("--ceiling-clients", type=int, default=64)
     ap.add_argument("--ceiling-seconds", type=float, default=None)
     ap.add_argument("--corpus-dir", default=None, help="where the corpus is written (reused when it matches)")
@@ -516,7 +529,7 @@ def main(argv=None) -> int:
     rows: list[tuple[str, dict]] = []
     try:
         server, port = start_server(args.server, corpus, work)
-        proxy = DelayProxy(port, work)
+        proxy = DelayProxy(port, work, processes=args.proxy_processes)
         print(f"server: {server} on 127.0.0.1:{port}; delay proxy on :{proxy.port}", flush=True)
         ceilings: dict[str, tuple[dict, dict]] = {}
         for label, target in (("server", port), ("proxy +0 ms", proxy.port)):
@@ -529,7 +542,7 @@ def main(argv=None) -> int:
         s3_delays = [float(x) for x in args.s3_delays.split(",") if x.strip()]
         if s3_delays:
             moto_port = start_moto(corpus, names)
-            s3_proxy = DelayProxy(moto_port, work, "s3proxy")
+            s3_proxy = DelayProxy(moto_port, work, "s3proxy", processes=args.proxy_processes)
             print(f"server: moto S3 on 127.0.0.1:{moto_port}; delay proxy on :{s3_proxy.port}", flush=True)
             keys = [f"bench/corpus/{n}" for n in names]
             ceilings["moto S3"] = (ceiling(moto_port, keys, sizes, args.ceiling_clients, seconds, 65536),
