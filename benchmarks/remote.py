@@ -577,7 +577,7 @@ def main(argv=None) -> int:
     local = rows[0][1]
     flags = " --quick" if args.quick else ""
     print()
-    print(f"## HTTP against local (`python benchmarks/remote.py{flags}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
+    print(f"## Remote against local (`python benchmarks/remote.py{flags}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
           f"2 shared cores, load average {load:.1f})")
     print()
     print(f"Corpus: {len(names)} files (WAV, FLAC, Ogg, MP3; 8-96 kHz), {sum(sizes) / 1e6:.0f} MB. Server: {server}. "
