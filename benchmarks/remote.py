@@ -29,11 +29,13 @@
    files (``build_index``; the remote one over the proxy's URLs), random 3 s
    excerpts at 16 kHz, batch 32, ``ReadOptions(num_threads=8,
    prefetch_buffer_size=16)``, ``on_stale="trust"``, 2 ``mp_prefetch``
-   workers. Per cell: time to the first batch, items per wall-second and per
-   CPU-second of the process tree over ``--batches`` batches (after the first
-   and one per worker), peak RSS of the tree (sampled), and requests and bytes
-   per item made (proxy counts over the whole cell / items made in every
-   process, start-up included).
+   workers. Per cell: time to the first batch, items made per wall-second and
+   per CPU-second of the process tree while ``--batches`` batches are taken
+   and for at least ``--min-window`` s (3 s quick, 10 s full; after the
+   first batch and one per worker; items made, not taken, since the
+   workers' buffers are full when the window starts), peak RSS of the tree
+   (sampled), and requests and bytes per item made (proxy counts over the
+   whole cell / items made in every process, start-up included).
 
 Every server and proxy it starts is stopped on the way out (``finally`` and
 ``atexit``).
@@ -400,7 +402,7 @@ def _tree_cpu_and_rss() -> tuple[float, int]:
     return cpu, rss
 
 
-def run_cell(index: str, batches: int, workers: int, stamps: str) -> dict:
+def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: float) -> dict:
     import grain
 
     from audiotree import AudioTree
@@ -426,21 +428,24 @@ def run_cell(index: str, batches: int, workers: int, stamps: str) -> dict:
     first = time.perf_counter() - t_start
     for _ in range(max(0, workers - 1) + 1):  # one more from each worker: past the start-up
         next(it)
+    # The workers' buffers are full by now, so taking batches is faster than making them at first: the rates are
+    # of items *made* (stamped, in every process) while the window lasts, not of items taken.
     cpu0, _ = _tree_cpu_and_rss()
-    t0 = time.perf_counter()
-    items = 0
-    for _ in range(batches):
+    made0, t0 = os.path.getsize(stamps), time.perf_counter()
+    items = taken = 0
+    while taken < batches or time.perf_counter() - t0 < min_window:
         items += len(next(it).filepath)
-    elapsed = time.perf_counter() - t0
+        taken += 1
+    made, elapsed = os.path.getsize(stamps) - made0, time.perf_counter() - t0
     cpu = _tree_cpu_and_rss()[0] - cpu0
     sampling.set()
     peak[0] = max(peak[0], _tree_cpu_and_rss()[1])
-    return {"first_batch_s": first, "items_per_s": items / elapsed, "items_per_cpu_s": items / cpu,
-            "peak_rss_mb": peak[0] / 1e6, "items": items}
+    return {"first_batch_s": first, "items_per_s": made / elapsed, "items_per_cpu_s": made / max(cpu, 1e-9),
+            "peak_rss_mb": peak[0] / 1e6, "items": items, "made_in_window": made}
 
 
 def _cell_main(args) -> int:
-    result = run_cell(args.cell, args.batches, args.workers, args.stamps)
+    result = run_cell(args.cell, args.batches, args.workers, args.stamps, args.min_window)
     print(RESULT, json.dumps(result), flush=True)
     import multiprocessing
 
@@ -459,7 +464,7 @@ def cell(index: Path, args, proxy: DelayProxy | None) -> dict:
     try:
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
         done = subprocess.run([sys.executable, __file__, "--cell", str(index), "--batches", str(args.batches),
-                               "--workers", str(args.workers), "--stamps", stamps],
+                               "--workers", str(args.workers), "--stamps", stamps, "--min-window", str(args.min_window)],
                               capture_output=True, text=True, timeout=1800, env=env)
         line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
         if line is None:
@@ -493,6 +498,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-seconds", type=float, default=None)
     ap.add_argument("--batches", type=int, default=None, help="timed batches per cell")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--min-window", type=float, default=None, help="seconds each cell's timed window lasts at least")
     ap.add_argument("--delays", default="0,20,50,100", help="ms added per request, comma separated")
     ap.add_argument("--server", choices=("nginx", "aiohttp"), default="nginx")
     ap.add_argument("--s3-delays", default="0,50", help="ms per request for the S3 (moto) cells; '' for none")
@@ -505,10 +511,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cell:
         return _cell_main(args)
+    flags = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
+                    if v != ap.get_default(k))
     lo, hi = (8.0, 20.0) if args.quick else (30.0, 150.0)
     args.min_seconds = lo if args.min_seconds is None else args.min_seconds
     args.max_seconds = hi if args.max_seconds is None else args.max_seconds
     args.batches = args.batches or (4 if args.quick else 20)
+    args.min_window = args.min_window if args.min_window is not None else (3.0 if args.quick else 10.0)
     seconds = args.ceiling_seconds or (1.0 if args.quick else 5.0)
     if args.server == "nginx" and shutil.which("nginx") is None:
         print("nginx is not installed (apt-get install -y nginx-light): using the aiohttp server instead; its "
@@ -575,15 +584,14 @@ def main(argv=None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     local = rows[0][1]
-    flags = " --quick" if args.quick else ""
     print()
     print(f"## Remote against local (`python benchmarks/remote.py{flags}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
           f"2 shared cores, load average {load:.1f})")
     print()
     print(f"Corpus: {len(names)} files (WAV, FLAC, Ogg, MP3; 8-96 kHz), {sum(sizes) / 1e6:.0f} MB. Server: {server}. "
           f"Pipeline: index, random 3 s excerpts at 16 kHz, batch 32, {args.workers} mp_prefetch workers, "
-          f"ReadOptions(num_threads=8, prefetch_buffer_size=16), on_stale='trust'; {args.batches} timed batches "
-          "per cell.")
+          f"ReadOptions(num_threads=8, prefetch_buffer_size=16), on_stale='trust'; items made while "
+          f"{args.batches} batches are taken and at least {args.min_window:g} s pass, per cell.")
     print()
     print("| rig ceiling (no loader, one aiohttp client, "
           f"{args.ceiling_clients} concurrent) | requests/s (64 KiB) | MB/s (1 MiB ranges) |")
