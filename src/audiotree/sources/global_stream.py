@@ -47,6 +47,8 @@ __all__ = [
     "merge_checkpoints",
     "read_checkpoint",
     "share_index",
+    "share_of",
+    "union_of_shares",
 ]
 
 #: The key that marks a dict as an audiotree checkpoint; its value is the format version.
@@ -153,7 +155,46 @@ class HostShare:
     stream: Any
     index: int
     count: int
+    drop_remainder: bool = False
     maps: tuple = ()
+
+    def then_map(self, fn: Any) -> "HostShare":
+        return HostShare(self.stream, self.index, self.count, self.drop_remainder, self.maps + (fn,))
+
+
+class _EndlessShare(grain.MapDataset):
+    """Items ``index, index + count, ...`` of an endless ``parent``, endless itself (``len == sys.maxsize``),
+    so a mix still sees it as endless (a plain slice would claim ``sys.maxsize // count`` items)."""
+
+    def __init__(self, parent: grain.MapDataset, index: int, count: int):
+        super().__init__(parent)
+        self._index, self._count = int(index), int(count)
+
+    def __len__(self) -> int:
+        return sys.maxsize
+
+    def __str__(self) -> str:
+        return f"EndlessShare({self._index} of {self._count})"
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        if index < 0:
+            index += sys.maxsize
+        return self._parent[share_index(index, self._index, self._count)]
+
+
+def share_of(ds: grain.MapDataset, index: int, count: int, drop_remainder: bool = False) -> grain.MapDataset:
+    """Items ``index, index + count, ...`` of ``ds`` (endless when ``ds`` is); with ``drop_remainder``
+    every share of a finite dataset has the same length."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
+    length = len(ds)
+    if length >= sys.maxsize:
+        return _EndlessShare(ds, index, count)
+    if drop_remainder:
+        ds = ds[: (length // count) * count]
+    return ds[index::count]
 
 
 class RemainingDataset(grain.MapDataset):
@@ -247,7 +288,7 @@ def checkpoint_position(state: Any) -> StreamPosition:
     return base.with_consumed(local)
 
 
-def _union_of_shares(shares: list[StreamPosition]) -> StreamPosition:
+def union_of_shares(shares: list[StreamPosition]) -> StreamPosition:
     """The union, in stream indices, of position ``h`` in share ``h`` of ``len(shares)`` for every ``h``."""
     count = len(shares)
     prefix = min(share_index(p.prefix, h, count) for h, p in enumerate(shares))
@@ -296,7 +337,7 @@ def merge_checkpoints(states: Iterable[Any]) -> dict:
     if len(bases) != 1:
         raise CheckpointError("these hosts resumed from different checkpoints; merge checkpoints of one run")
     by_host = sorted(zip(hosts, states), key=lambda pair: pair[0])
-    local = _union_of_shares([StreamPosition.from_dict(s["position"]) for _, s in by_host])
+    local = union_of_shares([StreamPosition.from_dict(s["position"]) for _, s in by_host])
     base = StreamPosition.from_dict(states[0].get("base", {"prefix": 0}), where="base")
     merged = base.with_consumed(local)
     return {CHECKPOINT_KEY: CHECKPOINT_VERSION, "position": merged.to_dict(), "merged_hosts": count}

@@ -13,7 +13,6 @@ workers or threads read it.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Mapping, Sequence
 
 import grain
@@ -28,6 +27,7 @@ from audiotree.sources.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import check_weights, mix_shuffled
+from audiotree.sources.global_stream import HostShare, share_of
 from audiotree.sources.epoch_order import EpochShuffledMapDataset
 from audiotree.sources.datasets.windowed import WindowConfig, check_window_rows, windowed_group_dataset
 from audiotree.validation import check_duration, check_pad_mode
@@ -286,28 +286,6 @@ def build_balanced_dataset(
     return AudioMapDataset(mixed, item_bytes=item_bytes)
 
 
-class _EndlessShare(grain.MapDataset):
-    """Items ``index, index + count, ...`` of an endless ``parent``, endless itself (``len == sys.maxsize``),
-    so a mix still sees it as endless (a plain slice would claim ``sys.maxsize // count`` items)."""
-
-    def __init__(self, parent: grain.MapDataset, index: int, count: int):
-        super().__init__(parent)
-        self._index, self._count = int(index), int(count)
-
-    def __len__(self) -> int:
-        return sys.maxsize
-
-    def __str__(self) -> str:
-        return f"EndlessShare({self._index} of {self._count})"
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return self.slice(index)
-        if index < 0:
-            index += sys.maxsize
-        return self._parent[self._index + int(index) * self._count]
-
-
 def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapDataset:
     """Host ``i`` of ``n``'s share of a dataset: items ``i, i + n, i + 2n, ...``.
 
@@ -330,15 +308,11 @@ def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapD
     if shard_options is None:
         shard_options = grain.sharding.ShardByJaxProcess()
     index, count = int(shard_options.shard_index), int(shard_options.shard_count)
-    if not 0 <= index < count:
-        raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
-    length = len(ds)
-    if length >= sys.maxsize:
-        sharded = _EndlessShare(ds, index, count)
-    else:
-        if getattr(shard_options, "drop_remainder", False):
-            ds = ds[: (length // count) * count]
-        sharded = ds[index::count]
-    if isinstance(ds, AudioMapDataset) and not isinstance(sharded, AudioMapDataset):
-        sharded = AudioMapDataset(sharded, item_bytes=ds.item_bytes)
+    drop = bool(getattr(shard_options, "drop_remainder", False))
+    sharded = share_of(ds, index, count, drop)
+    if isinstance(ds, AudioMapDataset):
+        if not isinstance(sharded, AudioMapDataset):
+            sharded = AudioMapDataset(sharded, item_bytes=ds.item_bytes)
+        # So that its iterators' checkpoints are positions in ds's stream (audiotree.sources.stream_resume).
+        sharded.host_share = HostShare(ds, index, count, drop)
     return sharded
