@@ -92,24 +92,38 @@ class ResumableIterDataset(grain.IterDataset):
     def __str__(self) -> str:
         return "ResumableIterDataset"
 
+    def rebuild_for(self, source: grain.MapDataset | None) -> grain.IterDataset:
+        """The pipeline over ``source``; ``None``: the one this dataset was built with."""
+        return self._parent if source is None else self.rebuild(source)
+
     def __iter__(self) -> "ResumableIterator":
-        return ResumableIterator(self, self._parent.__iter__())
+        return ResumableIterator(self)
 
 
 class ResumableIterator(grain.DatasetIterator):
     """Iterator of a :class:`ResumableIterDataset`; ``get_state`` returns an audiotree checkpoint."""
 
-    def __init__(self, ds: ResumableIterDataset, inner: grain.DatasetIterator):
-        super().__init__(inner)
+    def __init__(self, ds: ResumableIterDataset):
+        super().__init__()
         self._ds = ds
-        self._inner = inner
+        # Made on first use, so that a set_state with another shape never starts workers it then stops.
+        self._made: grain.DatasetIterator | None = None
+        self._closed_early = False
         share: HostShare | None = getattr(ds.source, "host_share", None)
         self._share = share
         self._host = (share.index, share.count) if share is not None else (0, 1)
         self._base = StreamPosition()        # of the stream the host share is taken from
         self._share_base = StreamPosition()  # of the host's stream the workers read
 
+    @property
+    def _inner(self) -> grain.DatasetIterator:
+        if self._made is None:
+            self._made = self._ds.rebuild_for(self._source()).__iter__()
+        return self._made
+
     def __next__(self):
+        if self._closed_early:
+            raise StopIteration
         return next(self._inner)
 
     # -- where the pipeline is --------------------------------------------------------------
@@ -152,6 +166,16 @@ class ResumableIterator(grain.DatasetIterator):
             raise CheckpointError("an mp_prefetch(sequential_slice=True) checkpoint resumes only with the same "
                                   "worker count: its workers read contiguous blocks, not interleaved shares. "
                                   "Resume with the same num_workers, or checkpoint without sequential_slice.")
+        if self._made is not None:
+            self._made.close()
+            self._made = None
+        self._base, self._share_base = base, share_base
+
+    def _source(self) -> grain.MapDataset | None:
+        """The dataset the workers read now (None: the one the pipeline was built with)."""
+        base, share_base = self._base, self._share_base
+        if not base.count and not share_base.count:
+            return None
         source = self._ds.source
         if base.count:
             share = self._share
@@ -161,9 +185,7 @@ class ResumableIterator(grain.DatasetIterator):
             source = stream
         if share_base.count:
             source = RemainingDataset(source, share_base)
-        self._inner.close()
-        self._inner = self._ds.rebuild(source).__iter__()
-        self._base, self._share_base = base, share_base
+        return source
 
     def set_state(self, state: Any) -> None:
         if isinstance(state, dict) and CHECKPOINT_KEY not in state:
@@ -209,7 +231,10 @@ class ResumableIterator(grain.DatasetIterator):
         self._inner.set_state(raw)
 
     def close(self) -> None:
-        self._inner.close()
+        if self._made is not None:
+            self._made.close()
+        else:
+            self._closed_early = True
 
     def __str__(self) -> str:
         return "ResumableIterator"
