@@ -225,3 +225,59 @@ def test_host_checkpoints_merge_and_resume_with_another_host_count():
             it.set_state(merged)
             after += [int(x) for x in it]
         assert sorted(consumed + after) == list(range(40)), count
+
+
+def test_resumed_hosts_checkpoint_again_and_merge_again():
+    """2 hosts -> 3 hosts -> merge -> 1 host: the bases chain, and the union is still the stream's prefix."""
+    from audiotree.sources import shard_dataset
+    from audiotree.sources.audio_datasets import AudioMapDataset
+
+    ds = AudioMapDataset(grain.MapDataset.range(60), item_bytes=8)
+
+    def host(index, count, state=None):
+        it = iter(shard_dataset(ds, grain.sharding.ShardOptions(index, count)).to_iter_dataset())
+        if state is not None:
+            it.set_state(state)
+        return it
+
+    consumed, states = [], []
+    for index, n in ((0, 6), (1, 3)):
+        it = host(index, 2)
+        consumed += [int(next(it)) for _ in range(n)]
+        states.append(it.get_state())
+    first = merge_checkpoints(states)
+    states = []
+    for index, n in ((0, 4), (1, 2), (2, 5)):
+        it = host(index, 3, first)
+        consumed += [int(next(it)) for _ in range(n)]
+        states.append(json.loads(json.dumps(it.get_state())))
+    second = merge_checkpoints(states)
+    assert checkpoint_position(second).count == len(consumed) == len(set(consumed))
+    consumed += [int(x) for x in host(0, 1, second)]
+    assert sorted(consumed) == list(range(60))
+    with pytest.raises(CheckpointError, match="different host counts"):
+        merge_checkpoints([states[0], first | {"host": [1, 2], "merged_hosts": None}])
+
+
+@pytest.mark.slow
+def test_a_host_resumes_its_own_checkpoint_with_another_worker_count():
+    """Same host share, 0 workers -> 1 worker -> checkpoint -> merged with the other host -> 1 host."""
+    from audiotree.sources import shard_dataset
+    from audiotree.sources.audio_datasets import AudioMapDataset
+
+    ds = AudioMapDataset(grain.MapDataset.range(48), item_bytes=8)
+    share0 = shard_dataset(ds, grain.sharding.ShardOptions(0, 2))
+    it = iter(share0.to_iter_dataset().batch(3))
+    consumed = [int(x) for _ in range(2) for x in next(it)]
+    state = it.get_state()
+    it = iter(share0.to_iter_dataset().batch(3).mp_prefetch(grain.MultiprocessingOptions(num_workers=1)))
+    it.set_state(state)
+    consumed += [int(x) for _ in range(2) for x in next(it)]
+    mine = json.loads(json.dumps(it.get_state()))
+    it.close()
+    other = iter(shard_dataset(ds, grain.sharding.ShardOptions(1, 2)).to_iter_dataset())
+    consumed += [int(next(other)) for _ in range(5)]
+    rest = iter(ds.to_iter_dataset())
+    rest.set_state(merge_checkpoints([mine, other.get_state()]))
+    consumed += [int(x) for x in rest]
+    assert sorted(consumed) == list(range(48))
