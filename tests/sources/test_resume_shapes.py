@@ -281,3 +281,31 @@ def test_a_host_resumes_its_own_checkpoint_with_another_worker_count():
     rest.set_state(merge_checkpoints([mine, other.get_state()]))
     consumed += [int(x) for x in rest]
     assert sorted(consumed) == list(range(48))
+
+
+def test_host_streams_that_are_not_shares_refuse_another_host_count(corpus):
+    """A builder's shard_options shards files per host, and a share batched after shard_dataset is a stream of
+    its own: their checkpoints resume on the same host, and are refused (with the reason) on another count."""
+    from audiotree.sources import Order, shard_dataset
+    from audiotree.sources.audio_datasets import AudioMapDataset
+
+    def by_files(index, count):
+        return create_audio_dataset([corpus["speech"]], duration=0.25, sample_rate=8000, num_epochs=1,
+                                    order=Order(shard_options=grain.sharding.ShardOptions(index, count)))
+
+    it = iter(by_files(0, 2).to_iter_dataset())
+    first = [_tag(0, next(it))["hash"] for _ in range(2)]
+    state = it.get_state()
+    assert state["global_stream"] is False and state["host"] == [0, 2]
+    same = iter(by_files(0, 2).to_iter_dataset())
+    same.set_state(state)
+    assert _tag(0, next(same))["hash"] == _tag(0, next(it))["hash"] and first
+    with pytest.raises(CheckpointError, match="own stream"):
+        iter(by_files(0, 3).to_iter_dataset()).set_state(state)
+    with pytest.raises(CheckpointError, match="not shares of one global stream"):
+        merge_checkpoints([state, state | {"host": [1, 2]}])
+    ds = AudioMapDataset(grain.MapDataset.range(20), item_bytes=8)
+    batched = shard_dataset(ds, grain.sharding.ShardOptions(0, 2)).batch(2)
+    assert batched.host_share is not None and not batched.host_share.placeable
+    mapped = shard_dataset(ds, grain.sharding.ShardOptions(0, 2)).map(lambda x: x * 10)
+    assert mapped.host_share.placeable and len(mapped.host_share.maps) == 1

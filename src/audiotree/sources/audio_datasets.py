@@ -135,10 +135,11 @@ class AudioMapDataset(_Chained, grain.MapDataset):
         # outermost node: the graph below is Grain's own, and so are the
         # default seeds Grain derives from it (they depend on node depths).
         result = AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor)
-        if self.host_share is not None and name == "map":
+        if self.host_share is not None:
             # An element-wise function keeps items a function of their stream index; anything else
-            # (index-seeded maps, filters, reorders) makes the share a stream of its own.
-            result.host_share = self.host_share.then_map(args[0])
+            # (index-seeded maps, filters, reorders, batches) makes the share a stream of its own.
+            share = self.host_share
+            result.host_share = share.then_map(args[0]) if name == "map" else share.unplaced()
         return result
 
     def shuffle(self, seed: int | None = None):

@@ -150,7 +150,12 @@ class StreamPosition:
 @dataclass(frozen=True)
 class HostShare:
     """How :func:`~audiotree.sources.shard_dataset` made a host's dataset: share ``index`` of ``count``
-    of ``stream``, followed by ``maps`` (element-wise functions applied since, in order)."""
+    of ``stream``, followed by ``maps`` (element-wise functions applied since, in order).
+
+    ``stream=None``: host ``index`` of ``count`` reads a stream of its own, not a share of one
+    global stream (a builder's ``shard_options`` shards files, or the share was reordered,
+    filtered or batched after ``shard_dataset``); its checkpoints resume only on the same host.
+    """
 
     stream: Any
     index: int
@@ -158,8 +163,19 @@ class HostShare:
     drop_remainder: bool = False
     maps: tuple = ()
 
+    @property
+    def placeable(self) -> bool:
+        """Whether the host's items are positions of one global stream."""
+        return self.stream is not None
+
     def then_map(self, fn: Any) -> "HostShare":
+        if not self.placeable:
+            return self
         return HostShare(self.stream, self.index, self.count, self.drop_remainder, self.maps + (fn,))
+
+    def unplaced(self) -> "HostShare":
+        """The same host, after a transformation that makes its items a stream of their own."""
+        return HostShare(None, self.index, self.count)
 
 
 class _EndlessShare(grain.MapDataset):
@@ -318,6 +334,12 @@ def merge_checkpoints(states: Iterable[Any]) -> dict:
     states = [read_checkpoint(s) for s in states]
     if not states:
         raise CheckpointError("merge_checkpoints needs the checkpoints of all hosts, got none")
+    if any(s.get("global_stream") is False for s in states):
+        raise CheckpointError(
+            "these checkpoints are of host datasets that are not shares of one global stream (a builder's "
+            "shard_options shards files per host, or the dataset was reordered, filtered or batched after "
+            "shard_dataset), so they cannot be merged. To change the host count, build the whole dataset and "
+            "apply shard_dataset last, right before to_iter_dataset.")
     hosts = [_host_of(s) for s in states]
     if any(h is None for h in hosts):
         if len(states) == 1:

@@ -155,6 +155,8 @@ class ResumableIterator(grain.DatasetIterator):
             state["share_base"] = self._share_base.to_dict()
         if self._ds.sequential_slice:
             state["sequential_slice"] = True
+        if self._share is not None and not self._share.placeable:
+            state["global_stream"] = False
         return state
 
     # -- resuming ---------------------------------------------------------------------------
@@ -207,6 +209,12 @@ class ResumableIterator(grain.DatasetIterator):
             else:
                 self._restart(base, StreamPosition.from_dict(state["position"]))
             return
+        if self._share is not None and not self._share.placeable:
+            raise CheckpointError(
+                f"this iterator reads host {self._host[0]} of {self._host[1]}'s own stream (a builder's shard_options "
+                "shards files per host, or the dataset was reordered, filtered or batched after shard_dataset), so a "
+                f"checkpoint of host {host[0]} of {host[1]} cannot continue on it. Resume with the same host count, "
+                "or build the whole dataset and apply shard_dataset last, right before to_iter_dataset.")
         if state.get("merged_hosts") is None and host[1] > 1:
             raise CheckpointError(
                 f"this is the checkpoint of host {host[0]} of {host[1]}, and this iterator reads host "

@@ -106,7 +106,7 @@ def build_file_dataset(
     item_bytes = estimate_item_bytes(
         channels=1 if output.mono else (channels or 2), sample_rate=sample_rate, duration=item_seconds(duration, excerpt)
     )
-    return AudioMapDataset(ds, item_bytes=item_bytes)
+    return own_host_stream(AudioMapDataset(ds, item_bytes=item_bytes), order.shard_options)
 
 
 #: Seconds assumed per whole-file item without crop_to, for buffer-memory estimates only.
@@ -283,7 +283,15 @@ def build_balanced_dataset(
     item_duration = float(window_duration) if window_duration is not None else item_seconds(duration, excerpt)
     item_bytes = estimate_item_bytes(channels=1 if output.mono else (channels or 2), sample_rate=sample_rate,
                                      duration=item_duration)
-    return AudioMapDataset(mixed, item_bytes=item_bytes)
+    return own_host_stream(AudioMapDataset(mixed, item_bytes=item_bytes), order.shard_options)
+
+
+def own_host_stream(ds: AudioMapDataset, shard_options: Any) -> AudioMapDataset:
+    """``ds`` marked as host ``i`` of ``n``'s own stream when the builder sharded its files by host, so that
+    its checkpoints are refused on another host count instead of resuming the wrong items."""
+    if shard_options is not None:
+        ds.host_share = HostShare(None, int(shard_options.shard_index), int(shard_options.shard_count))
+    return ds
 
 
 def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapDataset:
