@@ -122,3 +122,24 @@ def test_endless_planned_batches_resume_with_another_num_workers(utterances):
     resumed = loader(0)
     resumed.load_state_dict(first.state_dict())
     _check(consumed + _take(resumed, None), [tagged[i][0] for i in range(12)])
+
+
+def test_a_rank_checkpoint_is_refused_on_another_world_size(tagged):
+    """torch checkpoints count one rank's share: another rank or world size is refused, naming both."""
+    import grain
+
+    from audiotree.sources import shard_dataset
+
+    def loader(rank, world):
+        return att.create_dataloader(shard_dataset(tagged, grain.sharding.ShardOptions(rank, world)), batch_size=2,
+                                     epoch_size=6, collate_fn=list)
+
+    first = loader(0, 2)
+    consumed = _take(first, 1)
+    state = first.state_dict()
+    assert state["host"] == [0, 2]
+    same = loader(0, 2)
+    same.load_state_dict(state)
+    assert sorted(consumed + _take(same, None)) == sorted(tagged[2 * k] for k in range(6))
+    with pytest.raises(ValueError, match="rank 0 of 2 .* rank 0 of 3"):
+        loader(0, 3).load_state_dict(state)

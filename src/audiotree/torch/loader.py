@@ -285,6 +285,11 @@ class AudioDataLoader(_tud.DataLoader):
             raise
         progress.finished = True
 
+    def _host(self) -> tuple[int, int] | None:
+        """(rank, world size) when the wrapped dataset is a host share (``shard_dataset``, builders' shard_options)."""
+        share = getattr(getattr(self.dataset, "dataset", None), "host_share", None)
+        return None if share is None else (int(share.index), int(share.count))
+
     def _delivered(self, dataset: TorchIterableDataset, resume: dict, base: StreamPosition) -> StreamPosition:
         """The items of the epoch (after ``base``) that a checkpoint's roles delivered, as one position."""
         roles = int(resume["num_workers"])
@@ -305,6 +310,9 @@ class AudioDataLoader(_tud.DataLoader):
         """
         progress = self._progress
         state: dict = {"version": STATE_VERSION, "kind": "iterable" if self._iterable else "map"}
+        host = self._host()
+        if host is not None:
+            state["host"] = list(host)
         if self._iterable:
             if progress is not None and progress.abandoned and progress.exhausted():
                 state.update(epoch=self._cursor.following(), resume=None)
@@ -338,6 +346,13 @@ class AudioDataLoader(_tud.DataLoader):
         kind = "iterable" if self._iterable else "map"
         if state.get("kind") != kind:
             raise ValueError(f"This is a {state.get('kind')!r} checkpoint; this loader reads a {kind!r} dataset.")
+        saved, host = state.get("host"), self._host()
+        if saved is not None and host is not None and tuple(saved) != tuple(host):
+            raise ValueError(
+                f"This checkpoint was taken on rank {saved[0]} of {saved[1]} (shard_dataset), and this loader reads "
+                f"rank {host[0]} of {host[1]}. A torch checkpoint counts the items of one rank's share: resume it "
+                "with the same rank and world size (a change of world size is supported for Grain iterators, "
+                "see 'Changing the shape of a run' in docs/datasets.md).")
         self._progress = None
         if not self._iterable:
             self.sampler.load_state_dict(state)
