@@ -3,7 +3,7 @@
 ``from_file``, ``from_clip``, ``excerpt``, ``loudest_excerpt``,
 ``from_manifest`` and ``write`` are classmethods (and one method) of
 :class:`audiotree.AudioTree` through the :class:`FileMethods` base class. The
-reading itself lives in :mod:`audiotree.io` (``io.excerpt``, ``io.manifest``,
+reading itself lives in :mod:`audiotree.io` (``io.excerpt``, ``formats.manifest_reader``,
 ``io.encode``), which returns plain arrays; the results become trees through
 ``cls.create``. This module never imports the container, and ``audiotree.io``
 never imports either, so every dependency points from the container down.
@@ -35,7 +35,7 @@ class FileMethods:
     __slots__ = ()
 
     # The published API has readers on the class. They stay thin: the reading
-    # itself (io.excerpt, io.manifest, io.encode) returns plain arrays and never
+    # itself (io.excerpt, formats.manifest_reader, io.encode) returns plain arrays and never
     # imports this module, so every dependency points from the container down.
     @classmethod
     def from_file(
@@ -137,7 +137,7 @@ class FileMethods:
         true. Items must share rate, channels and length. An empty selection
         raises ``ValueError``; a missing audio file raises ``AudioReadError``.
         """
-        from audiotree.io.manifest import ManifestReader
+        from audiotree.formats.manifest_reader import ManifestReader
 
         reader = ManifestReader(manifest_path, audio_dir=audio_dir, filter_fn=filter_fn)
         if len(reader) == 0:

@@ -29,9 +29,11 @@ from audiotree.sources.datasets.windowed import (
     save_window_lufs,
     scan_durations,
 )
-from audiotree.sources.files import find_audio_files
+from audiotree.discovery.files import find_audio_files
 from audiotree.sources.global_stream import CheckpointError, checkpoint_position, merge_checkpoints
 from audiotree.sources.loading import OnReadError
+from audiotree.sources.mixing import MixProportions, realised_proportions
+from audiotree.sources.weight_schedule import WeightSchedule
 
 __all__ = [
     "ExcerptConfig",
@@ -63,6 +65,9 @@ __all__ = [
     "BucketPlan",
     "ArrayRecordAudioSource",
     "open_arrayrecord",
+    "WeightSchedule",
+    "realised_proportions",
+    "MixProportions",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from audiotree.core import AudioTree
 from audiotree.fs import fsync_dir, write_json_atomic
 from audiotree.formats.arrayrecord_codec import INDEX_NAME, SHARD_PATTERN, WRITER_OPTIONS, encode_items, index_document
 from audiotree.validation import is_int
@@ -97,7 +98,7 @@ class ArrayRecordWriter:
         """Appends every item of ``batch``; returns how many."""
         if self._closed:
             raise RuntimeError(f"The ArrayRecordWriter for {self.directory} is closed.")
-        records = encode_items(batch)
+        records = encode_items(batch, tree_class=AudioTree)
         for record in records:
             if self._writer is None or self._in_shard >= self.records_per_shard:
                 self._close_shard()

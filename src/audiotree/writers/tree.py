@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from audiotree.core import AudioTree
 from audiotree.fs import close_keeping_error, fsync_dir, naming_os_errors, write_json_atomic
 from audiotree.formats import header as _format
 from audiotree.formats.tree import (
@@ -333,7 +334,7 @@ class TreeWriter:
         of one). Validation happens before anything is written.
         """
         self._require_open()
-        structure, leaves = flatten(pytree)
+        structure, leaves = flatten(pytree, tree_class=AudioTree)
         if not leaves:
             raise ValueError("Pytree has no leaves; there is nothing to write.")
         sizes = {leaf.name: leaf.batch for leaf in leaves}

@@ -22,11 +22,11 @@ from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import (building_with_storage_options, check_common, probe_channels,
                                               refuse_text_crops, resolve_files, resolve_labelled_files)
-from audiotree.sources.containers import check_shard_options, host_items
-from audiotree.sources.files import SourceSpec
+from audiotree.discovery.sharding import check_shard_options, host_items
+from audiotree.discovery.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
-from audiotree.sources.mixing import check_weights, mix_shuffled
+from audiotree.sources.mixing import check_mix_weights, mix_shuffled
 from audiotree.sources.global_stream import HostShare, share_of
 from audiotree.sources.epoch_order import EpochShuffledMapDataset
 from audiotree.sources.datasets.windowed import WindowConfig, check_window_rows, windowed_group_dataset
@@ -220,7 +220,7 @@ def build_balanced_dataset(
     for name in names:
         if not isinstance(name, str) or not name:
             raise ValueError(f"Group names must be non-empty strings, got {name!r}.")
-    group_weights = check_weights(weights, names)
+    group_weights = check_mix_weights(weights, names)
 
     excerpt_base = shuffle_seed if excerpt_seed is None else excerpt_seed
     group_files: dict = {}
@@ -276,7 +276,7 @@ def build_balanced_dataset(
             ds = shard_dataset(ds, order.shard_options)
         parts.append(ds.map(StampSource(name)))
 
-    mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"))
+    mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"), names=names)
     if output.measure_lufs:
         mixed = mixed.map(MeasureLufs())
     window_duration = getattr(window, "duration", None)
@@ -315,7 +315,7 @@ def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapD
     """
     if shard_options is None:
         shard_options = grain.sharding.ShardByJaxProcess()
-    index, count = int(shard_options.shard_index), int(shard_options.shard_count)
+    index, count = check_shard_options(shard_options)
     drop = bool(getattr(shard_options, "drop_remainder", False))
     sharded = share_of(ds, index, count, drop)
     if isinstance(ds, AudioMapDataset):

@@ -23,6 +23,7 @@ from typing import Any, Literal, Mapping, Sequence
 import grain
 import numpy as np
 
+from audiotree.discovery.sharding import check_shard_options
 from audiotree.sources.bucketing import DEFAULT_NUM_BUCKETS, FILLER, BucketPlan, endless_length, plan_buckets
 from audiotree.validation import is_int, renamed_keywords
 
@@ -338,7 +339,7 @@ def batch_by_duration(
     too_long: Literal["raise", "crop", "skip"] = "raise",
     remainder: Literal["pad", "drop", "keep"] = "pad",
     groups: Sequence[str] | None = None,
-    weights: Mapping[str, float] | None = None,
+    weights: Mapping[str, float] | Any = None,
     weight_by: Literal["duration", "count"] = "duration",
     shard_options: Any = None,
     plan: BucketPlan | None = None,
@@ -363,7 +364,8 @@ def batch_by_duration(
         bucket: a jitted step compiles at most once per bucket); ``"longest"``
         to its longest item (less padding, more shapes).
       shuffle_seed, shuffle, too_long, remainder, groups, weights, weight_by: see
-        :func:`~audiotree.sources.bucketing.plan_buckets`.
+        :func:`~audiotree.sources.bucketing.plan_buckets` (``weights`` may be
+        a :class:`~audiotree.sources.WeightSchedule` whose keys count batches).
       num_epochs: epochs of the plan; ``None`` repeats forever.
       shard_options: a ``grain.sharding.ShardOptions`` to split every batch
         across hosts (host ``i`` of ``n`` gets slots ``i::n``); ``None``: one host.
@@ -397,9 +399,7 @@ def batch_by_duration(
         raise ValueError(f"pad_to must be one of {_PAD_TO}, got {pad_to!r}.")
     shard_index, shard_count = 0, 1
     if shard_options is not None:
-        shard_index, shard_count = int(shard_options.shard_index), int(shard_options.shard_count)
-        if not 0 <= shard_index < shard_count:
-            raise ValueError(f"shard_index must be in [0, {shard_count}), got {shard_index}.")
+        shard_index, shard_count = check_shard_options(shard_options)
     if not is_int(pad_multiple) or pad_multiple < 1:
         raise ValueError(f"pad_multiple must be a positive int of samples, got {pad_multiple!r}.")
     if plan is None:

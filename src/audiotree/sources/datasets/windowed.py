@@ -44,7 +44,7 @@ from audiotree.seeds import derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import (building_with_storage_options, check_common, refuse_text_windows,
                                               resolve_files)
-from audiotree.sources.containers import host_items
+from audiotree.discovery.sharding import host_items
 from audiotree.sources.global_stream import HostShare
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
