@@ -173,23 +173,22 @@ def test_realised_proportions_follow_a_linear_ramp(groups, weights):
 
 
 @pytest.mark.slow
-def test_resume_at_item_437_with_two_workers_continues_the_same_stream(groups):
-    """Checkpoint after 437 items under mp_prefetch(2), resume: the union is the uninterrupted stream.
-
-    (2 -> 3 workers waits for the elastic resume of #40's "one global stream"; this is 2 -> 2.)
-    """
+@pytest.mark.parametrize("resume_workers", [2, 3])
+def test_resume_at_item_437_with_two_workers_continues_the_same_stream(groups, resume_workers):
+    """Checkpoint after 437 items under mp_prefetch(2), resume with 2 or 3 workers: the union is the
+    uninterrupted stream (checkpoints are positions in the global stream, audiotree.sources.stream_resume)."""
     ds = create_balanced_audio_dataset(groups, weights=WeightSchedule(RAMP), duration=0.05, sample_rate=8000,
                                        shuffle_seed=4)
     reference = [_key(x) for x in itertools.islice(ds.to_iter_dataset(SYNC), 600)]
 
-    def make():
-        return iter(ds.to_iter_dataset(SYNC).mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+    def make(workers=2):
+        return iter(ds.to_iter_dataset(SYNC).mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
 
     it = make()
     head = [_key(next(it)) for _ in range(437)]
     state = it.get_state()
     it.close()
-    resumed = make()
+    resumed = make(resume_workers)
     resumed.set_state(state)
     tail = [_key(next(resumed)) for _ in range(163)]
     resumed.close()

@@ -30,6 +30,7 @@ from audiotree.sources.datasets.windowed import (
     scan_durations,
 )
 from audiotree.discovery.files import find_audio_files
+from audiotree.sources.global_stream import CheckpointError, checkpoint_position, merge_checkpoints
 from audiotree.sources.loading import OnReadError
 from audiotree.sources.mixing import MixProportions, realised_proportions
 from audiotree.sources.weight_schedule import WeightSchedule
@@ -46,6 +47,9 @@ __all__ = [
     "Corpus",
     "find_audio_files",
     "shard_dataset",
+    "merge_checkpoints",
+    "checkpoint_position",
+    "CheckpointError",
     "build_window_lufs_cache",
     "load_window_lufs",
     "save_window_lufs",

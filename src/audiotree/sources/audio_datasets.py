@@ -12,6 +12,7 @@ figure and the terms that produce it. ``to_iter_dataset()`` without
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from typing import Callable, Sequence
@@ -107,6 +108,10 @@ class AudioMapDataset(_Chained, grain.MapDataset):
     what a function returns) and is multiplied by ``batch``.
     """
 
+    #: Set by :func:`~audiotree.sources.shard_dataset`: which share of which stream this is
+    #: (a :class:`~audiotree.sources.global_stream.HostShare`), kept through ``map``.
+    host_share = None
+
     def __init__(self, parent: grain.MapDataset, *, item_bytes: int):
         super().__init__(parent)
         self.item_bytes = int(item_bytes)
@@ -129,7 +134,13 @@ class AudioMapDataset(_Chained, grain.MapDataset):
         # Applied to the parent and re-wrapped, so the wrapper is only ever the
         # outermost node: the graph below is Grain's own, and so are the
         # default seeds Grain derives from it (they depend on node depths).
-        return AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor)
+        result = AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor)
+        if self.host_share is not None:
+            # An element-wise function keeps items a function of their stream index; anything else
+            # (index-seeded maps, filters, reorders, batches) makes the share a stream of its own.
+            share = self.host_share
+            result.host_share = share.then_map(args[0]) if name == "map" else share.unplaced()
+        return result
 
     def shuffle(self, seed: int | None = None):
         return self._then("shuffle", seed)
@@ -198,7 +209,11 @@ class AudioIterDataset(_Chained, grain.IterDataset):
         return "AudioIterDataset"
 
     def __iter__(self):
-        return self._parent.__iter__()
+        from audiotree.sources.stream_resume import ResumableIterDataset
+
+        resumable = ResumableIterDataset(self._parent, rebuild=_Rebuild(self, self._read_options), source=self._source,
+                                         workers=0)
+        return resumable.__iter__()
 
     def _then(self, name: str, *args, factor: int = 1, **kwargs) -> "AudioIterDataset":
         return AudioIterDataset(
@@ -210,8 +225,10 @@ class AudioIterDataset(_Chained, grain.IterDataset):
     def batch(self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable | None = None):
         return self._then("batch", batch_size, factor=batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
-    def _rebuilt(self, options: grain.ReadOptions) -> grain.IterDataset:
-        ds = self._source._iter_with(options, self._allow_nones)  # pylint: disable=protected-access
+    def _rebuilt(self, options: grain.ReadOptions, source: grain.MapDataset | None = None) -> grain.IterDataset:
+        """This pipeline with ``options``, over ``source`` (a dataset of the same items) if given."""
+        start = self._source if source is None else AudioMapDataset(source, item_bytes=self._source.item_bytes)
+        ds = start._iter_with(options, self._allow_nones)  # pylint: disable=protected-access
         for name, args, kwargs in self._steps:
             ds = getattr(ds, name)(*args, **kwargs)
         return ds
@@ -229,13 +246,24 @@ class AudioIterDataset(_Chained, grain.IterDataset):
         ``AUDIOTREE_BATCH_SLOTS=0`` keeps Grain's fresh segment per batch.
         The elements are the same either way.
         """
+        resolved = options or grain.MultiprocessingOptions(num_workers=10)
+        first = self._prefetched(None, options, worker_init_fn, sequential_slice, batch_slots)
+        rebuild = _Rebuild(self, None, (options, worker_init_fn, sequential_slice, batch_slots))
+        return _prefetched_type()(first, rebuild=rebuild, source=self._source, workers=resolved.num_workers,
+                                  sequential_slice=sequential_slice)
+
+    def _prefetched(self, source, options, worker_init_fn, sequential_slice, batch_slots) -> grain.IterDataset:
+        """Grain's ``mp_prefetch`` of this pipeline (over ``source`` if given), with audiotree's workers."""
         from audiotree.sources.workers.batch_slots import SlotWriterIterDataset, new_token, slots_available
         from audiotree.sources.workers.lifecycle import ClosingIterDataset
         from audiotree.sources.workers.start import WorkerInit, plain_workers_requested
 
         resolved = options or grain.MultiprocessingOptions(num_workers=10)
         read = WORKER_READ_OPTIONS if self._defaulted and resolved.num_workers > 0 else self._read_options
-        base = self._rebuilt(read) if read is not self._read_options else self._parent
+        if source is not None:
+            base = self._rebuilt(read, source)
+        else:
+            base = self._rebuilt(read) if read is not self._read_options else self._parent
         workers = max(resolved.num_workers, 1)
         read_items = read.prefetch_buffer_size + read.num_threads
         per_worker = read_items * self._source.item_bytes + resolved.per_worker_buffer_size * self.element_bytes
@@ -255,6 +283,28 @@ class AudioIterDataset(_Chained, grain.IterDataset):
             base = SlotWriterIterDataset(base, token=token, slots=resolved.per_worker_buffer_size + 3)
         prefetched = base.mp_prefetch(options, worker_init_fn=init, sequential_slice=sequential_slice)
         return ClosingIterDataset(prefetched, prepare_workers=not plain, slot_token=token)
+
+
+@functools.cache
+def _prefetched_type() -> type:
+    """What ``mp_prefetch`` returns: a ``ClosingIterDataset`` (iterators closed at exit) whose iterators
+    checkpoint positions in the global stream (:mod:`audiotree.sources.stream_resume`)."""
+    from audiotree.sources.stream_resume import ResumableIterDataset
+    from audiotree.sources.workers.lifecycle import ClosingIterDataset
+
+    return type("PrefetchedIterDataset", (ResumableIterDataset, ClosingIterDataset), {"__module__": __name__})
+
+
+class _Rebuild:
+    """The pipeline of an :class:`AudioIterDataset` over another source: to resume with another shape."""
+
+    def __init__(self, ds: AudioIterDataset, read_options: grain.ReadOptions | None, prefetch: tuple | None = None):
+        self.ds, self.read_options, self.prefetch = ds, read_options, prefetch
+
+    def __call__(self, source: grain.MapDataset) -> grain.IterDataset:
+        if self.prefetch is None:
+            return self.ds._rebuilt(self.read_options, source)  # pylint: disable=protected-access
+        return self.ds._prefetched(source, *self.prefetch)  # pylint: disable=protected-access
 
 
 def wrap_stored(ds: grain.MapDataset, *, item_bytes: int | None = None) -> "AudioMapDataset":

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch.utils.data as _tud
 
+from audiotree.sources.global_stream import StreamPosition
 from audiotree.torch.reading import (
     DEFAULT_READ_THREADS, ENDLESS_EPOCH_STRIDE, ENDLESS_LENGTH_ERROR, STATE_VERSION, SharedEpoch, SharedEpochMixin,
     check_count, check_epoch, check_threads, dataset_length, read_item, read_pool, worker_info,
@@ -28,9 +29,12 @@ class ShardIterator:
     in the state; items are pure functions of their index, so it never changes them.
     """
 
-    def __init__(self, source: "TorchIterableDataset", epoch: int, role: int, num_roles: int, consumed: int):
+    def __init__(self, source: "TorchIterableDataset", epoch: int, role: int, num_roles: int, consumed: int,
+                 base: StreamPosition | None = None):
         self._source = source
         self.epoch, self.role, self.num_roles, self.consumed = epoch, role, num_roles, int(consumed)
+        # Items of the epoch consumed before a resume with another worker count: the roles share the rest.
+        self.base = base or StreamPosition()
         self._ahead: collections.deque = collections.deque()
 
     def __iter__(self) -> "ShardIterator":
@@ -38,11 +42,11 @@ class ShardIterator:
 
     def _read(self, position: int) -> Any:
         source = self._source
-        index = source.epoch_start(self.epoch) + self.role + position * self.num_roles
+        index = source.epoch_start(self.epoch) + self.base.remaining(self.role + position * self.num_roles)
         return read_item(source.dataset, index, source._length)
 
     def __next__(self) -> Any:
-        total = self._source.shard_size(self.role, self.num_roles)
+        total = self._source.shard_size(self.role, self.num_roles, self.base)
         if total is not None and self.consumed >= total:
             raise StopIteration
         threads = self._source.read_threads
@@ -57,8 +61,11 @@ class ShardIterator:
         return self._ahead.popleft().result()
 
     def state_dict(self) -> dict:
-        return {"version": STATE_VERSION, "epoch": self.epoch, "role": self.role, "num_workers": self.num_roles,
-                "consumed": self.consumed}
+        state = {"version": STATE_VERSION, "epoch": self.epoch, "role": self.role, "num_workers": self.num_roles,
+                 "consumed": self.consumed}
+        if self.base.count:
+            state["base"] = self.base.to_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         for future in self._ahead:
@@ -66,6 +73,7 @@ class ShardIterator:
         self._ahead.clear()
         self.epoch = check_epoch(state["epoch"])
         self.role, self.num_roles, self.consumed = int(state["role"]), int(state["num_workers"]), int(state["consumed"])
+        self.base = StreamPosition.from_dict(state.get("base", {"prefix": 0}), where="base")
 
 
 class TorchIterableDataset(SharedEpochMixin, _tud.IterableDataset):
@@ -123,11 +131,14 @@ class TorchIterableDataset(SharedEpochMixin, _tud.IterableDataset):
     def epoch_start(self, epoch: int) -> int:
         return epoch * (self.epoch_size or ENDLESS_EPOCH_STRIDE)
 
-    def shard_size(self, role: int, num_roles: int) -> int | None:
-        """Items of an epoch that worker ``role`` of ``num_roles`` reads (``None``: endless)."""
+    def shard_size(self, role: int, num_roles: int, base: StreamPosition | None = None) -> int | None:
+        """Items of an epoch that worker ``role`` of ``num_roles`` reads (``None``: endless), of the
+        items ``base`` (consumed before a resume with another worker count) does not hold."""
         if self.epoch_size is None:
             return None
-        return max(0, -(-(self.epoch_size - role) // num_roles))
+        held = 0 if base is None else min(base.prefix, self.epoch_size) + sum(1 for i in base.beyond
+                                                                              if i < self.epoch_size)
+        return max(0, -(-(self.epoch_size - held - role) // num_roles))
 
     def __iter__(self) -> ShardIterator:
         worker, num_workers = worker_info()
@@ -141,13 +152,17 @@ class TorchIterableDataset(SharedEpochMixin, _tud.IterableDataset):
                 stacklevel=2,
             )
         self._seen_stamp = stamp
-        role, consumed = worker, 0
+        role, consumed, base = worker, 0, None
         resume, self._resume = self._resume, None
         if resume is not None and resume["epoch"] == epoch:
             if resume["num_workers"] != num_workers:
+                # AudioDataLoader turns a checkpoint of another worker count into a base (consumed items).
                 raise ValueError(
-                    f"Resuming mid-epoch needs the same number of workers ({resume['num_workers']}), got {num_workers}."
+                    f"Resuming mid-epoch needs the same number of workers ({resume['num_workers']}), got "
+                    f"{num_workers}; AudioDataLoader.load_state_dict resumes with any num_workers."
                 )
             role = (worker + resume["shift"]) % num_workers
             consumed = resume["consumed"][role]
-        return ShardIterator(self, epoch, role, num_workers, consumed)
+            if resume.get("base"):
+                base = StreamPosition.from_dict(resume["base"], where="base")
+        return ShardIterator(self, epoch, role, num_workers, consumed, base)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.utils.data as _tud
 
+from audiotree.sources.global_stream import StreamPosition, union_of_shares
 from audiotree.torch.iterable import TorchIterableDataset
 from audiotree.torch.map_style import EpochSampler, TorchMapDataset
 from audiotree.torch.reading import (
@@ -64,6 +65,7 @@ class _IterProgress:
     totals: list  # batches each role yields this epoch; None = endless
     finished: bool = False
     abandoned: bool = False
+    base: StreamPosition = dataclasses.field(default_factory=StreamPosition)  # consumed before a re-shaped resume
 
     def exhausted(self) -> bool:
         return all(total is not None and done >= total for done, total in zip(self.batches, self.totals))
@@ -236,31 +238,39 @@ class AudioDataLoader(_tud.DataLoader):
         dataset: TorchIterableDataset = self.dataset
         roles = self._roles()
         epoch, resume = self._cursor.begin()
+        base = StreamPosition()
+        if resume is not None:
+            base = StreamPosition.from_dict(resume.get("base", {"prefix": 0}), where="base")
+            if resume["num_workers"] != roles:
+                # Another worker count: the items every role delivered become the base, and the new
+                # roles share the rest of the epoch (audiotree.sources.global_stream).
+                base = base.with_consumed(self._delivered(dataset, resume, base))
+                resume = None
         totals = []
         for role in range(roles):
-            share = dataset.shard_size(role, roles)
+            share = dataset.shard_size(role, roles, base)
             if share is None:
                 totals.append(None)
             else:
                 totals.append(share // self._step if self.drop_last else -(-share // self._step))
         if resume is not None:
-            if resume["num_workers"] != roles:
-                raise ValueError(
-                    f"This checkpoint is mid-epoch with {resume['num_workers']} worker shard(s); resume it with "
-                    f"num_workers={resume['num_workers'] if resume['num_workers'] > 1 else 0}, not {self.num_workers}."
-                )
             batches, shift = list(resume["batches"]), int(resume["next_role"])
             consumed = []
             for role in range(roles):
-                share = dataset.shard_size(role, roles)
+                share = dataset.shard_size(role, roles, base)
                 items = batches[role] * self._step
                 consumed.append(items if share is None else min(items, share))
-            dataset.resume_at({"epoch": epoch, "num_workers": roles, "shift": shift, "consumed": consumed})
+            dataset.resume_at({"epoch": epoch, "num_workers": roles, "shift": shift, "consumed": consumed,
+                               "base": base.to_dict()})
+        elif base.count:
+            batches, shift = [0] * roles, 0
+            dataset.resume_at({"epoch": epoch, "num_workers": roles, "shift": 0, "consumed": [0] * roles,
+                               "base": base.to_dict()})
         else:
             batches, shift = [0] * roles, 0
             dataset.resume_at(None)
         dataset.set_epoch(epoch)
-        progress = self._progress = _IterProgress(epoch, shift, batches, totals)
+        progress = self._progress = _IterProgress(epoch, shift, batches, totals, base=base)
         try:
             iterator = _tud.DataLoader.__iter__(self)  # starts (or resumes) the workers with the state above
         finally:
@@ -275,6 +285,21 @@ class AudioDataLoader(_tud.DataLoader):
             raise
         progress.finished = True
 
+    def _host(self) -> tuple[int, int] | None:
+        """(rank, world size) when the wrapped dataset is a host share (``shard_dataset``, builders' shard_options)."""
+        share = getattr(getattr(self.dataset, "dataset", None), "host_share", None)
+        return None if share is None else (int(share.index), int(share.count))
+
+    def _delivered(self, dataset: TorchIterableDataset, resume: dict, base: StreamPosition) -> StreamPosition:
+        """The items of the epoch (after ``base``) that a checkpoint's roles delivered, as one position."""
+        roles = int(resume["num_workers"])
+        shares = []
+        for role in range(roles):
+            share = dataset.shard_size(role, roles, base)
+            items = int(resume["batches"][role]) * self._step
+            shares.append(StreamPosition(items if share is None else min(items, share)))
+        return union_of_shares(shares)
+
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict:
         """Where the stream continues: the batch after the last one handed out, else the next epoch's start.
@@ -285,6 +310,9 @@ class AudioDataLoader(_tud.DataLoader):
         """
         progress = self._progress
         state: dict = {"version": STATE_VERSION, "kind": "iterable" if self._iterable else "map"}
+        host = self._host()
+        if host is not None:
+            state["host"] = list(host)
         if self._iterable:
             if progress is not None and progress.abandoned and progress.exhausted():
                 state.update(epoch=self._cursor.following(), resume=None)
@@ -296,6 +324,8 @@ class AudioDataLoader(_tud.DataLoader):
                     "num_workers": len(progress.batches), "next_role": progress.next_role,
                     "batches": list(progress.batches), "batch_size": self.batch_size,
                 })
+                if progress.base.count:
+                    state["resume"]["base"] = progress.base.to_dict()
             return state
         sampler: EpochSampler = self.sampler
         if progress is None:
@@ -316,6 +346,13 @@ class AudioDataLoader(_tud.DataLoader):
         kind = "iterable" if self._iterable else "map"
         if state.get("kind") != kind:
             raise ValueError(f"This is a {state.get('kind')!r} checkpoint; this loader reads a {kind!r} dataset.")
+        saved, host = state.get("host"), self._host()
+        if saved is not None and host is not None and tuple(saved) != tuple(host):
+            raise ValueError(
+                f"This checkpoint was taken on rank {saved[0]} of {saved[1]} (shard_dataset), and this loader reads "
+                f"rank {host[0]} of {host[1]}. A torch checkpoint counts the items of one rank's share: resume it "
+                "with the same rank and world size (a change of world size is supported for Grain iterators, "
+                "see 'Changing the shape of a run' in docs/datasets.md).")
         self._progress = None
         if not self._iterable:
             self.sampler.load_state_dict(state)

@@ -13,7 +13,6 @@ workers or threads read it.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Mapping, Sequence
 
 import grain
@@ -23,11 +22,12 @@ from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import (building_with_storage_options, check_common, probe_channels,
                                               refuse_text_crops, resolve_files, resolve_labelled_files)
-from audiotree.discovery.sharding import check_shard_options, host_items, strided_share
+from audiotree.discovery.sharding import check_shard_options, host_items
 from audiotree.discovery.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, check_measure_lufs
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import check_mix_weights, mix_shuffled
+from audiotree.sources.global_stream import HostShare, share_of
 from audiotree.sources.epoch_order import EpochShuffledMapDataset
 from audiotree.sources.datasets.windowed import WindowConfig, check_window_rows, windowed_group_dataset
 from audiotree.validation import check_duration, check_pad_mode
@@ -106,7 +106,7 @@ def build_file_dataset(
     item_bytes = estimate_item_bytes(
         channels=1 if output.mono else (channels or 2), sample_rate=sample_rate, duration=item_seconds(duration, excerpt)
     )
-    return AudioMapDataset(ds, item_bytes=item_bytes)
+    return own_host_stream(AudioMapDataset(ds, item_bytes=item_bytes), order.shard_options)
 
 
 #: Seconds assumed per whole-file item without crop_to, for buffer-memory estimates only.
@@ -283,29 +283,15 @@ def build_balanced_dataset(
     item_duration = float(window_duration) if window_duration is not None else item_seconds(duration, excerpt)
     item_bytes = estimate_item_bytes(channels=1 if output.mono else (channels or 2), sample_rate=sample_rate,
                                      duration=item_duration)
-    return AudioMapDataset(mixed, item_bytes=item_bytes)
+    return own_host_stream(AudioMapDataset(mixed, item_bytes=item_bytes), order.shard_options)
 
 
-class _EndlessShare(grain.MapDataset):
-    """Items ``index, index + count, ...`` of an endless ``parent``, endless itself (``len == sys.maxsize``),
-    so a mix still sees it as endless (a plain slice would claim ``sys.maxsize // count`` items)."""
-
-    def __init__(self, parent: grain.MapDataset, index: int, count: int):
-        super().__init__(parent)
-        self._index, self._count = int(index), int(count)
-
-    def __len__(self) -> int:
-        return sys.maxsize
-
-    def __str__(self) -> str:
-        return f"EndlessShare({self._index} of {self._count})"
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return self.slice(index)
-        if index < 0:
-            index += sys.maxsize
-        return self._parent[self._index + int(index) * self._count]
+def own_host_stream(ds: AudioMapDataset, shard_options: Any) -> AudioMapDataset:
+    """``ds`` marked as host ``i`` of ``n``'s own stream when the builder sharded its files by host, so that
+    its checkpoints are refused on another host count instead of resuming the wrong items."""
+    if shard_options is not None:
+        ds.host_share = HostShare(None, *check_shard_options(shard_options))
+    return ds
 
 
 def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapDataset:
@@ -330,11 +316,11 @@ def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapD
     if shard_options is None:
         shard_options = grain.sharding.ShardByJaxProcess()
     index, count = check_shard_options(shard_options)
-    length = len(ds)
-    if length >= sys.maxsize:
-        sharded = _EndlessShare(ds, index, count)
-    else:
-        sharded = ds[strided_share(length, shard_options)]
-    if isinstance(ds, AudioMapDataset) and not isinstance(sharded, AudioMapDataset):
-        sharded = AudioMapDataset(sharded, item_bytes=ds.item_bytes)
+    drop = bool(getattr(shard_options, "drop_remainder", False))
+    sharded = share_of(ds, index, count, drop)
+    if isinstance(ds, AudioMapDataset):
+        if not isinstance(sharded, AudioMapDataset):
+            sharded = AudioMapDataset(sharded, item_bytes=ds.item_bytes)
+        # So that its iterators' checkpoints are positions in ds's stream (audiotree.sources.stream_resume).
+        sharded.host_share = HostShare(ds, index, count, drop)
     return sharded

@@ -438,4 +438,8 @@ def batch_by_duration(
         per_batch = int(math.ceil(plan.max_seconds / shard_count * WORST_CASE_BYTES_PER_SECOND))
     wrapped = AudioMapDataset(ds, item_bytes=per_batch)
     wrapped.plan = plan
+    if shard_count > 1:  # every host reads its slice of every batch: checkpoints resume on the same host count
+        from audiotree.sources.global_stream import HostShare
+
+        wrapped.host_share = HostShare(None, shard_index, shard_count)
     return wrapped

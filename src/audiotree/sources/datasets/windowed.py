@@ -44,7 +44,8 @@ from audiotree.seeds import derive_streams
 from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.common import (building_with_storage_options, check_common, refuse_text_windows,
                                               resolve_files)
-from audiotree.discovery.sharding import host_items
+from audiotree.discovery.sharding import check_shard_options, host_items
+from audiotree.sources.global_stream import HostShare
 from audiotree.sources.loading import MeasureLufs, check_measure_lufs
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.indexed import (
@@ -570,4 +571,7 @@ def build_windowed_dataset(
     if check_measure_lufs(output.measure_lufs):
         ds = ds.map(MeasureLufs())
     item_bytes = estimate_item_bytes(channels=1 if output.mono else 2, sample_rate=sample_rate, duration=window.duration)
-    return AudioMapDataset(ds, item_bytes=item_bytes)
+    wrapped = AudioMapDataset(ds, item_bytes=item_bytes)
+    if order.shard_options is not None:  # files dealt per host: each host reads a stream of its own
+        wrapped.host_share = HostShare(None, *check_shard_options(order.shard_options))
+    return wrapped

@@ -1,0 +1,145 @@
+"""torch checkpoints resume with another ``num_workers``: iterable and map-style, fixed-length and planned batches.
+
+Items are tagged with their index in the wrapped dataset and a hash of the
+waveform. The union of the items consumed before the checkpoint and after the
+resume is compared with an uninterrupted ``num_workers=0`` run: no item twice,
+none skipped, each index with the same item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+
+import audiotree.torch as att  # noqa: E402
+from audiotree.sources import batch_by_duration, create_audio_dataset, scan_durations  # noqa: E402
+
+
+def tag(index, tree):
+    """(index, hash of waveform and file): unique even where whole files repeat every epoch at offset 0."""
+    return int(index), hashlib.sha1(np.asarray(tree.waveform).tobytes() + str(tree.filepath).encode()).hexdigest()[:12]
+
+
+def _take(loader, n: int | None) -> list:
+    it = iter(loader)
+    batches = list(it) if n is None else [next(it) for _ in range(n)]
+    return [item for b in batches for item in b]
+
+
+def _check(union, reference):
+    assert len({i for i, _ in union}) == len(union), "an item was served twice"
+    assert sorted(union) == sorted(reference), "items were skipped or changed"
+
+
+@pytest.fixture(scope="module")
+def tagged(corpus):
+    return create_audio_dataset(list(corpus.values()), num_epochs=None, duration=0.25, sample_rate=8000).map_with_index(tag)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0, 1, 3])
+def test_iterable_checkpoint_resumes_with_another_num_workers(tagged, after):
+    """2 workers -> 0, 1, 3 (was: "resume it with num_workers=2"); 22 items per epoch, batches of 4."""
+    def loader(workers):
+        return att.create_dataloader(tagged, batch_size=4, epoch_size=22, num_workers=workers, collate_fn=list,
+                                     multiprocessing_context="fork" if workers else None)
+
+    reference = [tagged[i] for i in range(22)]
+    first = loader(2)
+    consumed = _take(first, 3)
+    state = first.state_dict()
+    resumed = loader(after)
+    resumed.load_state_dict(state)
+    union = consumed + _take(resumed, None)
+    _check(union, reference)
+    # The resumed run's own checkpoint is exact again: checkpoint mid-way and resume with 2 workers.
+    again = loader(after)
+    again.load_state_dict(state)
+    part = _take(again, 1)
+    second = loader(2)
+    second.load_state_dict(again.state_dict())
+    _check(consumed + part + _take(second, None), reference)
+    # And the next epoch is a full, fresh one.
+    assert sorted(_take(second, None)) == sorted(tagged[i] for i in range(22, 44))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0, 3])
+def test_map_style_checkpoint_resumes_with_any_num_workers(tagged, after):
+    """docs/torch.md's claim: a map-style checkpoint resumes with any worker count."""
+    def loader(workers):
+        return att.create_dataloader(att.TorchMapDataset(tagged, epoch_size=20), batch_size=3, num_workers=workers,
+                                     collate_fn=list, multiprocessing_context="fork" if workers else None)
+
+    reference = [tagged[i] for i in range(20)]
+    first = loader(2)
+    consumed = _take(first, 3)
+    resumed = loader(after)
+    resumed.load_state_dict(first.state_dict())
+    union = consumed + _take(resumed, None)
+    _check(union, reference)
+    assert union == reference  # map-style keeps the order too
+
+
+@pytest.fixture(scope="module")
+def utterances(tmp_path_factory):
+    root = tmp_path_factory.mktemp("utterances")
+    rng = np.random.default_rng(6)
+    files = []
+    for i in range(12):
+        n = int(rng.uniform(0.3, 1.2) * 8000)
+        path = root / f"u{i:02d}.{('wav', 'flac')[i % 2]}"
+        sf.write(path, (0.1 * np.sin(np.arange(n) * rng.uniform(0.05, 0.2))).astype(np.float32), 8000)
+        files.append(str(path))
+    return files
+
+
+def batch_tag(index, batch):
+    return [tag(index, batch)]
+
+
+@pytest.mark.slow
+def test_endless_planned_batches_resume_with_another_num_workers(utterances):
+    """batch_by_duration(num_epochs=None) is an endless stream of planned batches: an iterable, resumable
+    with any num_workers like any other."""
+    items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=8000)
+    batches = batch_by_duration(items, scan_durations(utterances), max_seconds=2.0, buckets=2, num_epochs=None)
+    tagged = batches.map_with_index(batch_tag)
+
+    def loader(workers):
+        return att.create_dataloader(tagged, batch_size=None, epoch_size=12, num_workers=workers, collate_fn=list,
+                                     multiprocessing_context="fork" if workers else None)
+
+    assert isinstance(loader(0).dataset, att.TorchIterableDataset)
+    first = loader(2)
+    consumed = _take(first, 5)
+    resumed = loader(0)
+    resumed.load_state_dict(first.state_dict())
+    _check(consumed + _take(resumed, None), [tagged[i][0] for i in range(12)])
+
+
+def test_a_rank_checkpoint_is_refused_on_another_world_size(tagged):
+    """torch checkpoints count one rank's share: another rank or world size is refused, naming both."""
+    import grain
+
+    from audiotree.sources import shard_dataset
+
+    def loader(rank, world):
+        return att.create_dataloader(shard_dataset(tagged, grain.sharding.ShardOptions(rank, world)), batch_size=2,
+                                     epoch_size=6, collate_fn=list)
+
+    first = loader(0, 2)
+    consumed = _take(first, 1)
+    state = first.state_dict()
+    assert state["host"] == [0, 2]
+    same = loader(0, 2)
+    same.load_state_dict(state)
+    assert sorted(consumed + _take(same, None)) == sorted(tagged[2 * k] for k in range(6))
+    with pytest.raises(ValueError, match="rank 0 of 2 .* rank 0 of 3"):
+        loader(0, 3).load_state_dict(state)
