@@ -47,21 +47,9 @@ def _is_remote(path: str) -> bool:
 
 def _read(path: str, nbytes: int | None) -> bytes:
     """The first ``nbytes`` (``None``: all) of ``path``: a local read, one GET, or a member's range."""
-    from audiotree.io import storage
-    from audiotree.io.members import is_member, open_member
+    from audiotree.io.item_bytes import read_item_bytes
 
-    if is_member(path):
-        with open_member(path) as f:
-            return f.read(-1 if nbytes is None else nbytes)
-    if storage.is_url(path):
-        from audiotree.io.ranged_get import read_range
-
-        fs = storage.filesystem(path)
-        if nbytes is None:
-            return storage.retry(lambda: fs.cat_file(path), path, "read")
-        return read_range(fs, path, 0, nbytes)
-    with open(storage.local_path(path), "rb") as f:
-        return f.read(-1 if nbytes is None else nbytes)
+    return read_item_bytes(path, 0, nbytes)
 
 
 def open_for_build(path: str, size: int, storage_options: dict | None = None) -> tuple[Any, np.ndarray | None]:

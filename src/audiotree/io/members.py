@@ -50,7 +50,7 @@ from audiotree.errors import AudioReadError
 from audiotree.io import storage
 from audiotree.io.byte_range import MemberInput, RemoteSpan
 
-__all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "member_stat",
+__all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "recorded_span", "member_stat",
            "format_name", "order_key", "container_of", "absolute", "MemberInput", "RemoteSpan"]
 
 # The recorded forms first: their query (``?offset=O&size=N::``, ``?row_group=G&row=R::``) marks where the
@@ -261,6 +261,18 @@ def _open_linked(path: str, linked: str) -> MemberInput:
 # ---------------------------------------------------------------------------
 # Public entry points
 # ---------------------------------------------------------------------------
+
+
+def recorded_span(path: str) -> tuple[str, int, int] | None:
+    """``(container, offset, size)`` of a member URL that records its byte range (``tar://NAME?offset=O&size=N::SHARD``), else ``None`` (a member found by listing its shard, a Parquet cell).
+
+    >>> recorded_span(tar_url("/d/s.tar", "a.wav", 512, 100))
+    ('/d/s.tar', 512, 100)
+    """
+    ref = parse(path)
+    if ref.kind != "tar" or ref.offset < 0:
+        return None
+    return ref.container, ref.offset, ref.size
 
 
 def open_member(path: str) -> MemberInput:

@@ -42,7 +42,8 @@ from typing import Any
 
 from audiotree.errors import AudioReadError
 from audiotree.io import integrity, mpeg_frames
-from audiotree.io.read_errors import bad_file, read_span
+from audiotree.io.byte_reads import read_span
+from audiotree.io.read_errors import bad_file
 from audiotree.io.input_file import ReadOnlyInput
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
 

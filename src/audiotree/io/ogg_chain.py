@@ -31,7 +31,8 @@ import numpy as np
 
 from audiotree.io import ogg_pages
 from audiotree.io.byte_range import MemberInput
-from audiotree.io.read_errors import bad_file, describe, read_span
+from audiotree.io.byte_reads import read_span
+from audiotree.io.read_errors import bad_file, describe
 from audiotree.io.info import AudioInfo
 from audiotree.io.soundfile_reader import SoundfileReader
 

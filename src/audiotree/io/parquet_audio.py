@@ -167,15 +167,10 @@ def cell_bytes(value: Any) -> tuple[bytes | None, str | None]:
 
 
 def _fetcher(path: str):
-    from audiotree.io import parquet_cells
+    from audiotree.io.byte_reads import read_bytes
 
-    if not storage.is_url(path):
-        return parquet_cells.local_fetch(storage.local_path(path))
     options = storage.merged_options(None)
-    fs = storage.filesystem(path, options)
-    from audiotree.io.ranged_get import read_range
-
-    return lambda a, b: read_range(fs, path, a, b, options)
+    return lambda a, b: read_bytes(path, a, b, storage_options=options)
 
 
 def cell_span(url: str, ref: Any) -> tuple[int, int] | None:

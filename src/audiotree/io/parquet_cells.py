@@ -26,11 +26,10 @@ process in an LRU keyed by the file's version.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 from typing import Any, Callable
 
-__all__ = ["locate", "NULL", "BAD_CHECKSUM", "forget", "local_fetch"]
+__all__ = ["locate", "NULL", "BAD_CHECKSUM", "forget"]
 
 #: The map entry of a null cell (a missing struct or a null ``bytes``).
 NULL = (-1, -1)
@@ -232,11 +231,3 @@ def forget() -> None:
     """Drops the cached maps."""
     with _LOCK:
         _MAPS.clear()
-
-
-def local_fetch(path: str) -> Callable[[int, int], bytes]:
-    """``fetch(a, b)`` over a local file (opened per call: the map is built once per group)."""
-    def fetch(a: int, b: int) -> bytes:
-        with open(path, "rb") as f:
-            return os.pread(f.fileno(), b - a, a)
-    return fetch

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from audiotree.io.read_errors import bad_file, read_span
+from audiotree.io.byte_reads import read_span
+from audiotree.io.read_errors import bad_file
 from audiotree.io.info import AudioInfo
 
 __all__ = ["PyAVReader"]

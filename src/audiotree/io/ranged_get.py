@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from audiotree.io import byte_counters, byte_paths, storage
 
-__all__ = ["Answer", "get_range", "check_answer", "read_range", "backend_name", "first_bytes_and_size"]
+__all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "backend_name", "first_bytes_and_size"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
 
@@ -196,6 +196,17 @@ def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = No
         return answer
     finally:  # a failed request is a request too (a retry is counted once per try)
         byte_counters.count_request(name, got)
+
+
+def get_whole(fs: Any, url: str) -> bytes:
+    """The whole object ``url`` in one GET (counted like a ranged one); not retried."""
+    got = 0
+    try:
+        data = fs.cat_file(url)
+        got = len(data)
+        return data
+    finally:
+        byte_counters.count_request(backend_name(fs, url), got)
 
 
 def first_bytes_and_size(fs: Any, url: str, nbytes: int) -> tuple[int, bytes] | None:
