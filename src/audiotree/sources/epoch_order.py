@@ -13,18 +13,10 @@ import sys
 import grain
 import numpy as np
 
+from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.seeds import epoch_rng
 
-__all__ = ["EpochShuffledMapDataset", "evict_oldest"]
-
-
-def evict_oldest(cache: dict, *, keep: int) -> None:
-    """Drops the oldest entries of a small cache; safe when reader threads race."""
-    while len(cache) >= keep:
-        try:
-            cache.pop(next(iter(cache)), None)
-        except (StopIteration, RuntimeError):  # emptied or resized by another thread
-            break
+__all__ = ["EpochShuffledMapDataset"]
 
 
 class EpochShuffledMapDataset(grain.MapDataset):
@@ -44,12 +36,8 @@ class EpochShuffledMapDataset(grain.MapDataset):
         self._seed = int(seed)
         self._shuffle = bool(shuffle)
         self._length = sys.maxsize if num_epochs is None else self._n * int(num_epochs)
-        self._cache: dict[int, np.ndarray] = {}
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_cache"] = {}
-        return state
+        # The two most recent epochs' orders (pickled empty: a worker computes its own).
+        self._cache = BoundedCache("epoch_orders", max_entries=2, policy=FirstInFirstOut)
 
     def __len__(self) -> int:
         return self._length
@@ -78,8 +66,7 @@ class EpochShuffledMapDataset(grain.MapDataset):
             # worker instead of 80), and the same order (shuffle draws the same swaps whatever the dtype).
             perm = np.arange(self._n, dtype=np.int32 if self._n < 2**31 else np.int64)
             epoch_rng(self._seed, epoch).shuffle(perm)
-            evict_oldest(self._cache, keep=2)
-            self._cache[epoch] = perm
+            self._cache.put(epoch, perm)
         return perm
 
     def parent_index(self, index: int) -> int:

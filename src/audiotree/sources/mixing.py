@@ -38,7 +38,7 @@ import grain
 import numpy as np
 
 from audiotree.seeds import epoch_rng
-from audiotree.sources.epoch_order import evict_oldest
+from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.validation import is_real
 
 __all__ = ["ShuffledProportionalSelection", "mix_shuffled", "check_weights", "DEFAULT_BLOCK_SIZE"]
@@ -64,13 +64,9 @@ class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
             raise ValueError("Every dataset in a mix must have at least one item.")
         self._seed = int(seed)
         self._block = int(block_size)
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # The most recent blocks' labels (pickled empty: a worker computes its own).
+        self._cache = BoundedCache("mix_blocks", max_entries=8, policy=FirstInFirstOut)
         self._length = self._compute_length()
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_cache"] = {}
-        return state
 
     def _cumulative(self, n: int) -> np.ndarray:
         """Items of each group among the first ``n`` positions (``n`` a block boundary)."""
@@ -91,8 +87,7 @@ class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
         for g in range(len(self._p)):
             where = np.flatnonzero(labels == g)
             inner[where] = start[g] + np.arange(where.shape[0])
-        evict_oldest(self._cache, keep=8)
-        self._cache[block] = (labels, inner)
+        self._cache.put(block, (labels, inner))
         return labels, inner
 
     def _compute_length(self) -> int:

@@ -23,6 +23,7 @@ from typing import Any, Literal, Mapping, Sequence
 import grain
 import numpy as np
 
+from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.sources.bucketing import DEFAULT_NUM_BUCKETS, FILLER, BucketPlan, endless_length, plan_buckets
 from audiotree.validation import is_int, renamed_keywords
 
@@ -128,7 +129,8 @@ class DurationBatchDataset(grain.MapDataset):
         super().__init__(items)
         self._order, per_epoch, _ = _item_order(items)
         self._n = _check_items(items, plan, self._order, per_epoch)
-        self._positions: dict[int, np.ndarray] = {}
+        # The two most recent epochs' positions (pickled empty: a worker computes its own).
+        self._positions = BoundedCache("epoch_positions", max_entries=2, policy=FirstInFirstOut)
         self.pad_multiple = int(pad_multiple)
         self.plan = plan
         self.pad_to = pad_to
@@ -179,16 +181,8 @@ class DurationBatchDataset(grain.MapDataset):
             perm = order.permutation(epoch)
             positions = np.empty_like(perm)
             positions[perm] = np.arange(perm.size)
-            from audiotree.sources.epoch_order import evict_oldest
-
-            evict_oldest(self._positions, keep=2)
-            self._positions[epoch] = positions
+            self._positions.put(epoch, positions)
         return int(positions[item])
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_positions"] = {}
-        return state
 
     def _fit(self, tree: Any, slot: int, bucket: int) -> Any:
         """Crops an item to its bucket (checking the planned duration) and stamps its group."""
