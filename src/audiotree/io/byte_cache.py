@@ -33,7 +33,7 @@ from typing import Any, Callable, Hashable, Iterator
 from audiotree.io import byte_counters
 from audiotree.process_local import ProcessLocal
 
-__all__ = ["BoundedCache", "EvictionPolicy", "LeastRecentlyUsed", "FirstInFirstOut", "MISSING"]
+__all__ = ["BoundedCache", "EvictionPolicy", "LeastRecentlyUsed", "FirstInFirstOut", "MISSING", "memoized"]
 
 #: What :meth:`BoundedCache.get` returns for an absent key when asked to (``default=MISSING``): for caches that
 #: keep ``None`` as a value.
@@ -229,6 +229,31 @@ class BoundedCache(ProcessLocal):
         """``{"entries", "bytes", "hits", "misses"}`` of this cache in this process."""
         with self._lock:
             return {"entries": len(self._entries), "bytes": self.nbytes, "hits": self.hits, "misses": self.misses}
+
+
+def memoized(name: str, *, max_entries: int) -> Callable[[Callable], Callable]:
+    """A decorator keeping a function's results per positional arguments in a :class:`BoundedCache` (least
+    recently used leave), reachable as the function's ``cache``; a call that raises keeps nothing.
+
+    >>> @memoized("doc_square", max_entries=2)
+    ... def square(x):
+    ...     return x * x
+    >>> square(3), square(3), square.cache.stats()["hits"]
+    (9, 9, 1)
+    """
+    def wrap(func: Callable) -> Callable:
+        import functools
+
+        cache = BoundedCache(name, max_entries=max_entries)
+
+        @functools.wraps(func)
+        def call(*args: Hashable) -> Any:
+            return cache.get_or_make(args, lambda: func(*args))
+
+        call.cache = cache  # type: ignore[attr-defined]
+        return call
+
+    return wrap
 
 
 def _after_fork_in_child() -> None:
