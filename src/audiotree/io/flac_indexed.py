@@ -1,7 +1,7 @@
 """Reading an indexed FLAC file by its seek points: the header once per process, then one ranged read an excerpt.
 
 A FLAC decoder that seeks in a remote file probes it (each probe a request).
-The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek`),
+The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek_points`),
 so a dataset reading a row of the index opens it as a :class:`FlacSeekFile`
 instead: the file's header (marker and metadata blocks, the same for every
 excerpt) is fetched once per process and file version and kept in a bounded
@@ -43,7 +43,7 @@ from audiotree.io import storage
 from audiotree.io.byte_cache import BoundedCache
 from audiotree.io.item_bytes import read_item_bytes
 from audiotree.io.read_errors import SKIP_HINT, check_finite
-from audiotree.io.flac_seek import decode_stream, header_length, stream_info
+from audiotree.io.flac_seek_points import decode_stream, header_length, stream_info
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
 from audiotree.io.members import format_name, is_member, parse, recorded_span

@@ -274,7 +274,7 @@ def _flac_frame(buf: bytes, i: int) -> tuple[int, int, bool] | None:
 
 
 #: ``(coded number, block size, variable blocking)`` of the FLAC frame header at ``buf[i]`` (CRC-8 checked),
-#: or ``None``; also what :mod:`audiotree.io.flac_seek` finds seek points with.
+#: or ``None``; also what :mod:`audiotree.io.flac_seek_points` finds seek points with.
 flac_frame_header = _flac_frame
 
 
