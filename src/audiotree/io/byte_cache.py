@@ -105,8 +105,9 @@ class BoundedCache(ProcessLocal):
     """A per-process mapping of at most ``max_entries`` entries and ``max_bytes`` bytes (``None``: no limit).
 
     ``weigh(value)`` gives an entry's bytes (default: ``len`` of bytes, else an
-    array's ``nbytes``, else 0). The entry just added is never evicted, so one
-    entry over ``max_bytes`` stays until the next one comes. ``policy`` is an
+    array's ``nbytes``, else 0). The last entry is never evicted, so one entry
+    over ``max_bytes`` stays until the next one comes; which of the others go is
+    the policy's choice (a policy by next use may drop the entry just added). ``policy`` is an
     :class:`EvictionPolicy` class (or any callable returning one).
     """
 
@@ -181,13 +182,7 @@ class BoundedCache(ProcessLocal):
             self._weights[key] = weight
             self.nbytes += weight
             while len(self._entries) > 1 and self._over():
-                old = self._policy.victim()
-                if old == key:  # the policy would drop what was just asked for: keep it, drop the next
-                    self._policy.used(key)
-                    old = self._policy.victim()
-                    if old == key:
-                        break
-                self._drop(old)
+                self._drop(self._policy.victim())
 
     def _over(self) -> bool:
         return ((self.max_entries is not None and len(self._entries) > self.max_entries)

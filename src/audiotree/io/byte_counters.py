@@ -1,9 +1,10 @@
 """What this process read: requests and bytes per backend, hits and misses per cache.
 
-The byte layer counts in one place each: every ranged GET in
-:func:`audiotree.io.ranged_get.get_range`, every local read in
-:func:`audiotree.io.byte_reads.read_bytes`, every lookup of a
-:class:`~audiotree.io.byte_cache.BoundedCache`. :func:`byte_counters` returns a
+The byte layer counts in one place each: every GET of object bytes in
+:mod:`audiotree.io.ranged_get` (ranged or whole), every metadata lookup (an
+object's size and version) in :func:`audiotree.io.storage.object_info`, every
+lookup of a :class:`~audiotree.io.byte_cache.BoundedCache`. A retried request
+counts once per try. Local reads and listings are not counted. :func:`byte_counters` returns a
 snapshot, :func:`reset_byte_counters` sets them to zero. The counts belong to
 one process: a forked child starts from zero (summing over workers counts each
 request once).
@@ -21,7 +22,21 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["count_request", "count_cache", "byte_counters", "reset_byte_counters"]
+__all__ = ["count_request", "count_cache", "byte_counters", "reset_byte_counters", "backend_of"]
+
+_BACKENDS = {"s3a": "s3", "gs": "gcs", "https": "http"}
+
+
+def backend_of(url: str) -> str:
+    """The backend name a URL's requests are counted under: ``"s3"``, ``"gcs"``, ``"http"``, else its protocol.
+
+    >>> backend_of("s3a://b/k"), backend_of("gs://b/k"), backend_of("https://h/a.wav"), backend_of("memory://x")
+    ('s3', 'gcs', 'http', 'memory')
+    """
+    from audiotree.io.byte_paths import protocol
+
+    name = protocol(url)
+    return _BACKENDS.get(name, name)
 
 _lock = threading.Lock()
 _requests: dict[str, list[int]] = {}  # backend -> [requests, bytes]

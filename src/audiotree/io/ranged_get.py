@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
-from audiotree.io import byte_counters, byte_paths, storage
+from audiotree.io import byte_counters, storage
 
 __all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "backend_name", "first_bytes_and_size"]
 
@@ -157,18 +157,10 @@ def _backend(fs: Any):
     return None
 
 
-_NAMES = {_s3: "s3", _gcs: "gcs", _http: "http"}
-
-
 def backend_name(fs: Any, url: str) -> str:
-    """The name :mod:`audiotree.io.byte_counters` counts ``fs``'s requests under: ``"s3"``, ``"gcs"``,
-    ``"http"``, else ``url``'s protocol.
-
-    >>> backend_name(storage.filesystem("memory://"), "memory://x")
-    'memory'
-    """
-    backend = _backend(fs)
-    return _NAMES[backend] if backend is not None else byte_paths.protocol(url)
+    """The name :mod:`audiotree.io.byte_counters` counts ``url``'s requests under (see
+    :func:`~audiotree.io.byte_counters.backend_of`)."""
+    return byte_counters.backend_of(url)
 
 
 def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = None) -> Answer:
@@ -180,7 +172,7 @@ def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = No
     if stop <= start:
         return Answer(b"", start, None)
     backend = _backend(fs)
-    name = _NAMES[backend] if backend is not None else byte_paths.protocol(url)
+    name = byte_counters.backend_of(url)
     got = 0
     try:
         if backend is None:

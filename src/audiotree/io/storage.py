@@ -52,7 +52,7 @@ import time
 from typing import Any, Callable, Iterator, Mapping
 
 from audiotree.errors import AudioReadError
-from audiotree.io import byte_paths
+from audiotree.io import byte_counters, byte_paths
 from audiotree.io.byte_paths import is_url, join, local_path
 
 __all__ = [
@@ -361,7 +361,12 @@ def remote_error(
 
 
 def object_info(fs: Any, url: str) -> dict:
-    info = fs.info(url)
+    """fsspec's ``info`` of the object ``url`` (one metadata request, counted in
+    :mod:`audiotree.io.byte_counters`); ``IsADirectoryError`` for a folder."""
+    try:
+        info = fs.info(url)
+    finally:
+        byte_counters.count_request(byte_counters.backend_of(url), 0)
     if info.get("type") == "directory":
         raise IsADirectoryError(errno.EISDIR, "is a folder (prefix), not an object", url)
     return info
