@@ -5,7 +5,9 @@
   retried by :func:`audiotree.io.storage.retry`);
 - :func:`read_span` reads a span of a path or of a file object a decoder holds
   (a negative offset counts from the end), giving the object its position back;
-- :func:`file_size` is the size of a local file or a remote object.
+- :func:`file_size` is the size of a local file or a remote object (defined in
+  :mod:`audiotree.io.storage` with the other metadata lookups: ``stat``,
+  ``version``; re-exported here).
 
 Container members (tar members, Parquet cells) sit above this module: their
 bytes and sizes are :mod:`audiotree.io.item_bytes`'s, which resolves a member
@@ -28,6 +30,7 @@ import os
 from typing import Any, Mapping
 
 from audiotree.io import ranged_get, storage
+from audiotree.io.storage import file_size
 from audiotree.io.byte_paths import is_url, local_path
 
 __all__ = ["read_bytes", "read_span", "file_size"]
@@ -81,16 +84,3 @@ def read_span(source: Any, offset: int, count: int) -> bytes:
         return source.read(count)
     finally:
         source.seek(saved)
-
-
-def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> int:
-    """Size in bytes of a local file (``os.stat``) or a remote object (one metadata call, retried).
-
-    Raises ``OSError`` for a local path and :class:`~audiotree.errors.AudioReadError` (an ``OSError``) for a URL.
-    A member's size: :func:`audiotree.io.item_bytes.item_size`.
-    """
-    path = os.fsdecode(path)
-    if not is_url(path):
-        return os.stat(local_path(path)).st_size
-    fs = storage.filesystem(path, storage_options)
-    return int(storage.retry(lambda: storage.object_info(fs, path), path, "look up", storage_options)["size"])

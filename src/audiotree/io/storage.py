@@ -59,6 +59,7 @@ __all__ = [
     "is_url",
     "local_path",
     "filesystem",
+    "file_size",
     "stat",
     "tagged_time",
     "same_version",
@@ -370,6 +371,20 @@ def object_info(fs: Any, url: str) -> dict:
     if info.get("type") == "directory":
         raise IsADirectoryError(errno.EISDIR, "is a folder (prefix), not an object", url)
     return info
+
+
+def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> int:
+    """Size in bytes of a local file (``os.stat``) or a remote object (one metadata call).
+
+    Raises ``OSError`` for a local path (as ``os.stat``) and
+    :class:`AudioReadError` for a URL (naming it and the status). A member's
+    size: :func:`audiotree.io.item_bytes.item_size`.
+    """
+    path = os.fsdecode(path)
+    if not is_url(path):
+        return os.stat(local_path(path)).st_size
+    fs = filesystem(path, storage_options)
+    return int(retry(lambda: object_info(fs, path), path, "look up", storage_options)["size"])
 
 
 def _mtime_ns(info: Mapping[str, Any]) -> int:
