@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 import soundfile
-from test_storage import http, http_server, s3  # noqa: F401 - the storage tests' servers
+from test_storage import SECRET, http, http_server, start_moto  # noqa: F401 - the storage tests' servers
 
 from audiotree.io import AudioFile
 from audiotree.io.byte_cache import BoundedCache, EvictionPolicy, FirstInFirstOut
@@ -61,10 +61,31 @@ def test_a_remote_decode_counts_every_request_it_makes(http):
     assert snap["requests"] >= 2 and snap["bytes_fetched"] >= 8_000 * 2 * 2
 
 
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server holding the bucket ``byte-layer`` (moto's state is per process: a bucket of its own)."""
+    import s3fs
+
+    server, port = start_moto()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        s3fs.S3FileSystem.clear_instance_cache()
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("byte-layer")
+        try:
+            yield fs
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
+            server.stop()
+
+
 def test_s3_reads_are_counted_per_request(s3):
     data = _blob()
-    s3["fs"].pipe("bucket/bytes/blob.bin", data)
-    url = "s3://bucket/bytes/blob.bin"
+    s3.pipe("byte-layer/blob.bin", data)
+    url = "s3://byte-layer/blob.bin"
     reset_byte_counters()
     for lo, hi in RANGES:
         assert read_bytes(url, lo, hi) == data[lo:hi]
