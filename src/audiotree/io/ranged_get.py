@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from audiotree.io import byte_counters, storage
 
-__all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "backend_name", "first_bytes_and_size"]
+__all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "first_bytes_and_size"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
 
@@ -157,12 +157,6 @@ def _backend(fs: Any):
     return None
 
 
-def backend_name(fs: Any, url: str) -> str:
-    """The name :mod:`audiotree.io.byte_counters` counts ``url``'s requests under (see
-    :func:`~audiotree.io.byte_counters.backend_of`)."""
-    return byte_counters.backend_of(url)
-
-
 def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = None) -> Answer:
     """One GET of bytes ``[start, stop)`` of ``url`` on ``fs``, checked (see the module text); not retried.
 
@@ -198,7 +192,7 @@ def get_whole(fs: Any, url: str) -> bytes:
         got = len(data)
         return data
     finally:
-        byte_counters.count_request(backend_name(fs, url), got)
+        byte_counters.count_request(byte_counters.backend_of(url), got)
 
 
 def first_bytes_and_size(fs: Any, url: str, nbytes: int) -> tuple[int, bytes] | None:
