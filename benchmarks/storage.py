@@ -362,15 +362,18 @@ def main(argv=None) -> int:
             sent = sent_so_far() - before
             excerpt = sizes[fmt] * 3 / 60
             rows.append((fmt, sent, excerpt))
-        # FLAC through its seek points (audiotree.io.flac_seek): the header once, then one GET.
-        from audiotree.io.flac_seek import read_flac_excerpt, seek_points
+        # FLAC through its seek points (audiotree.io.flac_seek_points): the header once, then one GET.
+        from audiotree.io.flac_indexed import FlacSeekFile
+        from audiotree.io.flac_seek_points import seek_points
 
         points = seek_points(flac_bytes)
         before = sent_so_far()
-        read_flac_excerpt("s3://bench/long/long.flac", points, 20 * rate, 3 * rate, size=sizes["FLAC"])
+        with FlacSeekFile("s3://bench/long/long.flac", points, size=sizes["FLAC"]) as f:
+            f.read(20 * rate, 3 * rate)
         header_sent = sent_so_far() - before
         before = sent_so_far()
-        read_flac_excerpt("s3://bench/long/long.flac", points, 30 * rate + 12345, 3 * rate, size=sizes["FLAC"])
+        with FlacSeekFile("s3://bench/long/long.flac", points, size=sizes["FLAC"]) as f:
+            f.read(30 * rate + 12345, 3 * rate)
         rows.append(("FLAC by seek points (one GET; the header is fetched once per file and process)",
                      sent_so_far() - before, sizes["FLAC"] * 3 / 60))
         rows.append(("FLAC by seek points, first excerpt of a file (header + excerpt: two GETs)", header_sent,
@@ -415,7 +418,7 @@ def main(argv=None) -> int:
     lines += [
         "",
         "The goal is ≤ 2× the excerpt's encoded size plus the header; the first 64 KiB window holds the header. "
-        "By seek points (one about every second, from the SEEKTABLE or the frame headers: audiotree.io.flac_seek), a "
+        "By seek points (one about every second, from the SEEKTABLE or the frame headers: audiotree.io.flac_seek_points), a "
         "FLAC excerpt is the header (once) plus one GET from the seek point before it to the one after it; the "
         "goal there is ≤ 1.5× the excerpt's encoded size + 64 KiB in ≤ 2 requests.",
         "",

@@ -501,8 +501,6 @@ KNOWN_PRIVATE_ATTRIBUTES = {
         "s3fs has no public ranged GET that returns the answer's status and Content-Range, to check them",
     "audiotree.io.ranged_get: fs._request":
         "gcsfs has no public ranged GET that returns the answer's status and Content-Range, to check them",
-    "audiotree.io.remote_file: fs._call_s3":
-        "s3fs has no public ranged GET that returns the object size (Content-Range) in one request",
     "audiotree.io.storage: fs._strip_protocol":
         "fsspec's public strip_protocol(url) looks the class up again; the filesystem in hand must strip",
     "audiotree.io.loop_shutdown: loop._thread_id":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from audiotree.io import storage
+from audiotree.io.byte_paths import is_url
 
 __all__ = ["index_refresh_command", "store_delete_command", "INDEX_SETTING_FLAGS", "INDEX_REPEATED_FLAGS", "INDEX_SWITCHES"]
 
@@ -44,7 +44,7 @@ def index_refresh_command(index_path: str, meta: dict) -> str:
     args += list(sources.get("pool") or [])
     if len(args) == 2:
         args.append("SOURCES...")
-    args += ["--out", index_path if storage.is_url(index_path) else os.path.abspath(index_path)]
+    args += ["--out", index_path if is_url(index_path) else os.path.abspath(index_path)]
     for flag, key in INDEX_SETTING_FLAGS:
         value = sources.get(key)
         if key == "labels_missing" and value == "error":  # indexes built before the word became "raise"

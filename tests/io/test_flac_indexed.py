@@ -20,7 +20,7 @@ import soundfile
 from audiotree.errors import AudioReadError
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.io.flac_indexed import FlacSeekFile, clear_header_cache, seek_hint
-from audiotree.io.flac_seek import header_seek_points, seek_points
+from audiotree.io.flac_seek_points import header_seek_points, seek_points
 
 from test_storage import http, http_server  # noqa: F401 - the Range-honouring HTTP server fixtures
 from audiotree.sources import Corpus, Output

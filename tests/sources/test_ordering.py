@@ -8,7 +8,7 @@ import sys
 import grain
 import pytest
 
-from audiotree.sources.epoch_order import EpochShuffledMapDataset, evict_oldest
+from audiotree.sources.epoch_order import EpochShuffledMapDataset
 
 
 def _ds(n=10, *, seed=3, num_epochs=3, shuffle=True):
@@ -55,9 +55,12 @@ def test_empty_parent_is_refused():
         _ds(0)
 
 
-def test_evict_oldest_keeps_the_newest():
-    cache = {1: "a", 2: "b", 3: "c"}
-    evict_oldest(cache, keep=2)
-    assert list(cache) == [3]
-    evict_oldest(cache, keep=5)
-    assert cache == {3: "c"}
+def test_the_epoch_cache_keeps_the_two_newest_epochs_and_pickles_empty():
+    import pickle
+
+    ds = _ds(10)
+    for epoch in (0, 1, 0, 2):
+        ds.permutation(epoch)
+    assert sorted(ds._cache.keys()) == [1, 2]  # epoch 0 was computed first: reading it again does not keep it
+    copy = pickle.loads(pickle.dumps(ds))
+    assert len(copy._cache) == 0 and copy.permutation(2).tolist() == ds.permutation(2).tolist()

@@ -40,10 +40,8 @@ True
 
 from __future__ import annotations
 
-import collections
-import threading
-
 from audiotree.errors import AudioReadError
+from audiotree.io.byte_cache import MISSING, BoundedCache
 
 __all__ = ["MAX_ENTRIES", "stale_reason", "change_reason", "stat_of", "is_remote", "entries", "clear"]
 
@@ -53,8 +51,7 @@ __all__ = ["MAX_ENTRIES", "stale_reason", "change_reason", "stat_of", "is_remote
 #: windows, epochs over a smaller corpus) stay remembered.
 MAX_ENTRIES = 65_536
 
-_outcomes: "collections.OrderedDict[tuple[str, int, int], str | None]" = collections.OrderedDict()
-_lock = threading.Lock()
+_outcomes = BoundedCache("staleness", max_entries=MAX_ENTRIES)
 
 
 def is_remote(path: str) -> bool:
@@ -112,24 +109,20 @@ def stale_reason(path: str, size: int, mtime_ns: int) -> str | None:
     if not is_remote(path):
         return change_reason(stat_of(path), size, mtime_ns)
     key = (path, int(size), int(mtime_ns))
-    with _lock:
-        if key in _outcomes:
-            _outcomes.move_to_end(key)
-            return _outcomes[key]
+    kept = _outcomes.get(key, MISSING)
+    if kept is not MISSING:
+        return kept
     now = stat_of(path)
     reason = change_reason(now, size, mtime_ns, remote=True)
     if now is not None:  # a failed lookup is asked again next time
-        with _lock:
-            _outcomes[key] = reason
-            while len(_outcomes) > MAX_ENTRIES:
-                _outcomes.popitem(last=False)
+        _outcomes.max_entries = MAX_ENTRIES  # the module's knob, read at each put
+        _outcomes.put(key, reason)
     return reason
 
 
 def entries() -> int:
     """How many remote files this process remembers."""
-    with _lock:
-        return len(_outcomes)
+    return len(_outcomes)
 
 
 def clear() -> None:
@@ -138,5 +131,4 @@ def clear() -> None:
     For a long-lived process (a notebook) after objects were replaced without
     rebuilding the index.
     """
-    with _lock:
-        _outcomes.clear()
+    _outcomes.clear()

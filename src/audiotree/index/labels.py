@@ -51,7 +51,6 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
-import functools
 import os
 import unicodedata
 import warnings
@@ -59,6 +58,7 @@ from typing import Any, Mapping, Sequence
 
 from audiotree.index.table_schema import RESERVED_COLUMNS, ids_column, require_pyarrow
 from audiotree.validation import check_choice
+from audiotree.io.byte_cache import memoized
 
 __all__ = ["LabelSource", "LabelMatch", "TEXT_MIN_DISTINCT", "TEXT_NAMES", "read_labels", "match_labels",
            "label_columns", "raw_label_columns", "typed_label_columns", "is_text_name",
@@ -390,7 +390,7 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
-@functools.lru_cache(maxsize=65_536)
+@memoized("real_folders", max_entries=65_536)
 def _real_folder(folder: str) -> str:
     return os.path.realpath(folder)
 
@@ -448,7 +448,7 @@ def match_labels(source: LabelSource, files: Sequence[str], source_roots: Sequen
     ``files`` are absolute paths (or URLs), each found under ``source_roots[i]``.
     """
     table = read_labels(source)
-    _real_folder.cache_clear()  # folders resolved afresh for each build (a symlink may have moved)
+    _real_folder.cache.clear()  # folders resolved afresh for each build (a symlink may have moved)
     root = source.root if source.root is not None else os.path.dirname(os.path.abspath(source.path))
     keys = table.column(source.key).to_pylist()
     by_key, file_keys = _resolve(source, source.match, keys, root, files, source_roots)

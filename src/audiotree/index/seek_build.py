@@ -6,7 +6,7 @@ What the index's ``seek_points`` column holds and how readers use it is in
 * a build with loudness decodes every sample anyway, so :func:`open_for_build`
   reads the whole file's bytes first (a local read; one GET for a URL; the
   member's range of its shard), scans its frame headers
-  (:func:`audiotree.io.flac_seek.seek_points`) and, for a remote file, decodes
+  (:func:`audiotree.io.flac_seek_points.seek_points`) and, for a remote file, decodes
   the profile from those same bytes (:meth:`audiotree.io.AudioFile.from_bytes`),
   so the object crosses the network once;
 * a headers-only build (``loudness=False``) reads no audio, so
@@ -47,21 +47,9 @@ def _is_remote(path: str) -> bool:
 
 def _read(path: str, nbytes: int | None) -> bytes:
     """The first ``nbytes`` (``None``: all) of ``path``: a local read, one GET, or a member's range."""
-    from audiotree.io import storage
-    from audiotree.io.members import is_member, open_member
+    from audiotree.io.item_bytes import read_item_bytes
 
-    if is_member(path):
-        with open_member(path) as f:
-            return f.read(-1 if nbytes is None else nbytes)
-    if storage.is_url(path):
-        from audiotree.io.ranged_get import read_range
-
-        fs = storage.filesystem(path)
-        if nbytes is None:
-            return storage.retry(lambda: fs.cat_file(path), path, "read")
-        return read_range(fs, path, 0, nbytes)
-    with open(storage.local_path(path), "rb") as f:
-        return f.read(-1 if nbytes is None else nbytes)
+    return read_item_bytes(path, 0, nbytes)
 
 
 def open_for_build(path: str, size: int, storage_options: dict | None = None) -> tuple[Any, np.ndarray | None]:
@@ -72,7 +60,7 @@ def open_for_build(path: str, size: int, storage_options: dict | None = None) ->
     gets no table: its errors are then the usual ones.
     """
     from audiotree.io import AudioFile, storage
-    from audiotree.io.flac_seek import seek_points
+    from audiotree.io.flac_seek_points import seek_points
 
     data = points = None
     if is_flac(path):
@@ -94,7 +82,7 @@ def open_for_build(path: str, size: int, storage_options: dict | None = None) ->
 def header_points(path: str, storage_options: dict | None = None) -> np.ndarray | None:
     """The SEEKTABLE points of a FLAC file from its header's first :data:`HEADER_BYTES`, or ``None``."""
     from audiotree.io import storage
-    from audiotree.io.flac_seek import header_seek_points
+    from audiotree.io.flac_seek_points import header_seek_points
 
     if not is_flac(path):
         return None

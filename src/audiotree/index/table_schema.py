@@ -91,7 +91,7 @@ FLAC seek points
 ``seek_points`` holds ``K`` pairs flattened, ``[s0, b0, s1, b1, ...]``: the
 first sample and the byte offset (from the file's start; a tar member's from
 the member's start) of frames about one second apart, ``s0 = 0`` and ``b0`` the
-end of the header (:func:`audiotree.io.flac_seek.seek_points`). A dataset
+end of the header (:func:`audiotree.io.flac_seek_points.seek_points`). A dataset
 reading a remote FLAC file or a member of a remote shard then fetches the header
 once per worker and each excerpt with one ranged read
 (:mod:`audiotree.io.flac_indexed`). A build with loudness reads every byte of

@@ -1,28 +1,37 @@
 """Decoding layer: open audio files once and read sample-exact excerpts.
 
 Re-exports the public API of :mod:`audiotree.io.decode` and
-:mod:`audiotree.io.extensions`.
+:mod:`audiotree.io.extensions`, loaded on first use: importing a low module of
+the package (the byte layer's :mod:`audiotree.io.byte_paths`) loads no
+decoder.
 """
 
 from __future__ import annotations
 
-from audiotree.io.decode import AudioFile, AudioInfo, probe, read_frames
-from audiotree.io.extensions import (
-    PYAV_EXTENSIONS,
-    SOUNDFILE_EXTENSIONS,
-    normalize_extension,
-    pyav_available,
-    supported_extensions,
-)
+import importlib
 
-__all__ = [
-    "AudioFile",
-    "AudioInfo",
-    "probe",
-    "read_frames",
-    "SOUNDFILE_EXTENSIONS",
-    "PYAV_EXTENSIONS",
-    "pyav_available",
-    "supported_extensions",
-    "normalize_extension",
-]
+_LAZY = {
+    "AudioFile": "audiotree.io.decode",
+    "AudioInfo": "audiotree.io.decode",
+    "probe": "audiotree.io.decode",
+    "read_frames": "audiotree.io.decode",
+    "SOUNDFILE_EXTENSIONS": "audiotree.io.extensions",
+    "PYAV_EXTENSIONS": "audiotree.io.extensions",
+    "pyav_available": "audiotree.io.extensions",
+    "supported_extensions": "audiotree.io.extensions",
+    "normalize_extension": "audiotree.io.extensions",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'audiotree.io' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io.input_file import ReadOnlyInput
-from audiotree.io import ranged_get, storage
+from audiotree.io import byte_reads, storage
 
 __all__ = ["MemberInput", "RemoteSpan", "HEAD_FETCH", "SEEK_BACK", "MIN_FETCH", "MAX_FETCH"]
 
@@ -44,8 +44,8 @@ class RemoteSpan:
                  head: int = HEAD_FETCH, fetch: int = MIN_FETCH) -> None:
         self.url, self.lo, self.hi = url, int(lo), int(hi)
         self.head, self.min_fetch = int(head), int(fetch)
-        self._fs = storage.filesystem(url, storage_options)
-        self._options = storage_options
+        # The options in effect now (a loader's scope), for reads made later outside it.
+        self._options = storage.merged_options(storage_options)
         self.start = self.end = self.lo
         self.data = b""
         self.window = self.min_fetch
@@ -56,7 +56,7 @@ class RemoteSpan:
 
     def _get(self, a: int, b: int) -> bytes:
         self.requests += 1
-        data = ranged_get.read_range(self._fs, self.url, a, b, self._options)
+        data = byte_reads.read_bytes(self.url, a, b, storage_options=self._options)
         self.bytes_fetched += len(data)
         return data
 

@@ -67,10 +67,10 @@ from audiotree.io.read_errors import (
     check_finite,
     describe,
     failure_hint,
-    file_size,
     read_error,
-    read_span,
 )
+from audiotree.io.byte_reads import file_size, read_span
+from audiotree.io.item_bytes import item_size
 from audiotree.io.info import AudioInfo
 from audiotree.io.ogg_chain import reopen_if_chained
 from audiotree.io.members import MemberInput, format_name, is_member, open_member
@@ -98,7 +98,7 @@ def _open_reader(path: str) -> SoundfileReader | PyAVReader:
         return _open_remote_reader(path)
     path = storage.local_path(path)
     try:
-        size: int | None = storage.file_size(path)
+        size: int | None = file_size(path)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             hint = (
@@ -516,7 +516,7 @@ class AudioFile:
         except Exception as exc:
             if not isinstance(source, str) and getattr(source, "failure", None) is not None:
                 raise source.failure from exc  # the storage fault the decoder only saw as a failed read
-            raise read_error(self.path, exc, failure_hint(self.path, file_size(self.path))) from exc
+            raise read_error(self.path, exc, failure_hint(self.path, item_size(self.path, or_none=True))) from exc
         if len(x) != end - start:
             x = self._short_read(x, start, end, reader.length_slack)
         check_finite(x, self.path, start)

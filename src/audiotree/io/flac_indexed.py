@@ -1,7 +1,7 @@
 """Reading an indexed FLAC file by its seek points: the header once per process, then one ranged read an excerpt.
 
 A FLAC decoder that seeks in a remote file probes it (each probe a request).
-The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek`),
+The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek_points`),
 so a dataset reading a row of the index opens it as a :class:`FlacSeekFile`
 instead: the file's header (marker and metadata blocks, the same for every
 excerpt) is fetched once per process and file version and kept in a bounded
@@ -34,20 +34,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import operator
-import os
-import threading
-from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
+from audiotree.io.byte_cache import BoundedCache
+from audiotree.io.item_bytes import read_item_bytes
 from audiotree.io.read_errors import SKIP_HINT, check_finite
-from audiotree.io.flac_seek import decode_stream, header_length, stream_info
+from audiotree.io.flac_seek_points import decode_stream, header_length, stream_info
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
-from audiotree.io.members import format_name, is_member, parse
+from audiotree.io.members import format_name, is_member, parse, recorded_span
 
 __all__ = ["FlacSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size", "clear_header_cache"]
 
@@ -56,10 +55,7 @@ _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_
 
 # Per process: the header bytes of recently read files, bounded in count and bytes (a header with cover art
 # can be large).
-_HEADERS: "OrderedDict[tuple, bytes]" = OrderedDict()
-_HEADERS_LOCK = threading.Lock()
-_MAX_HEADERS = 512
-_MAX_HEADER_BYTES = 32 * 1024 * 1024
+_HEADERS = BoundedCache("flac_headers", max_entries=512, max_bytes=32 * 1024 * 1024)
 _SUBTYPES = {8: "PCM_S8", 16: "PCM_16", 24: "PCM_24", 32: "PCM_32"}
 
 
@@ -110,14 +106,12 @@ def hinted(path: str) -> "FlacSeekFile | None":
 
 def header_cache_size() -> int:
     """How many file headers this process keeps."""
-    with _HEADERS_LOCK:
-        return len(_HEADERS)
+    return len(_HEADERS)
 
 
 def clear_header_cache() -> None:
     """Forgets every kept header (the next excerpt of each file fetches its header again)."""
-    with _HEADERS_LOCK:
-        _HEADERS.clear()
+    _HEADERS.clear()
 
 
 def _mismatch(path: str, what: str) -> AudioReadError:
@@ -130,40 +124,18 @@ def _mismatch(path: str, what: str) -> AudioReadError:
 
 def _byte_reader(path: str) -> Callable[[int, int], bytes]:
     """``read(lo, hi)``: bytes ``[lo, hi)`` of the file or member ``path`` (one ranged GET, or one ``pread``)."""
-    base = 0
-    target = path
-    limit = None
-    if is_member(path):
-        ref = parse(path)
-        target, base, limit = ref.container, ref.offset, ref.size
-    if storage.is_url(target):
-        from audiotree.io.ranges import RemoteFolder
-
-        folder, name = target.rsplit("/", 1)
-
-        def read(lo: int, hi: int) -> bytes:
-            try:
-                return RemoteFolder(folder).read(name, base + lo, base + hi)
-            except (ValueError, FileNotFoundError) as exc:
-                raise _mismatch(path, f"bytes [{lo}, {hi}) cannot be read ({exc})") from None
-    else:
-        local = os.fspath(storage.local_path(target))
-
-        def read(lo: int, hi: int) -> bytes:
-            try:
-                fd = os.open(local, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError as exc:
-                raise AudioReadError(f"Failed to read audio file '{path}': {exc}. Check the path (was it moved or "
-                                     f"deleted?), {SKIP_HINT}.", path) from exc
-            try:
-                return os.pread(fd, hi - lo, base + lo)
-            finally:
-                os.close(fd)
+    limit = recorded_span(path)[2] if is_member(path) and recorded_span(path) is not None else None
 
     def checked(lo: int, hi: int) -> bytes:
         if limit is not None and hi > limit:
             raise _mismatch(path, f"its seek table reaches byte {hi} of a {limit}-byte member")
-        data = read(lo, hi)
+        try:
+            data = read_item_bytes(path, lo, hi)
+        except AudioReadError:
+            raise
+        except OSError as exc:
+            raise AudioReadError(f"Failed to read audio file '{path}': {exc}. Check the path (was it moved or "
+                                 f"deleted?), {SKIP_HINT}.", path) from exc
         if len(data) != hi - lo:
             raise _mismatch(path, f"it ends before byte {hi} ({lo + len(data)})")
         return data
@@ -172,18 +144,7 @@ def _byte_reader(path: str) -> Callable[[int, int], bytes]:
 
 
 def _header(path: str, first: int, size: int, version: Any, read: Callable[[int, int], bytes]) -> bytes:
-    key = (path, first, size, version)
-    with _HEADERS_LOCK:
-        if key in _HEADERS:
-            _HEADERS.move_to_end(key)
-            return _HEADERS[key]
-    data = read(0, first)
-    with _HEADERS_LOCK:
-        _HEADERS[key] = data
-        total = sum(len(v) for v in _HEADERS.values())
-        while len(_HEADERS) > 1 and (len(_HEADERS) > _MAX_HEADERS or total > _MAX_HEADER_BYTES):
-            total -= len(_HEADERS.popitem(last=False)[1])
-    return data
+    return _HEADERS.get_or_make((path, first, size, version), lambda: read(0, first))
 
 
 class FlacSeekFile:

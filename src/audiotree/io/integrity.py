@@ -33,17 +33,13 @@ import struct
 from typing import Callable
 
 __all__ = ["MAX_SAMPLE_RATE", "max_frames", "holds_audio", "id3v2_size", "mp3_length_is_estimated", "mp3_declared_bytes",
-           "read_head", "flac_frames_end", "flac_frame_header", "flac_last_frame_end", "FLAC_TAIL_BYTES"]
+           "flac_frames_end", "flac_frame_header", "flac_last_frame_end", "FLAC_TAIL_BYTES"]
 
 #: Highest sample rate a header may claim, in Hz. Covers every audio rate in
 #: use, ultrasonic recorders (up to ~1 MHz) and DSD64 carried as PCM
 #: (2.8224 MHz). Beyond it the header is corrupt: a rate of 1 GHz would make a
 #: 0.1 s excerpt 100 million frames long.
 MAX_SAMPLE_RATE = 4_000_000
-
-# Bytes read from the start of a file for header parsing (STREAMINFO, the
-# first Ogg pages, the first MPEG frame after an ID3v2 tag of modest size).
-_HEAD_BYTES = 1 << 16
 
 # Bits per sample of the uncompressed and fixed-rate libsndfile subtypes; the
 # densest coding each can produce. Frames <= size * 8 / (bits * channels).
@@ -58,14 +54,6 @@ _BITS_PER_SAMPLE = {
 }
 
 _MPEG_SUBTYPES = ("MPEG_LAYER_I", "MPEG_LAYER_II", "MPEG_LAYER_III")
-
-
-def read_head(path: str, size: int = _HEAD_BYTES, offset: int = 0) -> bytes:
-    """``size`` bytes of ``path`` from ``offset`` (fewer if the file is shorter)."""
-    with open(path, "rb") as fh:
-        if offset:
-            fh.seek(offset)
-        return fh.read(size)
 
 
 def _flac_max_blocksize(head: bytes | None) -> int:
@@ -286,7 +274,7 @@ def _flac_frame(buf: bytes, i: int) -> tuple[int, int, bool] | None:
 
 
 #: ``(coded number, block size, variable blocking)`` of the FLAC frame header at ``buf[i]`` (CRC-8 checked),
-#: or ``None``; also what :mod:`audiotree.io.flac_seek` finds seek points with.
+#: or ``None``; also what :mod:`audiotree.io.flac_seek_points` finds seek points with.
 flac_frame_header = _flac_frame
 
 

@@ -37,20 +37,19 @@ MemberRef(kind='tar', container='s3://bucket/train-000001.tar', name='a/utt1.fla
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import io
 import os
 import re
-import threading
 import time
 from typing import Any, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
+from audiotree.io.byte_cache import BoundedCache
 from audiotree.io.byte_range import MemberInput, RemoteSpan
 
-__all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "member_stat",
+__all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "recorded_span", "member_stat",
            "format_name", "order_key", "container_of", "absolute", "MemberInput", "RemoteSpan"]
 
 # The recorded forms first: their query (``?offset=O&size=N::``, ``?row_group=G&row=R::``) marks where the
@@ -164,29 +163,23 @@ def order_key(path: str) -> tuple:
 # ---------------------------------------------------------------------------
 
 #: Shard listings of ``tar://MEMBER::SHARD`` URLs (no recorded range), per process.
-_LISTINGS: "collections.OrderedDict[str, dict[str, Any]]" = collections.OrderedDict()
-_LISTINGS_MAX = 64
+_LISTINGS = BoundedCache("tar_listings", max_entries=64)
 #: Remote shards' (size, mtime) per process, for staleness checks; refreshed after this many seconds.
 _STAT_TTL = 30.0
-_STATS: "collections.OrderedDict[str, tuple[float, tuple[int, int]]]" = collections.OrderedDict()
-_LOCK = threading.Lock()
+_STATS = BoundedCache("container_stats", max_entries=4096)
 
 
 def _member_range(ref: MemberRef) -> tuple[int, int]:
     if ref.offset >= 0:
         return ref.offset, ref.size
-    with _LOCK:
-        table = _LISTINGS.get(ref.container)
+    table = _LISTINGS.get(ref.container)
     if table is None:
         from audiotree.io.tar_shards import list_shard
 
         listing = list_shard(ref.container)
         table = {m.name: (m.offset, m.size) for m in listing.members}
         table.update(listing.refused)  # a sparse member or a hard link to nothing: its own fault
-        with _LOCK:
-            _LISTINGS[ref.container] = table
-            while len(_LISTINGS) > _LISTINGS_MAX:
-                _LISTINGS.popitem(last=False)
+        _LISTINGS.put(ref.container, table)
     found = table.get(ref.name) or table.get(ref.name.lstrip("/"))
     if isinstance(found, AudioReadError):
         shown = storage.redact(f"tar://{ref.name}::{ref.container}")
@@ -263,6 +256,18 @@ def _open_linked(path: str, linked: str) -> MemberInput:
 # ---------------------------------------------------------------------------
 
 
+def recorded_span(path: str) -> tuple[str, int, int] | None:
+    """``(container, offset, size)`` of a member URL that records its byte range (``tar://NAME?offset=O&size=N::SHARD``), else ``None`` (a member found by listing its shard, a Parquet cell).
+
+    >>> recorded_span(tar_url("/d/s.tar", "a.wav", 512, 100))
+    ('/d/s.tar', 512, 100)
+    """
+    ref = parse(path)
+    if ref.kind != "tar" or ref.offset < 0:
+        return None
+    return ref.container, ref.offset, ref.size
+
+
 def open_member(path: str) -> MemberInput:
     """An open file object over the audio bytes a member URL names (local or remote container).
 
@@ -282,15 +287,11 @@ def _container_stat(container: str) -> tuple[int, int]:
     if not storage.is_url(container):
         return storage.stat(container)
     now = time.monotonic()
-    with _LOCK:
-        hit = _STATS.get(container)
+    hit = _STATS.get(container)
     if hit is not None and now - hit[0] < _STAT_TTL:
         return hit[1]
     value = storage.stat(container)
-    with _LOCK:
-        _STATS[container] = (now, value)
-        while len(_STATS) > 4096:
-            _STATS.popitem(last=False)
+    _STATS.put(container, (now, value))
     return value
 
 

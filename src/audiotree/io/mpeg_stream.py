@@ -36,15 +36,16 @@ Nothing here refuses a file for its tag: only for the audio it lacks.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from typing import Any
 
 from audiotree.errors import AudioReadError
 from audiotree.io import integrity, mpeg_frames
-from audiotree.io.read_errors import bad_file, read_span
+from audiotree.io.byte_reads import read_span
+from audiotree.io.read_errors import bad_file
 from audiotree.io.input_file import ReadOnlyInput
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES, SoundfileReader
+from audiotree.io.byte_cache import memoized
 
 __all__ = ["ESTIMATE_TOLERANCE_FRAMES", "StreamView", "open_behind_id3", "read_length_tag", "settle_length"]
 
@@ -298,7 +299,7 @@ def _walk(source: Any, size: int, start: int) -> tuple[int, int, int]:
     return mpeg_frames.count_frames(read_span(source, 0, size), start)
 
 
-@functools.lru_cache(maxsize=4096)
+@memoized("mpeg_plans", max_entries=4096)
 def _file_plan(path: str, size: int, mtime_ns: int, inode: int, reported: int, spf: int) -> _Plan:
     """:func:`_plan` of a local file, once per process and version of the file (failures are not kept)."""
     return _plan(path, size, path, reported, spf)

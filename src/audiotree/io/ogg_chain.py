@@ -23,7 +23,6 @@ For a local file the answer is kept per path, size and mtime.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any, Callable
 
@@ -31,9 +30,11 @@ import numpy as np
 
 from audiotree.io import ogg_pages
 from audiotree.io.byte_range import MemberInput
-from audiotree.io.read_errors import bad_file, describe, read_span
+from audiotree.io.byte_reads import read_span
+from audiotree.io.read_errors import bad_file, describe
 from audiotree.io.info import AudioInfo
 from audiotree.io.soundfile_reader import SoundfileReader
+from audiotree.io.byte_cache import memoized
 
 __all__ = ["ChainedOggReader", "chain_links", "reopen_if_chained"]
 
@@ -70,7 +71,7 @@ def _links(source: Any) -> list[tuple[int, int]] | None:
     return spans if len(spans) > 1 else None
 
 
-@functools.lru_cache(maxsize=1024)
+@memoized("ogg_chain_links", max_entries=1024)
 def _local_links(path: str, size: int, mtime_ns: int) -> list[tuple[int, int]] | None:
     return _links(path)
 

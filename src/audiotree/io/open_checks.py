@@ -17,17 +17,16 @@ is safe under threads; a forked worker inherits it (the same files, still valid)
 
 from __future__ import annotations
 
-import collections
 import os
-import threading
 from typing import Any, Callable
+
+from audiotree.io.byte_cache import BoundedCache
 
 __all__ = ["MAX_ENTRIES", "checked_once", "clear"]
 
 MAX_ENTRIES = 65_536  # ~150 bytes each
 
-_passed: "collections.OrderedDict[tuple, int]" = collections.OrderedDict()
-_lock = threading.Lock()
+_passed = BoundedCache("open_checks", max_entries=MAX_ENTRIES)
 
 
 def _key(path: str, size: int | None, reader: Any) -> tuple | None:
@@ -48,22 +47,16 @@ def checked_once(path: str, size: int | None, reader: Any, check: Callable[[], N
     """Runs ``check()`` unless this file, unchanged, already passed it in this process."""
     key = _key(path, size, reader)
     if key is not None:
-        with _lock:
-            slack = _passed.get(key)
-            if slack is not None:
-                _passed.move_to_end(key)
+        slack = _passed.get(key)
         if slack is not None:
             reader.length_slack = slack
             return
     check()
     if key is not None:
-        with _lock:
-            _passed[key] = getattr(reader, "length_slack", 0)
-            while len(_passed) > MAX_ENTRIES:
-                _passed.popitem(last=False)
+        _passed.max_entries = MAX_ENTRIES  # the module's knob, read at each put
+        _passed.put(key, getattr(reader, "length_slack", 0))
 
 
 def clear() -> None:
     """Forgets every pass (tests; or after rewriting files within one mtime tick)."""
-    with _lock:
-        _passed.clear()
+    _passed.clear()

@@ -20,14 +20,13 @@ reads (:mod:`audiotree.io.remote_file`).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
-import threading
 from typing import Any, Sequence
 
 from audiotree.errors import AudioReadError
 from audiotree.io import storage
+from audiotree.io.byte_cache import BoundedCache
 
 __all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read_labels", "cell_span", "linked_file",
            "forget", "has_metadata_key", "DEFAULT_AUDIO_COLUMN", "EmptyCell"]
@@ -35,12 +34,10 @@ __all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read
 #: The audio column looked for when none is named.
 DEFAULT_AUDIO_COLUMN = "audio"
 
-_FILES_MAX = 16
-_FILES: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
-_GROUP: dict[str, Any] = {}
-_LINKS_MAX = 64
-_LINKS: "collections.OrderedDict[tuple, list]" = collections.OrderedDict()
-_LOCK = threading.Lock()
+# Per process: open footers, the last row group read whole, and path-only cells' names per row group.
+_FILES = BoundedCache("parquet_footers", max_entries=16)
+_GROUP = BoundedCache("parquet_row_group", max_entries=1)
+_LINKS = BoundedCache("parquet_linked_names", max_entries=64)
 
 
 class EmptyCell(AudioReadError):
@@ -82,11 +79,9 @@ def _open_entry(path: str) -> tuple[tuple, Any, int]:
     import pyarrow.parquet as pq
 
     key = _file_key(path)
-    with _LOCK:
-        cached = _FILES.get(key)
-        if cached is not None:
-            _FILES.move_to_end(key)
-            return (key, *cached)
+    cached = _FILES.get(key)
+    if cached is not None:
+        return (key, *cached)
     if storage.is_url(path):
         from audiotree.io.remote_file import open_input
 
@@ -103,10 +98,7 @@ def _open_entry(path: str) -> tuple[tuple, Any, int]:
             source.close()
         raise _fail(path, f"not a readable Parquet file ({type(exc).__name__}: {exc}). Check that it is complete, "
                           "or use on_read_error=\"skip\".") from exc
-    with _LOCK:
-        _FILES[key] = (opened, size)
-        while len(_FILES) > _FILES_MAX:
-            _FILES.popitem(last=False)
+    _FILES.put(key, (opened, size))
     return key, opened, size
 
 
@@ -167,15 +159,10 @@ def cell_bytes(value: Any) -> tuple[bytes | None, str | None]:
 
 
 def _fetcher(path: str):
-    from audiotree.io import parquet_cells
+    from audiotree.io.byte_reads import read_bytes
 
-    if not storage.is_url(path):
-        return parquet_cells.local_fetch(storage.local_path(path))
     options = storage.merged_options(None)
-    fs = storage.filesystem(path, options)
-    from audiotree.io.ranged_get import read_range
-
-    return lambda a, b: read_range(fs, path, a, b, options)
+    return lambda a, b: read_bytes(path, a, b, storage_options=options)
 
 
 def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
@@ -239,8 +226,7 @@ def read_cell(url: str, ref: Any) -> bytes:
     """
     path, column, group, row = ref.container, ref.name, ref.offset, ref.size
     key = f"{path}\x00{column}\x00{group}"
-    with _LOCK:
-        cached = _GROUP.get(key)
+    cached = _GROUP.get(key)
     if cached is None:
         opened = _open_file(path)
         if group >= opened.metadata.num_row_groups:
@@ -252,9 +238,7 @@ def read_cell(url: str, ref: Any) -> bytes:
         except Exception as exc:
             raise _fail(url, f"reading row group {group} failed ({type(exc).__name__}: {exc}). The file may be "
                              "corrupt; re-create it, or use on_read_error=\"skip\".") from exc
-        with _LOCK:
-            _GROUP.clear()
-            _GROUP[key] = cached
+        _GROUP.put(key, cached)
     if row >= len(cached):
         raise _fail(url, f"row group {group} has {len(cached)} rows, no row {row}; the file was rewritten since it "
                          "was listed. Rebuild the index, or use on_read_error=\"skip\".")
@@ -308,8 +292,7 @@ def linked_file(url: str, ref: Any) -> str | None:
     if not pa.types.is_struct(arrow_type) or arrow_type.get_field_index("path") < 0:
         return None
     full = (key, column, group)
-    with _LOCK:
-        names = _LINKS.get(full)
+    names = _LINKS.get(full)
     if names is None:
         try:
             names = opened.read_row_group(group, columns=[f"{column}.path"]).column(0).combine_chunks()
@@ -317,10 +300,7 @@ def linked_file(url: str, ref: Any) -> str | None:
         except Exception as exc:
             raise _fail(url, f"reading the path column of row group {group} failed ({type(exc).__name__}: {exc}). "
                              "The file may be corrupt; re-create it, or use on_read_error=\"skip\".") from exc
-        with _LOCK:
-            _LINKS[full] = names
-            while len(_LINKS) > _LINKS_MAX:
-                _LINKS.popitem(last=False)
+        _LINKS.put(full, names)
     name = names[row] if row < len(names) else None
     if not name:
         return None
@@ -343,9 +323,7 @@ def forget() -> None:
     """Drops the cached footers and row group (tests, and code that rewrites files it read)."""
     from audiotree.io import parquet_cells
 
-    with _LOCK:
-        _FILES.clear()
-        _GROUP.clear()
-        _LINKS.clear()
+    for cache in (_FILES, _GROUP, _LINKS):
+        cache.clear()
     parquet_cells.forget()
 

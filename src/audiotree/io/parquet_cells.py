@@ -25,12 +25,11 @@ process in an LRU keyed by the file's version.
 
 from __future__ import annotations
 
-import collections
-import os
-import threading
 from typing import Any, Callable
 
-__all__ = ["locate", "NULL", "BAD_CHECKSUM", "forget", "local_fetch"]
+from audiotree.io.byte_cache import MISSING, BoundedCache
+
+__all__ = ["locate", "NULL", "BAD_CHECKSUM", "forget"]
 
 #: The map entry of a null cell (a missing struct or a null ``bytes``).
 NULL = (-1, -1)
@@ -38,9 +37,7 @@ NULL = (-1, -1)
 BAD_CHECKSUM = (-2, -2)
 
 # A map is 16 bytes a row (an int64 array): 16,384 groups of 100 rows are 26 MB.
-_MAPS_MAX = 16384
-_MAPS: "collections.OrderedDict[tuple, tuple | None]" = collections.OrderedDict()
-_LOCK = threading.Lock()
+_MAPS = BoundedCache("parquet_cell_maps", max_entries=16384)
 
 
 def _audio_leaf(opened: Any, column: str) -> tuple[int, str] | None:
@@ -182,10 +179,9 @@ def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
     import pyarrow.parquet as pq
 
     full = (*key, column, group)
-    with _LOCK:
-        if full in _MAPS:
-            _MAPS.move_to_end(full)
-            return _MAPS[full]
+    kept = _MAPS.get(full, MISSING)
+    if kept is not MISSING:
+        return kept
     leaf = _audio_leaf(opened, column)
     found = None
     if leaf is not None:
@@ -199,10 +195,7 @@ def locate(key: tuple, opened: Any, column: str, group: int, *, size: int,
             spots = None if values is None else _find_all(chunk, values)
             if spots is not None:
                 found = _checked(spots, chunk, start)
-    with _LOCK:
-        _MAPS[full] = found
-        while len(_MAPS) > _MAPS_MAX:
-            _MAPS.popitem(last=False)
+    _MAPS.put(full, found)
     return found
 
 
@@ -230,13 +223,4 @@ def _checked(spots: tuple[tuple[int, int], ...], chunk: bytes, start: int) -> An
 
 def forget() -> None:
     """Drops the cached maps."""
-    with _LOCK:
-        _MAPS.clear()
-
-
-def local_fetch(path: str) -> Callable[[int, int], bytes]:
-    """``fetch(a, b)`` over a local file (opened per call: the map is built once per group)."""
-    def fetch(a: int, b: int) -> bytes:
-        with open(path, "rb") as f:
-            return os.pread(f.fileno(), b - a, a)
-    return fetch
+    _MAPS.clear()

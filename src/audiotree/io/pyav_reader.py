@@ -27,15 +27,16 @@ Placement precision
 
 from __future__ import annotations
 
-import functools
 import os
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from audiotree.io.read_errors import bad_file, read_span
+from audiotree.io.byte_reads import read_span
+from audiotree.io.read_errors import bad_file
 from audiotree.io.info import AudioInfo
+from audiotree.io.byte_cache import memoized
 
 __all__ = ["PyAVReader"]
 
@@ -153,7 +154,7 @@ def _raw_packet_frames(container: Any, stream: Any) -> int:
     return sum(int(packet.duration or 0) for packet in container.demux(stream))
 
 
-@functools.lru_cache(maxsize=1024)
+@memoized("pyav_packet_frames", max_entries=1024)
 def _cached_raw_packet_frames(path: str, size: int, mtime_ns: int) -> int:
     """:func:`_raw_packet_frames` of a local file's first audio stream, once per path, size and mtime."""
     import av

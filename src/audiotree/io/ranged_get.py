@@ -21,6 +21,11 @@ was asked:
 Other backends (local, ``memory://``, the rest of fsspec) are read with
 ``cat_file``; an answer longer than the range is refused the same way.
 
+This module is the byte layer's one ranged GET per backend (``_s3``, ``_gcs``,
+``_http``, ``cat_file`` for the rest) and the only code that calls a backend's
+private request method. Every request it makes is counted in
+:mod:`audiotree.io.byte_counters` under its backend's name.
+
 >>> check_answer("u", 206, "bytes 10-19/100", b"x" * 10, 10, 20)
 Answer(data=b'xxxxxxxxxx', start=10, total=100)
 >>> check_answer("u", 206, "bytes 0-9/100", b"x" * 10, 10, 20)
@@ -36,9 +41,9 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
-from audiotree.io import storage
+from audiotree.io import byte_counters, storage
 
-__all__ = ["Answer", "get_range", "check_answer", "read_range"]
+__all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "first_bytes_and_size"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
 
@@ -137,9 +142,13 @@ async def _http(fs: Any, url: str, start: int, stop: int, size: int | None) -> A
     return check_answer(url, status, content_range, data, start, stop, size=size)
 
 
+def _is_s3(fs: Any) -> bool:
+    return callable(getattr(fs, "_call_s3", None)) and callable(getattr(fs, "split_path", None))
+
+
 def _backend(fs: Any):
     module = type(fs).__module__
-    if callable(getattr(fs, "_call_s3", None)) and callable(getattr(fs, "split_path", None)):
+    if _is_s3(fs):
         return _s3
     if module.startswith("gcsfs") and callable(getattr(fs, "_request", None)):
         return _gcs
@@ -157,14 +166,56 @@ def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = No
     if stop <= start:
         return Answer(b"", start, None)
     backend = _backend(fs)
-    if backend is None:
-        data = fs.cat_file(url, start=start, end=stop)
-        if len(data) > stop - start:
-            raise storage.WrongRange(f"GET {url} bytes={start}-{stop - 1} brought {len(data)} bytes")
-        return Answer(data, start, None)
-    from fsspec.asyn import sync
+    name = byte_counters.backend_of(url)
+    got = 0
+    try:
+        if backend is None:
+            data = fs.cat_file(url, start=start, end=stop)
+            got = len(data)
+            if len(data) > stop - start:
+                raise storage.WrongRange(f"GET {url} bytes={start}-{stop - 1} brought {len(data)} bytes")
+            return Answer(data, start, None)
+        from fsspec.asyn import sync
 
-    return sync(fs.loop, backend, fs, url, start, stop, size)
+        answer = sync(fs.loop, backend, fs, url, start, stop, size)
+        got = len(answer.data)
+        return answer
+    finally:  # a failed request is a request too (a retry is counted once per try)
+        byte_counters.count_request(name, got)
+
+
+def get_whole(fs: Any, url: str) -> bytes:
+    """The whole object ``url`` in one GET (counted like a ranged one); not retried."""
+    got = 0
+    try:
+        data = fs.cat_file(url)
+        got = len(data)
+        return data
+    finally:
+        byte_counters.count_request(byte_counters.backend_of(url), got)
+
+
+def first_bytes_and_size(fs: Any, url: str, nbytes: int) -> tuple[int, bytes] | None:
+    """``(the object's size, its first nbytes)`` from one checked ranged GET, where the backend's answer carries
+    the size (S3, by ``Content-Range``); ``None`` otherwise (then a metadata request gives the size).
+
+    Why: a HEAD for the size followed by a GET for the header costs two round
+    trips per opened file; on S3 the GET's ``Content-Range`` carries the size,
+    so one does. Empty objects (which have no byte range), a versioned URL and
+    odd answers give ``None``.
+    """
+    if not _is_s3(fs):
+        return None
+    _, key, version = fs.split_path(url)
+    if not key or version:
+        return None
+    answer = get_range(fs, url, 0, nbytes)
+    if answer.total is None:
+        return None  # 416 (an empty object) or no size given: let the HEAD path decide
+    data = answer.part(0, nbytes)
+    if len(data) < min(answer.total, nbytes):
+        return None  # a short or odd answer: let the HEAD path decide
+    return answer.total, data
 
 
 def read_range(fs: Any, url: str, start: int, stop: int, storage_options: Any = None, *, what: str = "read",

@@ -19,7 +19,7 @@ from audiotree.errors import AudioReadError, read_error_category
 from audiotree.io import storage
 from audiotree.validation import check_choice
 
-__all__ = ["ON_READ_ERROR", "check_on_read_error", "handle_read_error", "SKIP_HINT", "failure_hint", "describe", "read_error", "file_size", "read_span", "check_finite", "bad_file"]
+__all__ = ["ON_READ_ERROR", "check_on_read_error", "handle_read_error", "SKIP_HINT", "failure_hint", "describe", "read_error", "check_finite", "bad_file"]
 
 #: What a reader does with a file it cannot read: raise (default), warn and drop it, or drop it.
 ON_READ_ERROR = ("raise", "skip", "warn")
@@ -70,33 +70,6 @@ def describe(exc: BaseException) -> str:
 def read_error(path: str, exc: BaseException, hint: str) -> AudioReadError:
     message = f"Failed to read audio file '{path}': {describe(exc)}. {hint}"
     return AudioReadError(storage.redact(message), storage.redact(path))
-
-
-def file_size(path: str) -> int | None:
-    from audiotree.io.members import is_member, member_stat
-
-    try:
-        return member_stat(path)[0] if is_member(path) else storage.file_size(path)
-    except OSError:
-        return None
-
-
-def read_span(source: Any, offset: int, count: int) -> bytes:
-    """``count`` bytes at ``offset`` (negative: from the end) of a path or an open file object.
-
-    A file object shared with a decoder gets its position back, so the
-    decoder's own bookkeeping stays right.
-    """
-    if isinstance(source, str):
-        with open(source, "rb") as fh:
-            return read_span(fh, offset, count)
-    saved = source.tell()
-    try:
-        size = source.seek(0, os.SEEK_END)
-        source.seek(max(0, size + offset) if offset < 0 else offset)
-        return source.read(count)
-    finally:
-        source.seek(saved)
 
 
 def check_finite(x: np.ndarray, path: str, start: int) -> None:

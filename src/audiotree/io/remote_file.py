@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io.input_file import ReadOnlyInput
-from audiotree.io.ranged_get import Answer, get_range
+from audiotree.io.ranged_get import Answer, first_bytes_and_size, get_range
 from audiotree.io.storage import (
     filesystem,
     is_url,
@@ -301,30 +301,6 @@ class _RangedFile:
         self.cache.cache = b""
 
 
-def _s3_head(fs: Any, url: str) -> tuple[int, bytes] | None:
-    """The object's size and first :data:`MIN_WINDOW` bytes (or :func:`first_read`'s) in one checked ranged GET,
-    for s3fs; else ``None``.
-
-    Why: a HEAD for the size followed by a GET for the header costs two round
-    trips per opened file; the GET's ``Content-Range`` carries the size, so
-    one does. Other backends (and empty objects, which have no byte range)
-    take the HEAD path.
-    """
-    if not callable(getattr(fs, "_call_s3", None)) or not callable(getattr(fs, "split_path", None)):
-        return None
-    _, key, version = fs.split_path(url)
-    if not key or version:
-        return None
-    window = _HEAD_BYTES.get()
-    answer = get_range(fs, url, 0, window)
-    if answer.total is None:
-        return None  # 416 (an empty object) or no size given: let the HEAD path decide
-    data = answer.part(0, window)
-    if len(data) < min(answer.total, window):
-        return None  # a short or odd answer: let the HEAD path decide
-    return answer.total, data
-
-
 def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None) -> str | RemoteInput:
     """A local path (returned as ``str``, untouched) or an open :class:`RemoteInput` for a URL.
 
@@ -340,7 +316,7 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
         return local_path(path)
     fs = filesystem(path, storage_options)
     cache = _register_cache()
-    head = retry(lambda: _s3_head(fs, path), path, "open", storage_options)
+    head = retry(lambda: first_bytes_and_size(fs, path, _HEAD_BYTES.get()), path, "open", storage_options)
     if head is not None:
         size, first = head
     else:

@@ -32,7 +32,8 @@ import numpy as np
 import soundfile
 
 from audiotree.io import mpeg_frames, ogg_pages
-from audiotree.io.read_errors import bad_file, read_span
+from audiotree.io.byte_reads import read_span
+from audiotree.io.read_errors import bad_file
 from audiotree.io.info import AudioInfo
 from audiotree.io.quiet import quiet_c_stderr
 

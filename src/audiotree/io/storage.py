@@ -52,7 +52,8 @@ import time
 from typing import Any, Callable, Iterator, Mapping
 
 from audiotree.errors import AudioReadError
-from audiotree.io import loop_shutdown
+from audiotree.io import byte_counters, byte_paths, loop_shutdown
+from audiotree.io.byte_paths import is_url, join, local_path
 
 __all__ = [
     "is_url",
@@ -121,45 +122,8 @@ _SECRET_QUERY = re.compile(
 # ---------------------------------------------------------------------------
 
 
-def is_url(path: str | os.PathLike) -> bool:
-    """Whether ``path`` names remote (non-local) storage: ``proto://...`` other than ``file://``.
-
-    >>> is_url("s3://bucket/a.wav"), is_url("/data/a.wav"), is_url("file:///data/a.wav")
-    (True, False, False)
-    """
-    if not isinstance(path, str):
-        return False
-    m = _URL.match(path)
-    return m is not None and m.group(1).lower() not in ("file", "local")
-
-
-def local_path(path: str | os.PathLike) -> str:
-    """``path`` as a local path string: ``file://`` and ``local://`` prefixes removed.
-
-    >>> local_path("file:///data/a.wav")
-    '/data/a.wav'
-    """
-    path = os.fsdecode(path)
-    m = _URL.match(path)
-    if m is not None and m.group(1).lower() in ("file", "local"):
-        return path[m.end():]
-    return path
-
-
-def join(url: str, relative: str) -> str:
-    """``relative`` (``/``-separated, may hold ``..``) resolved against the folder URL ``url``.
-
-    >>> join("s3://bucket/corpus/index", "../audio")
-    's3://bucket/corpus/audio'
-    """
-    import posixpath
-
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://{posixpath.normpath(posixpath.join(rest, relative))}"
-
-
 def _protocol(url: str) -> str:
-    return _URL.match(url).group(1).lower()
+    return byte_paths.protocol(url)
 
 
 @contextlib.contextmanager
@@ -399,7 +363,12 @@ def remote_error(
 
 
 def object_info(fs: Any, url: str) -> dict:
-    info = fs.info(url)
+    """fsspec's ``info`` of the object ``url`` (one metadata request, counted in
+    :mod:`audiotree.io.byte_counters`); ``IsADirectoryError`` for a folder."""
+    try:
+        info = fs.info(url)
+    finally:
+        byte_counters.count_request(byte_counters.backend_of(url), 0)
     if info.get("type") == "directory":
         raise IsADirectoryError(errno.EISDIR, "is a folder (prefix), not an object", url)
     return info
@@ -409,7 +378,8 @@ def file_size(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | N
     """Size in bytes of a local file (``os.stat``) or a remote object (one metadata call).
 
     Raises ``OSError`` for a local path (as ``os.stat``) and
-    :class:`AudioReadError` for a URL (naming it and the status).
+    :class:`AudioReadError` for a URL (naming it and the status). A member's
+    size: :func:`audiotree.io.item_bytes.item_size`.
     """
     path = os.fsdecode(path)
     if not is_url(path):

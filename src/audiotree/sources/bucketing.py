@@ -53,6 +53,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
+from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.process_local import ProcessLocal
 from audiotree.validation import is_int, is_real, renamed_keywords
 
@@ -179,6 +180,11 @@ class EpochPlan:
         return len(self.batches)
 
 
+def _epoch_cache() -> BoundedCache:
+    """The three most recently planned epochs of a :class:`BucketPlan`, per process."""
+    return BoundedCache("bucket_epochs", max_entries=3, policy=FirstInFirstOut)
+
+
 class BucketPlan(ProcessLocal):
     """Batches of item indices by duration bucket: a pure function of ``(shuffle_seed, epoch)``.
 
@@ -194,7 +200,7 @@ class BucketPlan(ProcessLocal):
     """
 
     #: Rebuilt fresh in every process this object is unpickled in (see audiotree.process_local).
-    process_local = {"_lock": threading.Lock, "_cache": dict, "_starts": lambda: [0]}
+    process_local = {"_lock": threading.Lock, "_cache": lambda: _epoch_cache(), "_starts": lambda: [0]}
 
     def __init__(self, durations, *, edges, max_seconds, shuffle_seed, shuffle, remainder, groups, weight_by,
                  num_shards, names, too_long):
@@ -225,7 +231,7 @@ class BucketPlan(ProcessLocal):
         # groups: None, or (group index per item, weight per group, group names)
         self.group_of, self.group_weights, self.group_names = groups if groups is not None else (None, None, None)
         self._lock = threading.Lock()
-        self._cache: dict[int, EpochPlan] = {}
+        self._cache = _epoch_cache()
         self._starts: list[int] = [0]  # batch index where each planned epoch starts
 
     def __repr__(self) -> str:
@@ -320,10 +326,7 @@ class BucketPlan(ProcessLocal):
         order = np.random.default_rng([self.shuffle_seed, epoch, 2]).permutation(len(batches)) if self.shuffle \
             else np.arange(len(batches))
         plan = EpochPlan(tuple(batches[i] for i in order), np.asarray(labels, dtype=np.int64)[order])
-        with self._lock:
-            while len(self._cache) >= 3:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[epoch] = plan
+        self._cache.put(epoch, plan)
         return plan
 
     def batches_in_epoch(self, epoch: int) -> int:

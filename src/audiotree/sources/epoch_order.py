@@ -13,22 +13,13 @@ import sys
 import grain
 import numpy as np
 
-from audiotree.process_local import ProcessLocal
+from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.seeds import epoch_rng
 
-__all__ = ["EpochShuffledMapDataset", "evict_oldest"]
+__all__ = ["EpochShuffledMapDataset"]
 
 
-def evict_oldest(cache: dict, *, keep: int) -> None:
-    """Drops the oldest entries of a small cache; safe when reader threads race."""
-    while len(cache) >= keep:
-        try:
-            cache.pop(next(iter(cache)), None)
-        except (StopIteration, RuntimeError):  # emptied or resized by another thread
-            break
-
-
-class EpochShuffledMapDataset(ProcessLocal, grain.MapDataset):
+class EpochShuffledMapDataset(grain.MapDataset):
     """Repeats ``parent`` for ``num_epochs`` (``None``: forever), shuffling each epoch.
 
     Index ``k`` is item ``perm_e[k % n]`` of ``parent``, with ``e = k // n`` and
@@ -36,8 +27,6 @@ class EpochShuffledMapDataset(ProcessLocal, grain.MapDataset):
     identity when ``shuffle`` is False). Deterministic and random-access, so
     independent of how many workers or threads read it.
     """
-
-    process_local = {"_cache": dict}  # the epochs' permutations this process computed
 
     def __init__(self, parent: grain.MapDataset, *, seed: int, num_epochs: int | None, shuffle: bool = True):
         super().__init__(parent)
@@ -47,7 +36,8 @@ class EpochShuffledMapDataset(ProcessLocal, grain.MapDataset):
         self._seed = int(seed)
         self._shuffle = bool(shuffle)
         self._length = sys.maxsize if num_epochs is None else self._n * int(num_epochs)
-        self._cache: dict[int, np.ndarray] = {}
+        # The two most recent epochs' orders (pickled empty: a worker computes its own).
+        self._cache = BoundedCache("epoch_orders", max_entries=2, policy=FirstInFirstOut)
 
     def __len__(self) -> int:
         return self._length
@@ -76,8 +66,7 @@ class EpochShuffledMapDataset(ProcessLocal, grain.MapDataset):
             # worker instead of 80), and the same order (shuffle draws the same swaps whatever the dtype).
             perm = np.arange(self._n, dtype=np.int32 if self._n < 2**31 else np.int64)
             epoch_rng(self._seed, epoch).shuffle(perm)
-            evict_oldest(self._cache, keep=2)
-            self._cache[epoch] = perm
+            self._cache.put(epoch, perm)
         return perm
 
     def parent_index(self, index: int) -> int:

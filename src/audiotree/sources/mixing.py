@@ -49,9 +49,8 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import grain
 import numpy as np
 
-from audiotree.process_local import ProcessLocal
 from audiotree.seeds import epoch_rng
-from audiotree.sources.epoch_order import evict_oldest
+from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.sources.weight_schedule import ScheduledCounts, WeightSchedule, as_schedule
 from audiotree.validation import is_int, is_real
 
@@ -63,10 +62,8 @@ DEFAULT_BLOCK_SIZE = 4096
 _MAX_SCAN_BLOCKS = 1 << 16
 
 
-class ShuffledProportionalSelection(ProcessLocal, grain.transforms.DatasetSelectionMap):
+class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
     """Maps mixed index -> (group, index within group); see the module docstring."""
-
-    process_local = {"_cache": dict}  # the blocks' labels this process computed
 
     def __init__(self, lengths: Sequence[int], weights: Sequence[float] | WeightSchedule, *, seed: int,
                  block_size: int = DEFAULT_BLOCK_SIZE, names: Sequence[str] | None = None):
@@ -94,7 +91,8 @@ class ShuffledProportionalSelection(ProcessLocal, grain.transforms.DatasetSelect
             raise ValueError("Every dataset in a mix must have at least one item.")
         self._seed = int(seed)
         self._block = int(block_size)
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # The most recent blocks' labels (pickled empty: a worker computes its own).
+        self._cache = BoundedCache("mix_blocks", max_entries=8, policy=FirstInFirstOut)
         self._length = self._compute_length()
 
     def _cumulative(self, n: int) -> np.ndarray:
@@ -118,8 +116,7 @@ class ShuffledProportionalSelection(ProcessLocal, grain.transforms.DatasetSelect
         for g in range(len(self._p)):
             where = np.flatnonzero(labels == g)
             inner[where] = start[g] + np.arange(where.shape[0])
-        evict_oldest(self._cache, keep=8)
-        self._cache[block] = (labels, inner)
+        self._cache.put(block, (labels, inner))
         return labels, inner
 
     def _compute_length(self) -> int:

@@ -24,7 +24,7 @@ import grain
 import numpy as np
 
 from audiotree.discovery.sharding import check_shard_options
-from audiotree.process_local import ProcessLocal
+from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.sources.bucketing import DEFAULT_NUM_BUCKETS, FILLER, BucketPlan, endless_length, plan_buckets
 from audiotree.validation import is_int, renamed_keywords
 
@@ -114,7 +114,7 @@ def durations_of(items: Any) -> np.ndarray:
     return np.asarray(loader.rows.durations, dtype=np.float64)
 
 
-class DurationBatchDataset(ProcessLocal, grain.MapDataset):
+class DurationBatchDataset(grain.MapDataset):
     """Batches of ``items`` as planned by ``plan``; see the module docstring.
 
     Filler slots (``remainder="pad"``, or items dropped by ``on_read_error``)
@@ -125,14 +125,14 @@ class DurationBatchDataset(ProcessLocal, grain.MapDataset):
     ``lengths > 0`` or use :meth:`~audiotree.AudioTree.mask`.
     """
 
-    process_local = {"_positions": dict}  # the inverse permutations this process computed
 
     def __init__(self, items: grain.MapDataset, plan: BucketPlan, *, num_epochs: int | None = None,
                  pad_to: str = "bucket", shard_index: int = 0, pad_multiple: int = 1):
         super().__init__(items)
         self._order, per_epoch, _ = _item_order(items)
         self._n = _check_items(items, plan, self._order, per_epoch)
-        self._positions: dict[int, np.ndarray] = {}
+        # The two most recent epochs' positions (pickled empty: a worker computes its own).
+        self._positions = BoundedCache("epoch_positions", max_entries=2, policy=FirstInFirstOut)
         self.pad_multiple = int(pad_multiple)
         self.plan = plan
         self.pad_to = pad_to
@@ -183,10 +183,7 @@ class DurationBatchDataset(ProcessLocal, grain.MapDataset):
             perm = order.permutation(epoch)
             positions = np.empty_like(perm)
             positions[perm] = np.arange(perm.size)
-            from audiotree.sources.epoch_order import evict_oldest
-
-            evict_oldest(self._positions, keep=2)
-            self._positions[epoch] = positions
+            self._positions.put(epoch, positions)
         return int(positions[item])
 
     def _fit(self, tree: Any, slot: int, bucket: int) -> Any:

@@ -40,6 +40,7 @@ from audiotree.fs import read_limited
 from audiotree.errors import AudioReadError
 from audiotree.discovery.sharding import check_shard_options
 from audiotree.io import storage
+from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.arrayrecord_codec import (
     INDEX_NAME,
@@ -297,6 +298,11 @@ def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, 
     return wrap_stored(grain.MapDataset.source(source), item_bytes=source.item_bytes())
 
 
+def _open_shards() -> BoundedCache:
+    """The staged shards open in this process: the :data:`_StagedShards.OPEN_SHARDS` most recently opened."""
+    return BoundedCache("staged_shards", max_entries=_StagedShards.OPEN_SHARDS, policy=FirstInFirstOut)
+
+
 class _StagedShards(ProcessLocal):
     """Records of remote shard files, each downloaded into a local cache when first read (see the module docstring).
 
@@ -308,7 +314,7 @@ class _StagedShards(ProcessLocal):
     OPEN_SHARDS = 2
 
     #: Rebuilt fresh in every process this object is unpickled in (see audiotree.process_local).
-    process_local = {"_lock": threading.Lock, "_cache": lambda: None, "_open": dict}
+    process_local = {"_lock": threading.Lock, "_cache": lambda: None, "_open": lambda: _open_shards()}
 
     def __init__(self, urls: list[str], counts: list[int], *, storage_options, cache_limit, cache_dir,
                  indexes: list[str | None] | None = None, contents: list[tuple | None] | None = None) -> None:
@@ -325,7 +331,7 @@ class _StagedShards(ProcessLocal):
             total += n
             self._ends.append(total)
         self._cache = None
-        self._open: dict[int, Any] = {}
+        self._open = _open_shards()
         self._lock = threading.Lock()
         if cache_limit is not None:
             self._cache_folder()  # an unwritable cache folder is named now, not at the first item
@@ -375,9 +381,7 @@ class _StagedShards(ProcessLocal):
         if len(source) != self.counts[k]:
             raise ValueError(f"The ArrayRecord shard {url} holds {len(source)} records but its index lists "
                              f"{self.counts[k]}; the shard was replaced or truncated. Re-render the dataset.")
-        while len(self._open) >= self.OPEN_SHARDS:
-            self._open.pop(next(iter(self._open)))
-        self._open[k] = source
+        self._open.put(k, source)
         return source
 
     def _download_checked(self, k: int, tmp: Path) -> None:

@@ -11,7 +11,9 @@ point before the excerpt to the one after it: one ranged GET.
 encoder wrote one (libFLAC's command-line tool does; libsndfile does not), or
 else by scanning the frame headers (sync code, then a CRC-8 check of the whole
 header, so audio data that happens to look like a sync code is never taken
-for a frame). :func:`read_flac_excerpt` reads an excerpt with them.
+for a frame). The dataset reader
+reads excerpts with them (:class:`audiotree.io.flac_indexed.FlacSeekFile`);
+:func:`decode_stream` decodes the bytes it fetched.
 
 The table is ``int64 (K, 2)``: rows ``[first sample, byte offset]`` of
 frames, the first row the first frame, then about one every ``every``
@@ -31,15 +33,12 @@ headers in a row to become a point.
 from __future__ import annotations
 
 import io
-import threading
-from collections import OrderedDict
-from typing import Any, Mapping
 
 import numpy as np
 
 from audiotree.io.integrity import flac_frame_header
 
-__all__ = ["seek_points", "header_seek_points", "stream_info", "read_flac_excerpt", "header_length", "decode_stream",
+__all__ = ["seek_points", "header_seek_points", "stream_info", "header_length", "decode_stream",
            "SEEK_EVERY"]
 
 #: Seconds between seek points.
@@ -164,53 +163,6 @@ def _thin(points: list[tuple[int, int]], step: int) -> np.ndarray:
             out.append((sample, offset))
             want = sample + step
     return np.asarray(out, dtype=np.int64).reshape(-1, 2)
-
-
-# Per process: the header bytes of recently read files (the same for every excerpt of a file).
-_HEADERS: "OrderedDict[tuple, bytes]" = OrderedDict()
-_HEADERS_LOCK = threading.Lock()
-_MAX_HEADERS = 256
-
-
-def _header(url: str, first: int, version: Any, storage_options: Mapping[str, Any] | None) -> bytes:
-    from audiotree.io.ranges import RemoteFolder
-
-    key = (url, first, version)
-    with _HEADERS_LOCK:
-        if key in _HEADERS:
-            _HEADERS.move_to_end(key)
-            return _HEADERS[key]
-    folder, name = url.rsplit("/", 1)
-    data = RemoteFolder(folder, storage_options=storage_options).read(name, 0, first)
-    with _HEADERS_LOCK:
-        _HEADERS[key] = data
-        while len(_HEADERS) > _MAX_HEADERS:
-            _HEADERS.popitem(last=False)
-    return data
-
-
-def read_flac_excerpt(url: str, points: np.ndarray, start: int, frames: int, *, size: int,
-                      storage_options: Mapping[str, Any] | None = None, version: Any = None) -> np.ndarray:
-    """Frames ``[start, start + frames)`` of the remote FLAC ``url`` as float32 ``(frames, channels)``.
-
-    At most two ranged GETs: the header (once per process and file version,
-    kept for the next excerpt) and the frames from the seek point at or before
-    ``start`` to the first one at or after the excerpt's end (or the end of
-    the file, ``size`` bytes). The excerpt is decoded from those bytes alone.
-    Fewer frames come back when the file ends first.
-    """
-    from audiotree.io.ranges import RemoteFolder
-
-    points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
-    k = max(0, int(np.searchsorted(points[:, 0], start, side="right")) - 1)
-    j = int(np.searchsorted(points[:, 0], start + frames, side="left"))
-    lo = int(points[k, 1])
-    hi = int(points[j, 1]) if j < len(points) else int(size)
-    header = _header(url, int(points[0, 1]), version, storage_options)
-    folder, name = url.rsplit("/", 1)
-    body = RemoteFolder(folder, storage_options=storage_options).read(name, lo, hi, size=size)
-    skip = start - int(points[k, 0])
-    return decode_stream(header + body, skip + frames)[skip:]
 
 
 def decode_stream(stream: bytes, frames: int) -> np.ndarray:
