@@ -567,21 +567,10 @@ def checked_channels(rows: IndexRows, channels: int | None) -> int | None:
     return expected
 
 
-def refuse_index_options(**options: Any) -> None:
-    """``labels=``/``min_duration=``/``max_duration=``/``where=`` come from an index; refuse them without one."""
-    given = sorted(name for name, value in options.items() if value is not None)
-    if given:
-        raise ValueError(f"Corpus({', '.join(given)}) need Corpus(index=...) (a corpus index from `audiotree index`); folders carry no "
-                         "labels or durations.")
-
-
-def rows_for_builder(index: Any, sources: Any, filepaths: Any, *, on_stale: str, **kwargs: Any) -> IndexRows:
+def rows_for_builder(index: Any, sources: Any, filepaths: Any, **kwargs: Any) -> IndexRows:
     """The rows of a builder's ``index=``, refusing ``sources=``/``filepaths=`` alongside it."""
-    from audiotree.index.reader import check_on_stale
-
     if sources is not None or filepaths is not None:
         raise ValueError("Pass Corpus(index=...) or sources=/filepaths=, not both: the index already lists the files.")
-    check_on_stale(on_stale)
     return rows_from_index(index, **kwargs)
 
 

@@ -47,28 +47,17 @@ def _walk(ds: Any):
         stack.extend(getattr(node, "parents", ()) or ())
 
 
-def _item_order(items: Any) -> tuple[Any, int | None, Any]:
-    """``(epoch order, items per epoch, index loader)`` of an item dataset built by our builders.
+def _item_plan(items: Any) -> Any:
+    """The builder's :class:`~audiotree.sources.datasets.plan.DatasetPlan` that ``items`` carries, or ``None``.
 
-    The epoch order is the :class:`~audiotree.sources.epoch_order.EpochShuffledMapDataset`
-    under ``items`` when only per-item maps lie between (so position ``p`` of
-    epoch ``e`` is row ``perm_e[p]``), else ``None``; the index loader is the
-    :class:`~audiotree.sources.indexed.IndexedLoader` mapped over the rows, if any.
+    Our builders' datasets carry it as ``items.plan`` through per-item maps
+    (``items.map(f)``); a step that moves items (``shuffle``, ``slice``, a
+    plain Grain dataset) carries none, and the items are then read in their own order.
     """
-    from audiotree.sources.indexed import IndexedLoader
-    from audiotree.sources.epoch_order import EpochShuffledMapDataset
+    from audiotree.sources.datasets.plan import DatasetPlan
 
-    node, loader = items, None
-    while True:
-        if isinstance(node, EpochShuffledMapDataset):
-            return node, node.items_per_epoch, loader
-        transform = getattr(node, "_transform", None)
-        parents = getattr(node, "parents", ()) or ()
-        if (transform is None and type(node).__name__ != "AudioMapDataset") or len(parents) != 1:
-            return None, None, loader
-        if isinstance(transform, IndexedLoader) and loader is None:
-            loader = transform
-        node = parents[0]
+    plan = getattr(items, "plan", None)
+    return plan if isinstance(plan, DatasetPlan) else None
 
 
 def _check_items(items: Any, plan: BucketPlan, order: Any, per_epoch: int | None) -> int:
@@ -102,14 +91,14 @@ def durations_of(items: Any) -> np.ndarray:
 
     ValueError when ``items`` was not built from an index (pass ``durations=``).
     """
-    _, _, loader = _item_order(items)
-    if loader is None:
+    plan = _item_plan(items)
+    if plan is None or plan.durations is None:
         raise ValueError(
             "batch_by_duration needs durations= for items not built from a corpus index (e.g. "
             "scan_durations(files) for a folder); with create_audio_dataset(corpus=Corpus(index=...)) they come "
             "from the index."
         )
-    return np.asarray(loader.rows.durations, dtype=np.float64)
+    return plan.durations
 
 
 class DurationBatchDataset(grain.MapDataset):
@@ -126,8 +115,9 @@ class DurationBatchDataset(grain.MapDataset):
     def __init__(self, items: grain.MapDataset, plan: BucketPlan, *, num_epochs: int | None = None,
                  pad_to: str = "bucket", shard_index: int = 0, pad_multiple: int = 1):
         super().__init__(items)
-        self._order, per_epoch, _ = _item_order(items)
-        self._n = _check_items(items, plan, self._order, per_epoch)
+        item_plan = _item_plan(items)
+        self._order = None if item_plan is None else item_plan.order
+        self._n = _check_items(items, plan, self._order, None if self._order is None else item_plan.items_per_epoch)
         self._positions: dict[int, np.ndarray] = {}
         self.pad_multiple = int(pad_multiple)
         self.plan = plan
@@ -307,14 +297,9 @@ def neutral_label(value: Any) -> Any:
 
 
 def _sample_rate_of(items: Any) -> int | None:
-    """The output rate of items read by our loaders (``None`` when unknown)."""
-    for node in _walk(items):
-        loader = getattr(node, "_transform", None)
-        loader = getattr(loader, "loader", loader)
-        rate = getattr(loader, "sample_rate", None)
-        if isinstance(rate, int) and rate > 0:
-            return rate
-    return None
+    """The output rate of items built by our builders (``None`` when unknown)."""
+    plan = _item_plan(items)
+    return None if plan is None else plan.sample_rate
 
 
 def _round_edges(edges: Any, rate: int, multiple: int) -> np.ndarray:
