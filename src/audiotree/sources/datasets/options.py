@@ -319,7 +319,7 @@ class BuildRequest:
       num_epochs: passes over the items; ``None`` repeats forever.
       duration: seconds per item (``None``: whole files); for windows, the window's.
       excerpt: the excerpt strategy (resolved: ``duration=None`` reads whole
-        files); ``None`` for the windowed builder.
+        files); the windowed builder does not use it.
       window: the windows (windowed sampling), else ``None``.
       has_index: the rows come from a corpus index (``Corpus.index``, or a
         group given as an index path).
@@ -334,7 +334,7 @@ class BuildRequest:
     corpus: Corpus
     num_epochs: int | None = 1
     duration: float | None = 1.0
-    excerpt: ExcerptConfig | None = None
+    excerpt: ExcerptConfig = ExcerptConfig()
     window: WindowConfig | None = None
     has_index: bool = False
 
