@@ -22,7 +22,6 @@ from typing import Any
 import grain
 import numpy as np
 
-from audiotree.io.storage import call_with_storage_options
 from audiotree.validation import is_real
 
 __all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "rows_by_group", "load_index"]
@@ -312,10 +311,7 @@ class IndexedLoader(grain.transforms.RandomMap):
     by_slot: bool = False
 
     def random_map(self, element: Any, rng: np.random.Generator):
-        # The staleness check reaches the storage too, with the wrapped loader's options.
-        return call_with_storage_options(getattr(self.loader, "storage_options", None), self._read, element, rng)
-
-    def _read(self, element: Any, rng: np.random.Generator):
+        # The staleness check reaches the storage with the options in effect (see loading.StorageScope).
         rows = self.rows
         slot = int(element)
         i = self.loader.slots.at(slot)[0] if self.by_slot else slot

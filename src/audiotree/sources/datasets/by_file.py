@@ -25,7 +25,7 @@ from audiotree.sources.datasets.common import (building_with_storage_options, pr
 from audiotree.sources.datasets.plan import DatasetPlan
 from audiotree.sources.containers import host_items
 from audiotree.sources.files import SourceSpec
-from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource
+from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, in_storage_scope
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.mixing import check_weights, mix_shuffled
 from audiotree.sources.epoch_order import EpochShuffledMapDataset
@@ -74,13 +74,14 @@ def build_file_dataset(sources: SourceSpec | None, filepaths: Sequence[str | os.
     loader = ExcerptLoader(
         sample_rate=output.sample_rate, duration=None if duration is None else float(duration), mono=output.mono,
         pad_mode=output.pad_mode, excerpt=excerpt, source=output.source, channels=None if output.mono else channels,
-        on_read_error=corpus.on_read_error, storage_options=corpus.storage_options, labels=stream_labels,
+        on_read_error=corpus.on_read_error, labels=stream_labels,
     )
     if rows is not None:
         loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=corpus.on_stale,
                                        stamp_group=output.source is None)
     ds, epochs = _file_dataset(files, shuffle=order.shuffle, num_epochs=request.num_epochs,
-                               shuffle_seed=order.shuffle_seed, excerpt_seed=order.excerpt_seed, loader=loader)
+                               shuffle_seed=order.shuffle_seed, excerpt_seed=order.excerpt_seed,
+                               loader=in_storage_scope(loader, corpus.storage_options))
     if output.measure_lufs:
         ds = ds.map(MeasureLufs())
     item_bytes = estimate_item_bytes(channels=1 if output.mono else (channels or 2), sample_rate=output.sample_rate,
@@ -194,12 +195,13 @@ def build_balanced_dataset(sources: Mapping[str, SourceSpec] | None, weights: Ma
         loader = ExcerptLoader(
             sample_rate=output.sample_rate, duration=None if duration is None else float(duration), mono=output.mono,
             pad_mode=output.pad_mode, excerpt=excerpt, source=name, channels=None if output.mono else channels,
-            on_read_error=corpus.on_read_error, storage_options=corpus.storage_options,
+            on_read_error=corpus.on_read_error,
         )
         if rows is not None:
             loader = indexed.IndexedLoader(rows=rows, loader=loader, on_stale=corpus.on_stale)
         parts.append(_file_dataset(files, shuffle=order.shuffle, num_epochs=request.num_epochs,
-                                   shuffle_seed=group_shuffle, excerpt_seed=group_excerpt, loader=loader)[0])
+                                   shuffle_seed=group_shuffle, excerpt_seed=group_excerpt,
+                                   loader=in_storage_scope(loader, corpus.storage_options))[0])
     for name, ds in datasets.items():
         if not isinstance(ds, grain.MapDataset):
             raise TypeError(f"datasets[{name!r}] must be a grain.MapDataset, got {type(ds).__name__}.")

@@ -39,13 +39,12 @@ from audiotree.formats.window_lufs import WindowLufsCache, file_stat, save_windo
 from audiotree.errors import AudioReadError
 from audiotree.io.decode import AudioFile, probe
 from audiotree.io.excerpt import OffsetPastEndError
-from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
 from audiotree.sources.datasets.options import BuildRequest, Output, WindowConfig
 from audiotree.sources.datasets.common import building_with_storage_options, refuse_text_windows, resolve_files
 from audiotree.sources.datasets.plan import DatasetPlan
 from audiotree.sources.containers import host_items
-from audiotree.sources.loading import MeasureLufs
+from audiotree.sources.loading import MeasureLufs, in_storage_scope
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.indexed import IndexedLoader, is_index_path, rows_for_builder, window_lufs_view
 from audiotree.sources.slots import build_slot_index, check_file_duration, lookup_files, plan_slots
@@ -247,8 +246,6 @@ class WindowLoader(grain.transforms.RandomMap):
     mono: bool
     pad_mode: str | None
     source: str | None
-    #: fsspec filesystem options for remote paths, applied around every read.
-    storage_options: Mapping[str, Any] | None = None
     #: Where the durations the slots were planned from came from (named when a file is shorter).
     durations_source: str = "durations="
 
@@ -256,10 +253,8 @@ class WindowLoader(grain.transforms.RandomMap):
         return self.read_slot(int(element), rng)
 
     def read_slot(self, slot: int, rng: np.random.Generator, *, reprobe: bool = False):
-        """The excerpt of ``slot``; ``reprobe`` re-reads the file's length (it changed since it was indexed)."""
-        return call_with_storage_options(self.storage_options, self._read_slot, slot, rng, reprobe)
-
-    def _read_slot(self, slot: int, rng: np.random.Generator, reprobe: bool):
+        """The excerpt of ``slot``; ``reprobe`` re-reads the file's length (it changed since it was indexed).
+        Remote paths are read with the storage options in effect (see :class:`~audiotree.sources.loading.StorageScope`)."""
         file, offset, stride, max_offset = self.slots.at(slot)
         if self.jitter and stride > 0:
             offset += float(rng.uniform(0.0, stride))
@@ -474,12 +469,12 @@ def windowed_group_dataset(
     ds = ds.repeat(num_epochs)
     loader = WindowLoader(
         files=paths, slots=slots, duration=duration, jitter=bool(window.jitter), sample_rate=int(sample_rate),
-        mono=bool(mono), pad_mode=pad_mode, source=name, storage_options=storage_options,
+        mono=bool(mono), pad_mode=pad_mode, source=name,
         durations_source=durations_source,
     )
     if rows is not None:
         loader = IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=name is None, by_slot=True)
-    return ds.random_map(loader, seed=excerpt_stream)
+    return ds.random_map(in_storage_scope(loader, storage_options), seed=excerpt_stream)
 
 
 
