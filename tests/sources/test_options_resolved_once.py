@@ -190,3 +190,22 @@ def test_bucket_keywords_of_earlier_releases_name_their_new_spelling(word, value
         batch_by_duration(grain.MapDataset.range(2), [1.0, 2.0], **{word: value})
     with pytest.raises(TypeError, match=rf"plan_buckets\(\) takes bucketing=BucketConfig\({word}=...\) now"):
         plan_buckets([1.0, 2.0], **{word: value})
+
+
+def test_storage_options_are_kept_on_one_step_only(corpus):
+    import dataclasses
+
+    from audiotree.sources.datasets.windowed import WindowLoader
+    from audiotree.sources.indexed import IndexedLoader
+    from audiotree.sources.loading import ExcerptLoader, StorageScope, in_storage_scope
+
+    # The loaders take the options from the context (io.storage.use_storage_options), never as a field.
+    for loader in (ExcerptLoader, WindowLoader, IndexedLoader):
+        assert "storage_options" not in {f.name for f in dataclasses.fields(loader)}
+    files, index = corpus
+    options = {"default_block_size": 2 ** 16}
+    ds = create_audio_dataset(corpus=Corpus(index=index, storage_options=options), duration=0.25, sample_rate=SR)
+    assert isinstance(ds.plan.loader, IndexedLoader) and ds[0].waveform.shape == (1, 1, SR // 4)
+    scope = in_storage_scope(ds.plan.loader, ds.plan.request.corpus.storage_options)
+    assert isinstance(scope, StorageScope) and scope.storage_options == options
+    assert in_storage_scope(ds.plan.loader, None) is ds.plan.loader  # no options: no step

@@ -105,7 +105,7 @@ class StorageScope(grain.transforms.RandomMap):
 
 def in_storage_scope(loader: Any, storage_options: Mapping[str, Any] | None) -> Any:
     """``loader`` as the step a dataset maps: in a :class:`StorageScope` when there are options, else itself."""
-    return StorageScope(loader, dict(storage_options)) if storage_options else loader
+    return StorageScope(loader, storage_options) if storage_options else loader
 
 
 @dataclasses.dataclass(frozen=True)
