@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         ds = bench_worker.grain_dataset(args.config, args.corpus_dir)
         return iter(ds.to_iter_dataset(read_options=sync).batch(32, batch_fn=AudioTree.batch))
 
-    # The names decode.py calls the two checks by (it imports check_finite from io.failures).
+    # The names decode.py calls the two checks by (it imports check_finite from io.read_errors).
     names = {"finite": "check_finite", "length": "_check_length_claim"}
     checks = {k: getattr(decode, name) for k, name in names.items()}
 

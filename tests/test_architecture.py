@@ -6,6 +6,13 @@ every string literal that names a module of the package (what a lazy
 ``importlib.import_module`` table loads). Only imports under
 ``if TYPE_CHECKING:`` are left out, since they never run.
 
+Above the modules, the graph is read per unit: a package with its subpackages
+(``audiotree.sources``), or a root module (``audiotree.commands``). Units form no
+cycle (an edge kept would be listed in ``KNOWN_UNIT_CYCLE_EDGES`` with its reason),
+and ``LAYERS`` states their order, bottom to top: an import goes down or
+sideways, and at most one goes up, listed in ``KNOWN_UPWARD`` with its reason.
+Every unit has a place, so a new package or root module states its layer.
+
 Beyond the graph, four counts must be 0 (or name each exception with its reason,
 in the ``KNOWN_*`` tables below; an entry that no longer matches fails, so no
 exception outlives its reason):
@@ -580,33 +587,151 @@ def test_validators_are_defined_once():
     _check_known(redefined_validators(), KNOWN_REDEFINED_VALIDATORS, "redefined validators")
 
 
-# Layers that must not reach up: each package may import only the packages (and top-level modules) listed.
-# The decoding layer knows nothing of how excerpts are chosen; the meter knows nothing of files.
-UPWARD = {
-    "audiotree.io": ("audiotree.excerpts", "audiotree.sources", "audiotree.index", "audiotree.core",
-                     "audiotree.tree_io", "audiotree.writers", "audiotree.torch", "audiotree.jax", "audiotree.cli"),
-    "audiotree.dsp": ("audiotree.io", "audiotree.excerpts", "audiotree.sources", "audiotree.index",
-                      "audiotree.core", "audiotree.formats"),
-    "audiotree.excerpts": ("audiotree.sources", "audiotree.core", "audiotree.tree_io", "audiotree.writers",
-                           "audiotree.torch", "audiotree.cli"),
-}
+# ------------------------------------------------------------------ layers
+# The layer order, bottom to top. A unit is a package (``audiotree.io``, its subpackages included) or a
+# root module (``audiotree.commands``); units on one line share a layer. An import may go down or sideways,
+# never up: a unit imports only units of its own layer or of the layers below. Every unit of the package
+# is placed (a new one fails until it is), except ``audiotree`` itself, the public face that re-exports all.
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "validation", "version", "fs", "lazy_exports", "leaves", "provenance", "tree_fields",
+     "synth", "quality_synth"),                 # plain helpers that import nothing of the package
+    ("limits", "seeds", "lengths"),             # numbers: sane ranges, seeds, lengths
+    ("parallel",),                              # executors, chunks
+    ("process_local",),                         # per-process state that travels to workers
+    ("dsp",),                                   # metering, resampling, edits
+    ("io",),                                    # bytes and decoding
+    ("commands",),                              # command lines in messages
+    ("formats",),                               # on-disk layouts we write or import (no container class)
+    ("discovery",),                             # files, container members and their labels; host shares
+    ("index",),                                 # the corpus index
+    ("excerpts",),                              # choosing excerpts (the loudest plan reads the index)
+    ("tree_io",),                               # the reading behind AudioTree's file methods (takes the class)
+    ("core",),                                  # the container, AudioTree: nothing below it knows of it
+    ("transforms",),
+    ("writers",),
+    ("sources",),                               # the builders: datasets for Grain
+    ("torch", "jax"),                           # adapters
+    ("plots",),
+    ("tuning", "preview", "scan"),              # reports
+    ("cli",),
+]
+
+# Imports from a lower layer to a higher one kept for now, each with its reason (module -> module).
+# The test fails once one is gone, so no entry outlives its reason.
+KNOWN_UPWARD: dict[str, str] = {}
+
+# Import edges between units that close a cycle of units, kept for now, each with its reason ("unit -> unit").
+# Without them the graph of units has no cycle; the test fails once one no longer closes a cycle.
+KNOWN_UNIT_CYCLE_EDGES: dict[str, str] = {}
+
+
+def unit_of(module: str) -> str | None:
+    """The layer unit of a module: ``audiotree.io.storage`` -> ``io``; ``audiotree`` itself -> None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def unit_graph(graph: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
+    """Unit -> unit it imports -> the module imports that make the edge (function-level ones included)."""
+    units: dict[str, dict[str, list[str]]] = {}
+    for module, deps in graph.items():
+        a = unit_of(module)
+        if a is None:
+            continue
+        units.setdefault(a, {})
+        for dep in deps:
+            b = unit_of(dep)
+            if b is not None and b != a:
+                units[a].setdefault(b, []).append(f"{module} -> {dep}")
+    return units
+
+
+def unplaced_units(graph: dict[str, set[str]]) -> list[str]:
+    """Units not in ``LAYERS``, units placed twice, and placed names that are no unit of the package."""
+    placed = [u for layer in LAYERS for u in layer]
+    units = set(unit_graph(graph))
+    gone = {f"{u} (placed, but no such package or module)" for u in placed if u not in units}
+    return sorted((units - set(placed)) | {u for u in placed if placed.count(u) > 1} | gone)
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``module -> module`` for every import from a lower layer to a higher one (see ``LAYERS``)."""
+    rank = {u: i for i, layer in enumerate(LAYERS) for u in layer}
     out = []
-    for package, above in UPWARD.items():
-        for module, deps in graph.items():
-            if module == package or module.startswith(package + "."):
-                out += [f"{module} -> {d}" for d in sorted(deps)
-                        if any(d == a or d.startswith(a + ".") for a in above)]
-    return out
+    for a, targets in unit_graph(graph).items():
+        for b, edges in targets.items():
+            if a in rank and b in rank and rank[a] < rank[b]:
+                out += edges
+    return sorted(out)
+
+
+def unit_cycles(graph: dict[str, set[str]], known: dict[str, str]) -> tuple[list[list[str]], list[str]]:
+    """(cycles of units left once the listed edges are dropped, listed edges that close no cycle)."""
+    units = unit_graph(graph)
+    plain = {a: set(targets) for a, targets in units.items()}
+    listed = [tuple(edge.split(" -> ")) for edge in known]
+    for a, b in listed:
+        plain.get(a, set()).discard(b)
+    cycles = find_cycles(plain)
+    stale = []
+    for a, b in listed:
+        if b not in units.get(a, {}):
+            stale.append(f"{a} -> {b}")
+            continue
+        # The edge closes a cycle when b reaches a through the graph with every listed edge in place.
+        full = {u: set(t) for u, t in units.items()}
+        seen, todo = {b}, [b]
+        while todo:
+            for nxt in full.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        if a not in seen:
+            stale.append(f"{a} -> {b}")
+    return cycles, sorted(stale)
+
+
+def test_every_unit_has_a_layer():
+    graph, _ = import_graph()
+    assert unplaced_units(graph) == [], "place each package and root module once in LAYERS"
 
 
 def test_lower_layers_do_not_import_upper_ones():
     graph, _ = import_graph()
-    assert upward_imports(graph) == []
+    found = upward_imports(graph)
+    assert [f for f in found if f not in KNOWN_UPWARD] == [], "an import goes up a layer: move the code down"
+    assert sorted(set(KNOWN_UPWARD) - set(found)) == [], "a listed upward import is gone: drop it from KNOWN_UPWARD"
+    assert len(KNOWN_UPWARD) <= 1
     graph["audiotree.io.excerpt"].add("audiotree.excerpts.config")  # what io/excerpt.py did before #26
-    assert upward_imports(graph) == ["audiotree.io.excerpt -> audiotree.excerpts.config"]
+    assert "audiotree.io.excerpt -> audiotree.excerpts.config" in upward_imports(graph)
+
+
+def test_no_cycles_between_packages():
+    graph, _ = import_graph()
+    cycles, stale = unit_cycles(graph, KNOWN_UNIT_CYCLE_EDGES)
+    assert cycles == [], "packages import each other: move the code to the layer it belongs to"
+    assert stale == [], "a listed edge no longer closes a cycle: drop it from KNOWN_UNIT_CYCLE_EDGES"
+
+
+def test_the_layer_checks_can_fail(tmp_path, monkeypatch):
+    # A package made up for the test: low.a imports high.b at the top, high.b imports low.a inside a
+    # function (a cycle of units held by a function-level import), and a new unit is left unplaced.
+    pkg = tmp_path / "audiotree"
+    for sub in ("low", "high"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("from audiotree.high.b import g\n")
+    (pkg / "high" / "b.py").write_text("def g():\n    from audiotree.low import a\n    return a\n")
+    (pkg / "stray.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE_ROOT", pkg)
+    monkeypatch.setattr(sys.modules[__name__], "LAYERS", [("low",), ("high", "gone")])
+    graph, _ = import_graph()
+    assert unplaced_units(graph) == ["gone (placed, but no such package or module)", "stray"]
+    assert upward_imports(graph) == ["audiotree.low.a -> audiotree.high.b"]
+    assert unit_cycles(graph, {}) == ([["high", "low"]], [])
+    assert unit_cycles(graph, {"low -> high": "planted"}) == ([], [])
+    assert unit_cycles(graph, {"high -> stray": "planted"}) == ([["high", "low"]], ["high -> stray"])
 
 
 def test_the_widened_counts_can_fail(tmp_path, monkeypatch):
@@ -679,6 +804,18 @@ if __name__ == "__main__":
             print("  ", f)
         for f in sorted(set(known) - {_unlined(f) for f in found}):
             print("   listed but no longer found:", f)
+    upward = upward_imports(graph)
+    print(f"imports from a lower layer to a higher one: {len(upward)} (listed: {len(KNOWN_UPWARD)})")
+    for u in upward:
+        print("  ", u, "(listed)" if u in KNOWN_UPWARD else "")
+    unit_cycles_left, unit_stale = unit_cycles(graph, KNOWN_UNIT_CYCLE_EDGES)
+    print(f"cycles between packages once the listed edges are dropped: {len(unit_cycles_left)}")
+    for c in unit_cycles_left:
+        print("  cycle:", " <-> ".join(c))
+    for edge in unit_stale:
+        print("   listed but no longer closing a cycle:", edge)
+    for u in unplaced_units(graph):
+        print("   not placed in LAYERS:", u)
     longs = long_modules()
     print(f"modules over {MAX_LINES} lines: {len(longs)}")
     for m in longs:

@@ -23,10 +23,11 @@ Shape conventions
 different tree definitions. Every method returns a new tree; nothing mutates.
 NumPy and JAX leaves are both supported; operations stay in the leaf's library.
 
-The container knows nothing of files. The published API puts five readers and
-writers on the class (``from_file``, ``excerpt``, ``loudest_excerpt``,
-``from_manifest``, ``write``); they are thin wrappers over :mod:`audiotree.io`,
-which returns plain arrays and never imports this module, so dependencies point
+The container knows nothing of files. The published API puts readers and a
+writer on the class (``from_file``, ``from_clip``, ``excerpt``,
+``loudest_excerpt``, ``from_manifest``, ``write``); the class body binds them
+from :mod:`audiotree.tree_io`, which reads through :mod:`audiotree.io` and
+:mod:`audiotree.excerpts` and never imports this module, so dependencies point
 one way (``tests/test_architecture.py`` checks the whole graph).
 """
 
@@ -54,8 +55,10 @@ from audiotree.leaves import (
     normalize_key,
     resolve_device,
 )
-from audiotree.tree_io import FileMethods
-from audiotree.tree_fields import ARRAY_FIELDS, DERIVED_FIELDS, LABEL_FIELDS, METADATA_KEYS, PYTREE_FIELDS
+from audiotree import tree_io
+from audiotree.tree_fields import (
+    ARRAY_FIELDS, DERIVED_FIELDS, LABEL_FIELDS, METADATA_KEYS, PYTREE_FIELDS, check_label_names, label_keywords,
+)
 
 __all__ = [
     "AudioTree",
@@ -97,7 +100,7 @@ def _batch_tree_or_none(nodes: Sequence[Any], pad_to: int | None = None) -> Any:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class AudioTree(FileMethods):
+class AudioTree:
     """A batch of audio excerpts with labels and provenance; an immutable pytree.
 
     Build one with :meth:`create`, :meth:`from_file` or :meth:`excerpt`; the raw
@@ -130,23 +133,18 @@ class AudioTree(FileMethods):
 
     # ------------------------------------------------------------------ building
     @classmethod
+    @label_keywords(before="extras")
     def create(
         cls,
         waveform: Any,
         sample_rate: int,
         *,
-        lufs: Any = None,
-        lufs_windows: Any = None,
-        pitch: Any = None,
-        velocity: Any = None,
-        note_duration: Any = None,
-        codes: Any = None,
-        latents: Any = None,
         extras: dict | None = None,
         filepath: str | os.PathLike | Sequence[str] | None = None,
         source: str | Sequence[str] | None = None,
         offset: Any = None,
         lengths: Any = None,
+        **labels: Any,
     ) -> "AudioTree":
         """Builds a validated tree.
 
@@ -162,6 +160,7 @@ class AudioTree(FileMethods):
         >>> tree.mask()[:, 0].tolist()
         [[True, True, True, True], [True, True, False, False]]
         """
+        check_label_names("create", labels)
         if waveform is not None:
             ndim = np.ndim(waveform)
             if ndim == 1:
@@ -176,28 +175,24 @@ class AudioTree(FileMethods):
         extras = dict(extras) if extras else {}
         check_extras(extras)
         batch = None
-        for candidate in (waveform, codes, latents):
+        for candidate in (waveform, labels.get("codes"), labels.get("latents")):
             if candidate is not None and np.ndim(candidate) > 0:
                 batch = int(np.shape(candidate)[0])
                 break
         metadata = encode_provenance(batch, filepath=filepath, source=source, offset=offset)
         if lengths is not None:
             lengths = check_lengths(lengths, waveform)
-        tree = cls(
-            waveform=waveform,
-            sample_rate=int(sample_rate),
-            lufs=lufs,
-            lufs_windows=lufs_windows,
-            pitch=pitch,
-            velocity=velocity,
-            note_duration=note_duration,
-            codes=codes,
-            latents=latents,
-            extras=extras,
-            _metadata=metadata,
-            lengths=lengths,
-        )
+        tree = cls(waveform=waveform, sample_rate=int(sample_rate), extras=extras, _metadata=metadata, lengths=lengths,
+                   **labels)
         return tree.zero_padding() if lengths is not None else tree
+
+    # ------------------------------------------------ files (the 1.0 API; the reading is audiotree.tree_io)
+    from_file = classmethod(tree_io.from_file)
+    from_clip = classmethod(tree_io.from_clip)
+    from_manifest = classmethod(tree_io.from_manifest)
+    excerpt = classmethod(tree_io.excerpt)
+    loudest_excerpt = classmethod(tree_io.loudest_excerpt)
+    write = tree_io.write
 
     # --------------------------------------------------------------- replacing
     def replace(self, **fields: Any) -> "AudioTree":

@@ -18,20 +18,39 @@ for their fresh value; pickling leaves them out and unpickling builds them new.
 >>> fresh = Reader.__new__(Reader); fresh.__setstate__(state)   # what unpickling does
 >>> fresh.path, fresh._open
 ('x.wav', {})
+
+A fresh value that depends on the object's other attributes (a buffer sized
+by them) is built by :class:`FromObject`, called with the object once the
+rest of its state is back:
+
+>>> class Counts(ProcessLocal):
+...     process_local = {"_rows": FromObject(lambda self: [0] * self.groups)}
+...     def __init__(self, groups):
+...         self.groups, self._rows = groups, [5] * groups
+>>> copy = Counts.__new__(Counts); copy.__setstate__(Counts(3).__getstate__())
+>>> copy._rows
+[0, 0, 0]
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Mapping
 
-__all__ = ["ProcessLocal", "ExitsWithPickler"]
+__all__ = ["ProcessLocal", "FromObject", "ExitsWithPickler"]
+
+
+class FromObject:
+    """A ``process_local`` factory that builds the fresh value from the object itself (``build(obj)``)."""
+
+    def __init__(self, build: Callable[[Any], Any]):
+        self.build = build
 
 
 class ProcessLocal:
     """Leaves the attributes of ``process_local`` out of its pickle and rebuilds them on load."""
 
-    #: attribute name -> a callable giving its fresh value in a new process
-    process_local: ClassVar[Mapping[str, Callable[[], Any]]] = {}
+    #: attribute name -> a callable giving its fresh value in a new process (or a FromObject)
+    process_local: ClassVar[Mapping[str, Callable[[], Any] | FromObject]] = {}
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -42,7 +61,7 @@ class ProcessLocal:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         for name, fresh in self.process_local.items():
-            setattr(self, name, fresh())
+            setattr(self, name, fresh.build(self) if isinstance(fresh, FromObject) else fresh())
 
 
 class ExitsWithPickler:

@@ -12,6 +12,9 @@ on-disk formats can agree on the fields without importing the container.
   rate, channels or level clears them.
 * ``METADATA_KEYS``: the closed key set of the private provenance dict.
 * ``LABEL_DTYPES``: the dtype a scalar label is stored with (``None``: as given).
+* :func:`label_keywords`: the label keywords of every function that builds a
+  tree from loose labels (``AudioTree.create``, ``AudioTree.from_file``),
+  written once here.
 
 >>> LABEL_FIELDS
 ('lufs', 'lufs_windows', 'pitch', 'velocity', 'note_duration', 'codes', 'latents')
@@ -21,7 +24,8 @@ array([100], dtype=int16)
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -33,6 +37,8 @@ __all__ = [
     "METADATA_KEYS",
     "LABEL_DTYPES",
     "wrap_label",
+    "label_keywords",
+    "check_label_names",
 ]
 
 PYTREE_FIELDS = (
@@ -72,3 +78,46 @@ def wrap_label(name: str, value: Any) -> Any:
     if value is None or np.ndim(value) != 0 or name not in LABEL_DTYPES:
         return value
     return np.asarray([value], dtype=LABEL_DTYPES.get(name))
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def label_keywords(fn: _F | None = None, *, before: str | None = None) -> Any:
+    """Publishes ``fn(..., **labels)`` with one keyword-only parameter per label (default ``None``).
+
+    The labels (:data:`LABEL_FIELDS`) are typed once, here, for every function
+    that takes them loose; ``inspect.signature`` (and so ``help``) shows them in
+    place of ``**labels``, or before the parameter named ``before``. ``fn`` calls
+    :func:`check_label_names` on what reaches ``**labels``.
+
+    >>> @label_keywords(before="source")
+    ... def make(data, *, source=None, **labels):
+    ...     check_label_names("make", labels)
+    ...     return labels
+    >>> list(inspect.signature(make).parameters)
+    ['data', 'lufs', 'lufs_windows', 'pitch', 'velocity', 'note_duration', 'codes', 'latents', 'source']
+    >>> make(1, pitch=60.0)
+    {'pitch': 60.0}
+    >>> make(1, loudness=-20.0)
+    Traceback (most recent call last):
+    TypeError: make() got an unexpected keyword argument 'loudness'
+    """
+    if fn is None:
+        return lambda f: label_keywords(f, before=before)
+    signature = inspect.signature(fn)
+    *named, rest = signature.parameters.values()
+    if rest.kind is not inspect.Parameter.VAR_KEYWORD:
+        raise TypeError(f"{fn.__qualname__} must end with **labels to take the label keywords.")
+    labels = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation="Any")
+              for name in LABEL_FIELDS]
+    at = len(named) if before is None else [p.name for p in named].index(before)
+    fn.__signature__ = signature.replace(parameters=[*named[:at], *labels, *named[at:]])  # type: ignore[attr-defined]
+    return fn
+
+
+def check_label_names(where: str, labels: dict) -> None:
+    """``TypeError`` (Python's own wording) for a name in ``labels`` that is not a label."""
+    for name in labels:
+        if name not in LABEL_FIELDS:
+            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")

@@ -248,6 +248,13 @@ def test_bench_json_and_plot(corpus, tmp_path):
     assert report["measurements"][1]["peak_rss_mb"] > report["measurements"][0]["peak_rss_mb"]
     assert report["knee"] in report["measurements"] and report["fits_budget"] is True
     assert plot.stat().st_size > 1000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The realised mix per window of 10 steps of 4 items, against the weights (1:1 here).
+    mix = report["mix"]
+    assert mix["names"] == ["speech", "music"] and mix["window"] == 40 and len(mix["windows"]) == 8
+    for window in mix["windows"]:
+        assert window["expected"] == {"speech": 0.5, "music": 0.5}
+        assert sum(window["realised"].values()) == pytest.approx(1.0)
+        assert abs(window["realised"]["speech"] - 0.5) <= 3 * (0.25 / 40) ** 0.5
 
 
 @pytest.mark.slow
@@ -257,6 +264,17 @@ def test_bench_table(corpus):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "knee" in result.stdout and "items/s" in result.stdout and "Use: ds.to_iter_dataset" in result.stdout
     assert "[2/2]" in result.stderr  # progress per setting
+    assert "Mix per" not in result.stdout  # one group: nothing is mixed
+
+
+@pytest.mark.slow
+def test_bench_table_shows_the_mix_per_window_of_steps(corpus):
+    result = run_cli("bench", *groups(corpus, "speech", "music"), "--weights", "speech=3", "--workers", "0",
+                     "--threads", "0", "--batches", "1", "--batch-size", "4", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "Mix per 10 steps of 4" in out and "0-9" in out and "70-79" in out and "(75.0%)" in out
+    assert "binomial SD" in out
 
 
 # ------------------------------------------------------------------ render
@@ -389,6 +407,7 @@ def test_demo_from_a_fresh_cache(tmp_path):
     out = result.stdout
     assert "generated in" in out and "items/s" in out
     assert "Proportions over 256 items" in out and "Mix of the first 8 batches" in out
+    assert "Mix per 10 steps of 32" in out and "70-79" in out and "(50.0%)" in out  # per window, read from the mix
     for group in ("speech", "music", "effects"):
         assert group in out
     # Observed shares follow the weights 0.5 / 0.3 / 0.2.

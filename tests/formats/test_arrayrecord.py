@@ -104,6 +104,7 @@ def test_hosts_read_disjoint_shard_files_that_cover_everything(written):
 
 
 def test_bad_datasets_are_refused_naming_the_file(written, tmp_path):
+    from audiotree import AudioTree
     from audiotree.formats.arrayrecord_codec import decode_item, encode_items
     from audiotree.sources import ArrayRecordAudioSource
     from audiotree.writers import ArrayRecordWriter
@@ -132,7 +133,7 @@ def test_bad_datasets_are_refused_naming_the_file(written, tmp_path):
     with pytest.raises(ValueError, match="hold 5 records but their indexes list 12"):
         ArrayRecordAudioSource(folder)
 
-    good = encode_items(_batch(1))[0]
+    good = encode_items(_batch(1), tree_class=AudioTree)[0]
     header_end = 10 + int.from_bytes(good[6:10], "little")
     for record, message in [
         (b"ATR", "shorter than"), (b"XXXX" + good[4:], "starts with"), (good[:-3], "past the end"),
@@ -141,7 +142,7 @@ def test_bad_datasets_are_refused_naming_the_file(written, tmp_path):
         (good.replace(b'"<f4"', b'"|O8"'), "dtype"), (good.replace(b'"<f4",[2,50]', b'"<f4",[2,51]'), "needs 408 bytes, not 400"),
     ]:
         with pytest.raises(ValueError, match=message) as info:
-            decode_item(record, "shard-x record 3")
+            decode_item(record, "shard-x record 3", tree_class=AudioTree)
         assert "shard-x record 3" in str(info.value)
 
 

@@ -122,3 +122,15 @@ def test_bad_lines_are_named(nemo, line, message):
     with pytest.raises(ValueError, match=message):
         import_nemo(str(nemo / "manifests" / "long.json"), str(nemo / "x.parquet"), executor="serial", loudness=False)
     assert not (nemo / "x.parquet").exists()
+
+
+def test_the_parser_renames_what_clashes_with_its_own_columns_or_the_callers(tmp_path):
+    # formats.nemo knows its own segment columns; the index's columns come from import_nemo (formats imports no index).
+    from audiotree.formats.nemo import read_manifests
+
+    _sox("-n", "-r", "16000", "-b", "16", "-c", "1", str(tmp_path / "a.wav"), "synth", "1", "sine", "440")
+    write_manifest(tmp_path / "m.json", [{"audio_filepath": "a.wav", "duration": 1.0, "id": "x", "sample_rate": 8}])
+    plain = read_manifests(tmp_path / "m.json")
+    assert plain.columns["id"] == ["a"] and plain.columns["nemo_id"] == ["x"] and plain.columns["sample_rate"] == [8]
+    reserved = read_manifests(tmp_path / "m.json", reserved={"sample_rate"})
+    assert reserved.columns["nemo_sample_rate"] == [8] and "sample_rate" not in reserved.columns

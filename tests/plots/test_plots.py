@@ -117,3 +117,29 @@ def test_both_plots_decode_in_headless_chromium(tmp_path):
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
     status = page_status(chromium, image_page(tmp_path, [tmp_path / "bad.png"], title="bad"), tmp_path / "profile-bad")
     assert status["broken"] == 1 and status["decoded"] == 0
+
+
+def test_mix_plot_draws_each_group_served_and_asked(tmp_path):
+    import grain
+
+    from audiotree.plots.mix import MIX_PLOT_HEIGHT, MIX_PLOT_WIDTH, plot_mix_proportions
+    from audiotree.sources import WeightSchedule, realised_proportions
+    from audiotree.sources.mixing import mix_shuffled
+
+    schedule = WeightSchedule({0: {"a": 0.9, "b": 0.1}, 1000: {"a": 0.1, "b": 0.9}})
+    endless = grain.MapDataset.range(10).repeat()
+    report = realised_proportions(mix_shuffled([endless, endless], schedule, seed=0, names=["a", "b"]), 2000)
+    fig = plot_mix_proportions(report, tmp_path / "mix.png", unit="item")
+    size, rgb = _pixels(tmp_path / "mix.png")
+    assert size == (MIX_PLOT_WIDTH, MIX_PLOT_HEIGHT)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+    lines = ax.get_lines()  # per group: the weights (dashed), then what was served (solid)
+    assert [line.get_linestyle() for line in lines] == ["--", "-", "--", "-"]
+    np.testing.assert_allclose(lines[3].get_ydata(), report.realised[:, 1])
+    np.testing.assert_allclose(lines[2].get_ydata(), report.expected[:, 1])
+    for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):
+        assert _count(rgb, colour) > 200
+    empty = report._replace(starts=[], realised=report.realised[:0], expected=report.expected[:0])
+    with pytest.raises(ValueError, match="no window"):
+        plot_mix_proportions(empty, tmp_path / "empty.png")

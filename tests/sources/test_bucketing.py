@@ -330,3 +330,48 @@ def test_crop_policy_reads_the_first_seconds(utterances):
     for k in range(batches.plan.batches_in_epoch(0)):
         batch = batches[k]
         assert batch.samples <= 2 * SR and np.all(batch.lengths <= 2 * SR)
+
+
+# ------------------------------------------------------------ scheduled group weights (#40)
+def test_group_weights_may_follow_a_schedule_of_batches():
+    from audiotree.sources import WeightSchedule
+
+    d = [1.0] * 60 + [1.0] * 60
+    groups = ["x"] * 60 + ["y"] * 60
+    schedule = WeightSchedule({0: {"x": 9, "y": 1}, 30: {"x": 1, "y": 9}}, interpolation="step")
+    plan = plan_buckets(d, BucketConfig(max_seconds=10, buckets=[1.0], weights=schedule, weight_by="count"),
+                        groups=groups)
+    static = plan_buckets(d, BucketConfig(max_seconds=10, buckets=[1.0], weights={"x": 9, "y": 1}, weight_by="count"),
+                          groups=groups)
+    assert [b.tolist() for b in plan.epoch(0).batches] == [b.tolist() for b in static.epoch(0).batches]
+
+    def y_share(epoch):
+        items = np.concatenate(plan.epoch(epoch).batches)
+        items = items[items != FILLER]
+        return float(np.mean(np.asarray(groups)[items] == "y"))
+
+    assert y_share(0) == pytest.approx(0.1, abs=0.02)
+    starts = [plan.epoch_start(e) for e in range(6)]
+    switched = next(e for e in range(6) if starts[e] >= 30)  # the first epoch starting at or after batch 30
+    assert all(y_share(e) == pytest.approx(0.1, abs=0.02) for e in range(switched))
+    assert all(y_share(e) == pytest.approx(0.9, abs=0.02) for e in range(switched, 6))
+    # Pure: a fresh plan locates a late batch without having planned the earlier epochs in order.
+    again = plan_buckets(d, BucketConfig(max_seconds=10, buckets=[1.0], weights=schedule, weight_by="count"),
+                         groups=groups)
+    assert again.batch(starts[5] + 1)[1].tolist() == plan.batch(starts[5] + 1)[1].tolist()
+    with pytest.raises(ValueError, match=r"missing \['y'\]"):
+        plan_buckets(d, BucketConfig(max_seconds=10, weights=WeightSchedule({0: {"x": 1, "z": 1}})), groups=groups)
+
+
+def test_batch_by_duration_takes_a_schedule(utterances):
+    from audiotree.sources import WeightSchedule
+
+    groups = ["even" if i % 2 == 0 else "odd" for i in range(len(utterances))]
+    schedule = WeightSchedule({0: {"even": 1, "odd": 0}, 1: {"even": 0, "odd": 1}}, interpolation="step")
+    batches = _pipeline(utterances, BucketConfig(max_seconds=8.0, buckets=4, weights=schedule), groups=groups,
+                        num_epochs=2)
+    first = batches.plan.epoch_start(1)
+    epoch0 = {s for k in range(first) for s in batches[k].filepath if s}
+    epoch1 = {s for k in range(first, len(batches)) for s in batches[k].filepath if s}
+    assert epoch0 and epoch0 <= set(utterances[0::2])
+    assert epoch1 and epoch1 <= set(utterances[1::2])

@@ -28,7 +28,7 @@ from audiotree.sources import (
     create_windowed_audio_dataset,
     find_audio_files,
 )
-from audiotree.sources.containers import expand_braces
+from audiotree.discovery.containers import expand_braces
 from container_factories import RATE, make_corpus
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)

@@ -1,7 +1,7 @@
 """Per-host splits by container (``shard_options=``) in the balanced and windowed builders.
 
 Each host of ``n`` gets whole tar shards, Parquet row groups or plain files,
-dealt round robin (:func:`audiotree.sources.containers.host_share`). The
+dealt round robin (:func:`audiotree.discovery.sharding.host_share`). The
 shares must be disjoint and together complete, a host must never open
 another host's shard (checked by deleting those shards before it reads), and
 the balanced builder must split every group, so each host mixes every group.

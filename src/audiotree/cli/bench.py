@@ -23,6 +23,7 @@ from audiotree.cli._common import (
     stderr_console,
     stdout_console,
 )
+from audiotree.cli._mixes import mix_report, mix_table
 
 
 @click.command(short_help="Measure workers x threads x buffers and name the knee.")
@@ -89,10 +90,12 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
         if plot.parent and not plot.parent.exists():
             plot.parent.mkdir(parents=True, exist_ok=True)
         result.plot(plot, corpus=describe_sources(parsed), pipeline=describe_pipeline(pipeline))
+    mix = mix_report(ds, batch_size)  # what the mix serves per window of steps, read without audio
     if as_json:
         payload = result.to_dict()
         payload["cpu_count"] = os.cpu_count()
         payload["plot"] = None if plot is None else str(plot)
+        payload["mix"] = None if mix is None else mix.to_dict()
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
 
@@ -125,5 +128,8 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
                   f"prefetch_buffer_size={k.prefetch_buffer_size}))"
                   + (f".mp_prefetch(grain.MultiprocessingOptions(num_workers={k.num_workers}, "
                      f"per_worker_buffer_size={k.per_worker_buffer_size}))" if k.num_workers else ""), soft_wrap=True)
+    if mix is not None:
+        console.print(mix_table(mix, batch_size))
     if plot is not None:
         console.print(f"Plot: {plot}")
+

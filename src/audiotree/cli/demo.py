@@ -13,6 +13,8 @@ from pathlib import Path
 import click
 
 from audiotree.cli._common import CliError, fmt_rate, stdout_console
+from audiotree.cli._mixes import mix_report
+from audiotree.cli._mixes import mix_table as windowed_mix_table
 
 CORPUS_NAME = "demo-corpus-v2"
 WEIGHTS = {"speech": 0.5, "music": 0.3, "effects": 0.2}
@@ -169,6 +171,9 @@ def demo(out_dir: Path, workers: int, batches: int, batch_size: int, n: int) -> 
     for name in WEIGHTS:
         mix_table.add_row(name, *(str(m[name]) for m in shown))
     console.print(mix_table)
+    windows = mix_report(ds, batch_size)  # the mix over longer runs, read from the mix (no audio)
+    if windows is not None:
+        console.print(windowed_mix_table(windows, batch_size))
 
     if n:
         from audiotree.preview import render_preview

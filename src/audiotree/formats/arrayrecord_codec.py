@@ -86,17 +86,19 @@ def _leaf_entry(leaf: Leaf, row: int) -> tuple[list, bytes]:
     return [leaf.name, "array", value.dtype.str, list(value.shape[1:]), len(data)], data
 
 
-def encode_items(batch: Any) -> list[bytes]:
+def encode_items(batch: Any, *, tree_class: type) -> list[bytes]:
     """One record per item of a batched pytree (an ``AudioTree``, a dict of them, ...).
+
+    ``tree_class`` is the container class (``audiotree.AudioTree``; see :func:`audiotree.formats.tree.flatten`).
 
     >>> import numpy as np
     >>> from audiotree import AudioTree
     >>> tree = AudioTree.create(np.zeros((2, 1, 4), np.float32), 16_000, filepath=["a.wav", "b.wav"])
-    >>> records = encode_items(tree)
-    >>> len(records), decode_item(records[1]).filepath
+    >>> records = encode_items(tree, tree_class=AudioTree)
+    >>> len(records), decode_item(records[1], tree_class=AudioTree).filepath
     (2, ['b.wav'])
     """
-    structure, leaves = flatten(batch)
+    structure, leaves = flatten(batch, tree_class=tree_class)
     sizes = {leaf.batch for leaf in leaves}
     if len(sizes) > 1:
         raise ValueError(f"The leaves of the batch have different batch sizes {sorted(sizes)}; cannot split it into items.")
@@ -137,7 +139,7 @@ def _shape(value: Any, where: str, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def decode_item(record: bytes, where: str = "record") -> Any:
+def decode_item(record: bytes, where: str = "record", *, tree_class: type) -> Any:
     """The item (a batch of 1, e.g. an ``AudioTree`` with waveform ``(1, C, T)``) a record holds.
 
     Arrays are fresh, writable copies. Raises ``ValueError`` naming ``where``
@@ -194,7 +196,7 @@ def decode_item(record: bytes, where: str = "record") -> Any:
     if offset != view.nbytes:
         raise _damaged(where, f"{view.nbytes - offset} bytes follow the last leaf")
     _check_structure(header["structure"], set(values), where)
-    return build(header["structure"], values)
+    return build(header["structure"], values, tree_class=tree_class)
 
 
 def check_index(obj: Any, where: str) -> tuple[list[tuple[str, int]], dict]:

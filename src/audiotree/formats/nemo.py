@@ -12,8 +12,10 @@ path starts from the manifest's own folder), ``duration`` (seconds read),
 segment ``[offset, offset + duration)`` of its file (no ``offset``: from 0; no
 ``duration``: to the end of the file), its ``text`` (and any field whose name
 ends in ``text``, such as ``pred_text``) a text label, and every other field a
-label column as is. A field whose name is one of the index's
-own columns (``path``, ``id``, ``sample_rate``, ...) is kept as
+label column as is. A field whose name is one of the segment list's own
+columns (``path``, ``start``, ``end``, ``id``, ``recording``) or one of the
+``reserved`` names the caller gives (:func:`audiotree.index.import_nemo`
+gives the index's own columns: ``sample_rate``, ...) is kept as
 ``nemo_<name>``; a list or object value is kept as its JSON text. Ids: the
 recording id is the file name without extension (its path relative to the
 manifest's folder when two files share a name); a segment's id is its
@@ -43,7 +45,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Iterator, Sequence
+from typing import Collection, Iterator, Sequence
 
 from audiotree.formats.imported import ImportedSegments, json_lines
 from audiotree.validation import is_real
@@ -111,8 +113,12 @@ def _recording_ids(paths: Sequence[str], roots: dict) -> dict:
     return out
 
 
-def read_manifests(manifests: Sequence[str | os.PathLike] | str | os.PathLike) -> ImportedSegments:
-    """Parses NeMo manifests into a segment list (see the module docstring)."""
+def read_manifests(manifests: Sequence[str | os.PathLike] | str | os.PathLike, *,
+                   reserved: Collection[str] = ()) -> ImportedSegments:
+    """Parses NeMo manifests into a segment list (see the module docstring).
+
+    A field named as one of ``reserved`` (or as a column of the segment list) is kept as ``nemo_<name>``.
+    """
     if isinstance(manifests, (str, os.PathLike)):
         manifests = [manifests]
     files = [os.path.abspath(os.fspath(m)) for m in manifests]
@@ -148,9 +154,7 @@ def read_manifests(manifests: Sequence[str | os.PathLike] | str | os.PathLike) -
            for p, s, e in zip(segment_paths, starts, ends)]
     columns: dict[str, list] = {"path": segment_paths, "start": starts, "end": ends, "id": ids,
                                 "recording": [rec_of[p] for p in segment_paths]}
-    from audiotree.index.table_schema import RESERVED_COLUMNS, SEGMENT_NAMES
-
-    taken = RESERVED_COLUMNS | set(SEGMENT_NAMES)  # an index's own columns: a field of that name is renamed
+    taken = set(columns) | set(reserved)  # columns of the list or the caller's: a field of that name is renamed
     names = list(dict.fromkeys(k for r in rows for k in r))
     text = []
     for name in names:

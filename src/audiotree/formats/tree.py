@@ -171,30 +171,30 @@ def _as_array(value: Any, name: str) -> np.ndarray:
     return array
 
 
-def flatten(tree: Any) -> tuple[dict, list[Leaf]]:
+def flatten(tree: Any, *, tree_class: type) -> tuple[dict, list[Leaf]]:
     """``(structure node, leaves)`` of a pytree, in a deterministic order.
 
     Accepts an ``AudioTree``, a dict (keys sorted), nested combinations, an
-    array, a ``str`` (a batch of one) or a list of ``str``.
+    array, a ``str`` (a batch of one) or a list of ``str``. ``tree_class`` is
+    the container class (``audiotree.AudioTree``): the layout knows its fields,
+    the caller names the class, so this module imports no container.
     """
     leaves: list[Leaf] = []
-    node = _flatten(tree, "", leaves, 0)
+    node = _flatten(tree, "", leaves, 0, tree_class)
     return node, leaves
 
 
-def _flatten(value: Any, path: str, leaves: list[Leaf], depth: int) -> dict:
-    from audiotree.core import AudioTree
-
+def _flatten(value: Any, path: str, leaves: list[Leaf], depth: int, tree_class: type) -> dict:
     if depth > MAX_DEPTH:
         raise ValueError(f"The pytree is nested more than {MAX_DEPTH} levels deep at {path!r}.")
     name = path or ROOT_LEAF
-    if isinstance(value, AudioTree):
-        return _flatten_audio_tree(value, path, leaves, depth)
+    if isinstance(value, tree_class):
+        return _flatten_audio_tree(value, path, leaves, depth, tree_class)
     if isinstance(value, Mapping):
         children = {}
         for key in sorted(value, key=lambda k: (not isinstance(k, str), str(k))):
             key = _check_key(key, path)
-            children[key] = _flatten(value[key], _join(path, key), leaves, depth + 1)
+            children[key] = _flatten(value[key], _join(path, key), leaves, depth + 1, tree_class)
         return {"type": "dict", "children": children}
     if _is_string_leaf(value):
         strings = [value] if isinstance(value, str) else list(value)
@@ -219,7 +219,7 @@ def _flatten(value: Any, path: str, leaves: list[Leaf], depth: int) -> dict:
     return {"type": "array", "leaf": name}
 
 
-def _flatten_audio_tree(tree: Any, path: str, leaves: list[Leaf], depth: int) -> dict:
+def _flatten_audio_tree(tree: Any, path: str, leaves: list[Leaf], depth: int, tree_class: type) -> dict:
     from audiotree.provenance import decode_strings
 
     children: dict[str, Any] = {}
@@ -235,7 +235,7 @@ def _flatten_audio_tree(tree: Any, path: str, leaves: list[Leaf], depth: int) ->
             raise TypeError(f"{_join(path, 'extras')!r} must be a dict, got {type(tree.extras).__name__}.")
         from audiotree.provenance import stored_extras
 
-        children["extras"] = _flatten(stored_extras(tree.extras), _join(path, "extras"), leaves, depth + 1)
+        children["extras"] = _flatten(stored_extras(tree.extras), _join(path, "extras"), leaves, depth + 1, tree_class)
     metadata = tree.provenance
     if metadata:
         unknown = sorted(set(metadata) - {"filepath", "source", "offset"})
@@ -580,26 +580,28 @@ def prune(node: dict, prefixes: tuple[str, ...], path: str = "") -> dict | None:
     return {**node, "children": children}
 
 
-def build(node: dict, values: Mapping[str, Any]) -> Any:
-    """Rebuilds one item from its leaf values (arrays ``(1, ...)``, strings ``str``)."""
+def build(node: dict, values: Mapping[str, Any], *, tree_class: type) -> Any:
+    """Rebuilds one item from its leaf values (arrays ``(1, ...)``, strings ``str``).
+
+    An ``AudioTree`` node becomes an instance of ``tree_class`` (the caller's ``audiotree.AudioTree``).
+    """
     kind = node["type"]
     if kind in ("array", "string"):
         return values[node["leaf"]]
     if kind == "dict":
-        return {key: build(child, values) for key, child in node["children"].items()}
-    from audiotree.core import AudioTree
+        return {key: build(child, values, tree_class=tree_class) for key, child in node["children"].items()}
     from audiotree.provenance import KEY_EXTRA, encode_strings, restored_key
 
     children = node["children"]
-    fields = {key: build(children[key], values) for key in _ARRAY_FIELDS if key in children}
-    extras = build(children["extras"], values) if "extras" in children else {}
+    fields = {key: build(children[key], values, tree_class=tree_class) for key in _ARRAY_FIELDS if key in children}
+    extras = build(children["extras"], values, tree_class=tree_class) if "extras" in children else {}
     if KEY_EXTRA in extras:  # stored as text, carried as code-point rows
         extras[KEY_EXTRA] = restored_key(extras[KEY_EXTRA])
     metadata: dict[str, Any] = {}
     if "metadata" in children:
-        for key, value in build(children["metadata"], values).items():
+        for key, value in build(children["metadata"], values, tree_class=tree_class).items():
             metadata[key] = encode_strings([value]) if key in _METADATA_STRINGS else value
-    return AudioTree(
+    return tree_class(
         waveform=fields.pop("waveform", None), sample_rate=int(node["sample_rate"]), extras=extras,
         _metadata=metadata, **fields,
     )

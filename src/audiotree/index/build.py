@@ -115,7 +115,7 @@ def _source_root(entry: str) -> str:
 
 def _normalize_sources(sources: Any) -> tuple[list[tuple[str | None, str]], dict]:
     """(group, entry) pairs, and the JSON description kept for the refresh command."""
-    from audiotree.sources.files import source_pairs
+    from audiotree.discovery.files import source_pairs
 
     pairs = source_pairs(sources)
 
@@ -146,12 +146,12 @@ def _discover(pairs, extensions, containers: Any = None,
               audio_column: str | None = None) -> list[tuple[str, str | None, str]]:
     """(absolute path, group, source root) per file, first listing wins.
 
-    ``containers`` (a :class:`~audiotree.sources.containers.ContainerItems`)
+    ``containers`` (a :class:`~audiotree.discovery.containers.ContainerItems`)
     collects the sidecar labels, skipped members and listing faults of tar
     shards and Parquet files; each fault's group is kept in its ``groups``.
     """
     from audiotree.io.members import absolute as member_absolute
-    from audiotree.sources.files import discover as discover_files
+    from audiotree.discovery.files import discover as discover_files
 
     seen: dict[str, str | None] = {}
     out = []
@@ -484,7 +484,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
         described["root"] = root_abs
     from audiotree.index import container_labels, segment_build
-    from audiotree.sources.containers import ContainerItems
+    from audiotree.discovery.containers import ContainerItems
 
     containers = ContainerItems()
     found = _discover(pairs, extensions, containers, audio_column)

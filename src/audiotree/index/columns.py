@@ -68,6 +68,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from audiotree.index.store_build import STORE_FORMAT
+from audiotree.process_local import ProcessLocal
 from audiotree.index.store_check import CHUNK, CheckedFile, damaged, save_checked_npy
 
 __all__ = ["ColumnStore", "open_columns", "store_folder", "generation_name", "STORE_FORMAT", "KEEP_GENERATIONS"]
@@ -102,7 +103,7 @@ def store_folder(index_path: str) -> str:
     return os.path.join(_cache_root(), "columns", f"{os.path.basename(key.rstrip('/'))}-{digest}")
 
 
-class ColumnStore:
+class ColumnStore(ProcessLocal):
     """The columns of one index, on disk (see the module docstring).
 
     Per-row look-ups (:meth:`value`, :meth:`string`, :meth:`profile`,
@@ -115,14 +116,13 @@ class ColumnStore:
     pickling keeps only the folder and the manifest.
     """
 
+    process_local = {"_files": dict}  # the files this process opened
+
     def __init__(self, directory: str, manifest: dict):
         self.directory = directory
         self.manifest = manifest
         # name -> (checked file, data offset, dtype, shape): this process's open files
         self._files: dict[str, tuple] = {}
-
-    def __reduce__(self):
-        return (ColumnStore, (self.directory, self.manifest))
 
     def close(self) -> None:
         """Closes the files this process opened (later reads open them again)."""

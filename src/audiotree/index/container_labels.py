@@ -1,7 +1,7 @@
 """What tar shards and Parquet files bring to an index build: sidecar labels, faults, row order.
 
 * Sidecar labels (a shard's ``key.json`` / ``key.txt`` / ``key.cls``; a Parquet
-  file's other columns; :mod:`audiotree.sources.containers`) become label
+  file's other columns; :mod:`audiotree.discovery.containers`) become label
   columns through the same join as a labels file
   (:func:`audiotree.index.labels.match_labels` and :func:`~audiotree.index.labels.label_columns`), so they are typed the same way:
   text by name (``text``, ``txt``, ...) or as declared in ``text_columns``,
@@ -54,7 +54,7 @@ def sidecar_columns(labels: dict, abs_paths: Sequence[str], taken: set[str],
     """
     pa = require_pyarrow()
 
-    from audiotree.sources.containers import label_rows
+    from audiotree.discovery.containers import label_rows
 
     out = []
     for name, values in label_rows(labels, list(abs_paths)).items():

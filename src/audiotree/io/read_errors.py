@@ -10,6 +10,7 @@ True
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from audiotree.errors import AudioReadError, read_error_category
 from audiotree.io import storage
 from audiotree.validation import check_choice
 
-__all__ = ["ON_READ_ERROR", "check_on_read_error", "SKIP_HINT", "failure_hint", "describe", "read_error", "file_size", "read_span", "check_finite", "bad_file"]
+__all__ = ["ON_READ_ERROR", "check_on_read_error", "handle_read_error", "SKIP_HINT", "failure_hint", "describe", "read_error", "file_size", "read_span", "check_finite", "bad_file"]
 
 #: What a reader does with a file it cannot read: raise (default), warn and drop it, or drop it.
 ON_READ_ERROR = ("raise", "skip", "warn")
@@ -29,6 +30,14 @@ SKIP_HINT = 'or use on_read_error="skip" (Corpus(on_read_error="skip") in a buil
 def check_on_read_error(value: Any) -> str:
     """``value`` if it is an ``on_read_error`` policy (:data:`ON_READ_ERROR`), else a ``ValueError``."""
     return check_choice(value, "on_read_error", ON_READ_ERROR)
+
+
+def handle_read_error(exc: AudioReadError, policy: str) -> None:
+    """Applies an ``on_read_error`` policy: re-raise, warn and drop, or drop."""
+    if policy == "raise":
+        raise exc
+    if policy == "warn":
+        warnings.warn(f"Skipping unreadable audio: {exc}", UserWarning, stacklevel=3)
 
 
 # ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ _TAIL_FRAMES = 1024
 
 def _labelled(sources: Any) -> tuple[list[tuple[str | None, str]], dict[str, list[str]]]:
     """(group or None, entry) pairs of ``sources``, and the report's ``sources`` entry."""
-    from audiotree.sources.files import source_pairs
+    from audiotree.discovery.files import source_pairs
 
     pairs = source_pairs(sources)
     described: dict[str, list[str]] = {}
@@ -33,7 +33,7 @@ def _labelled(sources: Any) -> tuple[list[tuple[str | None, str]], dict[str, lis
 
 def _discover(pairs) -> tuple[list[tuple[str | None, str]], list[str]]:
     """(group, file) for every audio file, de-duplicated; plus discovery warnings."""
-    from audiotree.sources.files import discover
+    from audiotree.discovery.files import discover
 
     seen: set[str] = set()
     files: list[tuple[str | None, str]] = []

@@ -29,8 +29,10 @@ from audiotree.sources.datasets.windowed import (
     save_window_lufs,
     scan_durations,
 )
-from audiotree.sources.files import find_audio_files
+from audiotree.discovery.files import find_audio_files
 from audiotree.sources.loading import OnReadError
+from audiotree.sources.mixing import MixProportions, realised_proportions
+from audiotree.sources.weight_schedule import WeightSchedule
 
 __all__ = [
     "ExcerptConfig",
@@ -60,6 +62,9 @@ __all__ = [
     "BucketPlan",
     "ArrayRecordAudioSource",
     "open_arrayrecord",
+    "WeightSchedule",
+    "realised_proportions",
+    "MixProportions",
 ]
 
 # Modules loaded on first use, so `import audiotree.sources` stays quick.

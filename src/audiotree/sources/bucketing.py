@@ -249,7 +249,7 @@ class BucketPlan(ProcessLocal):
             return rng.permutation(self.kept) if self.shuffle else self.kept
         chosen = []
         total = self.durations[self.kept].sum() if self.weight_by == "duration" else float(self.kept.size)
-        share = self.group_weights / self.group_weights.sum()
+        share = self._shares(epoch)
         for g in range(share.size):
             members = self.kept[self.group_of[self.kept] == g]
             target = share[g] * total
@@ -257,8 +257,18 @@ class BucketPlan(ProcessLocal):
         items = np.concatenate(chosen)
         return rng.permutation(items) if self.shuffle else np.sort(items, kind="stable")
 
+    def _shares(self, epoch: int) -> np.ndarray:
+        """Each group's share of ``epoch``: its weight, or a schedule's weights at the epoch's first batch."""
+        weights = self.group_weights
+        if isinstance(weights, np.ndarray):
+            return weights / weights.sum()
+        start = 0 if epoch == 0 else self.epoch_start(epoch)
+        return weights.proportions(start)[[weights.names.index(n) for n in self.group_names]]
+
     def _draw_group(self, epoch: int, g: int, members: np.ndarray, target: float) -> np.ndarray:
         """Group ``g``'s share of ``epoch``: its own permutations, walked until ``target`` is reached."""
+        if target <= 0:  # weight 0 (a schedule's): none of the group's items
+            return members[:0]
         weights = self.durations[members] if self.weight_by == "duration" else np.ones(members.size)
         per_pass = float(weights.sum())
         passes = max(1, int(math.ceil(target / per_pass)) + 1)
@@ -324,14 +334,15 @@ class BucketPlan(ProcessLocal):
         """Global batch index where ``epoch`` starts."""
         if self.constant_epochs:
             return int(epoch) * self.batches_in_epoch(0)
-        with self._lock:
-            starts = list(self._starts)
-        while len(starts) <= epoch:
-            starts.append(starts[-1] + len(self.epoch(len(starts) - 1)))
-        with self._lock:
-            if len(starts) > len(self._starts):
-                self._starts = starts
-        return starts[epoch]
+        while True:  # each start is published before the next epoch is planned (a schedule reads it)
+            with self._lock:
+                starts = list(self._starts)
+            if len(starts) > epoch:
+                return starts[epoch]
+            batches = len(self.epoch(len(starts) - 1))
+            with self._lock:
+                if len(self._starts) == len(starts):
+                    self._starts.append(starts[-1] + batches)
 
     def locate(self, index: int) -> tuple[int, int]:
         """``(epoch, position)`` of global batch ``index``."""
@@ -397,6 +408,9 @@ class BucketConfig:
         batch (one more shape).
       weights: ``{group: weight}`` to mix the items' groups (``groups=`` of the
         planners) by weight rather than by corpus size; groups left out weigh 1.
+        Or a :class:`~audiotree.sources.WeightSchedule` (or a callable) naming
+        every group, whose keys count *batches*: epoch ``e`` is planned with
+        the weights at its first batch.
       weight_by: groups share each epoch by seconds of audio (``"duration"``)
         or by number of items (``"count"``).
 
@@ -409,7 +423,7 @@ class BucketConfig:
     shuffle: bool = True
     too_long: Literal["raise", "crop", "skip"] = "raise"
     remainder: Literal["pad", "drop", "keep"] = "pad"
-    weights: Mapping[str, float] | None = None
+    weights: Mapping[str, float] | Any = None
     weight_by: Literal["duration", "count"] = "duration"
 
     def __post_init__(self) -> None:
@@ -421,10 +435,11 @@ class BucketConfig:
         _choice("too_long", self.too_long, _TOO_LONG)
         _choice("remainder", self.remainder, _REMAINDER)
         _choice("weight_by", self.weight_by, _WEIGHT_BY)
-        if self.weights is not None:
-            if not isinstance(self.weights, Mapping):
-                raise TypeError(f"weights must be a {{group: weight}} mapping, got {type(self.weights).__name__}.")
+        if isinstance(self.weights, Mapping):
             object.__setattr__(self, "weights", dict(self.weights))
+        elif self.weights is not None and not callable(self.weights):  # a WeightSchedule, or a callable, is kept
+            raise TypeError(f"weights must be a {{group: weight}} mapping or a WeightSchedule, got "
+                            f"{type(self.weights).__name__}.")
 
 
 #: The keywords of earlier releases that are fields of a BucketConfig now.
@@ -509,12 +524,13 @@ def plan_buckets(
         labels = [str(g) for g in groups]
         if len(labels) != d.size:
             raise ValueError(f"groups has {len(labels)} entries for {d.size} durations; give one group per item.")
-        from audiotree.sources.mixing import check_weights  # the same rules as balanced datasets
+        from audiotree.sources.mixing import check_mix_weights  # the same rules as balanced datasets
 
         names_of_groups = sorted(set(labels))
-        w = check_weights(weights, names_of_groups)
+        w = check_mix_weights(weights, names_of_groups)
         index = {name: i for i, name in enumerate(names_of_groups)}
-        group_spec = (np.asarray([index[g] for g in labels], dtype=np.int64), np.asarray(w), names_of_groups)
+        group_spec = (np.asarray([index[g] for g in labels], dtype=np.int64),
+                      np.asarray(w) if isinstance(w, list) else w, names_of_groups)
     elif weights:
         raise ValueError("weights= needs groups= (a group name per item).")
     plan = BucketPlan(

@@ -13,6 +13,7 @@ import sys
 import grain
 import numpy as np
 
+from audiotree.process_local import ProcessLocal
 from audiotree.seeds import epoch_rng
 
 __all__ = ["EpochShuffledMapDataset", "evict_oldest"]
@@ -27,7 +28,7 @@ def evict_oldest(cache: dict, *, keep: int) -> None:
             break
 
 
-class EpochShuffledMapDataset(grain.MapDataset):
+class EpochShuffledMapDataset(ProcessLocal, grain.MapDataset):
     """Repeats ``parent`` for ``num_epochs`` (``None``: forever), shuffling each epoch.
 
     Index ``k`` is item ``perm_e[k % n]`` of ``parent``, with ``e = k // n`` and
@@ -35,6 +36,8 @@ class EpochShuffledMapDataset(grain.MapDataset):
     identity when ``shuffle`` is False). Deterministic and random-access, so
     independent of how many workers or threads read it.
     """
+
+    process_local = {"_cache": dict}  # the epochs' permutations this process computed
 
     def __init__(self, parent: grain.MapDataset, *, seed: int, num_epochs: int | None, shuffle: bool = True):
         super().__init__(parent)
@@ -45,11 +48,6 @@ class EpochShuffledMapDataset(grain.MapDataset):
         self._shuffle = bool(shuffle)
         self._length = sys.maxsize if num_epochs is None else self._n * int(num_epochs)
         self._cache: dict[int, np.ndarray] = {}
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_cache"] = {}
-        return state
 
     def __len__(self) -> int:
         return self._length

@@ -322,7 +322,7 @@ def stream_labels(files: list, found: Mapping[str, Mapping[str, Any]], labels: A
     Raises ``ValueError`` naming the sources when a label is held by no member or column.
     """
     from audiotree.index.text import TextColumn
-    from audiotree.sources.containers import label_rows
+    from audiotree.discovery.containers import label_rows
 
     columns = label_rows(found, list(files))
     values: dict[str, Any] = {}

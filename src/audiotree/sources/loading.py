@@ -8,7 +8,6 @@ cloudpickle (Grain's workers).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any, Literal, Mapping
 
 import grain
@@ -18,21 +17,13 @@ from audiotree.errors import AudioReadError, ChannelMismatchError
 from audiotree.core import AudioTree
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.excerpts.strategies import select_clip
-from audiotree.io.read_errors import ON_READ_ERROR, check_on_read_error
+from audiotree.io.read_errors import ON_READ_ERROR, check_on_read_error, handle_read_error
 from audiotree.io.storage import call_with_storage_options
 from audiotree.sources.item_labels import KEY, encode_key, item_key
 
 __all__ = ["ExcerptLoader", "StorageScope", "in_storage_scope", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
 OnReadError = Literal["raise", "skip", "warn"]
-
-
-def handle_read_error(exc: AudioReadError, policy: str) -> None:
-    """Applies an ``on_read_error`` policy: re-raise, warn and drop, or drop."""
-    if policy == "raise":
-        raise exc
-    if policy == "warn":
-        warnings.warn(f"Skipping unreadable audio: {exc}", UserWarning, stacklevel=3)
 
 
 @dataclasses.dataclass(frozen=True)

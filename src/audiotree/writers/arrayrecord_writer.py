@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from audiotree.fs import fsync_dir, write_json_atomic
+from audiotree.core import AudioTree
+from audiotree.fs import fsync_dir, fsync_path, write_json_atomic
 from audiotree.formats.arrayrecord_codec import INDEX_NAME, SHARD_PATTERN, WRITER_OPTIONS, encode_items, index_document
 from audiotree.validation import is_int
+from audiotree.writers.writer_options import refuse_existing
 
 __all__ = ["ArrayRecordWriter"]
 
@@ -61,9 +63,8 @@ class ArrayRecordWriter:
         self.records_per_shard = int(records_per_shard)
         self.metadata = dict(metadata or {})
         index = self.directory / INDEX_NAME
-        if index.exists() and not exist_ok:
-            raise FileExistsError(f"{index} exists: {self.directory} already holds an ArrayRecord dataset; "
-                                  "pass exist_ok=True to replace it or choose a new folder.")
+        refuse_existing(self.directory, "an ArrayRecord dataset", [INDEX_NAME] if index.exists() else [],
+                        exist_ok=exist_ok)
         self.directory.mkdir(parents=True, exist_ok=True)
         if index.exists():
             index.unlink()
@@ -97,7 +98,7 @@ class ArrayRecordWriter:
         """Appends every item of ``batch``; returns how many."""
         if self._closed:
             raise RuntimeError(f"The ArrayRecordWriter for {self.directory} is closed.")
-        records = encode_items(batch)
+        records = encode_items(batch, tree_class=AudioTree)
         for record in records:
             if self._writer is None or self._in_shard >= self.records_per_shard:
                 self._close_shard()
@@ -116,11 +117,7 @@ class ArrayRecordWriter:
             return
         self._close_shard()
         for name, _ in self._shards:  # the shards' bytes are durable before the index names them
-            fd = os.open(self.directory / name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.directory / name)
         fsync_dir(self.directory)
         write_json_atomic(self.directory / INDEX_NAME, index_document(self._shards, self.metadata))
         self._closed = True

@@ -40,6 +40,7 @@ from audiotree.formats import manifest as _manifest
 from audiotree.provenance import stored_extras
 from audiotree.tree_fields import LABEL_FIELDS
 from audiotree.validation import is_int
+from audiotree.writers.writer_options import progress_bar, refuse_existing
 
 __all__ = ["AudioWriter"]
 
@@ -176,22 +177,13 @@ class AudioWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.manifest_path = self.directory / _manifest.MANIFEST_FILE
         existing = [n for n in (_manifest.MANIFEST_FILE, "manifest.json") if (self.directory / n).exists()]
-        if existing and not exist_ok:
-            raise FileExistsError(
-                f"{self.directory} already holds a dataset ({', '.join(existing)}); pass exist_ok=True to replace "
-                "it, or choose another directory."
-            )
+        refuse_existing(self.directory, "a dataset", existing, exist_ok=exist_ok)
         self._retire_old = bool(existing)
         self.include_timestamp = bool(include_timestamp)
         self.compress_manifest = bool(compress_manifest)
         self.manifest_every = int(manifest_every)
-        self._pbar = pbar
-        self._close_pbar = bool(close_pbar)
-        if show_progress and pbar is None:
-            from tqdm.auto import tqdm
-
-            self._pbar = tqdm(desc=progress_desc or "Writing audio", unit="item")
-            self._close_pbar = True
+        self._pbar, self._close_pbar = progress_bar(pbar, close_pbar, show_progress, progress_desc,
+                                                    default_desc="Writing audio", unit="item")
         self._entries: list[dict] = []
         self._index = 0
         self._saved = 0

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 from audiotree.io import storage
 from audiotree.io.ranges import default_cache_dir
+from audiotree.writers.writer_options import refuse_existing
 
 __all__ = ["RemoteOutput", "fetch_folder", "staged", "upload_folder"]
 
@@ -168,8 +169,7 @@ def staged(directory: str | os.PathLike, *, storage_options: Mapping[str, Any] |
         found = [m for m in markers if storage.exists(remote.remote(m), storage_options=remote.storage_options)]
         if found:
             remote.close()
-            raise FileExistsError(f"{storage.redact(directory)} already holds {what} ({', '.join(found)}); pass "
-                                  "exist_ok=True to replace it, or choose another folder.")
+        refuse_existing(storage.redact(directory), what, found, exist_ok=False)
     return remote.local, remote
 
 

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from audiotree.core import AudioTree
 from audiotree.fs import close_keeping_error, fsync_dir, naming_os_errors, write_json_atomic
 from audiotree.formats import header as _format
 from audiotree.formats.tree import (
@@ -63,6 +64,7 @@ from audiotree.formats.tree import (
 )
 from audiotree.formats.tree_inline import INLINE_KEY, SMALL_ROW, encode_inline
 from audiotree.validation import check_choice, is_int, is_real
+from audiotree.writers.writer_options import progress_bar, refuse_existing
 
 __all__ = ["TreeWriter"]
 
@@ -175,13 +177,9 @@ class TreeWriter:
         self.on_overflow = on_overflow
         self.exist_ok = bool(exist_ok)
         self.manifest_interval = float(manifest_interval)
-        self._pbar = pbar
-        self._close_pbar = bool(close_pbar)
-        if show_progress and pbar is None:
-            from tqdm.auto import tqdm
-
-            self._pbar = tqdm(total=self.expected_samples or None, desc=progress_desc or "Writing", unit="sample")
-            self._close_pbar = True
+        self._pbar, self._close_pbar = progress_bar(pbar, close_pbar, show_progress, progress_desc,
+                                                    default_desc="Writing", unit="sample",
+                                                    total=self.expected_samples or None)
         self._state = "new"  # new -> open -> closed
         self._poisoned: BaseException | None = None
         self._structure: dict | None = None
@@ -203,12 +201,7 @@ class TreeWriter:
             raise RuntimeError(f"TreeWriter for {self.directory} was closed; create a new TreeWriter to write again.")
         self.directory.mkdir(parents=True, exist_ok=True)
         existing = _existing_dataset_files(self.directory)
-        if existing and not self.exist_ok:
-            shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
-            raise FileExistsError(
-                f"{self.directory} already holds a dataset ({shown}); pass exist_ok=True to replace it, or choose "
-                "another directory."
-            )
+        refuse_existing(self.directory, "a dataset", existing, exist_ok=self.exist_ok)
         if existing:
             # Retire the old dataset before touching any file it names.
             try:
@@ -333,7 +326,7 @@ class TreeWriter:
         of one). Validation happens before anything is written.
         """
         self._require_open()
-        structure, leaves = flatten(pytree)
+        structure, leaves = flatten(pytree, tree_class=AudioTree)
         if not leaves:
             raise ValueError("Pytree has no leaves; there is nothing to write.")
         sizes = {leaf.name: leaf.batch for leaf in leaves}

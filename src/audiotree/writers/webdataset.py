@@ -35,6 +35,7 @@ import numpy as np
 
 from audiotree.fs import fsync_dir, fsync_path
 from audiotree.provenance import stored_extras
+from audiotree.writers.writer_options import refuse_existing
 
 __all__ = ["WebDatasetWriter"]
 
@@ -78,9 +79,8 @@ class WebDatasetWriter:
             raise ValueError(f"subtype must be 'PCM_16' or 'PCM_24' (FLAC), got {subtype!r}.")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        if not exist_ok and any(self.directory.glob("*.tar")):
-            raise FileExistsError(f"{self.directory} already holds tar shards; pass exist_ok=True or choose another "
-                                  "folder.")
+        refuse_existing(self.directory, "tar shards", sorted(p.name for p in self.directory.glob("*.tar")),
+                        exist_ok=exist_ok)
         self.items_per_shard = items_per_shard
         self.pattern = pattern
         self.subtype = subtype

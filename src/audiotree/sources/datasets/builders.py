@@ -23,7 +23,7 @@ import grain
 
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.sources.datasets.by_file import build_balanced_dataset, build_file_dataset
-from audiotree.sources.files import SourceSpec
+from audiotree.discovery.files import SourceSpec
 from audiotree.sources.datasets.options import BuildRequest, Corpus, Order, Output, WindowConfig
 from audiotree.sources.datasets.windowed import build_windowed_dataset
 
@@ -86,7 +86,7 @@ def create_audio_dataset(
 
 def create_balanced_audio_dataset(
     sources: Mapping[str, Any] | None = None,
-    weights: Mapping[str, float] | None = None,
+    weights: Mapping[str, float] | Any = None,
     *,
     duration: float | None = 1.0,
     num_epochs: int | None = None,
@@ -109,6 +109,9 @@ def create_balanced_audio_dataset(
         ``corpus=Corpus(index=..., group_by=...)`` the groups come from one
         index's column instead.
       weights: ``{group: weight}``; groups left out weigh 1. Weights are relative.
+        Or a :class:`~audiotree.sources.WeightSchedule` (or a picklable
+        callable ``item -> {group: weight}``) naming every group: weights that
+        change along the global stream (see :mod:`audiotree.sources.weight_schedule`).
       duration: excerpt length in seconds (1 s by default); ``None`` reads
         whole files (as ``excerpt=ExcerptConfig(strategy="full")`` does).
       num_epochs: ``None`` (default) makes every file group endless. A finite

@@ -23,11 +23,11 @@ from audiotree.sources.datasets.options import BuildRequest
 from audiotree.sources.datasets.common import (building_with_storage_options, probe_channels, refuse_text_crops,
                                               resolve_files, resolve_labelled_files)
 from audiotree.sources.datasets.plan import DatasetPlan
-from audiotree.sources.containers import host_items
-from audiotree.sources.files import SourceSpec
+from audiotree.discovery.sharding import check_shard_options, host_items, strided_share
+from audiotree.discovery.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, in_storage_scope
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
-from audiotree.sources.mixing import check_weights, mix_shuffled
+from audiotree.sources.mixing import check_mix_weights, mix_shuffled
 from audiotree.sources.epoch_order import EpochShuffledMapDataset
 from audiotree.sources.datasets.windowed import check_window_rows, windowed_group_dataset
 
@@ -154,7 +154,8 @@ def build_balanced_dataset(sources: Mapping[str, SourceSpec] | None, weights: Ma
         sources = {name: None for name in group_rows}
     sources = dict(sources or {})
     datasets = dict(datasets or {})
-    group_weights = check_weights(weights, list(sources) + list(datasets))
+    names = list(sources) + list(datasets)
+    group_weights = check_mix_weights(weights, names)
 
     shuffle_seed = order.shuffle_seed
     excerpt_base = shuffle_seed if order.excerpt_seed is None else order.excerpt_seed
@@ -209,7 +210,7 @@ def build_balanced_dataset(sources: Mapping[str, SourceSpec] | None, weights: Ma
             ds = shard_dataset(ds, order.shard_options)
         parts.append(ds.map(StampSource(name)))
 
-    mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"))
+    mixed = mix_shuffled(parts, group_weights, seed=derive_group_seed(shuffle_seed, "", "mix"), names=names)
     if output.measure_lufs:
         mixed = mixed.map(MeasureLufs())
     item_bytes = estimate_item_bytes(channels=1 if output.mono else (channels or 2), sample_rate=output.sample_rate,
@@ -260,16 +261,12 @@ def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapD
     """
     if shard_options is None:
         shard_options = grain.sharding.ShardByJaxProcess()
-    index, count = int(shard_options.shard_index), int(shard_options.shard_count)
-    if not 0 <= index < count:
-        raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
+    index, count = check_shard_options(shard_options)
     length = len(ds)
     if length >= sys.maxsize:
         sharded = _EndlessShare(ds, index, count)
     else:
-        if getattr(shard_options, "drop_remainder", False):
-            ds = ds[: (length // count) * count]
-        sharded = ds[index::count]
+        sharded = ds[strided_share(length, shard_options)]
     if isinstance(ds, AudioMapDataset) and not isinstance(sharded, AudioMapDataset):
         sharded = AudioMapDataset(sharded, item_bytes=ds.item_bytes)
     return sharded

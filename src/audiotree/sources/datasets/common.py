@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from audiotree.errors import AudioReadError
 from audiotree.io.decode import probe
 from audiotree.io.storage import use_storage_options
-from audiotree.sources.files import SourceSpec, discover
+from audiotree.discovery.files import SourceSpec, discover
 
 __all__ = ["resolve_files", "probe_channels", "building_with_storage_options", "refuse_text_crops",
            "refuse_text_windows"]
@@ -50,7 +50,7 @@ def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, e
     """The files of ``sources`` (discovered, sorted) or ``filepaths`` (as given); exactly one is required.
 
     Tar shards and Parquet files among the sources give their items as member
-    URLs (see :func:`~audiotree.sources.files.discover`); a fault met listing a
+    URLs (see :func:`~audiotree.discovery.files.discover`); a fault met listing a
     shard goes through ``on_read_error``.
     """
     if (sources is None) == (filepaths is None):
@@ -67,9 +67,9 @@ def resolve_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, e
 def resolve_labelled_files(sources: SourceSpec | None, filepaths: Sequence[Any] | None, corpus: Any) -> tuple:
     """``(files, labels)``: :func:`resolve_files` of ``sources`` with the ``Corpus.labels`` their tar sidecars and
     Parquet columns hold (:func:`audiotree.sources.item_labels.stream_labels`), for a dataset without an index."""
-    from audiotree.sources.containers import ContainerItems
+    from audiotree.discovery.containers import ContainerItems
     from audiotree.sources.item_labels import stream_labels
-    from audiotree.sources.loading import handle_read_error
+    from audiotree.io.read_errors import handle_read_error
 
     if sources is None:
         raise ValueError("Corpus(labels=...) without an index reads the sidecars of tar shards and the columns of "

@@ -23,6 +23,8 @@ from typing import Any, Literal, Mapping, Sequence
 import grain
 import numpy as np
 
+from audiotree.discovery.sharding import check_shard_options
+from audiotree.process_local import ProcessLocal
 from audiotree.sources.bucketing import (FILLER, MOVED_TO_BUCKET_CONFIG, BucketConfig, BucketPlan, endless_length,
                                         plan_buckets)
 from audiotree.validation import is_int, renamed_keywords
@@ -102,7 +104,7 @@ def durations_of(items: Any) -> np.ndarray:
     return plan.durations
 
 
-class DurationBatchDataset(grain.MapDataset):
+class DurationBatchDataset(ProcessLocal, grain.MapDataset):
     """Batches of ``items`` as planned by ``plan``; see the module docstring.
 
     Filler slots (``remainder="pad"``, or items dropped by ``on_read_error``)
@@ -112,6 +114,8 @@ class DurationBatchDataset(grain.MapDataset):
     (floats), ``False`` (booleans) or ``""`` (text). Weight losses by
     ``lengths > 0`` or use :meth:`~audiotree.AudioTree.mask`.
     """
+
+    process_local = {"_positions": dict}  # the inverse permutations this process computed
 
     def __init__(self, items: grain.MapDataset, plan: BucketPlan, *, num_epochs: int | None = None,
                  pad_to: str = "bucket", shard_index: int = 0, pad_multiple: int = 1):
@@ -175,11 +179,6 @@ class DurationBatchDataset(grain.MapDataset):
             evict_oldest(self._positions, keep=2)
             self._positions[epoch] = positions
         return int(positions[item])
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_positions"] = {}
-        return state
 
     def _fit(self, tree: Any, slot: int, bucket: int) -> Any:
         """Crops an item to its bucket (checking the planned duration) and stamps its group."""
@@ -340,7 +339,8 @@ def batch_by_duration(
         ``scan_durations(files)``. Planning reads no audio.
       bucketing: the batches' size (``max_seconds``: padded seconds of audio
         per batch, all hosts together), buckets, order and policies: a
-        :class:`~audiotree.sources.BucketConfig`, the one :func:`~audiotree.sources.plan_buckets` takes.
+        :class:`~audiotree.sources.BucketConfig`, the one :func:`~audiotree.sources.plan_buckets` takes
+        (its ``weights`` may be a :class:`~audiotree.sources.WeightSchedule` whose keys count batches).
       shuffle_seed, groups: see :func:`~audiotree.sources.plan_buckets`.
       num_epochs: epochs of the plan; ``None`` repeats forever.
       shard_options: a ``grain.sharding.ShardOptions`` to split every batch
@@ -380,9 +380,7 @@ def batch_by_duration(
         raise ValueError(f"pad_to must be one of {_PAD_TO}, got {pad_to!r}.")
     shard_index, shard_count = 0, 1
     if shard_options is not None:
-        shard_index, shard_count = int(shard_options.shard_index), int(shard_options.shard_count)
-        if not 0 <= shard_index < shard_count:
-            raise ValueError(f"shard_index must be in [0, {shard_count}), got {shard_index}.")
+        shard_index, shard_count = check_shard_options(shard_options)
     if not is_int(pad_multiple) or pad_multiple < 1:
         raise ValueError(f"pad_multiple must be a positive int of samples, got {pad_multiple!r}.")
     if plan is None:

@@ -111,7 +111,7 @@ class Order:
         if self.excerpt_seed is not None:
             object.__setattr__(self, "excerpt_seed", check_seed("excerpt_seed", self.excerpt_seed))
         if self.shard_options is not None:
-            from audiotree.sources.containers import check_shard_options
+            from audiotree.discovery.sharding import check_shard_options
 
             check_shard_options(self.shard_options)
 

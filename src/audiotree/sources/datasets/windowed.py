@@ -43,7 +43,7 @@ from audiotree.seeds import derive_streams
 from audiotree.sources.datasets.options import BuildRequest, Output, WindowConfig
 from audiotree.sources.datasets.common import building_with_storage_options, refuse_text_windows, resolve_files
 from audiotree.sources.datasets.plan import DatasetPlan
-from audiotree.sources.containers import host_items
+from audiotree.discovery.sharding import host_items
 from audiotree.sources.loading import MeasureLufs, in_storage_scope
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.indexed import IndexedLoader, is_index_path, rows_for_builder, window_lufs_view

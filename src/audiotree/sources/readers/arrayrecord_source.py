@@ -34,9 +34,11 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from audiotree.core import AudioTree
 from audiotree.process_local import ExitsWithPickler, ProcessLocal
 from audiotree.fs import read_limited
 from audiotree.errors import AudioReadError
+from audiotree.discovery.sharding import check_shard_options
 from audiotree.io import storage
 from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.arrayrecord_codec import (
@@ -215,9 +217,7 @@ class ArrayRecordAudioSource(ExitsWithPickler):
         import grain
 
         if shard_options is not None:
-            index, count = int(shard_options.shard_index), int(shard_options.shard_count)
-            if not 0 <= index < count:
-                raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
+            index, count = check_shard_options(shard_options)
             if len(shards) < count:
                 raise ValueError(f"{len(shards)} ArrayRecord shard file(s) cannot be split over {count} hosts; "
                                  "write more shards (a smaller records_per_shard or --part-size).")
@@ -276,12 +276,12 @@ class ArrayRecordAudioSource(ExitsWithPickler):
 
     def __getitem__(self, index: int) -> Any:
         i = self._check(index)
-        return decode_item(self._source[i], self._where(i))
+        return decode_item(self._source[i], self._where(i), tree_class=AudioTree)
 
     def __getitems__(self, indices: Iterable[int]) -> list:
         checked = [self._check(i) for i in indices]
         records = self._source.__getitems__(checked) if checked else []
-        return [decode_item(record, self._where(i)) for i, record in zip(checked, records)]
+        return [decode_item(record, self._where(i), tree_class=AudioTree) for i, record in zip(checked, records)]
 
 
 def open_arrayrecord(paths: str | os.PathLike | Sequence[str | os.PathLike], *, shard_options: Any = None,

@@ -6,7 +6,7 @@ relative path without ``..``); each audio path is resolved again at read time
 and refused if a symlink leads outside the folder. A file whose header no
 longer matches its manifest row (rate, channels or length) is a read error,
 never a silently short item. The reading itself is
-:class:`audiotree.io.manifest.ManifestReader`.
+:class:`audiotree.formats.manifest_reader.ManifestReader`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import functools
 from typing import Any
 
 from audiotree.core import AudioTree
-from audiotree.io.manifest import ManifestReader
+from audiotree.formats.manifest_reader import ManifestReader
 from audiotree.process_local import ExitsWithPickler
 from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 

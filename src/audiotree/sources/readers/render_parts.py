@@ -19,6 +19,7 @@ import grain
 
 from audiotree.process_local import ProcessLocal
 from audiotree.formats.render_record import MAX_RECORD_BYTES, RECORD, parse_record, read_record
+from audiotree.discovery.sharding import host_range
 from audiotree.io import storage
 from audiotree.sources.readers.arrayrecord_source import ArrayRecordAudioSource, open_arrayrecord
 from audiotree.sources.readers.audio import AudioDataSource
@@ -26,26 +27,6 @@ from audiotree.sources.audio_datasets import wrap_stored
 from audiotree.sources.readers.tree import TreeDataSource
 
 __all__ = ["open_render", "RenderParts", "host_range"]
-
-
-def host_range(length: int, shard_options: Any) -> tuple[int, int]:
-    """Host ``i`` of ``n``'s contiguous share ``[length * i // n, length * (i + 1) // n)`` of ``length`` items.
-
-    Contiguous, so a host touches only the parts (objects) its items are in;
-    the shares are disjoint and together complete. With ``drop_remainder``
-    every host gets ``length // n`` items.
-
-    >>> import grain
-    >>> [host_range(10, grain.sharding.ShardOptions(i, 3)) for i in range(3)]
-    [(0, 3), (3, 6), (6, 10)]
-    """
-    index, count = int(shard_options.shard_index), int(shard_options.shard_count)
-    if not 0 <= index < count:
-        raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
-    if getattr(shard_options, "drop_remainder", False):
-        share = length // count
-        return index * share, (index + 1) * share
-    return length * index // count, length * (index + 1) // count
 
 
 def _open_part(fmt: str, options: dict, location: str):
@@ -139,7 +120,7 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
         read in place by ranged requests (the record, then each part's
         manifest on first use, then each item's bytes), never downloaded.
       shard_options: a ``grain.sharding.ShardOptions``: this host reads its
-        contiguous share of the items (:func:`host_range`), so it opens only
+        contiguous share of the items (:func:`~audiotree.discovery.sharding.host_range`), so it opens only
         the parts that hold them; hosts' shares are disjoint and complete.
         ArrayRecord renders are split by shard files instead.
       storage_options: filesystem options for a URL.

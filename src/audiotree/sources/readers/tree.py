@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from audiotree.core import AudioTree
 from audiotree.process_local import ExitsWithPickler, ProcessLocal
 from audiotree.formats import header as _format
 from audiotree.fs import read_limited
@@ -358,4 +359,4 @@ class TreeDataSource(ExitsWithPickler, ProcessLocal):
             for name in self._string_names:
                 index_map, data_map = handles[name]
                 values[name] = self._string_at(name, index_map, data_map, i)
-        return build(self._plan, values)
+        return build(self._plan, values, tree_class=AudioTree)
