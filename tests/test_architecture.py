@@ -505,6 +505,9 @@ KNOWN_PRIVATE_ATTRIBUTES = {
         "s3fs has no public ranged GET that returns the object size (Content-Range) in one request",
     "audiotree.io.storage: fs._strip_protocol":
         "fsspec's public strip_protocol(url) looks the class up again; the filesystem in hand must strip",
+    "audiotree.io.loop_shutdown: loop._thread_id":
+        "asyncio cannot mark a loop a forked child inherited (it ran in a parent thread) as not running; s3fs's "
+        "finalizers pick how to close a session by loop.is_running()",
     "audiotree.parallel.parent_death: os._exit":
         "a documented stdlib function (exit without cleanup, from a forked child)",
     "audiotree.sources.workers.lifecycle: SharedMemoryArray._del_thread_pool":

@@ -163,7 +163,7 @@ def loudest_excerpt(
     result carries ``lufs`` and ``lufs_windows`` (0.4 s windows) of the excerpt.
     See :mod:`audiotree.excerpts.search` for the search and its cost.
     """
-    from audiotree.excerpts.search import loudest_clip
+    from audiotree.excerpts.strategies import loudest_clip
 
     read, tree_kwargs = _split_read_kwargs(from_file_kwargs, ("duration", "offset"))
     clip = loudest_clip(audio_path, rng, excerpt, **read)

@@ -202,6 +202,6 @@ def test_the_excerpts_package_is_the_one_home_of_the_strategies():
 
     assert excerpts.ExcerptConfig is audiotree.ExcerptConfig is audiotree.sources.ExcerptConfig
     assert excerpts.select_clip.__module__ == "audiotree.excerpts.strategies"
-    assert excerpts.loudest_clip.__module__ == "audiotree.excerpts.search"
+    assert excerpts.loudest_clip.__module__ == "audiotree.excerpts.strategies"
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         excerpts.nothing

@@ -3,9 +3,10 @@
 * :mod:`audiotree.excerpts.config`: :class:`ExcerptConfig` (which strategy, its
   knobs) and the offset searches (``uniform``, ``bias_early``). Pure configuration.
 * :mod:`audiotree.excerpts.strategies`: :func:`select_clip` applies a strategy to
-  one file (one open, one read; the reading is :mod:`audiotree.io.excerpt`).
-* :mod:`audiotree.excerpts.search`: :func:`loudest_clip`, the ``loudest`` search
-  without an index (the first draw, the energy map, the probes).
+  one file (one open, one read; the reading is :mod:`audiotree.io.excerpt`), and
+  :func:`loudest_clip` is its ``loudest`` strategy alone.
+* :mod:`audiotree.excerpts.search`: the ``loudest`` search without an index (the
+  first draw, the energy map, the probes).
 * :mod:`audiotree.excerpts.plan`: the plan that replaces that search with a
   corpus index (qualifying window starts from the loudness profiles).
 
@@ -28,7 +29,7 @@ __all__ = ["ExcerptConfig", "search_uniform", "search_bias_early", "select_clip"
 # Modules loaded on first use: they import the decoders.
 _LAZY = {
     "select_clip": "audiotree.excerpts.strategies",
-    "loudest_clip": "audiotree.excerpts.search",
+    "loudest_clip": "audiotree.excerpts.strategies",
 }
 
 

@@ -1,6 +1,6 @@
 """The ``loudest`` search: an excerpt of one file whose gated loudness clears ``lufs_cutoff``.
 
-:func:`loudest_clip` runs it over one open file. With a corpus index the plan
+:func:`find_loudest` runs it over one open file. With a corpus index the plan
 of :mod:`audiotree.excerpts.plan` replaces the search (``plan=``).
 
 The published AudioTree 1.0 tried up to ``num_tries`` uniformly random offsets
@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,7 @@ from audiotree.io.excerpt import Clip, finish_frames, native_frames
 from audiotree.io.segment import check_window, open_audio
 from audiotree.validation import check_duration, check_pad_mode
 
-__all__ = ["loudest_clip", "probe_energy", "probe_layout"]
+__all__ = ["find_loudest", "probe_energy", "probe_layout"]
 
 # Probe search: probes at most this many per file, this long (seconds).
 _MAX_PROBES = 4096
@@ -150,33 +151,26 @@ class _Candidate:
         self.lufs, self.start, self.frames, self.windows = lufs, start, frames, windows
 
 
-def loudest_clip(
-    audio_path: str | os.PathLike,
-    rng: np.random.Generator,
-    excerpt: ExcerptConfig,
-    *,
-    duration: float | None = None,
-    offset: float | None = None,
-    sample_rate: int | None = None,
-    mono: bool = False,
-    pad_mode: str | None = "constant",
-    plan: Any = None,
-    window: tuple[float, float] | None = None,
+def find_loudest(
+    audio_path: str | os.PathLike, rng: np.random.Generator, excerpt: ExcerptConfig, read: Mapping[str, Any]
 ) -> Clip | None:
     """Finds an excerpt whose gated loudness clears ``excerpt.lufs_cutoff``.
 
-    Returns a :class:`Clip` carrying ``lufs`` and ``lufs_windows`` ``(W,)`` of the
-    excerpt (of its mono mix when ``mono``) and ``method`` (``"index"`` or
-    ``"search"``, see :data:`audiotree.excerpts.plan.EXCERPT_METHODS`), or
-    ``None`` under ``on_failure="skip"``. ``plan`` (a
-    :class:`~audiotree.excerpts.plan.RowPlan` from a corpus index) replaces the
-    search by one draw among the windows the profile says clear the cutoff; the
-    item's ``lufs`` then comes from the profile when it clears the cutoff by the
-    documented margin, else from the meter. ``window=(start, end)`` searches
-    only that segment of the file (as :func:`select_clip`). See the module docstring.
+    ``read`` holds :func:`~audiotree.excerpts.strategies.select_clip`'s read
+    keywords (``duration``, ``sample_rate``, ``mono``, ``pad_mode``, ``plan``,
+    ``window``; their one declaration is that signature). Returns a
+    :class:`Clip` carrying ``lufs`` and ``lufs_windows`` ``(W,)`` of the excerpt
+    (of its mono mix when ``mono``) and ``method`` (``"index"`` or ``"search"``,
+    see :data:`audiotree.excerpts.plan.EXCERPT_METHODS`), or ``None`` under
+    ``on_failure="skip"``. ``plan`` (a :class:`~audiotree.excerpts.plan.RowPlan`
+    from a corpus index) replaces the search by one draw among the windows the
+    profile says clear the cutoff; the item's ``lufs`` then comes from the
+    profile when it clears the cutoff by the documented margin, else from the
+    meter. ``window=(start, end)`` searches only that segment of the file. See
+    the module docstring.
     """
-    if offset is not None:
-        raise ValueError("loudest_excerpt() chooses its own offset; do not pass offset.")
+    duration, sample_rate, mono = read["duration"], read["sample_rate"], read["mono"]
+    pad_mode, plan, window = read["pad_mode"], read["plan"], read["window"]
     if duration is None:
         raise ValueError("loudest_excerpt() needs duration=.")
     check_duration(duration)

@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 
 from audiotree.excerpts.config import ExcerptConfig
-from audiotree.excerpts.search import loudest_clip
+from audiotree.excerpts.search import find_loudest
 from audiotree.io.excerpt import Clip, read_at
 from audiotree.io.segment import check_window
 from audiotree.validation import check_duration, check_pad_mode
 
-__all__ = ["select_clip"]
+__all__ = ["select_clip", "loudest_clip"]
 
 
 def select_clip(
@@ -47,8 +47,8 @@ def select_clip(
     """Reads one excerpt of ``duration`` s chosen by ``excerpt`` (one file open).
 
     ``random`` draws the offset with ``excerpt.search`` from ``rng`` (starting at
-    ``offset``); ``start`` reads at ``offset``; ``loudest`` delegates to
-    :func:`loudest_clip` (``plan``: a corpus index's
+    ``offset``); ``start`` reads at ``offset``; ``loudest`` runs the search of
+    :mod:`audiotree.excerpts.search` (``plan``: a corpus index's
     :class:`~audiotree.excerpts.plan.RowPlan`); ``full`` (or ``duration=None``
     with ``random`` or ``start``) reads the whole file from ``offset``, up to
     ``crop_to``, and records ``lengths``. Returns a :class:`Clip` (or
@@ -76,10 +76,8 @@ def select_clip(
     if excerpt.strategy == "loudest":
         if offset:
             raise ValueError("strategy='loudest' chooses its own offset; do not pass offset.")
-        return loudest_clip(
-            audio_path, rng, excerpt, duration=duration, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode,
-            plan=plan, window=window,
-        )
+        read = dict(duration=duration, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, plan=plan, window=window)
+        return find_loudest(audio_path, rng, excerpt, read)
     path = os.fspath(audio_path)
     choose = None
     if excerpt.strategy == "random":
@@ -87,3 +85,21 @@ def select_clip(
         choose = lambda info: search(rng, offset, duration, info.duration, 0, 1)  # noqa: E731 - needs the header
     data, rate, start_seconds = read_at(path, choose, offset, duration, sample_rate, mono, pad_mode, window)
     return Clip(path=path, data=data, sample_rate=rate, offset=start_seconds)
+
+
+def loudest_clip(audio_path: str | os.PathLike, rng: np.random.Generator, excerpt: ExcerptConfig,
+                 **read: Any) -> Clip | None:
+    """The ``loudest`` strategy alone: :func:`select_clip` with an ``excerpt`` whose strategy is ``loudest``.
+
+    Takes :func:`select_clip`'s read keywords (``duration=`` is required; the
+    search chooses the offset, so ``offset`` is refused). Returns a :class:`Clip`
+    with ``lufs``, ``lufs_windows`` and ``method``, or ``None`` under
+    ``on_failure="skip"``.
+    """
+    if read.pop("offset", None) is not None:
+        raise ValueError("loudest_excerpt() chooses its own offset; do not pass offset.")
+    if not isinstance(excerpt, ExcerptConfig) or excerpt.strategy != "loudest":
+        raise ValueError("loudest_excerpt() needs an ExcerptConfig with strategy='loudest'.")
+    if read.get("duration") is None:
+        raise ValueError("loudest_excerpt() needs duration=.")
+    return select_clip(audio_path, rng, excerpt=excerpt, **read)

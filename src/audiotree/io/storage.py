@@ -65,6 +65,7 @@ import time
 from typing import Any, Callable, Iterator, Mapping
 
 from audiotree.errors import AudioReadError
+from audiotree.io import loop_shutdown
 
 __all__ = [
     "is_url",
@@ -241,6 +242,7 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None):
             f"Cannot read {redact(url)}: fsspec knows no '{protocol}://' protocol. Use a local path or a URL "
             "such as s3://, gs://, https:// (see docs/storage.md)."
         ) from exc
+    loop_shutdown.install()  # stop fsspec's IO loop before the interpreter exits (rc 134 otherwise)
     return cls(**merged_options(storage_options))
 
 

@@ -1,0 +1,613 @@
+"""Training from HTTP as from a local disk? A rig that is not the bottleneck (issue 39).
+
+1. A real corpus: 100 files (WAV, FLAC, Ogg Vorbis, MP3; 8 to 96 kHz; mono and
+   stereo; ``--min-seconds`` to ``--max-seconds`` long), written at benchmark
+   time by soundfile (WAV), ``flac``, ``oggenc`` and ``lame`` (MP3 at 44.1/48
+   kHz where the source rate is above MPEG's 48 kHz), cached under
+   ``--corpus-dir``.
+2. Served over HTTP with Range by nginx (Debian's ``nginx-light``; 2 worker
+   processes, sendfile, no access log), on 127.0.0.1. Without nginx
+   (``--server aiohttp``, or nginx not installed) a Python aiohttp static
+   server in its own process stands in, and the ceiling below says what it
+   serves.
+3. In front of it, a delay proxy (asyncio, ``--proxy-processes`` processes on one
+   port, default 1; uvloop where installed; 127.0.0.1 only):
+   every request a client sends is held ``--delays`` ms (default 0/20/50/100)
+   before it is forwarded; connections and bytes are never limited. It counts
+   the requests and the bytes the server sends back (HTTP headers included):
+   every request of every worker passes through it.
+   The same corpus on S3: moto's server (its own process) behind its own delay
+   proxy, for ``--s3-delays`` (default 0 and 50 ms). No S3 server faster than
+   moto installs here (MinIO is in neither Debian bookworm nor PyPI, whose
+   ``minio`` is the client SDK; LocalStack's S3 is Python too), so the S3
+   cells show moto's limits, not the loader's: read their ceiling row first.
+4. First the rig's own ceiling, with no loader: ``--ceiling-clients`` concurrent
+   ranged GETs (64 KiB for requests/s, 1 MiB for MB/s) from one aiohttp
+   client process, straight to the server and through the proxy at +0 ms.
+5. Then, in one run, the pipeline against the local corpus and over
+   ``http://`` at each delay, each cell in a fresh process: an index over the
+   files (``build_index``; the remote one over the proxy's URLs), random 3 s
+   excerpts at 16 kHz, batch 32, ``ReadOptions(num_threads=8,
+   prefetch_buffer_size=16)``, ``on_stale="trust"``, 2 ``mp_prefetch``
+   workers. Per cell: time to the first batch, items made per wall-second and
+   per CPU-second of the process tree while ``--batches`` batches are taken
+   and for at least ``--min-window`` s (3 s quick, 10 s full; after the
+   first batch and one per worker; items made, not taken, since the
+   workers' buffers are full when the window starts), peak RSS of the tree
+   (sampled), and requests and bytes per item made (proxy counts over the
+   whole cell / items made in every process, start-up included).
+
+Every server and proxy it starts is stopped on the way out (``finally`` and
+``atexit``).
+
+    python benchmarks/remote.py            # full: ~90 s files, 20 batches per cell
+    python benchmarks/remote.py --quick    # a few seconds per cell
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RATES = (8000, 16000, 22050, 32000, 44100, 48000, 88200, 96000)
+EXTS = ("wav", "flac", "ogg", "mp3")
+RESULT = "REMOTE-CELL-RESULT"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server on port {port} exited with rc {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+def _signal(seconds: float, rate: int, channels: int, seed: int) -> np.ndarray:
+    """Tones with vibrato and a little noise (compresses like music), ``(frames, channels)`` float32."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    f = 110 * 2 ** (seed % 24 / 12)
+    cols = []
+    for c in range(channels):
+        x = sum(0.2 / k * np.sin(2 * np.pi * k * f * (1 + 0.01 * c) * t + 3 * np.sin(2 * np.pi * 0.2 * t))
+                for k in (1, 2, 3, 5) if k * f < rate / 2)
+        cols.append(x * (0.6 + 0.4 * np.sin(2 * np.pi * 0.05 * t + c)) + 0.01 * rng.standard_normal(t.size))
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+def _plan(files: int, lo: float, hi: float) -> list[dict]:
+    rng = np.random.default_rng(39)
+    plan = []
+    for k in range(files):
+        ext = EXTS[k % len(EXTS)]
+        rate = RATES[(k // len(EXTS) + k) % len(RATES)]
+        plan.append({"name": f"f{k:03d}.{ext}", "ext": ext, "rate": rate, "channels": 1 + (k // 2) % 2,
+                     "seconds": round(float(rng.uniform(lo, hi)), 2), "seed": k})
+    return plan
+
+
+def write_corpus(folder: Path, files: int, lo: float, hi: float) -> list[dict]:
+    """Writes (or reuses) the corpus under ``folder``; returns its plan."""
+    import soundfile
+
+    plan = _plan(files, lo, hi)
+    manifest = folder / "manifest.json"
+    if manifest.exists() and json.loads(manifest.read_text()) == plan and all((folder / p["name"]).exists()
+                                                                              for p in plan):
+        return plan
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.chmod(folder, 0o755)
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in plan:
+            out = folder / p["name"]
+            x = _signal(p["seconds"], p["rate"], p["channels"], p["seed"])
+            wav = Path(tmp) / "in.wav"
+            soundfile.write(out if p["ext"] == "wav" else wav, x, p["rate"], subtype="PCM_16")
+            if p["ext"] == "flac":
+                subprocess.run(["flac", "-s", "-f", str(wav), "-o", str(out)], check=True)
+            elif p["ext"] == "ogg":
+                subprocess.run(["oggenc", "-Q", str(wav), "-o", str(out)], check=True)
+            elif p["ext"] == "mp3":
+                resample = [] if p["rate"] <= 48000 else ["--resample", "48" if p["rate"] % 48000 == 0 else "44.1"]
+                subprocess.run(["lame", "--quiet", *resample, str(wav), str(out)], check=True)
+    manifest.write_text(json.dumps(plan))
+    return plan
+
+
+# --------------------------------------------------------------------------- servers
+
+
+_started: list[subprocess.Popen] = []
+
+
+def _stop_all() -> None:
+    """Stops every server process this run started (terminate, then kill)."""
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+atexit.register(_stop_all)
+
+
+def _nginx_conf(prefix: Path, root: Path, port: int) -> Path:
+    temp = "\n".join(f"  {k}_temp_path {prefix / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    conf = prefix / "nginx.conf"
+    conf.write_text(f"""
+daemon off;
+{"user root;" if os.geteuid() == 0 else ""}
+worker_processes 2;
+pid {prefix / "nginx.pid"};
+error_log {prefix / "error.log"} warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  sendfile on;
+  tcp_nodelay on;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  default_type application/octet-stream;
+{temp}
+  server {{ listen 127.0.0.1:{port}; root {root}; autoindex on; }}
+}}
+""")
+    return conf
+
+
+def start_server(kind: str, root: Path, work: Path) -> tuple[str, int]:
+    """Starts the HTTP server over ``root``; returns (its name and version, port)."""
+    port = _free_port()
+    if kind == "nginx":
+        prefix = work / "nginx"
+        prefix.mkdir()
+        conf = _nginx_conf(prefix, root, port)
+        proc = subprocess.Popen([shutil.which("nginx"), "-p", str(prefix), "-c", str(conf)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _started.append(proc)
+        _wait_port(port, proc)
+        version = subprocess.run([shutil.which("nginx"), "-v"], capture_output=True, text=True).stderr.strip()
+        return f"{version.split(': ')[-1]} (2 workers, sendfile)", port
+    code = ("import sys; from aiohttp import web; app = web.Application(); "
+            "app.router.add_static('/', sys.argv[1]); web.run_app(app, host='127.0.0.1', port=int(sys.argv[2]), "
+            "print=None, access_log=None)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root), str(port)], stdout=subprocess.DEVNULL)
+    _started.append(proc)
+    _wait_port(port, proc)
+    return "aiohttp static server (one Python process)", port
+
+
+def start_moto(root: Path, names: list[str]) -> int:
+    """moto's S3 server in its own process with the corpus in ``s3://bench/corpus/``; returns its port."""
+    import s3fs
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from moto.server import main; main(sys.argv[1:])",
+                             "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _started.append(proc)
+    _wait_port(port, proc)
+    fs = s3fs.S3FileSystem(endpoint_url=f"http://127.0.0.1:{port}", key="bench", secret="bench-secret",
+                           skip_instance_cache=True)
+    fs.mkdir("bench")
+    for n in names:
+        fs.put_file(str(root / n), f"bench/corpus/{n}", ACL="public-read")  # the ceiling's GETs are unsigned
+    return port
+
+
+_PROXY = r'''
+import asyncio, mmap, struct, sys
+port, target, slot = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
+stats = open(sys.argv[3], "r+b")
+m = mmap.mmap(stats.fileno(), 0)
+# layout: delay seconds (double), then per proxy process (slot): requests, bytes from server, connections (int64)
+base = 8 + 24 * slot
+
+def delay():
+    return struct.unpack_from("d", m, 0)[0]
+
+def add(offset, n):
+    struct.pack_into("q", m, offset, struct.unpack_from("q", m, offset)[0] + n)
+
+async def pump_up(reader, writer):
+    try:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            add(base, data.count(b" HTTP/1.1\r\n"))
+            d = delay()
+            if d > 0:
+                await asyncio.sleep(d)
+            writer.write(data)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        writer.close()
+
+async def pump_down(reader, writer):
+    try:
+        while True:
+            data = await reader.read(262144)
+            if not data:
+                break
+            add(base + 8, len(data))
+            writer.write(data)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        writer.close()
+
+async def handle(creader, cwriter):
+    add(base + 16, 1)
+    try:
+        sreader, swriter = await asyncio.open_connection("127.0.0.1", target)
+    except OSError:
+        cwriter.close()
+        return
+    for w in (cwriter, swriter):
+        sock = w.get_extra_info("socket")
+        if sock is not None:
+            import socket
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    await asyncio.gather(pump_up(creader, swriter), pump_down(sreader, cwriter))
+
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096, reuse_port=True)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+try:
+    import uvloop  # faster where installed; the proxy works without it
+    uvloop.run(main())
+except ImportError:
+    asyncio.run(main())
+'''
+
+
+class DelayProxy:
+    """The delay proxy: ``processes`` asyncio processes sharing one port (SO_REUSEPORT).
+
+    ``set_delay`` applies at run time; the counters are read through a shared file (one slot per process).
+    """
+
+    def __init__(self, target_port: int, work: Path, name: str = "proxy", processes: int = 1) -> None:
+        import mmap
+
+        self.port = _free_port()
+        self.processes = processes
+        path = work / f"{name}.stats"
+        path.write_bytes(b"\0" * (8 + 24 * processes))
+        self._file = open(path, "r+b")  # noqa: SIM115 - kept open for the map
+        self._map = mmap.mmap(self._file.fileno(), 0)
+        for slot in range(processes):
+            proc = subprocess.Popen([sys.executable, "-c", _PROXY, str(self.port), str(target_port), str(path),
+                                     str(slot)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _started.append(proc)
+            _wait_port(self.port, proc)
+
+    def set_delay(self, ms: float) -> None:
+        import struct
+
+        struct.pack_into("d", self._map, 0, ms / 1000)
+
+    def counts(self) -> tuple[int, int]:
+        """(requests forwarded, bytes the server sent) so far, over every proxy process."""
+        import struct
+
+        slots = [struct.unpack_from("qq", self._map, 8 + 24 * k) for k in range(self.processes)]
+        return sum(r for r, _ in slots), sum(b for _, b in slots)
+
+
+# --------------------------------------------------------------------------- the ceiling
+
+
+def ceiling(port: int, names: list[str], sizes: list[int], clients: int, seconds: float, chunk: int) -> dict:
+    """Requests/s and MB/s that ``clients`` concurrent ranged GETs of ``chunk`` bytes get from 127.0.0.1:port."""
+    import aiohttp
+
+    rng = np.random.default_rng(0)
+
+    async def run() -> tuple[int, int, float]:
+        done = [0, 0]
+        stop = time.perf_counter() + seconds
+        connector = aiohttp.TCPConnector(limit=clients)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async def client() -> None:
+                while time.perf_counter() < stop:
+                    k = int(rng.integers(len(names)))
+                    start = int(rng.integers(max(1, sizes[k] - chunk)))
+                    headers = {"Range": f"bytes={start}-{start + chunk - 1}"}
+                    async with session.get(f"http://127.0.0.1:{port}/{names[k]}", headers=headers) as r:
+                        body = await r.read()
+                        if r.status not in (200, 206):
+                            raise RuntimeError(f"the ceiling's GET of {names[k]} got HTTP {r.status}")
+                    done[0] += 1
+                    done[1] += len(body)
+            t0 = time.perf_counter()
+            await asyncio.gather(*(client() for _ in range(clients)))
+            return done[0], done[1], time.perf_counter() - t0
+
+    n, nbytes, elapsed = asyncio.run(run())
+    return {"requests_per_s": n / elapsed, "mb_per_s": nbytes / elapsed / 1e6}
+
+
+# --------------------------------------------------------------------------- one cell (its own process)
+
+
+class _Stamp:
+    """One byte appended to ``path`` per item made, in whichever process makes it (O_APPEND writes are atomic)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = None
+        self._pid = None
+
+    def __getstate__(self):
+        return {"path": self.path, "_fd": None, "_pid": None}
+
+    def __call__(self, item):
+        if self._pid != os.getpid():
+            self._fd, self._pid = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), os.getpid()
+        os.write(self._fd, b".")
+        return item
+
+
+def _tree_cpu_and_rss() -> tuple[float, int]:
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    cpu, rss = t.user + t.system + t.children_user + t.children_system, me.memory_info().rss
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            c = child.cpu_times()
+            cpu += c.user + c.system
+            rss += child.memory_info().rss
+    return cpu, rss
+
+
+def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: float) -> dict:
+    import grain
+
+    from audiotree import AudioTree
+    from audiotree.sources import Corpus, create_audio_dataset
+
+    peak = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.2):
+            peak[0] = max(peak[0], _tree_cpu_and_rss()[1])
+
+    threading.Thread(target=sample, daemon=True).start()
+    t_start = time.perf_counter()
+    ds = create_audio_dataset(corpus=Corpus(index=index, on_stale="trust"), duration=3.0, sample_rate=16000,
+                              num_epochs=None)
+    it = ds.map(_Stamp(stamps)).to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16))
+    it = it.batch(32, batch_fn=AudioTree.batch)
+    if workers:
+        it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+    it = iter(it)
+    next(it)
+    first = time.perf_counter() - t_start
+    for _ in range(max(0, workers - 1) + 1):  # one more from each worker: past the start-up
+        next(it)
+    # The workers' buffers are full by now, so taking batches is faster than making them at first: the rates are
+    # of items *made* (stamped, in every process) while the window lasts, not of items taken.
+    cpu0, _ = _tree_cpu_and_rss()
+    made0, t0 = os.path.getsize(stamps), time.perf_counter()
+    items = taken = 0
+    while taken < batches or time.perf_counter() - t0 < min_window:
+        items += len(next(it).filepath)
+        taken += 1
+    made, elapsed = os.path.getsize(stamps) - made0, time.perf_counter() - t0
+    cpu = _tree_cpu_and_rss()[0] - cpu0
+    sampling.set()
+    peak[0] = max(peak[0], _tree_cpu_and_rss()[1])
+    return {"first_batch_s": first, "items_per_s": made / elapsed, "items_per_cpu_s": made / max(cpu, 1e-9),
+            "peak_rss_mb": peak[0] / 1e6, "items": items, "made_in_window": made}
+
+
+def _cell_main(args) -> int:
+    result = run_cell(args.cell, args.batches, args.workers, args.stamps, args.min_window)
+    print(RESULT, json.dumps(result), flush=True)
+    import multiprocessing
+
+    for child in multiprocessing.active_children():  # end the workers now; skip the interpreter teardown
+        child.kill()
+        child.join(timeout=5)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def cell(index: Path, args, proxy: DelayProxy | None) -> dict:
+    """Runs one cell in a fresh process; adds requests and bytes per item made (from the proxy's counts)."""
+    fd, stamps = tempfile.mkstemp(prefix="remote-bench-", suffix=".stamps")
+    os.close(fd)
+    before = proxy.counts() if proxy else (0, 0)
+    try:
+        env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        done = subprocess.run([sys.executable, __file__, "--cell", str(index), "--batches", str(args.batches),
+                               "--workers", str(args.workers), "--stamps", stamps, "--min-window", str(args.min_window)],
+                              capture_output=True, text=True, timeout=1800, env=env)
+        line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
+        if line is None:
+            raise RuntimeError(f"cell {index} failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
+        result = json.loads(line[len(RESULT):])
+        made = os.path.getsize(stamps)
+    finally:
+        os.unlink(stamps)
+    time.sleep(0.2)
+    after = proxy.counts() if proxy else (0, 0)
+    result["made"] = made
+    result["requests_per_item"] = (after[0] - before[0]) / made
+    result["kb_per_item"] = (after[1] - before[1]) / made / 1e3
+    return result
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _index(sources: list[str], out: Path) -> None:
+    from audiotree.index import build_index
+
+    build_index(sources, out, executor="process", max_workers=2, show_progress=False)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="short files, 4 batches per cell, 1 s ceilings")
+    ap.add_argument("--files", type=int, default=100)
+    ap.add_argument("--min-seconds", type=float, default=None)
+    ap.add_argument("--max-seconds", type=float, default=None)
+    ap.add_argument("--batches", type=int, default=None, help="timed batches per cell")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--min-window", type=float, default=None, help="seconds each cell's timed window lasts at least")
+    ap.add_argument("--delays", default="0,20,50,100", help="ms added per request, comma separated")
+    ap.add_argument("--server", choices=("nginx", "aiohttp"), default="nginx")
+    ap.add_argument("--s3-delays", default="0,50", help="ms per request for the S3 (moto) cells; '' for none")
+    ap.add_argument("--proxy-processes", type=int, default=1, help="asyncio processes of each delay proxy")
+    ap.add_argument("--ceiling-clients", type=int, default=64)
+    ap.add_argument("--ceiling-seconds", type=float, default=None)
+    ap.add_argument("--corpus-dir", default=None, help="where the corpus is written (reused when it matches)")
+    ap.add_argument("--cell", help=argparse.SUPPRESS)
+    ap.add_argument("--stamps", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.cell:
+        return _cell_main(args)
+    flags = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
+                    if v != ap.get_default(k))
+    lo, hi = (8.0, 20.0) if args.quick else (30.0, 150.0)
+    args.min_seconds = lo if args.min_seconds is None else args.min_seconds
+    args.max_seconds = hi if args.max_seconds is None else args.max_seconds
+    args.batches = args.batches or (4 if args.quick else 20)
+    args.min_window = args.min_window if args.min_window is not None else (3.0 if args.quick else 10.0)
+    seconds = args.ceiling_seconds or (1.0 if args.quick else 5.0)
+    if args.server == "nginx" and shutil.which("nginx") is None:
+        print("nginx is not installed (apt-get install -y nginx-light): using the aiohttp server instead; its "
+              "ceiling below is the rig's.", file=sys.stderr)
+        args.server = "aiohttp"
+
+    tag = f"{args.files}-{args.min_seconds:g}-{args.max_seconds:g}"
+    corpus = Path(args.corpus_dir or Path(tempfile.gettempdir()) / f"audiotree-remote-corpus-{tag}")
+    t0 = time.perf_counter()
+    plan = write_corpus(corpus, args.files, args.min_seconds, args.max_seconds)
+    names = [p["name"] for p in plan]
+    sizes = [(corpus / n).stat().st_size for n in names]
+    print(f"corpus: {len(names)} files, {sum(sizes) / 1e6:.0f} MB, {sum(p['seconds'] for p in plan) / 60:.0f} min, "
+          f"in {corpus} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    work = Path(tempfile.mkdtemp(prefix="remote-bench-"))
+    os.chmod(work, 0o755)
+    rows: list[tuple[str, dict]] = []
+    try:
+        server, port = start_server(args.server, corpus, work)
+        proxy = DelayProxy(port, work, processes=args.proxy_processes)
+        print(f"server: {server} on 127.0.0.1:{port}; delay proxy on :{proxy.port}", flush=True)
+        ceilings: dict[str, tuple[dict, dict]] = {}
+        for label, target in (("server", port), ("proxy +0 ms", proxy.port)):
+            ceilings[label] = (ceiling(target, names, sizes, args.ceiling_clients, seconds, 65536),
+                               ceiling(target, names, sizes, args.ceiling_clients, seconds, 1 << 20))
+            small, big = ceilings[label]
+            print(f"ceiling, {label}: {small['requests_per_s']:.0f} requests/s (64 KiB ranges), "
+                  f"{big['mb_per_s']:.0f} MB/s (1 MiB ranges)", flush=True)
+
+        s3_delays = [float(x) for x in args.s3_delays.split(",") if x.strip()]
+        if s3_delays:
+            moto_port = start_moto(corpus, names)
+            s3_proxy = DelayProxy(moto_port, work, "s3proxy", processes=args.proxy_processes)
+            print(f"server: moto S3 on 127.0.0.1:{moto_port}; delay proxy on :{s3_proxy.port}", flush=True)
+            keys = [f"bench/corpus/{n}" for n in names]
+            ceilings["moto S3"] = (ceiling(moto_port, keys, sizes, args.ceiling_clients, seconds, 65536),
+                                   ceiling(moto_port, keys, sizes, args.ceiling_clients, seconds, 1 << 20))
+            print("ceiling, moto S3:", ceilings["moto S3"], flush=True)
+
+        local_index, remote_index = work / "local.parquet", work / "http.parquet"
+        _index([str(corpus / n) for n in names], local_index)
+        proxy.set_delay(0)
+        _index([f"http://127.0.0.1:{proxy.port}/{n}" for n in names], remote_index)
+        rows.append(("local", cell(local_index, args, None)))
+        print("local", rows[-1][1], flush=True)
+        for ms in [float(x) for x in args.delays.split(",") if x.strip()]:
+            proxy.set_delay(ms)
+            rows.append((f"http +{ms:g} ms", cell(remote_index, args, proxy)))
+            print(rows[-1][0], rows[-1][1], flush=True)
+        if s3_delays:
+            os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench-secret",
+                              AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{s3_proxy.port}")
+            s3_index = work / "s3.parquet"
+            s3_proxy.set_delay(0)
+            _index([f"s3://bench/corpus/{n}" for n in names], s3_index)
+            for ms in s3_delays:
+                s3_proxy.set_delay(ms)
+                rows.append((f"s3 (moto) +{ms:g} ms", cell(s3_index, args, s3_proxy)))
+                print(rows[-1][0], rows[-1][1], flush=True)
+        load = os.getloadavg()[0]
+    finally:
+        _stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+    local = rows[0][1]
+    print()
+    print(f"## Remote against local (`python benchmarks/remote.py{flags}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
+          f"2 shared cores, load average {load:.1f})")
+    print()
+    print(f"Corpus: {len(names)} files (WAV, FLAC, Ogg, MP3; 8-96 kHz), {sum(sizes) / 1e6:.0f} MB. Server: {server}. "
+          f"Pipeline: index, random 3 s excerpts at 16 kHz, batch 32, {args.workers} mp_prefetch workers, "
+          f"ReadOptions(num_threads=8, prefetch_buffer_size=16), on_stale='trust'; items made while "
+          f"{args.batches} batches are taken and at least {args.min_window:g} s pass, per cell.")
+    print()
+    print("| rig ceiling (no loader, one aiohttp client, "
+          f"{args.ceiling_clients} concurrent) | requests/s (64 KiB) | MB/s (1 MiB ranges) |")
+    print("|---|---|---|")
+    for label, (small, big) in ceilings.items():
+        print(f"| {label} | {small['requests_per_s']:.0f} | {big['mb_per_s']:.0f} |")
+    print()
+    print("| cell | items/s | × local | items/CPU-s | first batch s | requests/item | KB/item | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, r in rows:
+        reqs = "" if label == "local" else f"{r['requests_per_item']:.2f}"
+        kb = "" if label == "local" else f"{r['kb_per_item']:.0f}"
+        print(f"| {label} | {r['items_per_s']:.1f} | {r['items_per_s'] / local['items_per_s']:.2f} | "
+              f"{r['items_per_cpu_s']:.1f} | {r['first_batch_s']:.1f} | {reqs} | {kb} | {r['peak_rss_mb']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

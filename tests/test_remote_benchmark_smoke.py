@@ -1,0 +1,47 @@
+"""Smoke test of ``benchmarks/remote.py`` (issue 39): the rig runs end to end and stops what it started.
+
+A tiny corpus (8 files), one timed batch per cell. Speeds are never asserted: the
+report must hold the ceiling rows and every cell, the remote cells must have
+been counted at the proxies (requests and bytes per item above zero), and after
+the run nothing listens on any port it printed (nginx, moto, both proxies).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+
+import pytest
+from helpers import run_benchmark
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin") is None and not os.environ.get("CI"),
+                    reason="nginx is not installed (apt-get install -y nginx-light); under CI=true this fails instead")
+def test_remote_benchmark_quick(tmp_path):
+    pytest.importorskip("moto.server")
+    proc = run_benchmark("remote.py", "--quick", "--files", "8", "--batches", "1", "--delays", "0,20",
+                         "--s3-delays", "0", "--ceiling-seconds", "0.3", "--corpus-dir", str(tmp_path / "corpus"),
+                         timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for label in ("server", "proxy +0 ms", "moto S3"):
+        assert re.search(rf"^\| {re.escape(label)} \| \d+ \| \d+ \|$", out, re.M), out
+    cells = {m[0]: m for m in re.findall(r"^\| (local|http \+\d+ ms|s3 \(moto\) \+\d+ ms) \|(.*)$", out, re.M)}
+    assert set(cells) == {"local", "http +0 ms", "http +20 ms", "s3 (moto) +0 ms"}, out
+    for label, (_, rest) in cells.items():
+        fields = [f.strip() for f in rest.split("|")]
+        assert float(fields[0]) > 0 and float(fields[2]) > 0  # items/s, items per CPU-s
+        if label != "local":
+            assert float(fields[4]) > 0 and float(fields[5]) > 0  # requests and KB per item, counted at the proxy
+    ports = [int(p) for p in re.findall(r"(?:127\.0\.0\.1:|proxy on :)(\d+)", out)]
+    assert len(ports) == 4, out
+    assert [p for p in ports if _listening(p)] == []
