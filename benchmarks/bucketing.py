@@ -107,10 +107,10 @@ def metrics(durations: np.ndarray, batches: list[np.ndarray], padded_to: list[fl
 
 
 def run_ours(durations: np.ndarray, max_seconds: float, buckets: int, seed: int) -> dict:
-    from audiotree.sources.bucketing import plan_buckets
+    from audiotree.sources.bucketing import BucketConfig, plan_buckets
 
     start = time.process_time()
-    plan = plan_buckets(durations, max_seconds=max_seconds, buckets=buckets, shuffle_seed=seed)
+    plan = plan_buckets(durations, BucketConfig(max_seconds=max_seconds, buckets=buckets), shuffle_seed=seed)
     epoch = plan.epoch(0)
     first = time.process_time() - start
     start = time.process_time()

@@ -15,7 +15,7 @@ Each run is a fresh process, single-threaded, 0 workers, interleaved (ours,
 lhotse, ours, ...):
 
 * ours: ``create_audio_dataset(corpus=Corpus(index=...), duration=None)`` then
-  ``batch_by_duration(items, max_seconds=M, buckets=K)``; a batch is a padded
+  ``batch_by_duration(items, bucketing=BucketConfig(max_seconds=M, buckets=K))``; a batch is a padded
   ``AudioTree``;
 * lhotse: ``load_manifest(cuts)``, ``DynamicBucketingSampler(cuts,
   max_duration=M, num_buckets=K, shuffle=True)``, and
@@ -55,10 +55,10 @@ import time
 t0 = time.perf_counter()
 import json, sys
 import numpy as np
-from audiotree.sources import Corpus, batch_by_duration, create_audio_dataset
+from audiotree.sources import BucketConfig, Corpus, batch_by_duration, create_audio_dataset
 index, max_seconds, buckets, seed, want = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 items = create_audio_dataset(corpus=Corpus(index=index), duration=None, sample_rate=8000, shuffle=True, shuffle_seed=seed)
-batches = batch_by_duration(items, max_seconds=max_seconds, buckets=buckets, shuffle_seed=seed, num_epochs=1)
+batches = batch_by_duration(items, bucketing=BucketConfig(max_seconds=max_seconds, buckets=buckets), shuffle_seed=seed, num_epochs=1)
 first = batches[0]
 startup = time.perf_counter() - t0
 cpu0 = time.process_time()

@@ -508,8 +508,6 @@ KNOWN_PRIVATE_ATTRIBUTES = {
         "finalizers pick how to close a session by loop.is_running()",
     "audiotree.parallel.parent_death: os._exit":
         "a documented stdlib function (exit without cleanup, from a forked child)",
-    "audiotree.sources.datasets.duration_batches: node._transform":
-        "Grain's map steps do not expose their function; batch_by_duration finds the index loader by it",
     "audiotree.sources.workers.lifecycle: SharedMemoryArray._del_thread_pool":
         "Grain has no public way to stop the shared-memory unlink pool before a fork",
     "audiotree.sources.workers.lifecycle: SharedMemoryArray._outstanding_del_requests":

@@ -120,7 +120,7 @@ def files(tmp_path_factory):
 def _objects(files, tmp_path):
     from audiotree.index import build_index
     from audiotree.index.columns import open_columns
-    from audiotree.sources import batch_by_duration, create_audio_dataset, scan_durations
+    from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, scan_durations
     from audiotree.sources.datasets.duration_batches import DurationBatchDataset
     from audiotree.sources.epoch_order import EpochShuffledMapDataset
     from audiotree.sources.mixing import ShuffledProportionalSelection
@@ -129,7 +129,8 @@ def _objects(files, tmp_path):
     selection = ShuffledProportionalSelection([50, 50], [1.0, 2.0], seed=3, block_size=16)
     epochs = EpochShuffledMapDataset(grain.MapDataset.range(5), seed=1, num_epochs=3)
     items = create_audio_dataset(filepaths=files, duration=None, shuffle=True, shuffle_seed=4, sample_rate=8000)
-    batches = batch_by_duration(items, scan_durations(files), max_seconds=4.0, buckets=2, shuffle_seed=0)
+    batches = batch_by_duration(items, scan_durations(files), BucketConfig(max_seconds=4.0, buckets=2),
+                                shuffle_seed=0)
     while not isinstance(batches, DurationBatchDataset):  # the batches under the dataset's public wrapper
         batches = batches.parents[0]
     index = tmp_path / "corpus.parquet"

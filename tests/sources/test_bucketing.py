@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 
 from audiotree import AudioTree
-from audiotree.sources import batch_by_duration, create_audio_dataset, plan_buckets, scan_durations
+from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, plan_buckets, scan_durations
 from audiotree.sources.bucketing import FILLER, optimal_bucket_edges
 
 SR = 8000
@@ -27,7 +27,7 @@ def _durations(n: int = 2000, seed: int = 0) -> np.ndarray:
 # ------------------------------------------------------------------ plan
 def test_every_item_once_per_epoch_and_batches_bounded():
     d = _durations()
-    plan = plan_buckets(d, max_seconds=120, buckets=8, shuffle_seed=3)
+    plan = plan_buckets(d, BucketConfig(max_seconds=120, buckets=8), shuffle_seed=3)
     for epoch in (0, 1):
         ep = plan.epoch(epoch)
         slots = np.concatenate(ep.batches)
@@ -48,12 +48,12 @@ def test_every_item_once_per_epoch_and_batches_bounded():
 
 def test_plan_is_a_pure_function_of_seed_and_epoch():
     d = _durations()
-    a = plan_buckets(d, max_seconds=100, shuffle_seed=1)
-    b = plan_buckets(d, max_seconds=100, shuffle_seed=1)
+    a = plan_buckets(d, BucketConfig(max_seconds=100), shuffle_seed=1)
+    b = plan_buckets(d, BucketConfig(max_seconds=100), shuffle_seed=1)
     for epoch in (0, 5, 2):  # any order, fresh objects
         assert all(np.array_equal(x, y) for x, y in zip(a.epoch(epoch).batches, b.epoch(epoch).batches))
     assert not all(np.array_equal(x, y) for x, y in zip(a.epoch(0).batches, a.epoch(1).batches))
-    c = plan_buckets(d, max_seconds=100, shuffle_seed=2)
+    c = plan_buckets(d, BucketConfig(max_seconds=100), shuffle_seed=2)
     assert not all(np.array_equal(x, y) for x, y in zip(a.epoch(0).batches, c.epoch(0).batches))
     import pickle
 
@@ -62,7 +62,7 @@ def test_plan_is_a_pure_function_of_seed_and_epoch():
 
 
 def test_default_buckets_reach_ninety_percent_efficiency():
-    plan = plan_buckets(_durations(20000), max_seconds=200, shuffle_seed=0)
+    plan = plan_buckets(_durations(20000), BucketConfig(max_seconds=200), shuffle_seed=0)
     assert plan.describe()["efficiency"] >= 0.90
     assert plan.edges.size == 16 and plan.edges[-1] == pytest.approx(20.0, abs=0.05)
 
@@ -84,37 +84,38 @@ def test_optimal_edges_beat_evenly_spaced_edges():
 def test_bad_input_errors():
     d = [1.0, 2.0, 30.0]
     with pytest.raises(ValueError, match="strictly increasing.*edge 2"):
-        plan_buckets(d, max_seconds=60, buckets=[1.0, 5.0, 5.0, 40.0])
+        plan_buckets(d, BucketConfig(max_seconds=60, buckets=[1.0, 5.0, 5.0, 40.0]))
     with pytest.raises(ValueError, match="strictly increasing"):
-        plan_buckets(d, max_seconds=60, buckets=[5.0, 2.0])
+        plan_buckets(d, BucketConfig(max_seconds=60, buckets=[5.0, 2.0]))
     with pytest.raises(ValueError, match="below the shortest item"):
-        plan_buckets(d, max_seconds=0.5)
+        plan_buckets(d, BucketConfig(max_seconds=0.5))
     with pytest.raises(ValueError, match=r"Item 2 lasts 30.000 s.*too_long='crop'"):
-        plan_buckets(d, max_seconds=20)
+        plan_buckets(d, BucketConfig(max_seconds=20))
     with pytest.raises(ValueError, match=r"Item 1 \(b.wav\) has duration"):
-        plan_buckets({"a.wav": 1.0, "b.wav": float("nan")}, max_seconds=20)
+        plan_buckets({"a.wav": 1.0, "b.wav": float("nan")}, BucketConfig(max_seconds=20))
     with pytest.raises(ValueError, match="longer than max_seconds"):
-        plan_buckets(d, max_seconds=20, buckets=[2.0, 40.0])
+        plan_buckets(d, BucketConfig(max_seconds=20, buckets=[2.0, 40.0]))
     with pytest.raises(ValueError, match="one group per item"):
-        plan_buckets(d, max_seconds=60, groups=["a"])
+        plan_buckets(d, BucketConfig(max_seconds=60), groups=["a"])
     with pytest.raises(ValueError, match="unknown groups"):
-        plan_buckets(d, max_seconds=60, groups=["a", "a", "b"], weights={"c": 1})
+        plan_buckets(d, BucketConfig(max_seconds=60, weights={"c": 1}), groups=["a", "a", "b"])
     with pytest.raises(ValueError, match="remainder must be"):
-        plan_buckets(d, max_seconds=60, remainder="spill")
+        plan_buckets(d, BucketConfig(max_seconds=60, remainder="spill"))
 
 
 def test_too_long_crop_and_skip():
     d = [1.0, 2.0, 30.0]
-    crop = plan_buckets(d, max_seconds=20, buckets=[2.0, 10.0], too_long="crop")
+    crop = plan_buckets(d, BucketConfig(max_seconds=20, buckets=[2.0, 10.0], too_long="crop"))
     assert crop.durations[2] == 10.0 and crop.bucket_of.tolist() == [0, 0, 1]
-    skip = plan_buckets(d, max_seconds=20, buckets=[2.0, 10.0], too_long="skip")
+    skip = plan_buckets(d, BucketConfig(max_seconds=20, buckets=[2.0, 10.0], too_long="skip"))
     slots = np.concatenate(skip.epoch(0).batches)
     assert 2 not in slots.tolist() and {0, 1} <= set(slots.tolist())
 
 
 def test_remainder_policies():
     d = [1.0] * 5
-    sizes = {r: sorted(b.size for b in plan_buckets(d, max_seconds=2, buckets=[1.0], remainder=r).epoch(0).batches)
+    sizes = {r: sorted(b.size for b in
+                       plan_buckets(d, BucketConfig(max_seconds=2, buckets=[1.0], remainder=r)).epoch(0).batches)
              for r in ("pad", "drop", "keep")}
     assert sizes == {"pad": [2, 2, 2], "drop": [2, 2], "keep": [1, 2, 2]}
 
@@ -125,7 +126,8 @@ def test_groups_keep_their_weights(weight_by):
     # "long" has few long files, "short" many short ones: weights must hold anyway.
     d = np.concatenate([rng.uniform(8, 12, 100), rng.uniform(0.5, 2, 1000)])
     groups = ["long"] * 100 + ["short"] * 1000
-    plan = plan_buckets(d, max_seconds=60, groups=groups, weights={"long": 1, "short": 3}, weight_by=weight_by)
+    plan = plan_buckets(d, BucketConfig(max_seconds=60, weights={"long": 1, "short": 3}, weight_by=weight_by),
+                        groups=groups)
     totals = Counter()
     for epoch in range(3):
         for batch in plan.epoch(epoch).batches:
@@ -140,7 +142,7 @@ def test_groups_keep_their_weights(weight_by):
 
 def test_hosts_split_every_batch_disjointly_with_equal_shapes():
     d = _durations(500)
-    plan = plan_buckets(d, max_seconds=80, num_shards=4)
+    plan = plan_buckets(d, BucketConfig(max_seconds=80), num_shards=4)
     assert np.all(plan.batch_sizes % 4 == 0)
     for k in range(len(plan.epoch(0))):
         _, slots, _ = plan.batch(k)
@@ -151,7 +153,7 @@ def test_hosts_split_every_batch_disjointly_with_equal_shapes():
         real = joined[joined != FILLER]
         assert len(set(real.tolist())) == real.size
     with pytest.raises(ValueError, match="unequal batches"):
-        plan_buckets(d, max_seconds=80, num_shards=2, remainder="keep")
+        plan_buckets(d, BucketConfig(max_seconds=80, remainder="keep"), num_shards=2)
 
 
 def test_module_doctests():
@@ -182,11 +184,11 @@ def utterances(tmp_path_factory):
     return files
 
 
-def _pipeline(files, **kw):
+def _pipeline(files, bucketing=BucketConfig(max_seconds=8.0, buckets=4), **kw):
     items = create_audio_dataset(filepaths=files, duration=None, shuffle=False, sample_rate=SR)
-    options = dict(max_seconds=8.0, buckets=4, shuffle_seed=0, num_epochs=2)
+    options = dict(shuffle_seed=0, num_epochs=2)
     options.update(kw)
-    return batch_by_duration(items, scan_durations(files), **options)
+    return batch_by_duration(items, scan_durations(files), bucketing, **options)
 
 
 def test_batches_of_real_files(utterances):
@@ -284,7 +286,8 @@ def test_hosts_read_disjoint_halves(utterances):
         _pipeline(utterances, shard_options=grain.sharding.ShardOptions(shard_index=i, shard_count=2))
         for i in range(2)
     ]
-    whole_plan = plan_buckets(scan_durations(utterances), max_seconds=8.0, buckets=4, shuffle_seed=0, num_shards=2)
+    whole_plan = plan_buckets(scan_durations(utterances), BucketConfig(max_seconds=8.0, buckets=4), shuffle_seed=0,
+                              num_shards=2)
     for k in range(whole_plan.batches_in_epoch(0)):
         a, b = halves[0][k], halves[1][k]
         assert a.waveform.shape == b.waveform.shape
@@ -295,7 +298,7 @@ def test_hosts_read_disjoint_halves(utterances):
 
 def test_groups_are_stamped_as_source(utterances):
     groups = ["even" if i % 2 == 0 else "odd" for i in range(len(utterances))]
-    batch = _pipeline(utterances, groups=groups, weights={"even": 1, "odd": 1})[0]
+    batch = _pipeline(utterances, BucketConfig(max_seconds=8.0, buckets=4, weights={"even": 1, "odd": 1}), groups=groups)[0]
     for name, source in zip(batch.filepath, batch.source):
         if name:
             assert source == groups[utterances.index(name)]
@@ -305,17 +308,17 @@ def test_items_that_do_not_match_the_durations(utterances):
     items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=SR)
     durations = list(scan_durations(utterances).values())
     with pytest.raises(ValueError, match="40 elements but 39 durations"):
-        batch_by_duration(items, durations[:-1], max_seconds=8.0)
+        batch_by_duration(items, durations[:-1], BucketConfig(max_seconds=8.0))
     # A shuffle under something that is not a per-item map cannot be undone: refused.
     shuffled = create_audio_dataset(filepaths=utterances, duration=None, shuffle=True, sample_rate=SR)
     with pytest.raises(ValueError, match="shuffle=False"):
-        batch_by_duration(shuffled[:40], durations, max_seconds=8.0)
+        batch_by_duration(shuffled[:40], durations, BucketConfig(max_seconds=8.0))
     endless = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False).repeat()
     with pytest.raises(ValueError, match="endless"):
-        batch_by_duration(endless, durations, max_seconds=8.0)
+        batch_by_duration(endless, durations, BucketConfig(max_seconds=8.0))
     with pytest.raises(ValueError, match="needs durations= for items not built from a corpus index"):
-        batch_by_duration(items, max_seconds=8.0)
-    stale = batch_by_duration(items, [0.31] * len(utterances), max_seconds=8.0, buckets=[0.31])
+        batch_by_duration(items, bucketing=BucketConfig(max_seconds=8.0))
+    stale = batch_by_duration(items, [0.31] * len(utterances), BucketConfig(max_seconds=8.0, buckets=[0.31]))
     with pytest.raises(ValueError, match="durations are stale"):
         stale[0]
 
@@ -323,7 +326,7 @@ def test_items_that_do_not_match_the_durations(utterances):
 def test_crop_policy_reads_the_first_seconds(utterances):
     durations = scan_durations(utterances)
     items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=SR)
-    batches = batch_by_duration(items, durations, max_seconds=4.0, buckets=[1.0, 2.0], too_long="crop")
+    batches = batch_by_duration(items, durations, BucketConfig(max_seconds=4.0, buckets=[1.0, 2.0], too_long="crop"))
     for k in range(batches.plan.batches_in_epoch(0)):
         batch = batches[k]
         assert batch.samples <= 2 * SR and np.all(batch.lengths <= 2 * SR)
@@ -336,9 +339,10 @@ def test_group_weights_may_follow_a_schedule_of_batches():
     d = [1.0] * 60 + [1.0] * 60
     groups = ["x"] * 60 + ["y"] * 60
     schedule = WeightSchedule({0: {"x": 9, "y": 1}, 30: {"x": 1, "y": 9}}, interpolation="step")
-    plan = plan_buckets(d, max_seconds=10, buckets=[1.0], groups=groups, weights=schedule, weight_by="count")
-    static = plan_buckets(d, max_seconds=10, buckets=[1.0], groups=groups, weights={"x": 9, "y": 1},
-                          weight_by="count")
+    plan = plan_buckets(d, BucketConfig(max_seconds=10, buckets=[1.0], weights=schedule, weight_by="count"),
+                        groups=groups)
+    static = plan_buckets(d, BucketConfig(max_seconds=10, buckets=[1.0], weights={"x": 9, "y": 1}, weight_by="count"),
+                          groups=groups)
     assert [b.tolist() for b in plan.epoch(0).batches] == [b.tolist() for b in static.epoch(0).batches]
 
     def y_share(epoch):
@@ -352,10 +356,11 @@ def test_group_weights_may_follow_a_schedule_of_batches():
     assert all(y_share(e) == pytest.approx(0.1, abs=0.02) for e in range(switched))
     assert all(y_share(e) == pytest.approx(0.9, abs=0.02) for e in range(switched, 6))
     # Pure: a fresh plan locates a late batch without having planned the earlier epochs in order.
-    again = plan_buckets(d, max_seconds=10, buckets=[1.0], groups=groups, weights=schedule, weight_by="count")
+    again = plan_buckets(d, BucketConfig(max_seconds=10, buckets=[1.0], weights=schedule, weight_by="count"),
+                         groups=groups)
     assert again.batch(starts[5] + 1)[1].tolist() == plan.batch(starts[5] + 1)[1].tolist()
     with pytest.raises(ValueError, match=r"missing \['y'\]"):
-        plan_buckets(d, max_seconds=10, groups=groups, weights=WeightSchedule({0: {"x": 1, "z": 1}}))
+        plan_buckets(d, BucketConfig(max_seconds=10, weights=WeightSchedule({0: {"x": 1, "z": 1}})), groups=groups)
 
 
 def test_batch_by_duration_takes_a_schedule(utterances):
@@ -363,7 +368,8 @@ def test_batch_by_duration_takes_a_schedule(utterances):
 
     groups = ["even" if i % 2 == 0 else "odd" for i in range(len(utterances))]
     schedule = WeightSchedule({0: {"even": 1, "odd": 0}, 1: {"even": 0, "odd": 1}}, interpolation="step")
-    batches = _pipeline(utterances, groups=groups, weights=schedule, num_epochs=2)
+    batches = _pipeline(utterances, BucketConfig(max_seconds=8.0, buckets=4, weights=schedule), groups=groups,
+                        num_epochs=2)
     first = batches.plan.epoch_start(1)
     epoch0 = {s for k in range(first) for s in batches[k].filepath if s}
     epoch1 = {s for k in range(first, len(batches)) for s in batches[k].filepath if s}

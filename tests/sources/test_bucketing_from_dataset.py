@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 
 from audiotree.index import build_index
-from audiotree.sources import Corpus, batch_by_duration, create_audio_dataset
+from audiotree.sources import BucketConfig, Corpus, batch_by_duration, create_audio_dataset
 from audiotree.sources.bucketing import FILLER
 
 SR = 8000
@@ -58,7 +58,7 @@ def test_durations_from_the_index_and_any_item_order(corpus, which):
     plain = create_audio_dataset(shuffle=False, **kwargs)
     shuffled = create_audio_dataset(shuffle=True, shuffle_seed=7, **kwargs)
     endless = create_audio_dataset(shuffle=True, num_epochs=None, **kwargs)
-    batches = [batch_by_duration(ds, max_seconds=6.0, buckets=3, shuffle_seed=1, num_epochs=2)
+    batches = [batch_by_duration(ds, bucketing=BucketConfig(max_seconds=6.0, buckets=3), shuffle_seed=1, num_epochs=2)
                for ds in (plain, shuffled, endless)]
     assert len(batches[0]) == len(batches[1]) == len(batches[2]) > 2
     for k in range(len(batches[0])):
@@ -81,7 +81,7 @@ def test_segment_batches_read_exact_segments(corpus):
     ix = open_index(segments_ix)
     bounds = {(p, round(s, 3)): round(e, 3) for p, s, e in zip(ix.paths(), ix.column("start"), ix.column("end"))}
     items = create_audio_dataset(corpus=Corpus(index=segments_ix), duration=None, sample_rate=SR)
-    ds = batch_by_duration(items, max_seconds=8.0, buckets=2, num_epochs=1)
+    ds = batch_by_duration(items, bucketing=BucketConfig(max_seconds=8.0, buckets=2), num_epochs=1)
     for k in range(len(ds)):
         batch = ds[k]
         for i, (path, offset, length) in enumerate(zip(batch.filepath, batch.offset, batch.lengths)):
@@ -99,7 +99,7 @@ def test_pad_multiple_rounds_every_batch(corpus, pad_to, buckets):
     _, files_ix, _ = corpus
     items = create_audio_dataset(corpus=Corpus(index=files_ix), duration=None, sample_rate=22050)
     hop = 256
-    ds = batch_by_duration(items, max_seconds=7.0, buckets=buckets, pad_to=pad_to, pad_multiple=hop, num_epochs=1)
+    ds = batch_by_duration(items, bucketing=BucketConfig(max_seconds=7.0, buckets=buckets), pad_to=pad_to, pad_multiple=hop, num_epochs=1)
     edges_samples = np.round(ds.plan.edges * 22050, 6)
     assert np.all(edges_samples % hop == 0), edges_samples
     shapes = set()
@@ -112,7 +112,7 @@ def test_pad_multiple_rounds_every_batch(corpus, pad_to, buckets):
     if pad_to == "bucket":
         assert len(shapes) <= ds.plan.edges.size
     with pytest.raises(ValueError, match="pad_multiple must be a positive int"):
-        batch_by_duration(items, max_seconds=7.0, pad_multiple=0)
+        batch_by_duration(items, bucketing=BucketConfig(max_seconds=7.0), pad_multiple=0)
 
 
 def test_filler_slots_carry_neutral_labels(corpus):
@@ -122,7 +122,7 @@ def test_filler_slots_carry_neutral_labels(corpus):
         return item.replace_extras(text=np.array(["some words"]), weight=np.array([0.5], np.float32))
 
     items = create_audio_dataset(corpus=Corpus(index=files_ix, labels=["speaker"]), duration=None, sample_rate=SR).map(add_text)
-    ds = batch_by_duration(items, max_seconds=12.5, buckets=[2.5], num_epochs=1, remainder="pad")
+    ds = batch_by_duration(items, bucketing=BucketConfig(max_seconds=12.5, buckets=[2.5], remainder="pad"), num_epochs=1)
     fillers = 0
     for k in range(len(ds)):
         _, slots, _ = ds.plan.batch(k)

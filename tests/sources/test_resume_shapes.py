@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from audiotree.sources import batch_by_duration, create_audio_dataset, create_balanced_audio_dataset, scan_durations
+from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, create_balanced_audio_dataset, scan_durations
 from audiotree.sources.global_stream import (
     CheckpointError,
     StreamPosition,
@@ -148,7 +148,7 @@ def utterances(tmp_path_factory):
 @pytest.mark.parametrize("before,after", [(2, 1), (0, 3)])
 def test_batch_by_duration_resumes_with_other_workers(utterances, before, after):
     items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=8000)
-    batches = batch_by_duration(items, scan_durations(utterances), max_seconds=3.0, buckets=3, num_epochs=2)
+    batches = batch_by_duration(items, scan_durations(utterances), BucketConfig(max_seconds=3.0, buckets=3), num_epochs=2)
     tagged = batches.map_with_index(_tag)
     reference = _flat(iter(_pipeline(tagged, 0, "none")))
     union, _ = _resumed(tagged, before, after, "none", first=3, then=None)

@@ -19,7 +19,7 @@ import pytest
 import soundfile as sf
 
 from audiotree.discovery.sharding import check_shard_options, host_range, strided_share
-from audiotree.sources import batch_by_duration, create_audio_dataset, shard_dataset
+from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, shard_dataset
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "audiotree"
 SHARDING = SRC / "discovery" / "sharding.py"
@@ -75,7 +75,7 @@ def test_every_entry_refuses_bad_options_alike(tmp_path):
     entries = {
         "check_shard_options": check_shard_options,
         "shard_dataset": lambda o: shard_dataset(grain.MapDataset.range(3), o),
-        "batch_by_duration": lambda o: batch_by_duration(items, [0.5, 0.5], max_seconds=2, buckets=[1.0],
+        "batch_by_duration": lambda o: batch_by_duration(items, [0.5, 0.5], BucketConfig(max_seconds=2, buckets=[1.0]),
                                                          shard_options=o),
         "host_range": lambda o: host_range(3, o),
     }

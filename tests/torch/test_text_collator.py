@@ -21,7 +21,7 @@ _SCRIPT = textwrap.dedent(
     import torch
 
     from audiotree.index import import_nemo
-    from audiotree.sources import Corpus, batch_by_duration, create_audio_dataset
+    from audiotree.sources import BucketConfig, Corpus, batch_by_duration, create_audio_dataset
     from audiotree.torch import TextCollator, create_dataloader
 
     LETTERS = " abcdefghijklmnopqrstuvwxyz"
@@ -70,7 +70,7 @@ _SCRIPT = textwrap.dedent(
             assert sorted(seen) == sorted(TEXTS), (method, seen)
             del loader
             # Planned batches (batch_size=None): each element is already a batch, with filler slots.
-            batches = batch_by_duration(items, max_seconds=4.0, buckets=2, shuffle_seed=0, num_epochs=1)
+            batches = batch_by_duration(items, bucketing=BucketConfig(max_seconds=4.0, buckets=2), shuffle_seed=0, num_epochs=1)
             seen = []
             loader = create_dataloader(batches, batch_size=None, num_workers=2, collate_fn=collator,
                                        multiprocessing_context=method)

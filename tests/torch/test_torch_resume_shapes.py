@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
 
 import audiotree.torch as att  # noqa: E402
-from audiotree.sources import batch_by_duration, create_audio_dataset, scan_durations  # noqa: E402
+from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, scan_durations  # noqa: E402
 
 
 def tag(index, tree):
@@ -109,7 +109,7 @@ def test_endless_planned_batches_resume_with_another_num_workers(utterances):
     """batch_by_duration(num_epochs=None) is an endless stream of planned batches: an iterable, resumable
     with any num_workers like any other."""
     items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=8000)
-    batches = batch_by_duration(items, scan_durations(utterances), max_seconds=2.0, buckets=2, num_epochs=None)
+    batches = batch_by_duration(items, scan_durations(utterances), BucketConfig(max_seconds=2.0, buckets=2), num_epochs=None)
     tagged = batches.map_with_index(batch_tag)
 
     def loader(workers):

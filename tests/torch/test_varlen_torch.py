@@ -9,7 +9,7 @@ import soundfile as sf
 
 torch = pytest.importorskip("torch")
 
-from audiotree.sources import batch_by_duration, create_audio_dataset, scan_durations  # noqa: E402
+from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, scan_durations  # noqa: E402
 from audiotree.torch import EpochSampler, TorchAudioTree, TorchMapDataset, create_dataloader, to_torch  # noqa: E402
 
 SR = 8000
@@ -30,7 +30,7 @@ def files(tmp_path_factory):
 
 def _batches(files, num_epochs=1):
     items = create_audio_dataset(filepaths=files, duration=None, shuffle=False, sample_rate=SR)
-    return batch_by_duration(items, scan_durations(files), max_seconds=6.0, buckets=3, shuffle_seed=4, num_epochs=num_epochs)
+    return batch_by_duration(items, scan_durations(files), BucketConfig(max_seconds=6.0, buckets=3), shuffle_seed=4, num_epochs=num_epochs)
 
 
 def _key(batch):

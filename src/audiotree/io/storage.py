@@ -8,14 +8,27 @@ never imports fsspec.
 
 Configuration
     Nothing is hard-coded. Options reach the filesystem through
-    ``storage_options=`` (keyword arguments of the fsspec filesystem, e.g.
+    storage options (keyword arguments of the fsspec filesystem, e.g.
     ``{"endpoint_url": ..., "anon": True}``), through fsspec's own
     configuration (``FSSPEC_S3_ENDPOINT_URL=...``-style environment
     variables, read when fsspec is imported) and through each backend's
     documented variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
     ``AWS_PROFILE``; ``STORAGE_EMULATOR_HOST``, ``GOOGLE_APPLICATION_CREDENTIALS``).
-    Environment variables reach spawned Grain and PyTorch workers unchanged,
-    which is why the builders need no extra argument for object storage.
+    Environment variables reach spawned Grain and PyTorch workers unchanged.
+
+The channel of storage options
+    A dataset's storage options (``Corpus(storage_options=...)``) reach its
+    reads by one channel: the context of :func:`use_storage_options`, which
+    :func:`filesystem` merges under any explicit options (:func:`merged_options`).
+    A builder enters it while it lists and probes; since a context does not
+    cross into worker processes, the dataset keeps the options on one step
+    (:class:`audiotree.sources.loading.StorageScope`, pickled into every
+    worker), which enters them around each item with
+    :func:`call_with_storage_options`. Loaders, index checks and decoders
+    below it take no storage argument. The ``storage_options=`` arguments of
+    single calls (``AudioFile``, ``probe``, ``file_size``, ``list_files``,
+    the index builder and the readers of rendered data) are for use outside a
+    dataset; they win over the context for that call.
 
 Seek, don't download
     Remote files are read through :mod:`audiotree.io.remote_file`

@@ -62,6 +62,7 @@ __all__ = [
     "open_render",
     "batch_by_duration",
     "plan_buckets",
+    "BucketConfig",
     "BucketPlan",
     "ArrayRecordAudioSource",
     "open_arrayrecord",
@@ -77,6 +78,7 @@ _LAZY = {
     "batch_by_duration": "audiotree.sources.datasets.duration_batches",
     "plan_buckets": "audiotree.sources.bucketing",
     "BucketPlan": "audiotree.sources.bucketing",
+    "BucketConfig": "audiotree.sources.bucketing",
     # Reads what `audiotree render` wrote (finished parts, in item order).
     "open_render": "audiotree.sources.readers.render_parts",
     "ArrayRecordAudioSource": "audiotree.sources.readers.arrayrecord_source",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import grain
 
@@ -77,6 +77,10 @@ def _check(total: float, detail: str, ram: int | None) -> None:
         )
 
 
+#: Steps that keep item ``i`` at position ``i`` (so a dataset's plan still describes it).
+_PER_ITEM = frozenset({"map", "map_with_index", "random_map", "filter", "seed"})
+
+
 class _Chained:
     """Grain's element-wise transformations, each re-wrapped by the subclass's ``_then``."""
 
@@ -106,15 +110,21 @@ class AudioMapDataset(_Chained, grain.MapDataset):
     and workers that run from plain scripts, see :mod:`audiotree.sources.workers.start`).
     ``item_bytes`` stays the builder's estimate through ``map`` (we cannot know
     what a function returns) and is multiplied by ``batch``.
+
+    ``plan`` is the builder's plan (:class:`~audiotree.sources.datasets.plan.DatasetPlan`;
+    ``batch_by_duration`` gives its ``BucketPlan``), kept through the per-item
+    steps (``map``, ``map_with_index``, ``random_map``, ``filter``, ``seed``),
+    which leave item ``i`` where it was, and ``None`` after steps that move items.
     """
 
     #: Set by :func:`~audiotree.sources.shard_dataset`: which share of which stream this is
     #: (a :class:`~audiotree.sources.global_stream.HostShare`), kept through ``map``.
     host_share = None
 
-    def __init__(self, parent: grain.MapDataset, *, item_bytes: int):
+    def __init__(self, parent: grain.MapDataset, *, item_bytes: int, plan: Any = None):
         super().__init__(parent)
         self.item_bytes = int(item_bytes)
+        self.plan = plan
 
     def __len__(self) -> int:
         return len(self._parent)
@@ -134,7 +144,9 @@ class AudioMapDataset(_Chained, grain.MapDataset):
         # Applied to the parent and re-wrapped, so the wrapper is only ever the
         # outermost node: the graph below is Grain's own, and so are the
         # default seeds Grain derives from it (they depend on node depths).
-        result = AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor)
+        plan = self.plan if name in _PER_ITEM else None
+        result = AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor,
+                                 plan=plan)
         if self.host_share is not None:
             # An element-wise function keeps items a function of their stream index; anything else
             # (index-seeded maps, filters, reorders, batches) makes the share a stream of its own.

@@ -57,7 +57,7 @@ from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
 from audiotree.process_local import ProcessLocal
 from audiotree.validation import is_int, is_real, renamed_keywords
 
-__all__ = ["BucketPlan", "plan_buckets", "optimal_bucket_edges", "DEFAULT_NUM_BUCKETS", "FILLER"]
+__all__ = ["BucketConfig", "BucketPlan", "plan_buckets", "optimal_bucket_edges", "DEFAULT_NUM_BUCKETS", "FILLER"]
 
 #: Buckets used when ``buckets`` is not given.
 DEFAULT_NUM_BUCKETS = 16
@@ -387,33 +387,18 @@ class BucketPlan(ProcessLocal):
                 "batch_size_mean": float(np.mean(sizes)), "batch_size_std": float(np.std(sizes))}
 
 
-@renamed_keywords(seed="shuffle_seed")
-def plan_buckets(
-    durations: Sequence[float] | Mapping[str, float],
-    *,
-    max_seconds: float,
-    buckets: int | Sequence[float] = DEFAULT_NUM_BUCKETS,
-    shuffle_seed: int = 0,
-    shuffle: bool = True,
-    too_long: Literal["raise", "crop", "skip"] = "raise",
-    remainder: Literal["pad", "drop", "keep"] = "pad",
-    groups: Sequence[str] | None = None,
-    weights: Mapping[str, float] | None = None,
-    weight_by: Literal["duration", "count"] = "duration",
-    num_shards: int = 1,
-) -> BucketPlan:
-    """Plans duration-bucketed batches from item durations alone (no audio is read).
+# ------------------------------------------------------------- settings
+@dataclasses.dataclass(frozen=True)
+class BucketConfig:
+    """How items are bucketed into batches: the settings :func:`plan_buckets` and
+    :func:`~audiotree.sources.batch_by_duration` share. Validated when constructed.
 
     Args:
-      durations: seconds per item, in item order: an index's ``duration``
-        column, or ``scan_durations(files)`` (a ``{path: seconds}`` mapping,
-        whose keys then name items in error messages).
       max_seconds: padded seconds per batch across all hosts (a bucket of edge
         ``e`` holds ``floor(max_seconds / e)`` items). Must be at least the
         shortest duration.
       buckets: number of buckets (edges chosen to minimise padding, see
         :func:`optimal_bucket_edges`), or the increasing edges in seconds.
-      shuffle_seed: the plan's seed; epoch ``e``'s batches depend only on ``(shuffle_seed, e)``.
       shuffle: shuffle items and batches every epoch (``False``: file order, for
         validation; batches then come bucket by bucket).
       too_long: items longer than ``max_seconds`` or the last edge: ``"raise"``
@@ -424,28 +409,84 @@ def plan_buckets(
         less) are ``"pad"``-ded with filler slots (empty items, ``lengths ==
         0``; shapes stay fixed), ``"drop"``-ped, or ``"keep"``-t as a smaller
         batch (one more shape).
-      groups: a group name per item, to mix groups by ``weights`` (groups left
-        out of ``weights`` weigh 1) rather than by corpus size. ``weights``
-        may also be a :class:`~audiotree.sources.WeightSchedule` (or a
-        callable) naming every group, whose keys count *batches*: epoch ``e``
-        is planned with the weights at its first batch.
+      weights: ``{group: weight}`` to mix the items' groups (``groups=`` of the
+        planners) by weight rather than by corpus size; groups left out weigh 1.
+        Or a :class:`~audiotree.sources.WeightSchedule` (or a callable) naming
+        every group, whose keys count *batches*: epoch ``e`` is planned with
+        the weights at its first batch.
       weight_by: groups share each epoch by seconds of audio (``"duration"``)
         or by number of items (``"count"``).
+
+    >>> BucketConfig(max_seconds=6, buckets=[1.5, 3.0]).buckets
+    (1.5, 3.0)
+    """
+
+    max_seconds: float
+    buckets: int | Sequence[float] = DEFAULT_NUM_BUCKETS
+    shuffle: bool = True
+    too_long: Literal["raise", "crop", "skip"] = "raise"
+    remainder: Literal["pad", "drop", "keep"] = "pad"
+    weights: Mapping[str, float] | Any = None
+    weight_by: Literal["duration", "count"] = "duration"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_seconds", _check_seconds("max_seconds", self.max_seconds))
+        if is_int(self.buckets):
+            object.__setattr__(self, "buckets", _check_count("buckets", self.buckets))
+        else:
+            object.__setattr__(self, "buckets", tuple(float(e) for e in _check_edges(self.buckets)))
+        _choice("too_long", self.too_long, _TOO_LONG)
+        _choice("remainder", self.remainder, _REMAINDER)
+        _choice("weight_by", self.weight_by, _WEIGHT_BY)
+        if isinstance(self.weights, Mapping):
+            object.__setattr__(self, "weights", dict(self.weights))
+        elif self.weights is not None and not callable(self.weights):  # a WeightSchedule, or a callable, is kept
+            raise TypeError(f"weights must be a {{group: weight}} mapping or a WeightSchedule, got "
+                            f"{type(self.weights).__name__}.")
+
+
+#: The keywords of earlier releases that are fields of a BucketConfig now.
+MOVED_TO_BUCKET_CONFIG = {field.name: f"bucketing=BucketConfig({field.name}=...)"
+                          for field in dataclasses.fields(BucketConfig)}
+
+
+@renamed_keywords(seed="shuffle_seed", **MOVED_TO_BUCKET_CONFIG)
+def plan_buckets(
+    durations: Sequence[float] | Mapping[str, float],
+    bucketing: BucketConfig,
+    *,
+    shuffle_seed: int = 0,
+    groups: Sequence[str] | None = None,
+    num_shards: int = 1,
+) -> BucketPlan:
+    """Plans duration-bucketed batches from item durations alone (no audio is read).
+
+    Args:
+      durations: seconds per item, in item order: an index's ``duration``
+        column, or ``scan_durations(files)`` (a ``{path: seconds}`` mapping,
+        whose keys then name items in error messages).
+      bucketing: the edges, batch size, order and policies (:class:`BucketConfig`).
+      shuffle_seed: the plan's seed; epoch ``e``'s batches depend only on ``(shuffle_seed, e)``.
+      groups: a group name per item, to mix groups by ``bucketing.weights``
+        rather than by corpus size.
       num_shards: hosts that split every batch; batch sizes are multiples of it.
 
     Raises:
       ValueError: bad durations, ``max_seconds`` below the shortest item, edges
-        that do not increase, or a too-long item under ``too_long="raise"``.
+        longer than ``max_seconds``, or a too-long item under ``too_long="raise"``.
+      TypeError: a keyword of an earlier release (``max_seconds=``, ``buckets=``,
+        ...), naming its spelling in :class:`BucketConfig`.
 
-    >>> plan = plan_buckets([1.0, 1.5, 3.0, 2.9, 1.2], max_seconds=6, buckets=[1.5, 3.0], shuffle_seed=0)
+    >>> plan = plan_buckets([1.0, 1.5, 3.0, 2.9, 1.2], BucketConfig(max_seconds=6, buckets=[1.5, 3.0]), shuffle_seed=0)
     >>> plan.batch_sizes.tolist(), sorted(sorted(b.tolist()) for b in plan.epoch(0).batches)
     ([4, 2], [[-1, 0, 1, 4], [2, 3]])
     """
+    if not isinstance(bucketing, BucketConfig):
+        raise TypeError(f"bucketing must be a BucketConfig, got {type(bucketing).__name__}.")
+    max_seconds, buckets, shuffle = bucketing.max_seconds, bucketing.buckets, bucketing.shuffle
+    too_long, remainder, weights, weight_by = bucketing.too_long, bucketing.remainder, bucketing.weights, \
+        bucketing.weight_by
     d, names = _as_durations(durations)
-    max_seconds = _check_seconds("max_seconds", max_seconds)
-    _choice("too_long", too_long, _TOO_LONG)
-    _choice("remainder", remainder, _REMAINDER)
-    _choice("weight_by", weight_by, _WEIGHT_BY)
     num_shards = _check_count("num_shards", num_shards)
     if not is_int(shuffle_seed) or shuffle_seed < 0:
         raise ValueError(f"shuffle_seed must be a non-negative int, got {shuffle_seed!r}.")

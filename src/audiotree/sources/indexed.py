@@ -22,7 +22,6 @@ from typing import Any
 import grain
 import numpy as np
 
-from audiotree.io.storage import call_with_storage_options
 from audiotree.validation import is_real
 
 __all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "rows_by_group", "load_index"]
@@ -312,10 +311,7 @@ class IndexedLoader(grain.transforms.RandomMap):
     by_slot: bool = False
 
     def random_map(self, element: Any, rng: np.random.Generator):
-        # The staleness check reaches the storage too, with the wrapped loader's options.
-        return call_with_storage_options(getattr(self.loader, "storage_options", None), self._read, element, rng)
-
-    def _read(self, element: Any, rng: np.random.Generator):
+        # The staleness check reaches the storage with the options in effect (see loading.StorageScope).
         rows = self.rows
         slot = int(element)
         i = self.loader.slots.at(slot)[0] if self.by_slot else slot
@@ -567,21 +563,10 @@ def checked_channels(rows: IndexRows, channels: int | None) -> int | None:
     return expected
 
 
-def refuse_index_options(**options: Any) -> None:
-    """``labels=``/``min_duration=``/``max_duration=``/``where=`` come from an index; refuse them without one."""
-    given = sorted(name for name, value in options.items() if value is not None)
-    if given:
-        raise ValueError(f"Corpus({', '.join(given)}) need Corpus(index=...) (a corpus index from `audiotree index`); folders carry no "
-                         "labels or durations.")
-
-
-def rows_for_builder(index: Any, sources: Any, filepaths: Any, *, on_stale: str, **kwargs: Any) -> IndexRows:
+def rows_for_builder(index: Any, sources: Any, filepaths: Any, **kwargs: Any) -> IndexRows:
     """The rows of a builder's ``index=``, refusing ``sources=``/``filepaths=`` alongside it."""
-    from audiotree.index.reader import check_on_stale
-
     if sources is not None or filepaths is not None:
         raise ValueError("Pass Corpus(index=...) or sources=/filepaths=, not both: the index already lists the files.")
-    check_on_stale(on_stale)
     return rows_from_index(index, **kwargs)
 
 

@@ -21,7 +21,7 @@ from audiotree.io.read_errors import ON_READ_ERROR, check_on_read_error, handle_
 from audiotree.io.storage import call_with_storage_options
 from audiotree.sources.item_labels import KEY, encode_key, item_key
 
-__all__ = ["ExcerptLoader", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
+__all__ = ["ExcerptLoader", "StorageScope", "in_storage_scope", "StampSource", "MeasureLufs", "OnReadError", "ON_READ_ERROR", "check_on_read_error"]
 
 OnReadError = Literal["raise", "skip", "warn"]
 
@@ -43,8 +43,6 @@ class ExcerptLoader(grain.transforms.RandomMap):
     source: str | None = None
     channels: int | None = None
     on_read_error: str = "raise"
-    #: fsspec filesystem options for remote paths, applied around every read (a plain, picklable dict).
-    storage_options: Mapping[str, Any] | None = None
     #: Labels read without an index (the sidecars of tar members, Parquet columns): ``labels.leaves(path)``.
     labels: Any = None
 
@@ -53,10 +51,8 @@ class ExcerptLoader(grain.transforms.RandomMap):
 
     def read(self, path: Any, rng: np.random.Generator, plan: Any = None, window: Any = None):
         """One excerpt of ``path``; ``plan`` is a corpus index's ``RowPlan`` for ``loudest``;
-        ``window=(start, end)`` seconds confines the read to that segment of the file."""
-        return call_with_storage_options(self.storage_options, self._read, path, rng, plan, window)
-
-    def _read(self, path: Any, rng: np.random.Generator, plan: Any, window: Any = None):
+        ``window=(start, end)`` seconds confines the read to that segment of the file.
+        Remote paths are read with the storage options in effect (see :class:`StorageScope`)."""
         try:
             clip = select_clip(
                 path, rng, duration=self.duration, excerpt=self.excerpt, sample_rate=self.sample_rate,
@@ -77,6 +73,30 @@ class ExcerptLoader(grain.transforms.RandomMap):
         if KEY not in extras:
             extras[KEY] = encode_key([item_key(path)])
         return extras
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StorageScope(grain.transforms.RandomMap):
+    """A dataset's per-item loader, run with the dataset's storage options in effect.
+
+    Storage options reach the reads by one channel: the context of
+    :func:`audiotree.io.storage.use_storage_options`, which every read of a
+    remote path consults. A context does not travel into worker processes, so a
+    dataset keeps its options on this one step (Grain pickles it into every
+    worker) and enters them around each item; the loader and everything below
+    it take them from the context, never as an argument.
+    """
+
+    loader: Any
+    storage_options: Mapping[str, Any] | None = None
+
+    def random_map(self, element: Any, rng: np.random.Generator):
+        return call_with_storage_options(self.storage_options, self.loader.random_map, element, rng)
+
+
+def in_storage_scope(loader: Any, storage_options: Mapping[str, Any] | None) -> Any:
+    """``loader`` as the step a dataset maps: in a :class:`StorageScope` when there are options, else itself."""
+    return StorageScope(loader, storage_options) if storage_options else loader
 
 
 @dataclasses.dataclass(frozen=True)

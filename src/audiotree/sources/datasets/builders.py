@@ -17,7 +17,6 @@ excerpt, and the stream does not depend on how many workers or threads read it.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
 import grain
@@ -25,13 +24,10 @@ import grain
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.sources.datasets.by_file import build_balanced_dataset, build_file_dataset
 from audiotree.discovery.files import SourceSpec
-from audiotree.sources.datasets.options import Corpus, Order, Output, gather_options
-from audiotree.sources.datasets.windowed import WindowConfig, build_windowed_dataset
+from audiotree.sources.datasets.options import BuildRequest, Corpus, Order, Output, WindowConfig
+from audiotree.sources.datasets.windowed import build_windowed_dataset
 
 __all__ = ["create_audio_dataset", "create_balanced_audio_dataset", "create_windowed_audio_dataset"]
-
-#: The settings a WindowConfig carries (passed loose, each is refused naming its WindowConfig spelling).
-_WINDOW_KNOBS = tuple(field.name for field in dataclasses.fields(WindowConfig))
 
 
 def create_audio_dataset(
@@ -82,9 +78,10 @@ def create_audio_dataset(
     >>> ds[0].waveform.shape
     (1, 1, 4000)
     """
-    options = gather_options("create_audio_dataset", output=output, order=order, corpus=corpus,
-                             shorthands=shorthands, unused=("group_by",))
-    return build_file_dataset(sources, filepaths, duration=duration, num_epochs=num_epochs, excerpt=excerpt, **options)
+    request = BuildRequest.resolve("create_audio_dataset", output=output, order=order, corpus=corpus,
+                                   shorthands=shorthands, num_epochs=num_epochs, duration=duration, excerpt=excerpt,
+                                   has_index=isinstance(corpus, Corpus) and corpus.index is not None)
+    return build_file_dataset(sources, filepaths, request=request)
 
 
 def create_balanced_audio_dataset(
@@ -150,11 +147,22 @@ def create_balanced_audio_dataset(
     groups, datasets = {}, {}
     for name, spec in (sources or {}).items():
         (datasets if isinstance(spec, grain.MapDataset) else groups)[name] = spec
-    options = gather_options("create_balanced_audio_dataset", output=output, order=order, corpus=corpus,
-                             shorthands=shorthands, unused=("source",))
+    given = corpus if isinstance(corpus, Corpus) else Corpus()
+    has_index = given.index is not None or _any_index(groups, given)
+    request = BuildRequest.resolve("create_balanced_audio_dataset", output=output, order=order, corpus=corpus,
+                                   shorthands=shorthands, num_epochs=num_epochs, duration=duration, excerpt=excerpt,
+                                   window=window, has_index=has_index)
     return build_balanced_dataset(groups if sources is not None and (groups or not datasets) else None, weights,
-                                  datasets or None, duration=duration, num_epochs=num_epochs, excerpt=excerpt,
-                                  window=window, **options)
+                                  datasets or None, request=request)
+
+
+def _any_index(groups: Mapping[str, Any], corpus: Corpus) -> bool:
+    """Whether a group is given as a corpus index path (its footer read with the corpus's storage options)."""
+    from audiotree.io.storage import use_storage_options
+    from audiotree.sources.indexed import is_index_path
+
+    with use_storage_options(corpus.storage_options):
+        return any(map(is_index_path, groups.values()))
 
 
 def create_windowed_audio_dataset(
@@ -214,11 +222,8 @@ def create_windowed_audio_dataset(
     >>> len(ds), ds[0].waveform.shape
     (4, (1, 1, 4000))
     """
-    for knob in _WINDOW_KNOBS:
-        if knob in shorthands:
-            raise TypeError(f"create_windowed_audio_dataset() takes window=WindowConfig({knob}=...) now, "
-                            f"not {knob}=.")
-    options = gather_options("create_windowed_audio_dataset", output=output, order=order, corpus=corpus,
-                             shorthands=shorthands, unused=("channels", "on_read_error", "group_by"))
-    return build_windowed_dataset(sources, filepaths, window=window, durations=durations, lufs_per_file=lufs_per_file,
-                                  num_epochs=num_epochs, **options)
+    request = BuildRequest.resolve("create_windowed_audio_dataset", output=output, order=order, corpus=corpus,
+                                   shorthands=shorthands, num_epochs=num_epochs, window=window,
+                                   has_index=isinstance(corpus, Corpus) and corpus.index is not None)
+    return build_windowed_dataset(sources, filepaths, request=request, durations=durations,
+                                  lufs_per_file=lufs_per_file)

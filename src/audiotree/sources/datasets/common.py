@@ -1,4 +1,4 @@
-"""What every dataset builder checks and resolves first: arguments, files, channels.
+"""What every dataset builder resolves while planning: files, channels, storage options, text-label checks.
 
 Shared by :mod:`audiotree.sources.datasets.by_file` and :mod:`audiotree.sources.datasets.windowed`
 (which is why it is a module of its own: neither builder imports the other's
@@ -7,69 +7,34 @@ internals).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from audiotree.errors import AudioReadError
 from audiotree.io.decode import probe
 from audiotree.io.storage import use_storage_options
-from audiotree.seeds import check_seed
 from audiotree.discovery.files import SourceSpec, discover
-from audiotree.sources.loading import check_on_read_error
-from audiotree.validation import check_sample_rate, is_int
 
-__all__ = ["check_common", "resolve_files", "probe_channels", "building_with_storage_options", "check_storage_options",
-           "refuse_text_crops", "refuse_text_windows"]
+__all__ = ["resolve_files", "probe_channels", "building_with_storage_options", "refuse_text_crops",
+           "refuse_text_windows"]
 
 Builder = TypeVar("Builder", bound=Callable[..., Any])
 
 
-def check_storage_options(options: Any) -> dict[str, Any] | None:
-    """``None`` or a dict of keyword arguments for the fsspec filesystems (copied, keys must be strings)."""
-    if options is None:
-        return None
-    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
-        raise TypeError(f"storage_options must be a dict of fsspec filesystem options, got {type(options).__name__}.")
-    return dict(options)
-
-
 def building_with_storage_options(builder: Builder) -> Builder:
-    """Runs a dataset builder with its ``storage_options=`` in effect (see :mod:`audiotree.io.storage`).
+    """Runs a dataset builder with its request's ``Corpus.storage_options`` in effect (see :mod:`audiotree.io.storage`).
 
     Discovery and header probes made while building then reach the storage
     with those options; the builder also hands them to its loaders, which
     apply them again around every read (in whatever worker process reads).
     """
     @functools.wraps(builder)
-    def build(*args: Any, corpus: Any, **kwargs: Any) -> Any:
-        corpus = dataclasses.replace(corpus, storage_options=check_storage_options(corpus.storage_options))
-        with use_storage_options(corpus.storage_options):
-            return builder(*args, corpus=corpus, **kwargs)
+    def build(*args: Any, request: Any, **kwargs: Any) -> Any:
+        with use_storage_options(request.corpus.storage_options):
+            return builder(*args, request=request, **kwargs)
 
     return build  # type: ignore[return-value]
-
-
-def _check_num_epochs(num_epochs: Any) -> None:
-    if num_epochs is None:
-        return
-    if not is_int(num_epochs):
-        raise TypeError(f"num_epochs must be an int or None (None repeats forever), got {num_epochs!r}.")
-    if num_epochs < 1:
-        raise ValueError(f"num_epochs must be >= 1 (or None to repeat forever), got {num_epochs}.")
-
-
-def check_common(*, num_epochs: Any, on_read_error: str, output: Any, order: Any) -> tuple[int, int, int | None]:
-    """Validation shared by the builders; returns the checked (sample_rate, shuffle_seed, excerpt_seed)."""
-    _check_num_epochs(num_epochs)
-    check_on_read_error(on_read_error)
-    sample_rate = check_sample_rate(output.sample_rate)
-    shuffle_seed = check_seed("shuffle_seed", order.shuffle_seed)
-    excerpt_seed = order.excerpt_seed
-    if excerpt_seed is not None:
-        excerpt_seed = check_seed("excerpt_seed", excerpt_seed)
-    return sample_rate, shuffle_seed, excerpt_seed
 
 
 def probe_channels(path: str) -> int | None:

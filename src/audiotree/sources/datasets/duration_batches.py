@@ -25,7 +25,8 @@ import numpy as np
 
 from audiotree.discovery.sharding import check_shard_options
 from audiotree.io.byte_cache import BoundedCache, FirstInFirstOut
-from audiotree.sources.bucketing import DEFAULT_NUM_BUCKETS, FILLER, BucketPlan, endless_length, plan_buckets
+from audiotree.sources.bucketing import (FILLER, MOVED_TO_BUCKET_CONFIG, BucketConfig, BucketPlan, endless_length,
+                                        plan_buckets)
 from audiotree.validation import is_int, renamed_keywords
 
 __all__ = ["batch_by_duration", "DurationBatchDataset"]
@@ -49,28 +50,17 @@ def _walk(ds: Any):
         stack.extend(getattr(node, "parents", ()) or ())
 
 
-def _item_order(items: Any) -> tuple[Any, int | None, Any]:
-    """``(epoch order, items per epoch, index loader)`` of an item dataset built by our builders.
+def _item_plan(items: Any) -> Any:
+    """The builder's :class:`~audiotree.sources.datasets.plan.DatasetPlan` that ``items`` carries, or ``None``.
 
-    The epoch order is the :class:`~audiotree.sources.epoch_order.EpochShuffledMapDataset`
-    under ``items`` when only per-item maps lie between (so position ``p`` of
-    epoch ``e`` is row ``perm_e[p]``), else ``None``; the index loader is the
-    :class:`~audiotree.sources.indexed.IndexedLoader` mapped over the rows, if any.
+    Our builders' datasets carry it as ``items.plan`` through per-item maps
+    (``items.map(f)``); a step that moves items (``shuffle``, ``slice``, a
+    plain Grain dataset) carries none, and the items are then read in their own order.
     """
-    from audiotree.sources.indexed import IndexedLoader
-    from audiotree.sources.epoch_order import EpochShuffledMapDataset
+    from audiotree.sources.datasets.plan import DatasetPlan
 
-    node, loader = items, None
-    while True:
-        if isinstance(node, EpochShuffledMapDataset):
-            return node, node.items_per_epoch, loader
-        transform = getattr(node, "_transform", None)
-        parents = getattr(node, "parents", ()) or ()
-        if (transform is None and type(node).__name__ != "AudioMapDataset") or len(parents) != 1:
-            return None, None, loader
-        if isinstance(transform, IndexedLoader) and loader is None:
-            loader = transform
-        node = parents[0]
+    plan = getattr(items, "plan", None)
+    return plan if isinstance(plan, DatasetPlan) else None
 
 
 def _check_items(items: Any, plan: BucketPlan, order: Any, per_epoch: int | None) -> int:
@@ -104,14 +94,14 @@ def durations_of(items: Any) -> np.ndarray:
 
     ValueError when ``items`` was not built from an index (pass ``durations=``).
     """
-    _, _, loader = _item_order(items)
-    if loader is None:
+    plan = _item_plan(items)
+    if plan is None or plan.durations is None:
         raise ValueError(
             "batch_by_duration needs durations= for items not built from a corpus index (e.g. "
             "scan_durations(files) for a folder); with create_audio_dataset(corpus=Corpus(index=...)) they come "
             "from the index."
         )
-    return np.asarray(loader.rows.durations, dtype=np.float64)
+    return plan.durations
 
 
 class DurationBatchDataset(grain.MapDataset):
@@ -129,8 +119,9 @@ class DurationBatchDataset(grain.MapDataset):
     def __init__(self, items: grain.MapDataset, plan: BucketPlan, *, num_epochs: int | None = None,
                  pad_to: str = "bucket", shard_index: int = 0, pad_multiple: int = 1):
         super().__init__(items)
-        self._order, per_epoch, _ = _item_order(items)
-        self._n = _check_items(items, plan, self._order, per_epoch)
+        item_plan = _item_plan(items)
+        self._order = None if item_plan is None else item_plan.order
+        self._n = _check_items(items, plan, self._order, None if self._order is None else item_plan.items_per_epoch)
         # The two most recent epochs' positions (pickled empty: a worker computes its own).
         self._positions = BoundedCache("epoch_positions", max_entries=2, policy=FirstInFirstOut)
         self.pad_multiple = int(pad_multiple)
@@ -303,14 +294,9 @@ def neutral_label(value: Any) -> Any:
 
 
 def _sample_rate_of(items: Any) -> int | None:
-    """The output rate of items read by our loaders (``None`` when unknown)."""
-    for node in _walk(items):
-        loader = getattr(node, "_transform", None)
-        loader = getattr(loader, "loader", loader)
-        rate = getattr(loader, "sample_rate", None)
-        if isinstance(rate, int) and rate > 0:
-            return rate
-    return None
+    """The output rate of items built by our builders (``None`` when unknown)."""
+    plan = _item_plan(items)
+    return None if plan is None else plan.sample_rate
 
 
 def _round_edges(edges: Any, rate: int, multiple: int) -> np.ndarray:
@@ -320,24 +306,18 @@ def _round_edges(edges: Any, rate: int, multiple: int) -> np.ndarray:
     return np.unique(samples / rate)
 
 
-@renamed_keywords(seed="shuffle_seed")
+@renamed_keywords(seed="shuffle_seed", **MOVED_TO_BUCKET_CONFIG)
 def batch_by_duration(
     items: grain.MapDataset,
     durations: Sequence[float] | Mapping[str, float] | None = None,
+    bucketing: BucketConfig | None = None,
     *,
-    max_seconds: float | None = None,
-    buckets: int | Sequence[float] = DEFAULT_NUM_BUCKETS,
-    pad_to: Literal["bucket", "longest"] = "bucket",
     shuffle_seed: int = 0,
     num_epochs: int | None = None,
-    shuffle: bool = True,
-    too_long: Literal["raise", "crop", "skip"] = "raise",
-    remainder: Literal["pad", "drop", "keep"] = "pad",
     groups: Sequence[str] | None = None,
-    weights: Mapping[str, float] | Any = None,
-    weight_by: Literal["duration", "count"] = "duration",
     shard_options: Any = None,
     plan: BucketPlan | None = None,
+    pad_to: Literal["bucket", "longest"] = "bucket",
     pad_multiple: int = 1,
 ) -> grain.MapDataset:
     """Duration-bucketed batches of whole utterances, as a Grain ``MapDataset``.
@@ -348,45 +328,48 @@ def batch_by_duration(
         index of files or of segments) or ``create_audio_dataset(filepaths=files,
         duration=None)``. Shuffled or not, endless or not: batch_by_duration
         owns the order (it reads epoch ``e``'s item ``i`` wherever the items'
-        own order put it). Transforms mapped over it run per item.
+        own order put it, as the builder's plan, ``items.plan``, says). Transforms mapped over it
+        (``items.map(f)``) run per item.
       durations: seconds per item in the items' file (row) order; default:
         the index's ``duration`` column when ``items`` was built from an index
         (segments: each segment's length). Plain folders need them:
         ``scan_durations(files)``. Planning reads no audio.
-      max_seconds: padded seconds of audio per batch (all hosts together).
-      buckets: bucket count (edges minimising padding) or increasing edges, s.
-      pad_to: ``"bucket"`` pads every batch to its bucket's edge (one shape per
-        bucket: a jitted step compiles at most once per bucket); ``"longest"``
-        to its longest item (less padding, more shapes).
-      shuffle_seed, shuffle, too_long, remainder, groups, weights, weight_by: see
-        :func:`~audiotree.sources.bucketing.plan_buckets` (``weights`` may be
-        a :class:`~audiotree.sources.WeightSchedule` whose keys count batches).
+      bucketing: the batches' size (``max_seconds``: padded seconds of audio
+        per batch, all hosts together), buckets, order and policies: a
+        :class:`~audiotree.sources.BucketConfig`, the one :func:`~audiotree.sources.plan_buckets` takes
+        (its ``weights`` may be a :class:`~audiotree.sources.WeightSchedule` whose keys count batches).
+      shuffle_seed, groups: see :func:`~audiotree.sources.plan_buckets`.
       num_epochs: epochs of the plan; ``None`` repeats forever.
       shard_options: a ``grain.sharding.ShardOptions`` to split every batch
         across hosts (host ``i`` of ``n`` gets slots ``i::n``); ``None``: one host.
-      plan: a ready :class:`BucketPlan` instead of the planning arguments.
+      plan: a ready :class:`BucketPlan` instead of ``durations``/``bucketing``.
+      pad_to: ``"bucket"`` pads every batch to its bucket's edge (one shape per
+        bucket: a jitted step compiles at most once per bucket); ``"longest"``
+        to its longest item (less padding, more shapes).
       pad_multiple: pad every batch to a multiple of this many samples (e.g.
         a hop length, so frames reshape exactly). With the items' sample rate
-        known (our builders), the bucket edges themselves are rounded up to
+        known (our builders' plan), the bucket edges themselves are rounded up to
         it, so ``max_seconds`` still bounds each batch.
 
     Returns:
       A ``MapDataset`` whose element ``k`` is a padded ``AudioTree`` with
       ``lengths`` (or ``None`` if every item of the batch was dropped by
-      ``on_read_error``). ``ds.plan`` is the plan.
+      ``on_read_error``). ``ds.plan`` is the :class:`BucketPlan`.
 
     Raises:
       ValueError: see ``plan_buckets``; items that do not match the durations.
+      TypeError: a keyword of an earlier release (``max_seconds=``,
+        ``buckets=``, ``shuffle=``, ...), naming its spelling in ``BucketConfig``.
 
     >>> import tempfile, numpy as np, soundfile as sf
-    >>> from audiotree.sources import create_audio_dataset
+    >>> from audiotree.sources import BucketConfig, create_audio_dataset
     >>> folder = tempfile.mkdtemp()
     >>> files = []
     >>> for i, seconds in enumerate([0.5, 1.0, 0.7, 1.9]):
     ...     files.append(f"{folder}/{i}.wav")
     ...     sf.write(files[-1], np.zeros(int(seconds * 8000)), 8000)
     >>> items = create_audio_dataset(filepaths=files, duration=None, shuffle=False, sample_rate=8000)
-    >>> batches = batch_by_duration(items, [0.5, 1.0, 0.7, 1.9], max_seconds=4, buckets=[1.0, 2.0])
+    >>> batches = batch_by_duration(items, [0.5, 1.0, 0.7, 1.9], BucketConfig(max_seconds=4, buckets=[1.0, 2.0]))
     >>> sorted((b.waveform.shape, sorted(b.lengths.tolist())) for b in (batches[0], batches[1]))
     [((2, 1, 16000), [0, 15200]), ((4, 1, 8000), [0, 4000, 5600, 8000])]
     """
@@ -398,27 +381,24 @@ def batch_by_duration(
     if not is_int(pad_multiple) or pad_multiple < 1:
         raise ValueError(f"pad_multiple must be a positive int of samples, got {pad_multiple!r}.")
     if plan is None:
-        if max_seconds is None:
-            raise ValueError("batch_by_duration needs max_seconds= (padded seconds per batch), or a ready plan=.")
+        if bucketing is None:
+            raise ValueError("batch_by_duration needs bucketing=BucketConfig(max_seconds=...) (padded seconds per "
+                             "batch), or a ready plan=.")
+        if not isinstance(bucketing, BucketConfig):
+            raise TypeError(f"bucketing must be a BucketConfig, got {type(bucketing).__name__}.")
         if durations is None:
             durations = durations_of(items)
         rate = _sample_rate_of(items) if pad_multiple > 1 else None
-        if rate is not None and not isinstance(buckets, numbers.Integral):
-            buckets = _round_edges(buckets, rate, pad_multiple)
-        plan = plan_buckets(
-            durations, max_seconds=max_seconds, buckets=buckets, shuffle_seed=shuffle_seed, shuffle=shuffle, too_long=too_long,
-            remainder=remainder, groups=groups, weights=weights, weight_by=weight_by, num_shards=shard_count,
-        )
-        if rate is not None and isinstance(buckets, numbers.Integral):
+        if rate is not None and not isinstance(bucketing.buckets, numbers.Integral):
+            bucketing = dataclasses.replace(bucketing, buckets=_round_edges(bucketing.buckets, rate, pad_multiple))
+        plan = plan_buckets(durations, bucketing, shuffle_seed=shuffle_seed, groups=groups, num_shards=shard_count)
+        if rate is not None and isinstance(bucketing.buckets, numbers.Integral):
             edges = _round_edges(plan.edges, rate, pad_multiple)
             if edges[-1] <= plan.max_seconds + 1e-9:  # else the rounding happens when each batch is padded
-                plan = plan_buckets(
-                    durations, max_seconds=max_seconds, buckets=edges, shuffle_seed=shuffle_seed, shuffle=shuffle,
-                    too_long=too_long, remainder=remainder, groups=groups, weights=weights, weight_by=weight_by,
-                    num_shards=shard_count,
-                )
-    elif durations is not None or max_seconds is not None:
-        raise ValueError("Pass either plan= or durations=/max_seconds=, not both.")
+                plan = plan_buckets(durations, dataclasses.replace(bucketing, buckets=edges), shuffle_seed=shuffle_seed,
+                                    groups=groups, num_shards=shard_count)
+    elif durations is not None or bucketing is not None:
+        raise ValueError("Pass either plan= or durations=/bucketing=, not both.")
     elif plan.num_shards != shard_count:
         raise ValueError(f"The plan splits batches over {plan.num_shards} hosts, but shard_options has {shard_count}.")
     ds = DurationBatchDataset(items, plan, num_epochs=num_epochs, pad_to=pad_to, shard_index=shard_index,
@@ -433,8 +413,7 @@ def batch_by_duration(
         per_batch = known.item_bytes * int(np.ceil(plan.batch_sizes.mean() / shard_count))
     else:
         per_batch = int(math.ceil(plan.max_seconds / shard_count * WORST_CASE_BYTES_PER_SECOND))
-    wrapped = AudioMapDataset(ds, item_bytes=per_batch)
-    wrapped.plan = plan
+    wrapped = AudioMapDataset(ds, item_bytes=per_batch, plan=plan)
     if shard_count > 1:  # every host reads its slice of every batch: checkpoints resume on the same host count
         from audiotree.sources.global_stream import HostShare
 

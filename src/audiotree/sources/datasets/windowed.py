@@ -39,25 +39,18 @@ from audiotree.formats.window_lufs import WindowLufsCache, file_stat, save_windo
 from audiotree.errors import AudioReadError
 from audiotree.io.decode import AudioFile, probe
 from audiotree.io.excerpt import OffsetPastEndError
-from audiotree.io.storage import call_with_storage_options
 from audiotree.seeds import derive_streams
-from audiotree.sources.datasets.options import Corpus, Order, Output
-from audiotree.sources.datasets.common import (building_with_storage_options, check_common, refuse_text_windows,
-                                              resolve_files)
+from audiotree.sources.datasets.options import BuildRequest, Output, WindowConfig
+from audiotree.sources.datasets.common import building_with_storage_options, refuse_text_windows, resolve_files
+from audiotree.sources.datasets.plan import DatasetPlan
 from audiotree.discovery.sharding import check_shard_options, host_items
 from audiotree.sources.global_stream import HostShare
-from audiotree.sources.loading import MeasureLufs, check_measure_lufs
+from audiotree.sources.loading import MeasureLufs, in_storage_scope
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
-from audiotree.sources.indexed import (
-    IndexedLoader,
-    is_index_path,
-    refuse_index_options,
-    rows_for_builder,
-    window_lufs_view,
-)
+from audiotree.sources.indexed import IndexedLoader, is_index_path, rows_for_builder, window_lufs_view
 from audiotree.sources.slots import build_slot_index, check_file_duration, lookup_files, plan_slots
 from audiotree.sources.window_index import StoreSlots, check_cell_length, row_cells
-from audiotree.validation import check_pad_mode, check_positive, is_real
+from audiotree.validation import check_positive
 
 __all__ = [
     "WindowConfig",
@@ -75,43 +68,6 @@ __all__ = [
 _SCAN_PROGRESS_MIN = 100
 _BUILD_PROGRESS_MIN = 8
 _CHUNK_SECONDS = 30.0
-
-
-def _check_alpha(alpha: Any) -> float:
-    if not is_real(alpha) or not 0.0 <= float(alpha) <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1] (0: one slot per file, 1: one per window), got {alpha!r}.")
-    return float(alpha)
-
-
-# ------------------------------------------------------------------ configs
-@dataclasses.dataclass(frozen=True)
-class WindowConfig:
-    """Windowed sampling knobs for ``create_windowed_audio_dataset(window=...)`` and
-    ``create_balanced_audio_dataset(window=...)``.
-
-    See :func:`create_windowed_audio_dataset` for the meaning of each field.
-    Group weights and ``alpha`` compose: a group's share is its weight, and
-    within the group files are weighted by length according to ``alpha``.
-    """
-
-    duration: float = 1.0
-    hop: float | None = None
-    alpha: float = 1.0
-    jitter: bool = True
-    lufs_cache: Any = None
-    lufs_cutoff: float = -40.0
-    lufs_window_sec: float | None = None
-    allow_text_crops: bool = False
-
-    def __post_init__(self) -> None:
-        check_positive(self.duration, "WindowConfig.duration")
-        check_positive(self.hop, "WindowConfig.hop", optional=True)
-        _check_alpha(self.alpha)
-        if not is_real(self.lufs_cutoff):
-            raise ValueError(f"WindowConfig.lufs_cutoff must be a number (LUFS), got {self.lufs_cutoff!r}.")
-        check_positive(self.lufs_window_sec, "WindowConfig.lufs_window_sec", optional=True)
-        if not isinstance(self.allow_text_crops, bool):
-            raise ValueError(f"WindowConfig.allow_text_crops must be True or False, got {self.allow_text_crops!r}.")
 
 
 # ---------------------------------------------------------------- scanning
@@ -291,8 +247,6 @@ class WindowLoader(grain.transforms.RandomMap):
     mono: bool
     pad_mode: str | None
     source: str | None
-    #: fsspec filesystem options for remote paths, applied around every read.
-    storage_options: Mapping[str, Any] | None = None
     #: Where the durations the slots were planned from came from (named when a file is shorter).
     durations_source: str = "durations="
 
@@ -300,10 +254,8 @@ class WindowLoader(grain.transforms.RandomMap):
         return self.read_slot(int(element), rng)
 
     def read_slot(self, slot: int, rng: np.random.Generator, *, reprobe: bool = False):
-        """The excerpt of ``slot``; ``reprobe`` re-reads the file's length (it changed since it was indexed)."""
-        return call_with_storage_options(self.storage_options, self._read_slot, slot, rng, reprobe)
-
-    def _read_slot(self, slot: int, rng: np.random.Generator, reprobe: bool):
+        """The excerpt of ``slot``; ``reprobe`` re-reads the file's length (it changed since it was indexed).
+        Remote paths are read with the storage options in effect (see :class:`~audiotree.sources.loading.StorageScope`)."""
         file, offset, stride, max_offset = self.slots.at(slot)
         if self.jitter and stride > 0:
             offset += float(rng.uniform(0.0, stride))
@@ -484,9 +436,7 @@ def windowed_group_dataset(
     num_epochs: int | None,
     shuffle_seed: int,
     excerpt_seed: int | None,
-    sample_rate: int,
-    mono: bool,
-    pad_mode: str | None,
+    output: Output,
     durations: Mapping[str, float] | None = None,
     lufs_per_file: Mapping[str, Any] | None = None,
     rows: Any = None,
@@ -499,10 +449,9 @@ def windowed_group_dataset(
     ``rows`` (:class:`~audiotree.sources.indexed.IndexRows`) gives the files from a corpus index
     (``files`` is then ignored): the dataset holds the index's column store and
     names in it, no per-file Python object (see :mod:`audiotree.sources.window_index`).
+    ``output`` gives the rate, channels and padding (checked when it was made).
     """
-    if not isinstance(window, WindowConfig):
-        raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
-    check_pad_mode(pad_mode)
+    sample_rate, mono, pad_mode = output.sample_rate, output.mono, output.pad_mode
     duration = float(window.duration)
     hop = duration if window.hop is None else float(window.hop)
     if rows is not None:
@@ -521,57 +470,44 @@ def windowed_group_dataset(
     ds = ds.repeat(num_epochs)
     loader = WindowLoader(
         files=paths, slots=slots, duration=duration, jitter=bool(window.jitter), sample_rate=int(sample_rate),
-        mono=bool(mono), pad_mode=pad_mode, source=name, storage_options=storage_options,
+        mono=bool(mono), pad_mode=pad_mode, source=name,
         durations_source=durations_source,
     )
     if rows is not None:
         loader = IndexedLoader(rows=rows, loader=loader, on_stale=on_stale, stamp_group=name is None, by_slot=True)
-    return ds.random_map(loader, seed=excerpt_stream)
+    return ds.random_map(in_storage_scope(loader, storage_options), seed=excerpt_stream)
 
 
 
 @building_with_storage_options
-def build_windowed_dataset(
-    sources: Any = None,
-    filepaths: Sequence[str | os.PathLike] | None = None,
-    *,
-    window: WindowConfig = WindowConfig(),
-    durations: Mapping[str, float] | None = None,
-    lufs_per_file: Mapping[str, Any] | None = None,
-    num_epochs: int | None = 1,
-    output: Output, order: Order, corpus: Corpus,  # resolved by the public builder
-) -> grain.MapDataset:
-    """:func:`~audiotree.sources.create_windowed_audio_dataset`, its option objects resolved by ``gather_options``."""
-    if not isinstance(window, WindowConfig):
-        raise TypeError(f"window must be a WindowConfig, got {type(window).__name__}.")
-    # An unreadable file always raises here (WindowLoader has no other policy).
-    sample_rate, shuffle_seed, excerpt_seed = check_common(num_epochs=num_epochs, on_read_error="raise",
-                                                           output=output, order=order)
+def build_windowed_dataset(sources: Any, filepaths: Sequence[str | os.PathLike] | None, *, request: BuildRequest,
+                           durations: Mapping[str, float] | None = None,
+                           lufs_per_file: Mapping[str, Any] | None = None) -> AudioMapDataset:
+    """:func:`~audiotree.sources.create_windowed_audio_dataset`: plan (files or rows, slots), then build.
+
+    An unreadable file always raises here (``WindowLoader`` has no other policy).
+    """
+    output, order, corpus, window = request.output, request.order, request.corpus, request.window
     rows = None
-    if corpus.weight_by is not None:
-        raise ValueError("create_windowed_audio_dataset() reads every window of every file once; Corpus(weight_by=...) "
-                         "applies to create_audio_dataset and create_balanced_audio_dataset.")
     if corpus.index is not None:
         rows = rows_for_builder(corpus.index, sources, filepaths, labels=corpus.labels,
-                                min_duration=corpus.min_duration, max_duration=corpus.max_duration,
-                                on_stale=corpus.on_stale, where=corpus.where)
+                                min_duration=corpus.min_duration, max_duration=corpus.max_duration, where=corpus.where)
         check_window_rows(rows, window)
         rows = host_items(rows, order.shard_options)
         files = rows.paths
     else:
-        refuse_index_options(labels=corpus.labels, min_duration=corpus.min_duration, max_duration=corpus.max_duration,
-                             where=corpus.where)
         files = resolve_files(sources, filepaths, corpus.extensions, audio_column=corpus.audio_column)
         files = host_items(files, order.shard_options)
     ds = windowed_group_dataset(
-        files, window, name=output.source, shuffle=order.shuffle, num_epochs=num_epochs, shuffle_seed=shuffle_seed,
-        excerpt_seed=excerpt_seed, sample_rate=sample_rate, mono=output.mono, pad_mode=output.pad_mode, durations=durations,
+        files, window, name=output.source, shuffle=order.shuffle, num_epochs=request.num_epochs,
+        shuffle_seed=order.shuffle_seed, excerpt_seed=order.excerpt_seed, output=output, durations=durations,
         lufs_per_file=lufs_per_file, rows=rows, on_stale=corpus.on_stale, storage_options=corpus.storage_options,
     )
-    if check_measure_lufs(output.measure_lufs):
+    if output.measure_lufs:
         ds = ds.map(MeasureLufs())
-    item_bytes = estimate_item_bytes(channels=1 if output.mono else 2, sample_rate=sample_rate, duration=window.duration)
-    wrapped = AudioMapDataset(ds, item_bytes=item_bytes)
-    if order.shard_options is not None:  # files dealt per host: each host reads a stream of its own
-        wrapped.host_share = HostShare(None, *check_shard_options(order.shard_options))
+    item_bytes = estimate_item_bytes(channels=1 if output.mono else 2, sample_rate=output.sample_rate,
+                                     duration=window.duration)
+    wrapped = AudioMapDataset(ds, item_bytes=item_bytes, plan=DatasetPlan(request, output.sample_rate))
+    if request.order.shard_options is not None:  # files dealt per host: each host reads a stream of its own
+        wrapped.host_share = HostShare(None, *check_shard_options(request.order.shard_options))
     return wrapped
