@@ -141,5 +141,81 @@ def test_a_rank_checkpoint_is_refused_on_another_world_size(tagged):
     same = loader(0, 2)
     same.load_state_dict(state)
     assert sorted(consumed + _take(same, None)) == sorted(tagged[2 * k] for k in range(6))
-    with pytest.raises(ValueError, match="rank 0 of 2 .* rank 0 of 3"):
+    with pytest.raises(ValueError, match="rank 0 of 2 .* rank 0 of 3.*merge the state_dict\\(\\) of all ranks"):
         loader(0, 3).load_state_dict(state)
+    with pytest.raises(ValueError, match="rank 0 of 2 .* rank 1 of 2.*merge_state_dicts"):
+        loader(1, 2).load_state_dict(state)
+
+
+@pytest.fixture(scope="module")
+def finite(corpus):
+    return create_audio_dataset(list(corpus.values()), num_epochs=1, duration=0.25, sample_rate=8000).map_with_index(tag)
+
+
+def _rank_loader(ds, kind, rank, world, workers):
+    import grain
+
+    from audiotree.sources import shard_dataset
+
+    share = shard_dataset(ds, grain.sharding.ShardOptions(rank, world))
+    kwargs = {"epoch_size": 12} if kind == "iterable" else {}
+    return att.create_dataloader(share, batch_size=2, num_workers=workers, collate_fn=list,
+                                 multiprocessing_context="fork" if workers else None, **kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [1, 3])
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["iterable", "map"])
+def test_ranks_merge_and_resume_with_another_world_size(tagged, finite, kind, workers, after):
+    """2 ranks read unevenly, their state_dicts merge, and 1 or 3 ranks read exactly the rest (was: refused)."""
+    import json
+
+    ds = tagged if kind == "iterable" else finite
+    consumed, states = [], []
+    for rank, batches in ((0, 3), (1, 2)):
+        first = _rank_loader(ds, kind, rank, 2, workers)
+        consumed += _take(first, batches)
+        states.append(json.loads(json.dumps(first.state_dict())))  # a checkpoint is plain data
+    merged = att.merge_state_dicts(states)
+    rest = []
+    for rank in range(after):
+        resumed = _rank_loader(ds, kind, rank, after, workers)
+        resumed.load_state_dict(merged)
+        mine = _take(resumed, None)  # iterable: 12 items per rank; map-style: the rank's whole share of the rest
+        assert [i for i, _ in mine] == sorted(i for i, _ in mine) or workers, "a rank reads its share in order"
+        rest += mine
+    union = consumed + rest
+    total = len(finite) if kind == "map" else len(consumed) + 12 * after
+    reference = [ds[i] for i in range(total)]
+    _check(union, reference)
+    assert sorted(union) == reference  # the global stream's prefix, in its order
+
+
+def test_merged_ranks_checkpoint_again_and_resume(tagged):
+    """A rank of the resumed world checkpoints again: the same rank resumes it, and it merges again."""
+    consumed, states = [], []
+    for rank, batches in ((0, 2), (1, 1)):
+        first = _rank_loader(tagged, "iterable", rank, 2, 0)
+        consumed += _take(first, batches)
+        states.append(first.state_dict())
+    merged = att.merge_state_dicts(states)
+    again, states = [], []
+    for rank in range(3):
+        resumed = _rank_loader(tagged, "iterable", rank, 3, 0)
+        resumed.load_state_dict(merged)
+        again += _take(resumed, 1)
+        states.append(resumed.state_dict())
+    same = _rank_loader(tagged, "iterable", 2, 3, 0)
+    same.load_state_dict(states[2])
+    going_on = _rank_loader(tagged, "iterable", 2, 3, 0)
+    going_on.load_state_dict(merged)
+    assert _take(same, 1) == _take(going_on, 2)[2:]  # the resumed rank's next batch
+    rest = []
+    for rank in range(2):
+        resumed = _rank_loader(tagged, "iterable", rank, 2, 0)
+        resumed.load_state_dict(att.merge_state_dicts(states))
+        rest += _take(resumed, None)
+    union = consumed + again + rest
+    _check(union, [tagged[i] for i in range(len(union))])
+
