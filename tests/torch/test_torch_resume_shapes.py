@@ -219,3 +219,49 @@ def test_merged_ranks_checkpoint_again_and_resume(tagged):
     union = consumed + again + rest
     _check(union, [tagged[i] for i in range(len(union))])
 
+
+
+@pytest.mark.slow
+def test_planned_batch_ranks_merge_and_resume_with_another_world_size(utterances):
+    """Endless batch_by_duration batches split with shard_dataset: 2 ranks -> 3, exactly the rest; batches
+    split per host by batch_by_duration(shard_options=) are a stream of their own and the merge says so."""
+    import grain
+
+    from audiotree.sources import shard_dataset
+
+    items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=8000)
+    durations = scan_durations(utterances)
+    batches = batch_by_duration(items, durations, max_seconds=2.0, buckets=2, num_epochs=None)
+    tagged = batches.map_with_index(batch_tag)
+
+    def loader(rank, world):
+        return att.create_dataloader(shard_dataset(tagged, grain.sharding.ShardOptions(rank, world)),
+                                     batch_size=None, epoch_size=4, collate_fn=list)
+
+    consumed, states = [], []
+    for rank, steps in ((0, 3), (1, 1)):
+        first = loader(rank, 2)
+        consumed += _take(first, steps)
+        states.append(first.state_dict())
+    merged = att.merge_state_dicts(states)
+    rest = []
+    for rank in range(3):
+        resumed = loader(rank, 3)
+        resumed.load_state_dict(merged)
+        rest += _take(resumed, None)
+    union = consumed + rest
+    assert len(union) == 4 + 12
+    _check(union, [tagged[i][0] for i in range(len(union))])
+
+    def own(rank):
+        ds = batch_by_duration(items, durations, max_seconds=4.0, buckets=2, num_epochs=None,
+                               shard_options=grain.sharding.ShardOptions(rank, 2))
+        return att.create_dataloader(ds, batch_size=None, epoch_size=4, collate_fn=list)
+
+    own_states = []
+    for rank in range(2):
+        first = own(rank)
+        _take(first, 1)
+        own_states.append(first.state_dict())
+    with pytest.raises(ValueError, match="not shares of one global stream"):
+        att.merge_state_dicts(own_states)
