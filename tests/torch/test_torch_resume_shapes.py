@@ -192,33 +192,34 @@ def test_ranks_merge_and_resume_with_another_world_size(tagged, finite, kind, wo
     assert sorted(union) == reference  # the global stream's prefix, in its order
 
 
-def test_merged_ranks_checkpoint_again_and_resume(tagged):
+@pytest.mark.parametrize("kind", ["iterable", "map"])
+def test_merged_ranks_checkpoint_again_and_resume(tagged, finite, kind):
     """A rank of the resumed world checkpoints again: the same rank resumes it, and it merges again."""
+    ds = tagged if kind == "iterable" else finite
     consumed, states = [], []
     for rank, batches in ((0, 2), (1, 1)):
-        first = _rank_loader(tagged, "iterable", rank, 2, 0)
+        first = _rank_loader(ds, kind, rank, 2, 0)
         consumed += _take(first, batches)
         states.append(first.state_dict())
     merged = att.merge_state_dicts(states)
     again, states = [], []
     for rank in range(3):
-        resumed = _rank_loader(tagged, "iterable", rank, 3, 0)
+        resumed = _rank_loader(ds, kind, rank, 3, 0)
         resumed.load_state_dict(merged)
         again += _take(resumed, 1)
         states.append(resumed.state_dict())
-    same = _rank_loader(tagged, "iterable", 2, 3, 0)
+    same = _rank_loader(ds, kind, 2, 3, 0)
     same.load_state_dict(states[2])
-    going_on = _rank_loader(tagged, "iterable", 2, 3, 0)
+    going_on = _rank_loader(ds, kind, 2, 3, 0)
     going_on.load_state_dict(merged)
     assert _take(same, 1) == _take(going_on, 2)[2:]  # the resumed rank's next batch
     rest = []
     for rank in range(2):
-        resumed = _rank_loader(tagged, "iterable", rank, 2, 0)
+        resumed = _rank_loader(ds, kind, rank, 2, 0)
         resumed.load_state_dict(att.merge_state_dicts(states))
         rest += _take(resumed, None)
     union = consumed + again + rest
-    _check(union, [tagged[i] for i in range(len(union))])
-
+    _check(union, [ds[i] for i in range(len(union))])
 
 
 @pytest.mark.slow
