@@ -266,3 +266,17 @@ def test_planned_batch_ranks_merge_and_resume_with_another_world_size(utterances
         own_states.append(first.state_dict())
     with pytest.raises(ValueError, match="not shares of one global stream"):
         att.merge_state_dicts(own_states)
+
+
+def test_rank_checkpoints_that_cannot_be_placed_are_refused_by_the_merge(finite):
+    """A finite share past its first pass (later epochs wrap around the share) names what to do instead."""
+    states = []
+    for rank in range(2):
+        loader = _rank_loader(finite, "map", rank, 2, 0)
+        _take(loader, None)
+        _take(loader, 1)  # into the second epoch
+        states.append(loader.state_dict())
+    with pytest.raises(ValueError, match="after the first pass of a finite share.*same rank and world size"):
+        att.merge_state_dicts(states)
+    with pytest.raises(ValueError, match="got none"):
+        att.merge_state_dicts([])

@@ -503,6 +503,8 @@ def merge_state_dicts(states: Any) -> dict:
     :func:`audiotree.sources.merge_checkpoints` of each rank's ``"stream"`` part).
     """
     states = list(states)
+    if not states:
+        raise CheckpointError("merge_state_dicts needs the state_dict() of every rank, got none")
     kinds = {state.get("kind") if isinstance(state, dict) else None for state in states}
     if len(kinds) > 1 or None in kinds:
         raise CheckpointError(f"merge_state_dicts needs the state_dict() of every rank's AudioDataLoader, of one "
