@@ -141,5 +141,142 @@ def test_a_rank_checkpoint_is_refused_on_another_world_size(tagged):
     same = loader(0, 2)
     same.load_state_dict(state)
     assert sorted(consumed + _take(same, None)) == sorted(tagged[2 * k] for k in range(6))
-    with pytest.raises(ValueError, match="rank 0 of 2 .* rank 0 of 3"):
+    with pytest.raises(ValueError, match="rank 0 of 2 .* rank 0 of 3.*merge the state_dict\\(\\) of all ranks"):
         loader(0, 3).load_state_dict(state)
+    with pytest.raises(ValueError, match="rank 0 of 2 .* rank 1 of 2.*merge_state_dicts"):
+        loader(1, 2).load_state_dict(state)
+
+
+@pytest.fixture(scope="module")
+def finite(corpus):
+    return create_audio_dataset(list(corpus.values()), num_epochs=1, duration=0.25, sample_rate=8000).map_with_index(tag)
+
+
+def _rank_loader(ds, kind, rank, world, workers):
+    import grain
+
+    from audiotree.sources import shard_dataset
+
+    share = shard_dataset(ds, grain.sharding.ShardOptions(rank, world))
+    kwargs = {"epoch_size": 12} if kind == "iterable" else {}
+    return att.create_dataloader(share, batch_size=2, num_workers=workers, collate_fn=list,
+                                 multiprocessing_context="fork" if workers else None, **kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [1, 3])
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["iterable", "map"])
+def test_ranks_merge_and_resume_with_another_world_size(tagged, finite, kind, workers, after):
+    """2 ranks read unevenly, their state_dicts merge, and 1 or 3 ranks read exactly the rest (was: refused)."""
+    import json
+
+    ds = tagged if kind == "iterable" else finite
+    consumed, states = [], []
+    for rank, batches in ((0, 3), (1, 2)):
+        first = _rank_loader(ds, kind, rank, 2, workers)
+        consumed += _take(first, batches)
+        states.append(json.loads(json.dumps(first.state_dict())))  # a checkpoint is plain data
+    merged = att.merge_state_dicts(states)
+    rest = []
+    for rank in range(after):
+        resumed = _rank_loader(ds, kind, rank, after, workers)
+        resumed.load_state_dict(merged)
+        mine = _take(resumed, None)  # iterable: 12 items per rank; map-style: the rank's whole share of the rest
+        assert [i for i, _ in mine] == sorted(i for i, _ in mine) or workers, "a rank reads its share in order"
+        rest += mine
+    union = consumed + rest
+    total = len(finite) if kind == "map" else len(consumed) + 12 * after
+    reference = [ds[i] for i in range(total)]
+    _check(union, reference)
+    assert sorted(union) == reference  # the global stream's prefix, in its order
+
+
+@pytest.mark.parametrize("kind", ["iterable", "map"])
+def test_merged_ranks_checkpoint_again_and_resume(tagged, finite, kind):
+    """A rank of the resumed world checkpoints again: the same rank resumes it, and it merges again."""
+    ds = tagged if kind == "iterable" else finite
+    consumed, states = [], []
+    for rank, batches in ((0, 2), (1, 1)):
+        first = _rank_loader(ds, kind, rank, 2, 0)
+        consumed += _take(first, batches)
+        states.append(first.state_dict())
+    merged = att.merge_state_dicts(states)
+    again, states = [], []
+    for rank in range(3):
+        resumed = _rank_loader(ds, kind, rank, 3, 0)
+        resumed.load_state_dict(merged)
+        again += _take(resumed, 1)
+        states.append(resumed.state_dict())
+    same = _rank_loader(ds, kind, 2, 3, 0)
+    same.load_state_dict(states[2])
+    going_on = _rank_loader(ds, kind, 2, 3, 0)
+    going_on.load_state_dict(merged)
+    assert _take(same, 1) == _take(going_on, 2)[2:]  # the resumed rank's next batch
+    rest = []
+    for rank in range(2):
+        resumed = _rank_loader(ds, kind, rank, 2, 0)
+        resumed.load_state_dict(att.merge_state_dicts(states))
+        rest += _take(resumed, None)
+    union = consumed + again + rest
+    _check(union, [ds[i] for i in range(len(union))])
+
+
+@pytest.mark.slow
+def test_planned_batch_ranks_merge_and_resume_with_another_world_size(utterances):
+    """Endless batch_by_duration batches split with shard_dataset: 2 ranks -> 3, exactly the rest; batches
+    split per host by batch_by_duration(shard_options=) are a stream of their own and the merge says so."""
+    import grain
+
+    from audiotree.sources import shard_dataset
+
+    items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=8000)
+    durations = scan_durations(utterances)
+    batches = batch_by_duration(items, durations, max_seconds=2.0, buckets=2, num_epochs=None)
+    tagged = batches.map_with_index(batch_tag)
+
+    def loader(rank, world):
+        return att.create_dataloader(shard_dataset(tagged, grain.sharding.ShardOptions(rank, world)),
+                                     batch_size=None, epoch_size=4, collate_fn=list)
+
+    consumed, states = [], []
+    for rank, steps in ((0, 3), (1, 1)):
+        first = loader(rank, 2)
+        consumed += _take(first, steps)
+        states.append(first.state_dict())
+    merged = att.merge_state_dicts(states)
+    rest = []
+    for rank in range(3):
+        resumed = loader(rank, 3)
+        resumed.load_state_dict(merged)
+        rest += _take(resumed, None)
+    union = consumed + rest
+    assert len(union) == 4 + 12
+    _check(union, [tagged[i][0] for i in range(len(union))])
+
+    def own(rank):
+        ds = batch_by_duration(items, durations, max_seconds=4.0, buckets=2, num_epochs=None,
+                               shard_options=grain.sharding.ShardOptions(rank, 2))
+        return att.create_dataloader(ds, batch_size=None, epoch_size=4, collate_fn=list)
+
+    own_states = []
+    for rank in range(2):
+        first = own(rank)
+        _take(first, 1)
+        own_states.append(first.state_dict())
+    with pytest.raises(ValueError, match="not shares of one global stream"):
+        att.merge_state_dicts(own_states)
+
+
+def test_rank_checkpoints_that_cannot_be_placed_are_refused_by_the_merge(finite):
+    """A finite share past its first pass (later epochs wrap around the share) names what to do instead."""
+    states = []
+    for rank in range(2):
+        loader = _rank_loader(finite, "map", rank, 2, 0)
+        _take(loader, None)
+        _take(loader, 1)  # into the second epoch
+        states.append(loader.state_dict())
+    with pytest.raises(ValueError, match="after the first pass of a finite share.*same rank and world size"):
+        att.merge_state_dicts(states)
+    with pytest.raises(ValueError, match="got none"):
+        att.merge_state_dicts([])

@@ -34,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
     raise ImportError("audiotree.torch needs PyTorch: pip install 'audiotree[torch]'") from exc
 
 from audiotree.torch.iterable import TorchIterableDataset
-from audiotree.torch.loader import AudioDataLoader, as_torch_dataset, create_dataloader
+from audiotree.torch.loader import AudioDataLoader, as_torch_dataset, create_dataloader, merge_state_dicts
 from audiotree.torch.map_style import EpochSampler, TorchMapDataset
 from audiotree.torch.reading import DEFAULT_READ_THREADS, ENDLESS_EPOCH_STRIDE
 from audiotree.torch.tensors import TorchAudioTree, collate, collate_tensors, to_torch
@@ -52,6 +52,7 @@ __all__ = [
     "AudioDataLoader",
     "as_torch_dataset",
     "create_dataloader",
+    "merge_state_dicts",
     "ENDLESS_EPOCH_STRIDE",
     "DEFAULT_READ_THREADS",
 ]

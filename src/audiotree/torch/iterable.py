@@ -118,6 +118,11 @@ class TorchIterableDataset(SharedEpochMixin, _tud.IterableDataset):
     def __bool__(self) -> bool:  # truth must not depend on len(), which an endless stream refuses
         return True
 
+    def use_source(self, dataset: Any) -> None:
+        """Reads ``dataset`` from now on (a rank's share of the rest of a run after a merged resume)."""
+        self.dataset = dataset
+        self._length = dataset_length(dataset)
+
     def resume_at(self, resume: dict | None) -> None:
         """Makes the next ``iter()`` continue epoch ``resume["epoch"]`` mid-way (``None``: from its start).
 

@@ -12,7 +12,17 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.utils.data as _tud
 
-from audiotree.sources.global_stream import StreamPosition, union_of_shares
+from audiotree.sources.global_stream import (
+    CHECKPOINT_KEY,
+    CHECKPOINT_VERSION,
+    CheckpointError,
+    RemainingDataset,
+    StreamPosition,
+    checkpoint_position,
+    merge_checkpoints,
+    share_of,
+    union_of_shares,
+)
 from audiotree.torch.iterable import TorchIterableDataset
 from audiotree.torch.map_style import EpochSampler, TorchMapDataset
 from audiotree.torch.reading import (
@@ -28,7 +38,7 @@ from audiotree.torch.reading import (
 from audiotree.torch.tensors import collate, to_torch
 from audiotree.validation import renamed_keywords
 
-__all__ = ["AudioDataLoader", "create_dataloader", "as_torch_dataset"]
+__all__ = ["AudioDataLoader", "create_dataloader", "as_torch_dataset", "merge_state_dicts"]
 
 
 def as_torch_dataset(dataset: Any, *, epoch_size: int | None = None, epoch: int = 0,
@@ -159,6 +169,10 @@ class AudioDataLoader(_tud.DataLoader):
                                    advance_epochs=advance_epochs)
             self._cursor = sampler.cursor
         kwargs["worker_init_fn"] = WorkerInit(kwargs.get("worker_init_fn"))
+        # A shard_dataset share (a DistributedSampler-style rank): its items are positions of a global stream.
+        self._stream_share = getattr(getattr(adapter, "dataset", None), "host_share", None)
+        self._stream_source = getattr(adapter, "dataset", None)
+        self._stream_base = StreamPosition()  # the whole run's items consumed before a merged resume
         super().__init__(
             adapter, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
             collate_fn=collate if collate_fn is None else collate_fn, num_workers=num_workers,
@@ -287,8 +301,62 @@ class AudioDataLoader(_tud.DataLoader):
 
     def _host(self) -> tuple[int, int] | None:
         """(rank, world size) when the wrapped dataset is a host share (``shard_dataset``, builders' shard_options)."""
-        share = getattr(getattr(self.dataset, "dataset", None), "host_share", None)
+        share = self._stream_share
         return None if share is None else (int(share.index), int(share.count))
+
+    def _share_position(self, state: dict) -> StreamPosition | None:
+        """The items of this rank's share that ``state`` holds as consumed, as a position in the share's
+        stream (``None``: not placeable: a finite share past its first pass, or a later epoch of an endless
+        stream without ``epoch_size``)."""
+        adapter, epoch = self.dataset, state["epoch"]
+        length = dataset_length(adapter.dataset)
+        if self._iterable:
+            resume = state["resume"]
+            start = None if adapter.epoch_size is None and epoch else adapter.epoch_start(epoch)
+            within = StreamPosition()
+            if resume is not None:
+                base = StreamPosition.from_dict(resume.get("base", {"prefix": 0}), where="base")
+                within = base.with_consumed(self._delivered(adapter, resume, base))
+        else:
+            start = epoch * adapter.epoch_size
+            order = self.sampler.order(epoch)
+            within = StreamPosition.of(int(order[k]) for k in range(state["position"]))
+        if start is None:
+            return None
+        if length < sys.maxsize and start:
+            return StreamPosition(length) if start >= length and not within.count else None
+        return StreamPosition(start + within.prefix, tuple(start + i for i in within.beyond))
+
+    def _stream_state(self, state: dict) -> dict | None:
+        """This rank's checkpoint in the global stream (:mod:`audiotree.sources.global_stream`), for
+        :func:`merge_state_dicts`; ``None`` when it cannot be placed there."""
+        share = self._stream_share
+        position = self._share_position(state)
+        if share is None or position is None:
+            return None
+        stream = {CHECKPOINT_KEY: CHECKPOINT_VERSION, "host": [int(share.index), int(share.count)],
+                  "position": position.to_dict()}
+        if not share.placeable:
+            stream["global_stream"] = False
+        if self._stream_base.count:
+            stream["base"] = self._stream_base.to_dict()
+        return stream
+
+    def _rebase(self, whole: StreamPosition) -> None:
+        """Reads this rank's share of the items of the global stream that ``whole`` does not hold."""
+        if whole == self._stream_base:
+            return
+        share = self._stream_share
+        source = self._stream_source
+        if whole.count:
+            source = share_of(RemainingDataset(share.stream, whole), share.index, share.count, share.drop_remainder)
+            for fn in share.maps:
+                source = source.map(fn)
+        self._stop_workers()
+        self.dataset.use_source(source)
+        if not self._iterable:
+            self.sampler.num_items = self.dataset.epoch_size
+        self._stream_base = whole
 
     def _delivered(self, dataset: TorchIterableDataset, resume: dict, base: StreamPosition) -> StreamPosition:
         """The items of the epoch (after ``base``) that a checkpoint's roles delivered, as one position."""
@@ -308,11 +376,22 @@ class AudioDataLoader(_tud.DataLoader):
         consumed, so "train N steps, break, save" resumes exactly (a new ``iter()``
         without :meth:`load_state_dict` starts the next epoch, as always).
         """
-        progress = self._progress
         state: dict = {"version": STATE_VERSION, "kind": "iterable" if self._iterable else "map"}
         host = self._host()
         if host is not None:
             state["host"] = list(host)
+        return self._with_stream(self._state_dict(state))
+
+    def _with_stream(self, state: dict) -> dict:
+        """``state`` with this rank's position in the global stream under ``"stream"`` (shard_dataset shares)."""
+        if self._stream_share is not None:
+            stream = self._stream_state(state)
+            if stream is not None:
+                state["stream"] = stream
+        return state
+
+    def _state_dict(self, state: dict) -> dict:
+        progress = self._progress
         if self._iterable:
             if progress is not None and progress.abandoned and progress.exhausted():
                 state.update(epoch=self._cursor.following(), resume=None)
@@ -346,13 +425,26 @@ class AudioDataLoader(_tud.DataLoader):
         kind = "iterable" if self._iterable else "map"
         if state.get("kind") != kind:
             raise ValueError(f"This is a {state.get('kind')!r} checkpoint; this loader reads a {kind!r} dataset.")
-        saved, host = state.get("host"), self._host()
+        stream, host = state.get("stream"), self._host()
+        if isinstance(stream, dict) and stream.get("merged_hosts") is not None:
+            self._load_merged(stream)
+            return
+        saved = state.get("host")
         if saved is not None and host is not None and tuple(saved) != tuple(host):
-            raise ValueError(
-                f"This checkpoint was taken on rank {saved[0]} of {saved[1]} (shard_dataset), and this loader reads "
-                f"rank {host[0]} of {host[1]}. A torch checkpoint counts the items of one rank's share: resume it "
-                "with the same rank and world size (a change of world size is supported for Grain iterators, "
-                "see 'Changing the shape of a run' in docs/datasets.md).")
+            if self._stream_share is not None and self._stream_share.placeable:
+                raise CheckpointError(
+                    f"This checkpoint was taken on rank {saved[0]} of {saved[1]} (shard_dataset), and this loader "
+                    f"reads rank {host[0]} of {host[1]}. A rank's checkpoint holds that rank's share only: merge the "
+                    "state_dict() of all ranks with audiotree.torch.merge_state_dicts([...]) and give the merged "
+                    "one to load_state_dict of every rank of the new world.")
+            raise CheckpointError(
+                f"This checkpoint was taken on rank {saved[0]} of {saved[1]}, and this loader reads rank {host[0]} "
+                f"of {host[1]} of a stream of its own (a builder's shard_options, or a share reordered, filtered or "
+                "batched after shard_dataset): resume it with the same rank and world size, or build the whole "
+                "dataset and apply shard_dataset last.")
+        if host is not None and self._stream_share.placeable:
+            base = (stream or {}).get("base")
+            self._rebase(StreamPosition() if base is None else StreamPosition.from_dict(base, where="base"))
         self._progress = None
         if not self._iterable:
             self.sampler.load_state_dict(state)
@@ -365,6 +457,21 @@ class AudioDataLoader(_tud.DataLoader):
         self._cursor.set(check_epoch(state["epoch"]), resume)
         if resume is not None:
             self._stop_workers()  # live persistent workers cannot learn the resume point
+
+    def _load_merged(self, stream: dict) -> None:
+        """Continues with this rank's share of what no rank of the merged run consumed, from epoch 0."""
+        share = self._stream_share
+        if share is None or not share.placeable:
+            raise CheckpointError(
+                "This is a checkpoint merged from several ranks (merge_state_dicts); this loader's dataset is not a "
+                "shard_dataset share of the same stream. Build each rank's dataset as shard_dataset(whole, "
+                "ShardOptions(rank, world)), with shard_dataset last.")
+        self._rebase(checkpoint_position(stream))
+        self._progress = None
+        if self._iterable:
+            self._cursor.set(0, None)
+        else:
+            self.sampler.set_epoch(0)
 
     def _stop_workers(self) -> None:
         iterator = getattr(self, "_iterator", None)
@@ -385,3 +492,28 @@ def create_dataloader(dataset: Any, batch_size: int = 32, num_workers: int = 0, 
     :class:`AudioDataLoader` for the other arguments.
     """
     return AudioDataLoader(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
+
+
+def merge_state_dicts(states: Any) -> dict:
+    """One checkpoint of the whole run from the ``state_dict()`` of every rank (``shard_dataset`` shares).
+
+    Give the result to ``load_state_dict`` of each rank's loader in the new world,
+    whatever its size: rank ``r`` of ``R`` then reads share ``r`` of ``R`` of the
+    items no rank consumed, starting at epoch 0 (the merge is
+    :func:`audiotree.sources.merge_checkpoints` of each rank's ``"stream"`` part).
+    """
+    states = list(states)
+    if not states:
+        raise CheckpointError("merge_state_dicts needs the state_dict() of every rank, got none")
+    kinds = {state.get("kind") if isinstance(state, dict) else None for state in states}
+    if len(kinds) > 1 or None in kinds:
+        raise CheckpointError(f"merge_state_dicts needs the state_dict() of every rank's AudioDataLoader, of one "
+                              f"kind; got kinds {sorted(map(str, kinds))}")
+    for state in states:
+        if not isinstance(state.get("stream"), dict):
+            raise CheckpointError(
+                f"the checkpoint of rank {state.get('host')} cannot be placed in the global stream: it is not of "
+                "a shard_dataset share, or it was taken after the first pass of a finite share (or in a later "
+                "epoch of an endless stream without epoch_size). Resume it with the same rank and world size.")
+    merged = merge_checkpoints([state["stream"] for state in states])
+    return {"version": STATE_VERSION, "kind": kinds.pop(), "stream": merged}

@@ -60,6 +60,14 @@ class TorchMapDataset(SharedEpochMixin, _tud.Dataset):
     def __len__(self) -> int:
         return self.epoch_size
 
+    def use_source(self, dataset: Any) -> None:
+        """Reads ``dataset`` from now on (a rank's share of the rest of a run after a merged resume); a
+        finite one is read whole in each epoch."""
+        self.dataset = dataset
+        self._length = dataset_length(dataset)
+        if self._length < sys.maxsize:
+            self.epoch_size = check_count("epoch_size", self._length)
+
     def global_index(self, epoch: int, index: int) -> int:
         """The index into the wrapped dataset of item ``index`` of ``epoch``."""
         n = self.epoch_size
