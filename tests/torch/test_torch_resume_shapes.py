@@ -109,7 +109,8 @@ def test_endless_planned_batches_resume_with_another_num_workers(utterances):
     """batch_by_duration(num_epochs=None) is an endless stream of planned batches: an iterable, resumable
     with any num_workers like any other."""
     items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=8000)
-    batches = batch_by_duration(items, scan_durations(utterances), BucketConfig(max_seconds=2.0, buckets=2), num_epochs=None)
+    batches = batch_by_duration(items, scan_durations(utterances), BucketConfig(max_seconds=2.0, buckets=2),
+                                num_epochs=None)
     tagged = batches.map_with_index(batch_tag)
 
     def loader(workers):
@@ -232,7 +233,7 @@ def test_planned_batch_ranks_merge_and_resume_with_another_world_size(utterances
 
     items = create_audio_dataset(filepaths=utterances, duration=None, shuffle=False, sample_rate=8000)
     durations = scan_durations(utterances)
-    batches = batch_by_duration(items, durations, max_seconds=2.0, buckets=2, num_epochs=None)
+    batches = batch_by_duration(items, durations, BucketConfig(max_seconds=2.0, buckets=2), num_epochs=None)
     tagged = batches.map_with_index(batch_tag)
 
     def loader(rank, world):
@@ -255,7 +256,7 @@ def test_planned_batch_ranks_merge_and_resume_with_another_world_size(utterances
     _check(union, [tagged[i][0] for i in range(len(union))])
 
     def own(rank):
-        ds = batch_by_duration(items, durations, max_seconds=4.0, buckets=2, num_epochs=None,
+        ds = batch_by_duration(items, durations, BucketConfig(max_seconds=4.0, buckets=2), num_epochs=None,
                                shard_options=grain.sharding.ShardOptions(rank, 2))
         return att.create_dataloader(ds, batch_size=None, epoch_size=4, collate_fn=list)
 
