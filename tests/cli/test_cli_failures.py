@@ -56,6 +56,8 @@ def test_executor_ray_without_ray_is_one_error_line(corpus, tmp_path, no_ray, co
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr[-3000:]
     assert lines[0].startswith(f"Error: audiotree {command}: ") and "audiotree[ray]" in lines[0], lines
+    if command != "index":
+        return  # the debug switch is the CLI's one error handler, the same for every command: checked once
     # AUDIOTREE_DEBUG=1: the traceback behind the same line, same exit code.
     debug = run_cli(*args, shim=no_ray, env={"AUDIOTREE_DEBUG": "1"})
     assert debug.returncode == 2, debug.stderr[-3000:]

@@ -15,7 +15,8 @@ import threading
 import numpy as np
 import pytest
 import soundfile
-from test_storage import SECRET, http, http_server, start_moto  # noqa: F401 - the storage tests' servers
+from servers import start_moto
+from test_storage import SECRET, http, http_server  # noqa: F401 - the storage tests' servers
 
 from audiotree.io import AudioFile
 from audiotree.io.byte_cache import BoundedCache, EvictionPolicy, FirstInFirstOut

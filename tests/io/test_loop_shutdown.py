@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 import soundfile
-from test_storage import start_moto
+from servers import start_moto
 
 from helpers import run_script
 

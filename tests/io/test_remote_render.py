@@ -16,7 +16,8 @@ import pytest
 
 from audiotree.sources import create_audio_dataset
 
-from test_storage import _FaultProxy, start_moto
+from servers import moto_s3
+from test_storage import _FaultProxy
 
 
 class CountingProxy(_FaultProxy):
@@ -40,24 +41,8 @@ def counted_s3():
 
     Both servers are stopped on exit, also when the caller's set-up fails.
     """
-    import s3fs
-
-    server, port = start_moto()
-    proxy = CountingProxy(port)
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            for k, v in env.items():
-                mp.setenv(k, v)
-            s3fs.S3FileSystem.clear_instance_cache()
-            try:
-                yield s3fs.S3FileSystem(), proxy
-            finally:
-                s3fs.S3FileSystem.clear_instance_cache()
-    finally:
-        proxy.stop()
-        server.stop()
+    with moto_s3(proxy=CountingProxy) as server:
+        yield server.fs, server.proxy
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import grain
@@ -27,15 +27,10 @@ import soundfile
 from audiotree.errors import AudioReadError
 from audiotree.io import AudioFile, probe, remote_file, storage
 from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset, find_audio_files
+from servers import LoopbackServer, forward, free_port, moto_s3, request_body, request_headers, send_head
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 SECRET = "s3cr3t-value-never-shown"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _encode(x: np.ndarray, rate: int, fmt: str, subtype: str | None = None) -> bytes:
@@ -146,16 +141,13 @@ def _handler(state: _State):
 @pytest.fixture(scope="module")
 def http_server():
     state = _State()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.base = f"http://127.0.0.1:{server.server_address[1]}"
+    server = LoopbackServer()
+    server.serve(_handler(state))
+    state.base = f"http://127.0.0.1:{server.port}"
     try:
         yield state
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+        server.stop()
 
 
 @pytest.fixture
@@ -185,42 +177,16 @@ def upload_corpus(fs, bucket: str, local) -> None:
             fs.pipe(f"{bucket}/{group}/f{seed}.{ext}", data)
 
 
-def start_moto():
-    """A started moto S3 server on 127.0.0.1 and its port (the caller stops it); skips without moto/s3fs."""
-    moto_server = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    return server, port
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1; credentials and endpoint through the standard AWS variables."""
-    import s3fs
-
-    server, port = start_moto()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-    }
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = s3fs.S3FileSystem()
+    with moto_s3(secret=SECRET) as server:
+        fs = server.fs
         local = tmp_path_factory.mktemp("s3corpus")
         upload_corpus(fs, "bucket", local)
         fs.pipe("bucket/speech/.hidden.wav", b"not audio")
         fs.pipe("bucket/docs/readme.txt", b"no audio here")
-        try:
-            yield {"fs": fs, "local": local, "endpoint": env["AWS_ENDPOINT_URL"]}
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            server.stop()
+        yield {"fs": fs, "local": local, "endpoint": server.endpoint}
 
 
 #: gcsfs options for the emulator: no credentials, any project.
@@ -235,7 +201,7 @@ def start_gcs_emulator(bucket: str):
     emulator = pytest.importorskip("gcp_storage_emulator.server")
     if importlib.util.find_spec("gcsfs") is None:  # looked up, not imported: gcs_environment sets its import-time variable
         pytest.skip("gcsfs is not installed")
-    port = _free_port()
+    port = free_port()
     server = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket=bucket)
     server.start()
     return server, port
@@ -721,7 +687,7 @@ def test_s3_writer_output_equals_local_output(s3, tmp_path, kind):
 # ---------------------------------------------------------------------------
 
 
-class _FaultProxy:
+class _FaultProxy(LoopbackServer):
     """An HTTP proxy 127.0.0.1 -> moto that fails every ``every``-th request (503, 500, or a reset, in turn).
 
     Deterministic (a count, not a random share), so a test cannot pass by luck;
@@ -732,8 +698,6 @@ class _FaultProxy:
     """
 
     def __init__(self, target_port: int, every: int) -> None:
-        import http.client
-
         self.every, self.requests, self.faults, self.lock = every, 0, {"503": 0, "500": 0, "reset": 0}, threading.Lock()
         self.log: list[tuple[str, str, str, int]] = []
         proxy = self
@@ -745,8 +709,7 @@ class _FaultProxy:
                 pass
 
             def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
+                body = request_body(self)
                 with proxy.lock:
                     proxy.requests += 1
                     n = proxy.requests
@@ -762,25 +725,11 @@ class _FaultProxy:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
-                try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    conn.close()
+                resp, data = forward(self, target_port, request_headers(self), body)
                 with proxy.lock:
                     proxy.log.append((self.command, self.path.split("?")[0], self.headers.get("Range") or "",
                                       len(data) if self.command != "HEAD" else 0))
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
-                        self.send_header(k, v)
-                # A HEAD answer has no body but the object's length.
-                self.send_header("Content-Length", resp.getheader("Content-Length", "0") if self.command == "HEAD"
-                                 else str(len(data)))
-                self.end_headers()
+                send_head(self, resp, data)
                 if self.command != "HEAD":
                     try:
                         self.wfile.write(data)
@@ -791,15 +740,7 @@ class _FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        self.serve(Handler)
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from audiotree.io.members import parse, tar_url
 from audiotree.io.tar_shards import list_shard
 from audiotree.sources import Corpus, create_audio_dataset
 from container_factories import RATE, add_member, flac_bytes, make_corpus
+from servers import moto_s3
 from test_storage import (  # noqa: F401 (the servers of the storage tests)
     GCS_OPTIONS,
     SECRET,
@@ -30,7 +31,6 @@ from test_storage import (  # noqa: F401 (the servers of the storage tests)
     gcs_environment,
     http_server,
     start_gcs_emulator,
-    start_moto,
 )
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
@@ -39,26 +39,14 @@ SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 @pytest.fixture(scope="module")
 def s3_corpus(tmp_path_factory):
     """The container corpus, local and in s3://shapes (moto on 127.0.0.1, standard AWS variables)."""
-    import s3fs
-
     local = make_corpus(tmp_path_factory.mktemp("s3shapes"), files=8, per_shard=2)
-    server, port = start_moto()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = s3fs.S3FileSystem()
+    with moto_s3(secret=SECRET) as server:
+        fs = server.fs
         fs.mkdir("shapes")
         for folder in ("shards", "parquet", "parquet_hf"):
             for path in sorted(local[folder].iterdir()):
                 fs.pipe(f"shapes/{folder}/{path.name}", path.read_bytes())
-        try:
-            yield local
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            server.stop()
+        yield local
 
 
 def _sources(local) -> dict:

@@ -7,11 +7,13 @@ import io
 import socket
 import struct
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 import soundfile
+
+from servers import LoopbackServer, forward, moto_s3, request_body, request_headers, send_head
 
 RATE = 16_000
 # One fault in every 10 requests at these positions: 30%, never two in a row, so bounded retries get through.
@@ -26,7 +28,7 @@ def _wav(seconds: float, seed: int, fmt: str = "WAV") -> bytes:
     return buf.getvalue()
 
 
-class _BodyFaultProxy:
+class _BodyFaultProxy(LoopbackServer):
     """An HTTP proxy 127.0.0.1 -> moto that fails requests by ``pattern`` (cycled), or by ``fail(path)``.
 
     ``"reset"`` closes the connection before answering; ``"truncate"`` sends the
@@ -37,8 +39,6 @@ class _BodyFaultProxy:
     """
 
     def __init__(self, target_port: int, pattern=_PATTERN, fail=None) -> None:
-        import http.client
-
         self.pattern, self.fail, self.requests, self.lock = pattern, fail, 0, threading.Lock()
         self.faults = {"reset": 0, "truncate": 0, "reset-body": 0, "503": 0, "empty-200": 0}
         proxy = self
@@ -54,8 +54,7 @@ class _BodyFaultProxy:
                     proxy.faults[kind] += 1
 
             def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
+                body = request_body(self)
                 with proxy.lock:
                     n = proxy.requests
                     proxy.requests += 1
@@ -77,24 +76,10 @@ class _BodyFaultProxy:
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
                     return
-                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
-                try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    conn.close()
+                resp, data = forward(self, target_port, request_headers(self), body)
                 if kind == "empty-200" or (kind is not None and len(data) < 2):
                     kind = None  # nothing to cut short
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
-                        self.send_header(k, v)
-                # A HEAD's answer has no body but the object's Content-Length.
-                self.send_header("Content-Length", resp.getheader("Content-Length", "0") if self.command == "HEAD"
-                                 else str(len(data)))
-                self.end_headers()
+                send_head(self, resp, data)
                 if self.command == "HEAD":
                     return
                 if kind is None:
@@ -111,42 +96,18 @@ class _BodyFaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        self.serve(Handler)
 
 
 @pytest.fixture(scope="module")
 def s3_corpus():
     """moto on 127.0.0.1 holding 6 files (WAV and FLAC, ~100-200 KB) under s3://faults/; stopped after the module."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret",
-                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():
-            mp.setenv(key, value)
-        s3fs.S3FileSystem.clear_instance_cache()
-        try:
-            fs = s3fs.S3FileSystem()
-            fs.mkdir("faults")
-            for i in range(6):
-                ext, fmt = ("wav", "WAV") if i % 2 else ("flac", "FLAC")
-                fs.pipe(f"faults/audio/f{i}.{ext}", _wav(3.0 + i, seed=i, fmt=fmt))
-            yield port
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            server.stop()
+    with moto_s3() as server:
+        server.fs.mkdir("faults")
+        for i in range(6):
+            ext, fmt = ("wav", "WAV") if i % 2 else ("flac", "FLAC")
+            server.fs.pipe(f"faults/audio/f{i}.{ext}", _wav(3.0 + i, seed=i, fmt=fmt))
+        yield server.port
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,8 @@ from audiotree.sources import (
     create_balanced_audio_dataset,
     create_windowed_audio_dataset,
 )
-from test_storage import SECRET, SYNC, start_moto, upload_corpus
+from servers import start_moto
+from test_storage import SECRET, SYNC, upload_corpus
 
 _AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
 # moto keeps one in-memory backend per process, shared by every server a test starts:

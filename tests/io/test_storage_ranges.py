@@ -9,11 +9,10 @@ plain WAV and FLAC files, tar members, Parquet cells and raw arrays of a written
 
 from __future__ import annotations
 
-import http.client
 import io
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
@@ -21,20 +20,20 @@ import soundfile
 
 from audiotree.errors import AudioReadError
 from container_factories import RATE, make_corpus
+from servers import LoopbackServer, forward, moto_s3, request_body, request_headers, send_head
 from test_storage import (  # noqa: F401 (http_server: the storage tests' HTTP server)
     GCS_OPTIONS,
     SECRET,
     gcs_environment,
     http_server,
     start_gcs_emulator,
-    start_moto,
 )
 
 # Three faults in every ten ranged GETs (30%), never two in a row: five attempts always get through.
 PATTERN = ("full-200", None, None, "other-206", None, None, "other-206", None, "full-200", None)
 
 
-class RangeFaultProxy:
+class RangeFaultProxy(LoopbackServer):
     """An HTTP proxy 127.0.0.1 -> ``target_port`` that answers ranged GETs by ``pattern`` (cycled over them).
 
     ``"full-200"`` forwards the GET without its Range and sends the whole object
@@ -57,19 +56,9 @@ class RangeFaultProxy:
             def log_message(self, *args) -> None:
                 pass
 
-            def _ask(self, headers: dict, body):
-                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
-                try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    return resp, resp.read()
-                finally:
-                    conn.close()
-
             def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                body = request_body(self)
+                headers = request_headers(self)
                 wanted = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
                 kind = None
                 if self.command == "GET" and wanted is not None:
@@ -82,41 +71,27 @@ class RangeFaultProxy:
                     first, last = int(wanted.group(1)), int(wanted.group(2))
                     headers = {k: v for k, v in headers.items() if k.lower() != "range"}
                     headers["Range"] = f"bytes={first + proxy.shift}-{last + proxy.shift}"
-                resp, data = self._ask(headers, body)
+                resp, data = forward(self, target_port, headers, body)
                 if kind == "other-206" and resp.status != 206:  # past the end: shift back instead, if possible
                     first, last = int(wanted.group(1)), int(wanted.group(2))
                     headers["Range"] = f"bytes={max(0, first - proxy.shift)}-{max(0, first - proxy.shift) + last - first}"
-                    resp, data = self._ask(headers, body)
+                    resp, data = forward(self, target_port, headers, body)
                     if first == 0 or resp.status != 206:
                         headers["Range"] = self.headers["Range"]
-                        resp, data = self._ask(headers, body)
+                        resp, data = forward(self, target_port, headers, body)
                         kind = None
                 if kind == "full-200" and resp.status != 200:
                     kind = None
                 if kind is not None:
                     with proxy.lock:
                         proxy.faults[kind] += 1
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", resp.getheader("Content-Length", "0") if self.command == "HEAD"
-                                 else str(len(data)))
-                self.end_headers()
+                send_head(self, resp, data)
                 if self.command != "HEAD":
                     self.wfile.write(data)
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        self.serve(Handler)
 
 
 def _wav(data: bytes) -> bytes:
@@ -130,17 +105,9 @@ def _wav(data: bytes) -> bytes:
 def s3_ranges(tmp_path_factory):
     """moto on 127.0.0.1 holding the container corpus (FLAC files, WAV files, tar shards, two Parquet layouts) and
     a raw float32 array under s3://ranges/; its port. Stopped after the module."""
-    import s3fs
-
     local = make_corpus(tmp_path_factory.mktemp("ranges"), files=8, per_shard=2)
-    server, port = start_moto()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = s3fs.S3FileSystem()
+    with moto_s3(secret=SECRET) as server:
+        fs = server.fs
         fs.mkdir("ranges")
         for folder in ("unpacked", "shards", "parquet", "parquet_hf"):
             for path in sorted(local[folder].iterdir()):
@@ -148,11 +115,7 @@ def s3_ranges(tmp_path_factory):
                 if folder == "unpacked":
                     fs.pipe(f"ranges/wav/{path.stem}.wav", _wav(path.read_bytes()))
         fs.pipe("ranges/raw/x.bin", np.arange(64 * 1024, dtype="<f4").tobytes())
-        try:
-            yield port
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            server.stop()
+        yield server.port
 
 
 SOURCES = {"wav": "s3://ranges/wav", "flac": "s3://ranges/unpacked",

@@ -14,7 +14,8 @@ import pytest
 
 from audiotree.index import StaleFileError, build_index, freshness
 from audiotree.sources import Corpus, WindowConfig, create_audio_dataset, create_windowed_audio_dataset
-from test_storage import SECRET, SYNC, _encode, _FaultProxy, _noise, start_moto
+from servers import moto_s3
+from test_storage import SECRET, SYNC, _encode, _FaultProxy, _noise
 
 # moto keeps one in-memory backend per process, shared by every server a test starts:
 # this module's bucket has a name of its own.
@@ -26,24 +27,9 @@ EPOCHS = 6
 @pytest.fixture(scope="module")
 def s3():
     """moto behind a logging proxy (no faults); the AWS variables point s3fs at the proxy."""
-    import s3fs
-
-    server, port = start_moto()
-    proxy = _FaultProxy(port, every=0)
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            for k, v in env.items():
-                mp.setenv(k, v)
-            s3fs.S3FileSystem.clear_instance_cache()
-            fs = s3fs.S3FileSystem()
-            fs.mkdir(BUCKET)
-            yield {"fs": fs, "proxy": proxy}
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        proxy.stop()
-        server.stop()
+    with moto_s3(secret=SECRET, proxy=lambda port: _FaultProxy(port, every=0)) as server:
+        server.fs.mkdir(BUCKET)
+        yield {"fs": server.fs, "proxy": server.proxy}
 
 
 @pytest.fixture(autouse=True)

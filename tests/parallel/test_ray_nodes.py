@@ -18,11 +18,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -30,6 +28,7 @@ import numpy as np
 import pytest
 
 from helpers import assert_same_render
+from servers import free_port, moto_s3
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'audiotree[ray]')")
 psutil = pytest.importorskip("psutil")
@@ -39,17 +38,11 @@ pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _node_ports() -> list[str]:
     """Every port a node listens on, free ones (other clusters may run on this machine)."""
-    return ["--node-manager-port", str(_free_port()), "--object-manager-port", str(_free_port()),
-            "--dashboard-agent-listen-port", str(_free_port()), "--dashboard-agent-grpc-port", str(_free_port()),
-            "--metrics-export-port", str(_free_port()), "--runtime-env-agent-port", str(_free_port()),
+    return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
+            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port()),
             "--min-worker-port", "0", "--max-worker-port", "0"]
 
 
@@ -75,20 +68,10 @@ def _descendants(procs) -> list:
 @pytest.fixture(scope="module")
 def s3_store(tmp_path_factory):
     """moto on 127.0.0.1 holding a small corpus under s3://corpus/audio; the AWS variables for every process."""
-    import s3fs
     import soundfile
 
-    moto_server = pytest.importorskip("moto.server")
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = s3fs.S3FileSystem()
+    with moto_s3() as server:
+        fs = server.fs
         fs.mkdir("corpus")
         rng = np.random.default_rng(3)
         local = tmp_path_factory.mktemp("wav")
@@ -96,11 +79,7 @@ def s3_store(tmp_path_factory):
             soundfile.write(local / f"f{i}.wav", rng.standard_normal(16000 * (2 + i % 3)).astype(np.float32) * 0.1,
                             16000)
             fs.put_file(str(local / f"f{i}.wav"), f"corpus/audio/f{i}.wav")
-        try:
-            yield {"fs": fs, "env": env}
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            server.stop()
+        yield {"fs": fs, "env": server.env}
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +96,7 @@ def two_nodes(s3_store, tmp_path_factory):
     # Short folders: Ray's Unix sockets live under them and their paths have a length limit.
     head_dir = tempfile.mkdtemp(prefix="atrh", dir="/tmp")
     node_dir = tempfile.mkdtemp(prefix="atrw", dir="/tmp")
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     # tests/conftest.py turns multi-node clusters off (Ray's one-node mode binds 127.0.0.1); here every node is
     # given --node-ip-address 127.0.0.1 instead.
@@ -132,7 +111,7 @@ def two_nodes(s3_store, tmp_path_factory):
         procs.append(subprocess.Popen(
             [RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus",
              "1", "--temp-dir", head_dir, "--include-dashboard", "false", "--disable-usage-stats",
-             "--ray-client-server-port", str(_free_port()), *_node_ports()],
+             "--ray-client-server-port", str(free_port()), *_node_ports()],
             env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True))
         _wait_nodes(address, 1, env)
         node_log = open(root / "node2.log", "wb")  # noqa: SIM115 - closed below

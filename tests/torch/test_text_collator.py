@@ -69,15 +69,18 @@ _SCRIPT = textwrap.dedent(
                 check(batch, seen)
             assert sorted(seen) == sorted(TEXTS), (method, seen)
             del loader
-            # Planned batches (batch_size=None): each element is already a batch, with filler slots.
-            batches = batch_by_duration(items, bucketing=BucketConfig(max_seconds=4.0, buckets=2), shuffle_seed=0, num_epochs=1)
-            seen = []
-            loader = create_dataloader(batches, batch_size=None, num_workers=2, collate_fn=collator,
-                                       multiprocessing_context=method)
-            for batch in loader:
-                check(batch, seen)
-            assert sorted(seen) == sorted(TEXTS), (method, seen)
-            del loader
+            # Planned batches (batch_size=None): each element is already a batch, with filler slots. In fork
+            # workers only: test_varlen_torch.py runs planned batches in spawn ones, the collator's pickling is above.
+            if method == "fork":
+                batches = batch_by_duration(items, bucketing=BucketConfig(max_seconds=4.0, buckets=2), shuffle_seed=0,
+                                            num_epochs=1)
+                seen = []
+                loader = create_dataloader(batches, batch_size=None, num_workers=2, collate_fn=collator,
+                                           multiprocessing_context=method)
+                for batch in loader:
+                    check(batch, seen)
+                assert sorted(seen) == sorted(TEXTS), (method, seen)
+                del loader
             print(method, "OK")
     """
 )
