@@ -19,7 +19,7 @@ and read threads run ahead of the consumer: when the clock stops, one may have a
 and not yet taken, or be half-way through one, and that CPU would be charged to items the window
 never counts (0 to 1 extra batch per window was measured, up to 8 % of a 12-batch window; the
 0-worker synchronous path has no such edge). So every dataset's items are stamped where they are
-made (:class:`_Stamp`, one byte per item appended to a file, in whichever process makes it), and
+made (:class:`ItemStamp`, one byte per item appended to a file, in whichever process makes it), and
 the CPU window starts and ends when the tree is quiet (:func:`_quiet`: no item made and no CPU
 spent for a moment; workers are then blocked on full buffers, holding only whole batches). The
 CPU of the window is then exactly the work of the items stamped in it. The wall rate is the same
@@ -80,7 +80,7 @@ def grain_dataset(config: str, corpus: str):
     )
 
 
-class _Stamp:
+class ItemStamp:
     """A per-item ``map``: appends one byte to ``path`` per item, in whichever process makes the item.
 
     ``O_APPEND`` writes of one byte are atomic, so workers and read threads share the file; the
@@ -111,7 +111,7 @@ def _made(path: str | None) -> int:
 
 
 def grain_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
-                  stamp: _Stamp | None = None):
+                  stamp: ItemStamp | None = None):
     import grain
 
     from audiotree import AudioTree
@@ -136,7 +136,7 @@ _TORCH_COLLATES = ("collate", "collate_fn", "collate_audio_trees", "collate_tree
 
 
 def torch_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
-                  stamp: _Stamp | None = None):
+                  stamp: ItemStamp | None = None):
     """Our ``audiotree.torch`` path: a torch ``DataLoader`` over the same dataset."""
     import audiotree.torch as att  # ImportError -> the harness reports n/a
 
@@ -164,7 +164,7 @@ def torch_batches(config: str, corpus: str, workers: int, batch_size: int, reads
 
 
 def floor_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
-                  stamp: _Stamp | None = None):
+                  stamp: ItemStamp | None = None):
     # Not stamped: with 0 workers it makes exactly what it hands over; with workers, the window's
     # edges are not corrected (the harness runs the floor with 0 workers only).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -194,7 +194,7 @@ class _PlainDataset:
     Seeded per item (``default_rng([0, i])``), so any worker computes the same item.
     """
 
-    def __init__(self, files: list[str], duration: float, rate: int, stamp: _Stamp | None = None):
+    def __init__(self, files: list[str], duration: float, rate: int, stamp: ItemStamp | None = None):
         self.files, self.duration, self.rate, self.stamp = files, duration, rate, stamp
 
     def __len__(self):
@@ -228,7 +228,7 @@ class _PlainDataset:
 class _LhotseDataset:
     """Item ``i``: a random cut of the ``CutSet``, truncated to a random 3 s, resampled, loaded, mono, padded."""
 
-    def __init__(self, cuts: list, duration: float, rate: int, stamp: _Stamp | None = None):
+    def __init__(self, cuts: list, duration: float, rate: int, stamp: ItemStamp | None = None):
         self.cuts, self.duration, self.rate, self.stamp = cuts, duration, rate, stamp
 
     def __len__(self):
@@ -268,13 +268,13 @@ def _loader(dataset, workers: int, batch_size: int):
 
 
 def plain_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
-                  stamp: _Stamp | None = None):
+                  stamp: ItemStamp | None = None):
     cfg = CONFIGS[config]
     return _loader(_PlainDataset(_all_files(corpus), cfg["duration"], cfg["sample_rate"], stamp), workers, batch_size)
 
 
 def lhotse_batches(config: str, corpus: str, workers: int, batch_size: int, reads: str = "default",
-                   stamp: _Stamp | None = None):
+                   stamp: ItemStamp | None = None):
     from lhotse import CutSet, Recording, RecordingSet
 
     cfg = CONFIGS[config]
@@ -394,7 +394,7 @@ def main(argv=None) -> int:
     if args.impl != "floor":
         fd, stamps = tempfile.mkstemp(prefix="audiotree_bench_", suffix=".stamps")
         os.close(fd)
-        stamp = _Stamp(stamps)
+        stamp = ItemStamp(stamps)
     try:
         it = make(args.config, args.corpus, args.workers, args.batch_size, args.reads, stamp=stamp)
         first = next(it)

@@ -63,6 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_worker import ItemStamp  # counts items made in any process (this folder is the script's, so first on sys.path)
+
 HERE = Path(__file__).resolve().parent
 RATES = (8000, 16000, 22050, 32000, 44100, 48000, 88200, 96000)
 EXTS = ("wav", "flac", "ogg", "mp3")
@@ -370,24 +372,6 @@ def ceiling(port: int, names: list[str], sizes: list[int], clients: int, seconds
 # --------------------------------------------------------------------------- one cell (its own process)
 
 
-class _Stamp:
-    """One byte appended to ``path`` per item made, in whichever process makes it (O_APPEND writes are atomic)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._fd = None
-        self._pid = None
-
-    def __getstate__(self):
-        return {"path": self.path, "_fd": None, "_pid": None}
-
-    def __call__(self, item):
-        if self._pid != os.getpid():
-            self._fd, self._pid = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), os.getpid()
-        os.write(self._fd, b".")
-        return item
-
-
 def _tree_cpu_and_rss() -> tuple[float, int]:
     import psutil
 
@@ -419,7 +403,7 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
     t_start = time.perf_counter()
     ds = create_audio_dataset(corpus=Corpus(index=index, on_stale="trust"), duration=3.0, sample_rate=16000,
                               num_epochs=None)
-    it = ds.map(_Stamp(stamps)).to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16))
+    it = ds.map(ItemStamp(stamps)).to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16))
     it = it.batch(32, batch_fn=AudioTree.batch)
     if workers:
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))

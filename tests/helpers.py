@@ -102,3 +102,18 @@ def index_as_format_1_0(src: Path, dst: Path, *, profiles: list | None = None) -
     metadata[b"audiotree"] = json.dumps(meta, sort_keys=True).encode()
     pq.write_table(table.replace_schema_metadata(metadata), dst, compression="zstd")
     return dst
+
+
+def write_utterances(root: Path, *, count: int, seed: int, seconds: tuple[float, float], rate: int = 8000) -> list[str]:
+    """``count`` short tones of ``seconds`` (low, high) each, alternately WAV and FLAC, named ``uNN``; their paths."""
+    import numpy as np
+    import soundfile
+
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(count):
+        n = int(rng.uniform(*seconds) * rate)
+        path = Path(root) / f"u{i:02d}.{('wav', 'flac')[i % 2]}"
+        soundfile.write(path, (0.1 * np.sin(np.arange(n) * rng.uniform(0.05, 0.2))).astype(np.float32), rate)
+        paths.append(str(path))
+    return paths

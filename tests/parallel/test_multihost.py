@@ -9,26 +9,20 @@ from __future__ import annotations
 
 import collections
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from servers import free_port
 
 pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("multihost_worker.py")
 
 
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_hosts(corpus, out: Path, mode: str) -> list[dict]:
-    port = _free_loopback_port()
+    port = free_port()
     procs = [subprocess.Popen([sys.executable, str(WORKER), str(port), str(i), str(corpus["speech"]),
                                str(corpus["music"]), str(out), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for i in range(2)]

@@ -16,7 +16,7 @@ import json
 import grain
 import numpy as np
 import pytest
-import soundfile as sf
+from helpers import write_utterances
 
 from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, create_balanced_audio_dataset, scan_durations
 from audiotree.sources.global_stream import (
@@ -133,15 +133,7 @@ def test_balanced_endless_resumes_with_other_workers(corpus):
 
 @pytest.fixture(scope="module")
 def utterances(tmp_path_factory):
-    root = tmp_path_factory.mktemp("utterances")
-    rng = np.random.default_rng(4)
-    out = []
-    for i in range(16):
-        n = int(rng.uniform(0.3, 1.5) * 8000)
-        path = root / f"u{i:02d}.{('wav', 'flac')[i % 2]}"
-        sf.write(path, (0.1 * np.sin(np.arange(n) * rng.uniform(0.05, 0.2))).astype(np.float32), 8000)
-        out.append(str(path))
-    return out
+    return write_utterances(tmp_path_factory.mktemp("utterances"), count=16, seed=4, seconds=(0.3, 1.5))
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import hashlib
 
 import numpy as np
 import pytest
-import soundfile as sf
+from helpers import write_utterances
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
@@ -89,15 +89,7 @@ def test_map_style_checkpoint_resumes_with_any_num_workers(tagged, after):
 
 @pytest.fixture(scope="module")
 def utterances(tmp_path_factory):
-    root = tmp_path_factory.mktemp("utterances")
-    rng = np.random.default_rng(6)
-    files = []
-    for i in range(12):
-        n = int(rng.uniform(0.3, 1.2) * 8000)
-        path = root / f"u{i:02d}.{('wav', 'flac')[i % 2]}"
-        sf.write(path, (0.1 * np.sin(np.arange(n) * rng.uniform(0.05, 0.2))).astype(np.float32), 8000)
-        files.append(str(path))
-    return files
+    return write_utterances(tmp_path_factory.mktemp("utterances"), count=12, seed=6, seconds=(0.3, 1.2))
 
 
 def batch_tag(index, batch):
