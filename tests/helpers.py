@@ -117,3 +117,22 @@ def write_utterances(root: Path, *, count: int, seed: int, seconds: tuple[float,
         soundfile.write(path, (0.1 * np.sin(np.arange(n) * rng.uniform(0.05, 0.2))).astype(np.float32), rate)
         paths.append(str(path))
     return paths
+
+
+def run_together(commands: list[list[str]], *, timeout: float = 300) -> list[str]:
+    """Starts every command at once (e.g. the hosts of one ``jax.distributed`` job), waits for all, and returns
+    their standard outputs; a process still running after ``timeout`` (a host waiting for a peer that died) is
+    killed, never left behind, and a non-zero exit fails with that process's standard error."""
+    import subprocess
+
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for cmd in commands]
+    try:
+        results = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, err) in zip(procs, results):
+        assert p.returncode == 0, err[-3000:]
+    return [out for out, _ in results]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import collections
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_together
 from servers import free_port
 
 pytestmark = pytest.mark.slow
@@ -23,18 +23,8 @@ WORKER = Path(__file__).with_name("multihost_worker.py")
 
 def _run_hosts(corpus, out: Path, mode: str) -> list[dict]:
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(port), str(i), str(corpus["speech"]),
-                               str(corpus["music"]), str(out), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for i in range(2)]
-    try:
-        results = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:  # a host that hung (e.g. waiting for its peer) is stopped, not left behind
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, (_, err) in zip(procs, results):
-        assert p.returncode == 0, err[-3000:]
+    run_together([[sys.executable, str(WORKER), str(port), str(i), str(corpus["speech"]), str(corpus["music"]),
+                   str(out), mode] for i in range(2)])
     return [json.loads((out / f"host-{i}-{mode}.json").read_text()) for i in range(2)]
 
 

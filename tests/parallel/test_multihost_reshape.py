@@ -11,11 +11,11 @@ none twice, none skipped.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_together
 from servers import free_port
 
 pytestmark = pytest.mark.slow
@@ -25,18 +25,8 @@ WORKER = Path(__file__).with_name("reshape_worker.py")
 
 def _run(corpus, out: Path, mode: str, counts: list[int]) -> list[list]:
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(port), str(i), str(len(counts)), str(corpus["speech"]),
-                               str(corpus["music"]), str(out), mode, str(n)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i, n in enumerate(counts)]
-    try:
-        results = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:  # a host that hung (e.g. waiting for its peer) is stopped, not left behind
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, (_, err) in zip(procs, results):
-        assert p.returncode == 0, err[-3000:]
+    run_together([[sys.executable, str(WORKER), str(port), str(i), str(len(counts)), str(corpus["speech"]),
+                   str(corpus["music"]), str(out), mode, str(n)] for i, n in enumerate(counts)])
     return [json.loads((out / f"{mode}-{i}.json").read_text()) for i in range(len(counts))]
 
 
