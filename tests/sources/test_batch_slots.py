@@ -186,7 +186,7 @@ def test_two_grain_workers_give_the_batches_of_the_pickled_path(corpus):
     expected = [next(plain) for _ in range(10)]
     plain.close()
     ours = _pipeline(folder, batch_slots=True)
-    token = ours._slot_token  # pylint: disable=protected-access
+    token = ours.slot_token
     assert token is not None
     it = iter(ours)
     held = []
@@ -212,7 +212,7 @@ def _worker_pids() -> list[int]:
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_gives_a_clear_error_and_no_leaked_slot(corpus):
     ours = _pipeline(str(corpus["music"]), batch_slots=True)
-    token = ours._slot_token  # pylint: disable=protected-access
+    token = ours.slot_token
     it = iter(ours)
     first = next(it)
     pids = _worker_pids()

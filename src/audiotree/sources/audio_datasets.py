@@ -304,7 +304,12 @@ def _prefetched_type() -> type:
     from audiotree.sources.stream_resume import ResumableIterDataset
     from audiotree.sources.workers.lifecycle import ClosingIterDataset
 
-    return type("PrefetchedIterDataset", (ResumableIterDataset, ClosingIterDataset), {"__module__": __name__})
+    def slot_token(self) -> str | None:
+        """The batch slots' token of the pipeline the workers run (see ``ClosingIterDataset.slot_token``)."""
+        return getattr(self.rebuild_for(None), "slot_token", None)
+
+    return type("PrefetchedIterDataset", (ResumableIterDataset, ClosingIterDataset),
+                {"__module__": __name__, "slot_token": property(slot_token)})
 
 
 class _Rebuild:

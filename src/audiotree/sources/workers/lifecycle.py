@@ -289,6 +289,11 @@ class ClosingIterDataset(grain.IterDataset):
     def __str__(self) -> str:
         return "ClosingIterDataset"
 
+    @property
+    def slot_token(self) -> str | None:
+        """The token of the shared-memory batch slots the workers write through; ``None``: Grain's own path."""
+        return self._slot_token
+
     def __iter__(self):
         hold = None
         if self._prepare_workers:
