@@ -15,7 +15,8 @@ import pytest
 from helpers import write_utterances
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+pytestmark = [pytest.mark.slow,  # forkserver workers: a clean process each (a fork of this threaded process can hang)
+              pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")]
 
 import audiotree.torch as att  # noqa: E402
 from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, scan_durations  # noqa: E402
@@ -48,7 +49,7 @@ def test_iterable_checkpoint_resumes_with_another_num_workers(tagged, after):
     """2 workers -> 0, 1, 3 (was: "resume it with num_workers=2"); 22 items per epoch, batches of 4."""
     def loader(workers):
         return att.create_dataloader(tagged, batch_size=4, epoch_size=22, num_workers=workers, collate_fn=list,
-                                     multiprocessing_context="fork" if workers else None)
+                                     multiprocessing_context="forkserver" if workers else None)
 
     reference = [tagged[i] for i in range(22)]
     first = loader(2)
@@ -75,7 +76,7 @@ def test_map_style_checkpoint_resumes_with_any_num_workers(tagged, after):
     """docs/torch.md's claim: a map-style checkpoint resumes with any worker count."""
     def loader(workers):
         return att.create_dataloader(att.TorchMapDataset(tagged, epoch_size=20), batch_size=3, num_workers=workers,
-                                     collate_fn=list, multiprocessing_context="fork" if workers else None)
+                                     collate_fn=list, multiprocessing_context="forkserver" if workers else None)
 
     reference = [tagged[i] for i in range(20)]
     first = loader(2)
@@ -107,7 +108,7 @@ def test_endless_planned_batches_resume_with_another_num_workers(utterances):
 
     def loader(workers):
         return att.create_dataloader(tagged, batch_size=None, epoch_size=12, num_workers=workers, collate_fn=list,
-                                     multiprocessing_context="fork" if workers else None)
+                                     multiprocessing_context="forkserver" if workers else None)
 
     assert isinstance(loader(0).dataset, att.TorchIterableDataset)
     first = loader(2)
@@ -153,7 +154,7 @@ def _rank_loader(ds, kind, rank, world, workers):
     share = shard_dataset(ds, grain.sharding.ShardOptions(rank, world))
     kwargs = {"epoch_size": 12} if kind == "iterable" else {}
     return att.create_dataloader(share, batch_size=2, num_workers=workers, collate_fn=list,
-                                 multiprocessing_context="fork" if workers else None, **kwargs)
+                                 multiprocessing_context="forkserver" if workers else None, **kwargs)
 
 
 @pytest.mark.slow
