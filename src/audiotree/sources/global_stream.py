@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 import grain
 
+from audiotree.discovery.sharding import check_shard_options, strided_share
 from audiotree.validation import is_int
 
 __all__ = [
@@ -203,14 +204,12 @@ class _EndlessShare(grain.MapDataset):
 def share_of(ds: grain.MapDataset, index: int, count: int, drop_remainder: bool = False) -> grain.MapDataset:
     """Items ``index, index + count, ...`` of ``ds`` (endless when ``ds`` is); with ``drop_remainder``
     every share of a finite dataset has the same length."""
-    if not 0 <= index < count:
-        raise ValueError(f"shard_index must be in [0, {count}), got {index}.")
+    options = grain.sharding.ShardOptions(index, count, drop_remainder)
+    check_shard_options(options)
     length = len(ds)
     if length >= sys.maxsize:
         return _EndlessShare(ds, index, count)
-    if drop_remainder:
-        ds = ds[: (length // count) * count]
-    return ds[index::count]
+    return ds[strided_share(length, options)]
 
 
 class RemainingDataset(grain.MapDataset):
