@@ -83,7 +83,7 @@ def test_memo_is_bounded(monkeypatch):
     for n in range(5):
         fs.pipe(f"/freshness-test/{n}.wav", b"x" * (n + 1))
         urls.append(f"memory://freshness-test/{n}.wav")
-    monkeypatch.setattr(freshness, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(freshness._outcomes, "max_entries", 3)  # the memo's bound, built from MAX_ENTRIES
     for url in urls:
         size, mtime = freshness.stat_of(url)
         assert freshness.stale_reason(url, size, mtime) is None

@@ -195,11 +195,11 @@ def test_a_forked_child_is_not_blocked_by_a_lock_a_parent_thread_held():
             held.set()
             release.wait(30)
 
+    reset_byte_counters()
+    cache.get("a")  # counted in the parent, before the thread takes the lock
     thread = threading.Thread(target=hold)
     thread.start()
     held.wait(10)
-    reset_byte_counters()
-    cache.get("a")
     pid = os.fork()
     if pid == 0:  # the child: it must neither block on the held lock nor report the parent's counts
         signal.alarm(20)

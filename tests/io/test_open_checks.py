@@ -83,7 +83,7 @@ def test_the_checks_result_on_the_reader_is_remembered(tmp_path):
 
 
 def test_the_memo_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(open_checks, "MAX_ENTRIES", 2)
+    monkeypatch.setattr(open_checks._passed, "max_entries", 2)  # the memo's bound, built from MAX_ENTRIES
     calls = _count_checks(monkeypatch)
     paths = [_ogg(tmp_path / f"{k}.ogg", seconds=0.5) for k in range(3)]
     for p in paths + paths[:1]:

@@ -115,7 +115,6 @@ def stale_reason(path: str, size: int, mtime_ns: int) -> str | None:
     now = stat_of(path)
     reason = change_reason(now, size, mtime_ns, remote=True)
     if now is not None:  # a failed lookup is asked again next time
-        _outcomes.max_entries = MAX_ENTRIES  # the module's knob, read at each put
         _outcomes.put(key, reason)
     return reason
 

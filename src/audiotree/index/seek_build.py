@@ -37,21 +37,6 @@ def is_flac(path: str) -> bool:
     return format_name(path).lower().endswith(".flac")
 
 
-def _is_remote(path: str) -> bool:
-    from audiotree.io import storage
-    from audiotree.io.members import container_of
-
-    container = container_of(path)
-    return storage.is_url(path if container is None else container)
-
-
-def _read(path: str, nbytes: int | None) -> bytes:
-    """The first ``nbytes`` (``None``: all) of ``path``: a local read, one GET, or a member's range."""
-    from audiotree.io.item_bytes import read_item_bytes
-
-    return read_item_bytes(path, 0, nbytes)
-
-
 def open_for_build(path: str, size: int, storage_options: dict | None = None) -> tuple[Any, np.ndarray | None]:
     """``(an open AudioFile of path, its seek points or None)`` for a build with loudness.
 
@@ -59,14 +44,15 @@ def open_for_build(path: str, size: int, storage_options: dict | None = None) ->
     When they cannot be read (or are not FLAC), the file opens as usual and
     gets no table: its errors are then the usual ones.
     """
-    from audiotree.io import AudioFile, storage
+    from audiotree.index.freshness import is_remote
+    from audiotree.io import AudioFile
     from audiotree.io.flac_seek_points import seek_points
+    from audiotree.io.item_bytes import read_item_bytes
 
     data = points = None
     if is_flac(path):
         try:
-            with storage.use_storage_options(storage_options):
-                data = _read(path, None)
+            data = read_item_bytes(path, 0, None, storage_options=storage_options)
         except (OSError, ValueError):
             data = None
         if data is not None and len(data) == size:
@@ -74,20 +60,19 @@ def open_for_build(path: str, size: int, storage_options: dict | None = None) ->
                 points = seek_points(data)
             except ValueError:
                 points = None
-    if data is not None and len(data) == size and _is_remote(path):
+    if data is not None and len(data) == size and is_remote(path):
         return AudioFile.from_bytes(path, data), points
     return AudioFile(path, storage_options=storage_options), points
 
 
 def header_points(path: str, storage_options: dict | None = None) -> np.ndarray | None:
     """The SEEKTABLE points of a FLAC file from its header's first :data:`HEADER_BYTES`, or ``None``."""
-    from audiotree.io import storage
     from audiotree.io.flac_seek_points import header_seek_points
+    from audiotree.io.item_bytes import read_item_bytes
 
     if not is_flac(path):
         return None
     try:
-        with storage.use_storage_options(storage_options):
-            return header_seek_points(_read(path, HEADER_BYTES))
+        return header_seek_points(read_item_bytes(path, 0, HEADER_BYTES, storage_options=storage_options))
     except (OSError, ValueError):
         return None

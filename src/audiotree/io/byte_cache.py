@@ -28,7 +28,7 @@ import collections
 import os
 import threading
 import weakref
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any, Callable, Hashable
 
 from audiotree.io import byte_counters
 from audiotree.process_local import ProcessLocal
@@ -179,8 +179,9 @@ class BoundedCache(ProcessLocal):
             else:
                 self._policy.added(key)
             self._entries[key] = value
-            self._weights[key] = weight
-            self.nbytes += weight
+            if self.max_bytes is not None:  # weights are kept only where a byte limit reads them
+                self._weights[key] = weight
+                self.nbytes += weight
             while len(self._entries) > 1 and self._over():
                 self._drop(self._policy.victim())
 
@@ -216,10 +217,6 @@ class BoundedCache(ProcessLocal):
             self._policy.clear()
             self.nbytes = 0
 
-    def items(self) -> Iterator[tuple[Hashable, Any]]:
-        with self._lock:
-            return iter(list(self._entries.items()))
-
     def stats(self) -> dict[str, int]:
         """``{"entries", "bytes", "hits", "misses"}`` of this cache in this process."""
         with self._lock:
@@ -243,7 +240,11 @@ def memoized(name: str, *, max_entries: int) -> Callable[[Callable], Callable]:
 
         @functools.wraps(func)
         def call(*args: Hashable) -> Any:
-            return cache.get_or_make(args, lambda: func(*args))
+            value = cache.get(args, MISSING)
+            if value is MISSING:
+                value = func(*args)
+                cache.put(args, value)
+            return value
 
         call.cache = cache  # type: ignore[attr-defined]
         return call

@@ -22,6 +22,8 @@ import os
 import threading
 from typing import Any
 
+from audiotree.io.byte_paths import protocol
+
 __all__ = ["count_request", "count_cache", "byte_counters", "reset_byte_counters", "backend_of"]
 
 _BACKENDS = {"s3a": "s3", "gs": "gcs", "https": "http"}
@@ -33,8 +35,6 @@ def backend_of(url: str) -> str:
     >>> backend_of("s3a://b/k"), backend_of("gs://b/k"), backend_of("https://h/a.wav"), backend_of("memory://x")
     ('s3', 'gcs', 'http', 'memory')
     """
-    from audiotree.io.byte_paths import protocol
-
     name = protocol(url)
     return _BACKENDS.get(name, name)
 

@@ -37,11 +37,9 @@ __all__ = ["read_bytes", "read_span", "file_size"]
 
 
 def read_bytes(path: str | os.PathLike, lo: int, hi: int | None, *,
-               storage_options: Mapping[str, Any] | None = None, size: int | None = None) -> bytes:
+               storage_options: Mapping[str, Any] | None = None) -> bytes:
     """Bytes ``[lo, hi)`` of a local file or a remote object (``hi=None``: to the end); short only where it ends.
 
-    ``size``, a remote object's length when the caller knows it, is what an
-    answer that ignored the range must hold (see :mod:`audiotree.io.ranged_get`).
     A member URL is read by :func:`audiotree.io.item_bytes.read_item_bytes`.
 
     Raises:
@@ -58,7 +56,7 @@ def read_bytes(path: str | os.PathLike, lo: int, hi: int | None, *,
             return storage.retry(lambda: ranged_get.get_whole(fs, path), path, "read", storage_options)
         if hi is None:
             hi = file_size(path, storage_options=storage_options)
-        return ranged_get.read_range(fs, path, lo, int(hi), storage_options, size=size)
+        return ranged_get.read_range(fs, path, lo, int(hi), storage_options)
     fd = os.open(local_path(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         if hi is None:

@@ -46,7 +46,7 @@ from audiotree.io.read_errors import SKIP_HINT, check_finite
 from audiotree.io.flac_seek_points import decode_stream, header_length, stream_info
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
-from audiotree.io.members import format_name, is_member, parse, recorded_span
+from audiotree.io.members import format_name, is_member, recorded_span
 
 __all__ = ["FlacSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size", "clear_header_cache"]
 
@@ -71,8 +71,8 @@ def uses_seek_points(path: str) -> bool:
     if not format_name(path).lower().endswith(".flac"):
         return False
     if is_member(path):
-        ref = parse(path)
-        if ref.kind != "tar" or ref.offset < 0 or not storage.is_url(ref.container):
+        span = recorded_span(path)
+        if span is None or not storage.is_url(span[0]):
             return False
     elif not storage.is_url(path):
         return False
@@ -124,7 +124,8 @@ def _mismatch(path: str, what: str) -> AudioReadError:
 
 def _byte_reader(path: str) -> Callable[[int, int], bytes]:
     """``read(lo, hi)``: bytes ``[lo, hi)`` of the file or member ``path`` (one ranged GET, or one ``pread``)."""
-    limit = recorded_span(path)[2] if is_member(path) and recorded_span(path) is not None else None
+    span = recorded_span(path) if is_member(path) else None
+    limit = None if span is None else span[2]
 
     def checked(lo: int, hi: int) -> bytes:
         if limit is not None and hi > limit:

@@ -53,7 +53,6 @@ def checked_once(path: str, size: int | None, reader: Any, check: Callable[[], N
             return
     check()
     if key is not None:
-        _passed.max_entries = MAX_ENTRIES  # the module's knob, read at each put
         _passed.put(key, getattr(reader, "length_slack", 0))
 
 

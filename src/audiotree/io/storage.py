@@ -93,7 +93,6 @@ __all__ = [
     "RETRY_MAX_DELAY",
 ]
 
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 #: How many times a network call is tried in all (first try included).
 RETRY_ATTEMPTS = 5
@@ -133,10 +132,6 @@ _SECRET_QUERY = re.compile(
 # ---------------------------------------------------------------------------
 # Paths
 # ---------------------------------------------------------------------------
-
-
-def _protocol(url: str) -> str:
-    return byte_paths.protocol(url)
 
 
 @contextlib.contextmanager
@@ -185,7 +180,7 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None):
         ImportError: the protocol's package is not installed; names it.
         ValueError: fsspec knows no such protocol.
     """
-    protocol = _protocol(url)
+    protocol = byte_paths.protocol(url)
     try:
         import fsspec
     except ImportError as exc:  # pragma: no cover - fsspec is a dependency
@@ -543,8 +538,8 @@ def upload(local: str | os.PathLike, url: str, *, storage_options: Mapping[str, 
 
 def _with_protocol(fs: Any, url: str, found: str) -> str:
     """fsspec listings drop the protocol; put the caller's back on."""
-    protocol = _protocol(url)
-    if _URL.match(found):
+    protocol = byte_paths.protocol(url)
+    if is_url(found) or local_path(found) != found:  # it already names its protocol
         return found
     if protocol in ("http", "https"):
         return found
@@ -596,7 +591,7 @@ def list_files(url: str, *, storage_options: Mapping[str, Any] | None = None) ->
         else:
             bucket = fs._strip_protocol(url).split("/", 1)[0]
             detail = ""
-            if _protocol(url) in ("s3", "s3a", "gs", "gcs"):
+            if byte_paths.protocol(url) in ("s3", "s3a", "gs", "gcs"):
                 try:
                     if not retry(lambda: fs.exists(bucket), url, "list", storage_options):
                         detail = f" (the bucket '{bucket}' does not exist or is not visible with these credentials)"
