@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -71,8 +70,7 @@ from audiotree.dsp.loudness import (
 from audiotree.errors import AudioReadError
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.io.excerpt import Clip, finish_frames, native_frames
-from audiotree.io.segment import check_window, open_audio
-from audiotree.validation import check_duration, check_pad_mode
+from audiotree.io.segment import open_audio
 
 __all__ = ["find_loudest", "probe_energy", "probe_layout"]
 
@@ -151,14 +149,13 @@ class _Candidate:
         self.lufs, self.start, self.frames, self.windows = lufs, start, frames, windows
 
 
-def find_loudest(
-    audio_path: str | os.PathLike, rng: np.random.Generator, excerpt: ExcerptConfig, read: Mapping[str, Any]
-) -> Clip | None:
+def find_loudest(audio_path: str | os.PathLike, rng: np.random.Generator, excerpt: ExcerptConfig, *, duration: float | None,
+                 sample_rate: int | None, mono: bool, pad_mode: str | None, plan: Any, window: Any) -> Clip | None:
     """Finds an excerpt whose gated loudness clears ``excerpt.lufs_cutoff``.
 
-    ``read`` holds :func:`~audiotree.excerpts.strategies.select_clip`'s read
-    keywords (``duration``, ``sample_rate``, ``mono``, ``pad_mode``, ``plan``,
-    ``window``; their one declaration is that signature). Returns a
+    Called by :func:`~audiotree.excerpts.strategies.select_clip`, which declares
+    the read keywords' defaults and has checked them (``window`` is resolved).
+    Returns a
     :class:`Clip` carrying ``lufs`` and ``lufs_windows`` ``(W,)`` of the excerpt
     (of its mono mix when ``mono``) and ``method`` (``"index"`` or ``"search"``,
     see :data:`audiotree.excerpts.plan.EXCERPT_METHODS`), or ``None`` under
@@ -169,14 +166,8 @@ def find_loudest(
     meter. ``window=(start, end)`` searches only that segment of the file. See
     the module docstring.
     """
-    duration, sample_rate, mono = read["duration"], read["sample_rate"], read["mono"]
-    pad_mode, plan, window = read["pad_mode"], read["plan"], read["window"]
     if duration is None:
         raise ValueError("loudest_excerpt() needs duration=.")
-    check_duration(duration)
-    check_pad_mode(pad_mode)
-    if not isinstance(excerpt, ExcerptConfig) or excerpt.strategy != "loudest":
-        raise ValueError("loudest_excerpt() needs an ExcerptConfig with strategy='loudest'.")
     path = os.fspath(audio_path)
     cutoff = float(excerpt.lufs_cutoff)
     method = "search" if plan is None else "index"
@@ -189,7 +180,7 @@ def find_loudest(
             f"{duration:g} s window is {plan.best_lufs:.1f} LUFS; lower the cutoff, use on_failure='keep'/'skip', "
             "or skip_silent=True."
         )
-    with open_audio(path, check_window(window)) as f:
+    with open_audio(path, window) as f:
         out_rate = int(sample_rate or f.info.sample_rate)
         if plan is None:
             best = _LoudestSearch(f, rng, excerpt, duration, mono, out_rate).run()

@@ -76,8 +76,8 @@ def select_clip(
     if excerpt.strategy == "loudest":
         if offset:
             raise ValueError("strategy='loudest' chooses its own offset; do not pass offset.")
-        read = dict(duration=duration, sample_rate=sample_rate, mono=mono, pad_mode=pad_mode, plan=plan, window=window)
-        return find_loudest(audio_path, rng, excerpt, read)
+        return find_loudest(audio_path, rng, excerpt, duration=duration, sample_rate=sample_rate, mono=mono,
+                            pad_mode=pad_mode, plan=plan, window=window)
     path = os.fspath(audio_path)
     choose = None
     if excerpt.strategy == "random":
@@ -100,6 +100,6 @@ def loudest_clip(audio_path: str | os.PathLike, rng: np.random.Generator, excerp
         raise ValueError("loudest_excerpt() chooses its own offset; do not pass offset.")
     if not isinstance(excerpt, ExcerptConfig) or excerpt.strategy != "loudest":
         raise ValueError("loudest_excerpt() needs an ExcerptConfig with strategy='loudest'.")
-    if read.get("duration") is None:
+    if read.get("duration") is None:  # select_clip requires the keyword
         raise ValueError("loudest_excerpt() needs duration=.")
     return select_clip(audio_path, rng, excerpt=excerpt, **read)

@@ -1,7 +1,7 @@
 """The picture of a mix over time: each group's realised share per window against its weights.
 
-:meth:`audiotree.sources.MixProportions.plot` draws through
-:func:`plot_mix_proportions`; the report is read by its fields only (``names``,
+``audiotree.plots.plot_mix_proportions(report, path)`` draws a
+:class:`~audiotree.sources.MixProportions`; the report is read by its fields only (``names``,
 ``starts``, ``window``, ``realised``, ``expected``), so this module does not
 import :mod:`audiotree.sources`. matplotlib is imported when drawing.
 

@@ -141,9 +141,3 @@ class MeasureLufs(grain.transforms.Map):
         if element is None or element.lufs is not None:
             return element
         return element.replace_lufs(engine="numpy")
-
-
-def check_measure_lufs(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"measure_lufs must be True or False, got {value!r}.")
-    return value

@@ -152,6 +152,8 @@ class ShuffledProportionalSelection(grain.transforms.DatasetSelectionMap):
         counts = self._counts
         horizon = counts.horizon_block
         scan = _MAX_SCAN_BLOCKS if horizon is None else horizon + 1
+        if horizon is not None:
+            counts.at(horizon)  # the running counts up to the last key in one vectorised step, not per probe
         for b in range(scan):
             if not fits(b):
                 return b

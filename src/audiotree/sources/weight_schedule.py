@@ -94,10 +94,11 @@ class _Points:
 
     def __init__(self, keys: np.ndarray, props: np.ndarray, interpolation: str):
         self.keys, self.props, self.interpolation = keys, props, interpolation
+        self._key_list = keys.tolist()  # for bisect: made once, not per lookup
 
     def at(self, x: float) -> np.ndarray:
         keys = self.keys
-        j = bisect.bisect_right(keys.tolist(), x) - 1
+        j = bisect.bisect_right(self._key_list, x) - 1
         if j < 0:
             return self.props[0]
         if j >= len(keys) - 1 or self.interpolation == "step":
@@ -131,7 +132,8 @@ class _Points:
 
     def total(self, lo: int, hi: int) -> np.ndarray:
         """Sum of the proportions of items ``lo .. hi - 1`` (exact: linear pieces sum to count x midpoint)."""
-        cuts = [lo] + [int(k) for k in self.keys if lo < k < hi] + [hi]
+        inside = self.keys[np.searchsorted(self.keys, lo, "right"):np.searchsorted(self.keys, hi, "left")]
+        cuts = [lo] + [int(k) for k in inside] + [hi]
         out = np.zeros(self.props.shape[1])
         for a, b in zip(cuts[:-1], cuts[1:]):
             out += (b - a) * self.at((a + b - 1) / 2)
@@ -341,10 +343,6 @@ class ScheduledCounts(ProcessLocal):
             final = schedule.proportions(horizon)[self._order]
             self.final = final
             self._largest = int(np.argmax(final))
-
-    def block_mean(self, block: int) -> np.ndarray:
-        """The schedule's mean proportions over ``block``, in the mix's group order."""
-        return self.schedule.mean(block * self.block, (block + 1) * self.block)[self._order]
 
     def _extend(self, block: int) -> None:
         """Counts blocks up to ``block``: each takes its mean share, rounded, the error carried on."""

@@ -19,10 +19,10 @@ import grain
 
 from audiotree.seeds import derive_group_seed, derive_streams
 from audiotree.sources.datasets.options import BuildRequest
-from audiotree.sources.datasets.common import (building_with_storage_options, probe_channels, refuse_text_crops,
-                                              resolve_files, resolve_labelled_files)
+from audiotree.sources.datasets.common import (building_with_storage_options, own_host_stream, probe_channels,
+                                              refuse_text_crops, resolve_files, resolve_labelled_files)
 from audiotree.sources.datasets.plan import DatasetPlan
-from audiotree.discovery.sharding import check_shard_options, host_items, strided_share
+from audiotree.discovery.sharding import check_shard_options, host_items
 from audiotree.discovery.files import SourceSpec
 from audiotree.sources.loading import ExcerptLoader, MeasureLufs, StampSource, in_storage_scope
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
@@ -217,14 +217,6 @@ def build_balanced_dataset(sources: Mapping[str, SourceSpec] | None, weights: Ma
                                      duration=request.item_seconds)
     return own_host_stream(AudioMapDataset(mixed, item_bytes=item_bytes, plan=DatasetPlan(request, output.sample_rate)),
                            request.order.shard_options)
-
-
-def own_host_stream(ds: AudioMapDataset, shard_options: Any) -> AudioMapDataset:
-    """``ds`` marked as host ``i`` of ``n``'s own stream when the builder sharded its files by host, so that
-    its checkpoints are refused on another host count instead of resuming the wrong items."""
-    if shard_options is not None:
-        ds.host_share = HostShare(None, *check_shard_options(shard_options))
-    return ds
 
 
 def shard_dataset(ds: grain.MapDataset, shard_options: Any = None) -> grain.MapDataset:

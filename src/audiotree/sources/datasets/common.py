@@ -15,8 +15,10 @@ from audiotree.errors import AudioReadError
 from audiotree.io.decode import probe
 from audiotree.io.storage import use_storage_options
 from audiotree.discovery.files import SourceSpec, discover
+from audiotree.discovery.sharding import check_shard_options
+from audiotree.sources.global_stream import HostShare
 
-__all__ = ["resolve_files", "probe_channels", "building_with_storage_options", "refuse_text_crops",
+__all__ = ["own_host_stream", "resolve_files", "probe_channels", "building_with_storage_options", "refuse_text_crops",
            "refuse_text_windows"]
 
 Builder = TypeVar("Builder", bound=Callable[..., Any])
@@ -26,8 +28,8 @@ def building_with_storage_options(builder: Builder) -> Builder:
     """Runs a dataset builder with its request's ``Corpus.storage_options`` in effect (see :mod:`audiotree.io.storage`).
 
     Discovery and header probes made while building then reach the storage
-    with those options; the builder also hands them to its loaders, which
-    apply them again around every read (in whatever worker process reads).
+    with those options; the dataset's one ``StorageScope`` step applies them
+    again around every item (in whatever worker process reads it).
     """
     @functools.wraps(builder)
     def build(*args: Any, request: Any, **kwargs: Any) -> Any:
@@ -129,3 +131,11 @@ def _refuse_crops(rows: Any, seconds: float, what: str, reads: str, whole: str, 
             f"{reads}, so {longer} of {len(rows)} items longer than that would carry words they do not hold. Pass "
             f"{whole} to read whole items (cap them with ExcerptConfig(strategy='full', crop_to=...), pad "
             f"batches with Output(pad_mode=...) / batch_by_duration), or {override}")
+
+
+def own_host_stream(ds: Any, shard_options: Any) -> Any:
+    """``ds`` marked as host ``i`` of ``n``'s own stream when the builder sharded its files by host, so that
+    its checkpoints are refused on another host count instead of resuming the wrong items."""
+    if shard_options is not None:
+        ds.host_share = HostShare(None, *check_shard_options(shard_options))
+    return ds

@@ -41,10 +41,10 @@ from audiotree.io.decode import AudioFile, probe
 from audiotree.io.excerpt import OffsetPastEndError
 from audiotree.seeds import derive_streams
 from audiotree.sources.datasets.options import BuildRequest, Output, WindowConfig
-from audiotree.sources.datasets.common import building_with_storage_options, refuse_text_windows, resolve_files
+from audiotree.sources.datasets.common import (building_with_storage_options, own_host_stream, refuse_text_windows,
+                                              resolve_files)
 from audiotree.sources.datasets.plan import DatasetPlan
-from audiotree.discovery.sharding import check_shard_options, host_items
-from audiotree.sources.global_stream import HostShare
+from audiotree.discovery.sharding import host_items
 from audiotree.sources.loading import MeasureLufs, in_storage_scope
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
 from audiotree.sources.indexed import IndexedLoader, is_index_path, rows_for_builder, window_lufs_view
@@ -507,7 +507,5 @@ def build_windowed_dataset(sources: Any, filepaths: Sequence[str | os.PathLike] 
         ds = ds.map(MeasureLufs())
     item_bytes = estimate_item_bytes(channels=1 if output.mono else 2, sample_rate=output.sample_rate,
                                      duration=window.duration)
-    wrapped = AudioMapDataset(ds, item_bytes=item_bytes, plan=DatasetPlan(request, output.sample_rate))
-    if request.order.shard_options is not None:  # files dealt per host: each host reads a stream of its own
-        wrapped.host_share = HostShare(None, *check_shard_options(request.order.shard_options))
-    return wrapped
+    return own_host_stream(AudioMapDataset(ds, item_bytes=item_bytes, plan=DatasetPlan(request, output.sample_rate)),
+                           request.order.shard_options)
