@@ -175,9 +175,11 @@ def test_raw_grain_state_of_another_shape_gets_a_message_not_an_index_error():
 
     ds = AudioMapDataset(items, item_bytes=8).to_iter_dataset()
     it = iter(ds)
-    raw = {"next_index_in_cycle": 1, "next_index_in_datasets": 2, "iterators_in_use_indices": [0, 1],
-           "iterators_in_use_states": [{"next_index": 6}, {"next_index": 3}], "exhausted": [0, 0],
-           "future_states": {}}
+    # Grain's own state of a 2-worker pipeline (no worker starts before the first element is asked for).
+    two_workers = iter(AudioMapDataset(items, item_bytes=8).to_iter_dataset().mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=2)))
+    raw = two_workers.get_state()["grain"]
+    two_workers.close()
     with pytest.raises(CheckpointError, match="Grain states resume only the exact same shape"):
         it.set_state(raw)
     # A raw state of the same shape still resumes, as before.

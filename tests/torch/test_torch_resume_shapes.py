@@ -15,8 +15,8 @@ import pytest
 from helpers import write_utterances
 
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.slow,  # forkserver workers: a clean process each (a fork of this threaded process can hang)
-              pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")]
+# Workers start by forkserver: a clean process each (a fork of this threaded pytest process hung).
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
 
 import audiotree.torch as att  # noqa: E402
 from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, scan_durations  # noqa: E402

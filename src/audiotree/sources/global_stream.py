@@ -28,6 +28,7 @@ expected is explained, not passed on to Grain's internals.
 from __future__ import annotations
 
 import bisect
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -110,26 +111,27 @@ class StreamPosition:
         k = bisect.bisect_left(self.beyond, index)
         return k < len(self.beyond) and self.beyond[k] == index
 
-    def union(self, other: "StreamPosition") -> "StreamPosition":
-        """The indices held by either position."""
-        low, high = (self, other) if self.prefix <= other.prefix else (other, self)
-        return StreamPosition.of(low.beyond + high.beyond, prefix=high.prefix)
+    def count_below(self, n: int) -> int:
+        """How many of the indices ``0 .. n - 1`` the position holds."""
+        return min(self.prefix, n) + bisect.bisect_left(self.beyond, n)
+
+    @functools.cached_property
+    def _free_before(self) -> list[int]:
+        """For each held index beyond the prefix, how many indices between the prefix and it are not held."""
+        return [held - self.prefix - i for i, held in enumerate(self.beyond)]
 
     def remaining(self, j: int) -> int:
-        """The ``j``-th index (from 0) the position does not hold."""
-        candidate = self.prefix + int(j)
-        # Each held index at or below the candidate pushes it one further.
-        for held in self.beyond:
-            if held <= candidate:
-                candidate += 1
-            else:
-                break
-        return candidate
+        """The ``j``-th index (from 0) the position does not hold (a bisection: read for every item)."""
+        j = int(j)
+        # Each held index at or below the answer pushes it one further.
+        return self.prefix + j + bisect.bisect_right(self._free_before, j)
 
     def with_consumed(self, local: "StreamPosition") -> "StreamPosition":
         """This position plus ``local``, a position in the stream of indices this one does not hold."""
         if local.count == 0:
             return self
+        if self.count == 0:
+            return local
         # Everything up to the last of the first local.prefix remaining indices is now held.
         prefix = self.remaining(local.prefix - 1) + 1 if local.prefix else self.prefix
         return StreamPosition.of(list(self.beyond) + [self.remaining(j) for j in local.beyond], prefix=prefix)
@@ -173,6 +175,13 @@ class HostShare:
         if not self.placeable:
             return self
         return HostShare(self.stream, self.index, self.count, self.drop_remainder, self.maps + (fn,))
+
+    def rest_after(self, position: "StreamPosition") -> grain.MapDataset:
+        """This host's share of the items of the global stream that ``position`` does not hold, with its maps."""
+        rest = share_of(RemainingDataset(self.stream, position), self.index, self.count, self.drop_remainder)
+        for fn in self.maps:
+            rest = rest.map(fn)
+        return rest
 
     def unplaced(self) -> "HostShare":
         """The same host, after a transformation that makes its items a stream of their own."""
@@ -223,7 +232,7 @@ class RemainingDataset(grain.MapDataset):
         super().__init__(parent)
         self.position = position
         length = len(parent)
-        held = min(position.prefix, length) + sum(1 for i in position.beyond if i < length)
+        held = position.count_below(length)
         self._length = length if length >= sys.maxsize else max(0, length - held)
 
     def __len__(self) -> int:
@@ -354,11 +363,11 @@ def merge_checkpoints(states: Iterable[Any]) -> dict:
     if indices != list(range(count)):
         raise CheckpointError(f"merge_checkpoints needs one checkpoint of each of the {count} hosts, "
                               f"got hosts {indices}")
-    bases = {repr(s.get("base", {"prefix": 0, "beyond": []})) for s in states}
+    bases = {StreamPosition.from_dict(s.get("base", {"prefix": 0}), where="base") for s in states}
     if len(bases) != 1:
         raise CheckpointError("these hosts resumed from different checkpoints; merge checkpoints of one run")
+    (base,) = bases
     by_host = sorted(zip(hosts, states), key=lambda pair: pair[0])
     local = union_of_shares([StreamPosition.from_dict(s["position"]) for _, s in by_host])
-    base = StreamPosition.from_dict(states[0].get("base", {"prefix": 0}), where="base")
     merged = base.with_consumed(local)
     return {CHECKPOINT_KEY: CHECKPOINT_VERSION, "position": merged.to_dict(), "merged_hosts": count}

@@ -42,7 +42,6 @@ from audiotree.sources.global_stream import (
     StreamPosition,
     checkpoint_position,
     read_checkpoint,
-    share_of,
     union_of_shares,
 )
 
@@ -122,9 +121,12 @@ class ResumableIterator(grain.DatasetIterator):
         return self._made
 
     def __next__(self):
-        if self._closed_early:
-            raise StopIteration
-        return next(self._inner)
+        made = self._made
+        if made is None:  # the first element: make the pipeline (or stop, if closed before)
+            if self._closed_early:
+                raise StopIteration
+            made = self._inner
+        return next(made)
 
     # -- where the pipeline is --------------------------------------------------------------
     def _consumed(self, raw: Any) -> StreamPosition:
@@ -180,11 +182,7 @@ class ResumableIterator(grain.DatasetIterator):
             return None
         source = self._ds.source
         if base.count:
-            share = self._share
-            stream = share_of(RemainingDataset(share.stream, base), share.index, share.count, share.drop_remainder)
-            for fn in share.maps:
-                stream = stream.map(fn)
-            source = stream
+            source = self._share.rest_after(base)
         if share_base.count:
             source = RemainingDataset(source, share_base)
         return source

@@ -141,8 +141,7 @@ class TorchIterableDataset(SharedEpochMixin, _tud.IterableDataset):
         items ``base`` (consumed before a resume with another worker count) does not hold."""
         if self.epoch_size is None:
             return None
-        held = 0 if base is None else min(base.prefix, self.epoch_size) + sum(1 for i in base.beyond
-                                                                              if i < self.epoch_size)
+        held = 0 if base is None else base.count_below(self.epoch_size)
         return max(0, -(-(self.epoch_size - held - role) // num_roles))
 
     def __iter__(self) -> ShardIterator:

@@ -16,11 +16,9 @@ from audiotree.sources.global_stream import (
     CHECKPOINT_KEY,
     CHECKPOINT_VERSION,
     CheckpointError,
-    RemainingDataset,
     StreamPosition,
     checkpoint_position,
     merge_checkpoints,
-    share_of,
     union_of_shares,
 )
 from audiotree.torch.iterable import TorchIterableDataset
@@ -320,7 +318,7 @@ class AudioDataLoader(_tud.DataLoader):
         else:
             start = epoch * adapter.epoch_size
             order = self.sampler.order(epoch)
-            within = StreamPosition.of(int(order[k]) for k in range(state["position"]))
+            within = StreamPosition.of(order[: state["position"]])  # a slice of the range or the permutation
         if start is None:
             return None
         if length < sys.maxsize and start:
@@ -349,9 +347,7 @@ class AudioDataLoader(_tud.DataLoader):
         share = self._stream_share
         source = self._stream_source
         if whole.count:
-            source = share_of(RemainingDataset(share.stream, whole), share.index, share.count, share.drop_remainder)
-            for fn in share.maps:
-                source = source.map(fn)
+            source = share.rest_after(whole)
         self._stop_workers()
         self.dataset.use_source(source)
         if not self._iterable:
