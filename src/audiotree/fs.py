@@ -18,12 +18,11 @@ import ntpath
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 __all__ = [
     "safe_join",
     "check_relative",
-    "refuse_to_clobber",
     "write_bytes_atomic",
     "write_json_atomic",
     "atomic_file",
@@ -69,16 +68,6 @@ def safe_join(base: str | os.PathLike, rel: Any, where: str = "manifest") -> Pat
             f"(to {str(target)!r}, through a symlink); refusing to open it."
         )
     return target
-
-
-def refuse_to_clobber(directory: str | os.PathLike, names: Iterable[str], what: str) -> None:
-    """Raises ``FileExistsError`` if any of ``names`` exists in ``directory``."""
-    existing = sorted(n for n in names if os.path.lexists(os.path.join(directory, n)))
-    if existing:
-        raise FileExistsError(
-            f"{os.fspath(directory)} already holds {what} ({', '.join(existing)}); pass exist_ok=True to "
-            "replace it, or choose another directory."
-        )
 
 
 _WHAT_TO_DO = {

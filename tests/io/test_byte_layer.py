@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 import soundfile
-from servers import start_moto
+from servers import moto_s3
 from test_storage import SECRET, http, http_server  # noqa: F401 - the storage tests' servers
 
 from audiotree.io import AudioFile
@@ -65,22 +65,9 @@ def test_a_remote_decode_counts_every_request_it_makes(http):
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server holding the bucket ``byte-layer`` (moto's state is per process: a bucket of its own)."""
-    import s3fs
-
-    server, port = start_moto()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = s3fs.S3FileSystem()
-        fs.mkdir("byte-layer")
-        try:
-            yield fs
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            server.stop()
+    with moto_s3(secret=SECRET) as server:
+        server.fs.mkdir("byte-layer")
+        yield server.fs
 
 
 def test_s3_reads_are_counted_per_request(s3):

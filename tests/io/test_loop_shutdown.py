@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 import soundfile
-from servers import start_moto
+from servers import aws_env, start_moto
 
 from helpers import run_script
 
@@ -27,8 +27,7 @@ def bucket():
     import s3fs
 
     server, port = start_moto()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    env = aws_env(f"http://127.0.0.1:{port}")
     try:
         fs = s3fs.S3FileSystem(endpoint_url=env["AWS_ENDPOINT_URL"], key=env["AWS_ACCESS_KEY_ID"],
                                secret=env["AWS_SECRET_ACCESS_KEY"], skip_instance_cache=True)

@@ -84,3 +84,17 @@ def test_every_entry_refuses_bad_options_alike(tmp_path):
             entry(2)
         with pytest.raises(ValueError, match=r"shard_index must be in \[0, shard_count\), got 2 of 2"):
             entry(_options(2, 2))
+
+
+def test_the_moved_discovery_names_still_import_from_sources():
+    """``audiotree.sources.files`` and ``.containers`` keep re-exporting what moved to ``audiotree.discovery``."""
+    import audiotree.discovery.containers as containers
+    import audiotree.discovery.files as files
+    import audiotree.discovery.sharding as sharding
+    import audiotree.sources.containers as old_containers
+    import audiotree.sources.files as old_files
+
+    for old in (old_files, old_containers):
+        for name in old.__all__:
+            homes = [getattr(m, name) for m in (files, containers, sharding) if hasattr(m, name)]
+            assert homes and getattr(old, name) is homes[0], f"{old.__name__}.{name}"

@@ -126,10 +126,10 @@ def import_nemo(manifests: str | os.PathLike | Sequence[str | os.PathLike], out:
     1
     """
     from audiotree.formats.nemo import read_manifests
-    from audiotree.index.table_schema import RESERVED_COLUMNS, SEGMENT_NAMES
+    from audiotree.index.table_schema import RESERVED_COLUMNS
 
     parsed = read_manifests([manifests] if isinstance(manifests, (str, os.PathLike)) else list(manifests),
-                            reserved=RESERVED_COLUMNS | set(SEGMENT_NAMES))
+                            reserved=RESERVED_COLUMNS)  # read_manifests reserves its own (segment) columns
     return _build(parsed.recordings, parsed.columns, parsed.where, parsed.lines, out, build_options,
                   text_columns=parsed.text_columns)
 

@@ -63,10 +63,10 @@ class ArrayRecordWriter:
         self.records_per_shard = int(records_per_shard)
         self.metadata = dict(metadata or {})
         index = self.directory / INDEX_NAME
-        refuse_existing(self.directory, "an ArrayRecord dataset", [INDEX_NAME] if index.exists() else [],
-                        exist_ok=exist_ok)
+        held = index.exists()
+        refuse_existing(self.directory, "an ArrayRecord dataset", [INDEX_NAME] if held else [], exist_ok=exist_ok)
         self.directory.mkdir(parents=True, exist_ok=True)
-        if index.exists():
+        if held:
             index.unlink()
         self._shards: list[tuple[str, int]] = []
         self._writer: Any = None

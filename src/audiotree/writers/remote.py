@@ -169,7 +169,7 @@ def staged(directory: str | os.PathLike, *, storage_options: Mapping[str, Any] |
         found = [m for m in markers if storage.exists(remote.remote(m), storage_options=remote.storage_options)]
         if found:
             remote.close()
-        refuse_existing(storage.redact(directory), what, found, exist_ok=False)
+            refuse_existing(storage.redact(directory), what, found, exist_ok=False)
     return remote.local, remote
 
 

@@ -79,8 +79,9 @@ class WebDatasetWriter:
             raise ValueError(f"subtype must be 'PCM_16' or 'PCM_24' (FLAC), got {subtype!r}.")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        refuse_existing(self.directory, "tar shards", sorted(p.name for p in self.directory.glob("*.tar")),
-                        exist_ok=exist_ok)
+        if not exist_ok:  # listing the folder is needed only to refuse it
+            refuse_existing(self.directory, "tar shards", sorted(p.name for p in self.directory.glob("*.tar")),
+                            exist_ok=False)
         self.items_per_shard = items_per_shard
         self.pattern = pattern
         self.subtype = subtype
