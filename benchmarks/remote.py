@@ -386,7 +386,7 @@ def _tree_cpu_and_rss() -> tuple[float, int]:
     return cpu, rss
 
 
-def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: float) -> dict:
+def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: float, read_ahead: bool = True) -> dict:
     import grain
 
     from audiotree import AudioTree
@@ -401,8 +401,9 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
 
     threading.Thread(target=sample, daemon=True).start()
     t_start = time.perf_counter()
-    ds = create_audio_dataset(corpus=Corpus(index=index, on_stale="trust"), duration=3.0, sample_rate=16000,
-                              num_epochs=None)
+    corpus = Corpus(index=index, on_stale="trust") if read_ahead else Corpus(index=index, on_stale="trust",
+                                                                              read_ahead=None)
+    ds = create_audio_dataset(corpus=corpus, duration=3.0, sample_rate=16000, num_epochs=None)
     it = ds.map(ItemStamp(stamps)).to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16))
     it = it.batch(32, batch_fn=AudioTree.batch)
     if workers:
@@ -429,7 +430,7 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
 
 
 def _cell_main(args) -> int:
-    result = run_cell(args.cell, args.batches, args.workers, args.stamps, args.min_window)
+    result = run_cell(args.cell, args.batches, args.workers, args.stamps, args.min_window, not args.no_read_ahead)
     print(RESULT, json.dumps(result), flush=True)
     import multiprocessing
 
@@ -440,7 +441,7 @@ def _cell_main(args) -> int:
     os._exit(0)
 
 
-def cell(index: Path, args, proxy: DelayProxy | None) -> dict:
+def cell(index: Path, args, proxy: DelayProxy | None, read_ahead: bool = True) -> dict:
     """Runs one cell in a fresh process; adds requests and bytes per item made (from the proxy's counts)."""
     fd, stamps = tempfile.mkstemp(prefix="remote-bench-", suffix=".stamps")
     os.close(fd)
@@ -448,7 +449,8 @@ def cell(index: Path, args, proxy: DelayProxy | None) -> dict:
     try:
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
         done = subprocess.run([sys.executable, __file__, "--cell", str(index), "--batches", str(args.batches),
-                               "--workers", str(args.workers), "--stamps", stamps, "--min-window", str(args.min_window)],
+                               "--workers", str(args.workers), "--stamps", stamps, "--min-window", str(args.min_window)]
+                              + ([] if read_ahead else ["--no-read-ahead"]),
                               capture_output=True, text=True, timeout=1800, env=env)
         line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
         if line is None:
@@ -490,6 +492,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ceiling-clients", type=int, default=64)
     ap.add_argument("--ceiling-seconds", type=float, default=None)
     ap.add_argument("--corpus-dir", default=None, help="where the corpus is written (reused when it matches)")
+    ap.add_argument("--off-delays", default="50", help="ms per request of the HTTP cells also run without read-ahead")
+    ap.add_argument("--no-read-ahead", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cell", help=argparse.SUPPRESS)
     ap.add_argument("--stamps", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -548,8 +552,12 @@ def main(argv=None) -> int:
         _index([f"http://127.0.0.1:{proxy.port}/{n}" for n in names], remote_index)
         rows.append(("local", cell(local_index, args, None)))
         print("local", rows[-1][1], flush=True)
+        off = {float(x) for x in args.off_delays.split(",") if x.strip()}
         for ms in [float(x) for x in args.delays.split(",") if x.strip()]:
             proxy.set_delay(ms)
+            if ms in off:
+                rows.append((f"http +{ms:g} ms, read-ahead off", cell(remote_index, args, proxy, read_ahead=False)))
+                print(rows[-1][0], rows[-1][1], flush=True)
             rows.append((f"http +{ms:g} ms", cell(remote_index, args, proxy)))
             print(rows[-1][0], rows[-1][1], flush=True)
         if s3_delays:

@@ -243,10 +243,13 @@ def test_a_build_stores_each_flac_files_seek_points_and_reads_it_once(s3flac):
     assert all(row["seek_points"] is None for row in _rows(bare))
 
 
-def _dataset(out, *, on_stale="raise", **kwargs):
+def _dataset(out, *, on_stale="raise", read_ahead=None, **kwargs):
+    """The index's dataset; without read-ahead (its plans would fetch other items' bytes during an item: these
+    tests count each item's own requests; tests/sources/test_read_ahead.py counts the read-ahead's)."""
     from audiotree.sources import create_audio_dataset
 
-    return create_audio_dataset(corpus=Corpus(index=str(out), on_stale=on_stale), output=Output(mono=True),
+    return create_audio_dataset(corpus=Corpus(index=str(out), on_stale=on_stale, read_ahead=read_ahead),
+                                output=Output(mono=True),
                                 duration=3.0, sample_rate=16000, num_epochs=1, shuffle_seed=1, excerpt_seed=2, **kwargs)
 
 

@@ -38,12 +38,14 @@ b'234'
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, NamedTuple
 
 from audiotree.io import byte_counters, storage
 
-__all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "first_bytes_and_size"]
+__all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "first_bytes_and_size", "fetch_range", "planned_size",
+           "hold_bytes_in", "stop_holding_in"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
 
@@ -157,14 +159,68 @@ def _backend(fs: Any):
     return None
 
 
-def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = None) -> Answer:
+async def fetch_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = None) -> Answer:
+    """:func:`get_range` as a coroutine on ``fs``'s own event loop (the read-ahead's many requests in flight,
+    :mod:`audiotree.io.read_ahead`); counted the same way. Backends without an async client are refused."""
+    backend = _backend(fs)
+    if backend is None:
+        raise TypeError(f"{type(fs).__name__} has no async ranged GET here; {url} is read by get_range.")
+    got = 0
+    try:
+        answer = await backend(fs, url, start, stop, size)
+        got = len(answer.data)
+        return answer
+    finally:
+        byte_counters.count_request(byte_counters.backend_of(url), got)
+
+
+#: Where bytes fetched ahead are kept (the read-ahead's stores register here, :mod:`audiotree.io.read_ahead`):
+#: objects with ``take(url, start, stop, need)`` and ``size_of(url)``. Per process: a forked child starts without.
+_holders: list = []
+
+
+def hold_bytes_in(holder: Any) -> None:
+    """Has :func:`get_range` (and :func:`planned_size`) ask ``holder`` before making a request."""
+    if holder not in _holders:
+        _holders.append(holder)
+
+
+def stop_holding_in(holder: Any) -> None:
+    """Undoes :func:`hold_bytes_in`."""
+    if holder in _holders:
+        _holders.remove(holder)
+
+
+def _held(url: str, start: int, stop: int, need: int | None) -> bytes | None:
+    for holder in list(_holders):
+        data = holder.take(url, start, stop, need)
+        if data is not None:
+            return data
+    return None
+
+
+def planned_size(url: str) -> int | None:
+    """The size of ``url`` as the read-ahead planned it (from a corpus index), or ``None``."""
+    for holder in list(_holders):
+        size = holder.size_of(url)
+        if size is not None:
+            return size
+    return None
+
+
+def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = None, need: int | None = None) -> Answer:
     """One GET of bytes ``[start, stop)`` of ``url`` on ``fs``, checked (see the module text); not retried.
 
     ``size``, the object's length when the caller knows it, is what a ``200``
-    answer must hold.
+    answer must hold. Bytes the read-ahead holds are taken from it instead
+    (no request): all of ``[start, stop)``, or, for a caller that asks for more
+    than it needs, as far as a block holds them past ``need``.
     """
     if stop <= start:
         return Answer(b"", start, None)
+    held = _held(url, start, stop, need)
+    if held is not None:
+        return Answer(held, start, size)
     backend = _backend(fs)
     name = byte_counters.backend_of(url)
     got = 0
@@ -229,3 +285,11 @@ def read_range(fs: Any, url: str, start: int, stop: int, storage_options: Any = 
     """
     answer = storage.retry(lambda: get_range(fs, url, start, stop, size=size), url, what, storage_options)
     return answer.part(start, stop)
+
+
+def _forget_holders_after_fork() -> None:
+    _holders.clear()  # their blocks are futures of the parent's IO loop
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_holders_after_fork)

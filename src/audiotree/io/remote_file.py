@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io.input_file import ReadOnlyInput
-from audiotree.io.ranged_get import Answer, first_bytes_and_size, get_range
+from audiotree.io.ranged_get import Answer, first_bytes_and_size, get_range, planned_size
 from audiotree.io.storage import (
     filesystem,
     is_url,
@@ -109,8 +109,10 @@ def _make_cache_class():
             self.cache, self.start, self.end = data, start, start + len(data)
             self.total_requested_bytes += len(data)
 
-        def _get(self, start: int, end: int) -> bytes:
-            answer = retry(lambda: self.fetcher(start, end), self._url, "read")
+        def _get(self, start: int, end: int, need: int) -> bytes:
+            # ``need``: where the caller's read ends (``end`` adds the window): bytes the read-ahead holds up to
+            # ``need`` serve it without a request.
+            answer = retry(lambda: self.fetcher(start, end, need), self._url, "read")
             if not isinstance(answer, Answer):  # a plain fetcher (bytes)
                 return answer
             if answer.start == start or not answer.whole:
@@ -150,7 +152,7 @@ def _make_cache_class():
                 self.window = min(int(self.window * 1.5), MAX_WINDOW)
                 stop = min(self.size, end + self.window)
                 part = self.cache[start - self.start :]
-                fetched = self._get(self.end, stop)
+                fetched = self._get(self.end, stop, end)
                 if self.full:
                     return self.cache[start:end]
                 self.cache = part + fetched
@@ -159,7 +161,7 @@ def _make_cache_class():
                 # An announced read (a whole excerpt) comes in one request.
                 stop = min(self.size, max(end, start + self.expected) + self.window)
                 self.expected = 0
-                fetched = self._get(start, stop)
+                fetched = self._get(start, stop, end)
                 if self.full:
                     return self.cache[start:end]
                 self.cache = fetched
@@ -316,14 +318,16 @@ def open_input(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | 
         return local_path(path)
     fs = filesystem(path, storage_options)
     cache = _register_cache()
-    head = retry(lambda: first_bytes_and_size(fs, path, _HEAD_BYTES.get()), path, "open", storage_options)
-    if head is not None:
-        size, first = head
-    else:
-        size, first = int(retry(lambda: object_info(fs, path), path, "open", storage_options)["size"]), None
+    size, first = planned_size(path), None  # the read-ahead knows it from the index: no request for it
+    if size is None:
+        head = retry(lambda: first_bytes_and_size(fs, path, _HEAD_BYTES.get()), path, "open", storage_options)
+        if head is not None:
+            size, first = head
+        else:
+            size = int(retry(lambda: object_info(fs, path), path, "open", storage_options)["size"])
 
-    def fetch(start: int, stop: int) -> Answer:
-        return get_range(fs, path, start, stop, size=size)
+    def fetch(start: int, stop: int, need: int | None = None) -> Answer:
+        return get_range(fs, path, start, stop, size=size, need=need)
 
     file = _RangedFile(cache(MIN_WINDOW, fetch, size, url=path), size)
     remote = RemoteInput(path, file, size)

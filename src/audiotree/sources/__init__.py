@@ -19,6 +19,7 @@ from audiotree.errors import AudioReadError
 from audiotree.excerpts.config import ExcerptConfig
 from audiotree.sources.datasets.builders import create_audio_dataset, create_balanced_audio_dataset, create_windowed_audio_dataset
 from audiotree.sources.datasets.by_file import shard_dataset
+from audiotree.io.read_ahead import ReadAhead
 from audiotree.sources.datasets.options import Corpus, Order, Output
 from audiotree.sources.datasets.windowed import (
     WindowConfig,
@@ -45,6 +46,7 @@ __all__ = [
     "Output",
     "Order",
     "Corpus",
+    "ReadAhead",
     "find_audio_files",
     "shard_dataset",
     "merge_checkpoints",

@@ -22,6 +22,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from audiotree.sources.read_ahead_map import PlannedReads, is_planning
 from audiotree.validation import is_real
 
 __all__ = ["IndexRows", "IndexedLoader", "is_index_path", "rows_from_index", "rows_by_group", "load_index"]
@@ -164,6 +165,19 @@ class IndexRows:
         return seek_hint(path, points, int(self.store.value("size", r)), int(self.store.value("mtime_ns", r)))
 
     # ------------------------------------------------------------ loudest
+    def planned_reads(self, r: int, path: str, rng: np.random.Generator, loader: Any, *,
+                      trust_size: bool) -> list:
+        """What reading row ``r`` with ``loader`` and ``rng`` will fetch, for the read-ahead
+        (:func:`audiotree.sources.read_plans.row_reads`, from the row's size, duration, segment and seek points)."""
+        from audiotree.index.seek_column import seek_table
+        from audiotree.io.flac_indexed import uses_seek_points
+        from audiotree.sources.read_plans import RowFacts, row_reads
+
+        points = seek_table(self.store, r) if uses_seek_points(path) else None
+        facts = RowFacts(path=path, size=int(self.store.value("size", r)), duration=self.store.value("duration", r),
+                         window=self._window_of(r), seek_bytes=None if points is None else points[:, 1])
+        return row_reads(facts, rng, loader, trust_size=trust_size)
+
     def loudest_row(self, i: int):
         """Row ``i``'s ``loudest`` plan (a :class:`~audiotree.excerpts.plan.ProfileRowPlan`), or ``None``.
 
@@ -318,6 +332,9 @@ class IndexedLoader(grain.transforms.RandomMap):
         # One item, one row: resolved, and its path read, once.
         r = rows.row(i)
         path = rows._path_of(r)
+        if is_planning():  # the read-ahead asks what this item will read (audiotree.sources.read_ahead_map)
+            raise PlannedReads([] if self.by_slot else rows.planned_reads(r, path, rng, self.loader,
+                                                                          trust_size=self.on_stale == "trust"))
         keep, reason = rows._verdict(r, path, self.on_stale)
         if not keep:
             return None

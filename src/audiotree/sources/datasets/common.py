@@ -16,6 +16,7 @@ from audiotree.io.decode import probe
 from audiotree.io.storage import use_storage_options
 from audiotree.discovery.files import SourceSpec, discover
 from audiotree.discovery.sharding import check_shard_options
+from audiotree.sources.audio_datasets import AudioMapDataset
 from audiotree.sources.global_stream import HostShare
 
 __all__ = ["own_host_stream", "resolve_files", "probe_channels", "building_with_storage_options", "refuse_text_crops",
@@ -34,9 +35,24 @@ def building_with_storage_options(builder: Builder) -> Builder:
     @functools.wraps(builder)
     def build(*args: Any, request: Any, **kwargs: Any) -> Any:
         with use_storage_options(request.corpus.storage_options):
-            return builder(*args, request=request, **kwargs)
+            ds = builder(*args, request=request, **kwargs)
+        return with_read_ahead(ds, request.corpus)
 
     return build  # type: ignore[return-value]
+
+
+def with_read_ahead(ds: Any, corpus: Any) -> Any:
+    """``ds`` with its reads planned ahead (:mod:`audiotree.sources.read_ahead_map`) when it reads an index
+    (only index rows carry what a plan needs: sizes, durations, codecs) and ``corpus.read_ahead`` is on."""
+    options = corpus.read_ahead
+    if corpus.index is None or options is None or not options.enabled or not isinstance(ds, AudioMapDataset):
+        return ds
+    from audiotree.sources.read_ahead_map import ReadAheadMapDataset
+
+    ahead = AudioMapDataset(ReadAheadMapDataset(ds, options), item_bytes=ds.item_bytes, plan=ds.plan)
+    if "host_share" in vars(ds):
+        ahead.host_share = ds.host_share
+    return ahead
 
 
 def probe_channels(path: str) -> int | None:

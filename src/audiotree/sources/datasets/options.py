@@ -35,6 +35,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from audiotree.excerpts.config import ExcerptConfig
+from audiotree.io.read_ahead import ReadAhead
 from audiotree.io.read_errors import check_on_read_error
 from audiotree.seeds import check_seed
 from audiotree.validation import check_duration, check_pad_mode, check_positive, check_sample_rate, is_int, is_real
@@ -162,6 +163,11 @@ class Corpus:
         Tar shards (``.tar``, brace patterns such as
         ``train-{000000..000099}.tar``) and Parquet files with embedded audio
         are read in place: every member or row is an item.
+      read_ahead: how a process reads the byte ranges of its next items ahead
+        (:class:`~audiotree.io.read_ahead.ReadAhead`: items, ``cache_limit``,
+        concurrency, a request budget), for a remote corpus read through
+        ``index=``; ``None`` reads each item only when it is asked for. Items
+        are identical either way (see ``docs/storage.md``).
       storage_options: fsspec filesystem options for ``s3://``, ``gs://``,
         ``https://`` ... sources (endpoint, credentials, ``anon``; see
         ``docs/storage.md``), used while building and around every read, in
@@ -186,9 +192,14 @@ class Corpus:
     storage_options: Mapping[str, Any] | None = None
     where: str | None = None
     weight_by: Any = None
+    read_ahead: ReadAhead | None = ReadAhead()
 
     def __post_init__(self) -> None:
         from audiotree.index.reader import check_on_stale
+
+        if self.read_ahead is not None and not isinstance(self.read_ahead, ReadAhead):
+            raise TypeError("read_ahead must be a ReadAhead (audiotree.sources.ReadAhead) or None, got "
+                            f"{type(self.read_ahead).__name__}.")
 
         check_on_stale(self.on_stale)
         check_on_read_error(self.on_read_error)
