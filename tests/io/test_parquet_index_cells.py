@@ -196,3 +196,18 @@ def test_a_parquet_file_changed_after_indexing_is_stale_like_a_shard(tmp_path):
     ds = _dataset(out)
     for i in range(4):
         np.testing.assert_allclose(np.asarray(ds[i].waveform)[0, 0], _decoded(other[i]), atol=1e-6)
+
+
+def test_a_row_on_a_page_failing_its_crc_keeps_the_plain_form_and_is_refused(tmp_path):
+    from test_container_integrity import _checksummed, _wav_bytes
+
+    cells = [_wav_bytes(0.4 + 0.1 * i, 20 + i) for i in range(4)]  # PCM: a flipped byte is a wrong sample, no error
+    path = tmp_path / "crc.parquet"
+    _checksummed(path, cells, flip_row=2, layout="verbatim")  # a page per cell, a byte of row 2's flipped
+    out = tmp_path / "crc-index.parquet"
+    paths, report = _index(str(path), out)
+    assert [parse(p).cell is None for p in paths] == [False, False, True, False]
+    assert report.unreadable == 1
+    error = open_index(out, columns="all").table.column("error").to_pylist()[2]
+    assert "row=2::" in error and "CRC32" in error
+    assert [read_item_bytes(paths[r], 0, None) for r in (0, 1, 3)] == [cells[0], cells[1], cells[3]]
