@@ -62,7 +62,7 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
 
     keep = []
     for p, s, m, again in zip(paths, sizes, mtimes, transient):
-        ap = stored_to_abs.get(without_cell(p))  # (a Parquet row with its cell range: listed without it)
+        ap = stored_to_abs.get(p) or stored_to_abs.get(without_cell(p))  # (a Parquet row's range: listed without)
         ok = not again and ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
         if ok:
             taken.add(ap)

@@ -539,7 +539,8 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         kept.append(table)
     reused = dropped = 0
     if previous is not None:
-        dropped = sum(1 for p in previous.table.column("path").to_pylist() if without_cell(p) not in stored_to_abs)
+        dropped = sum(1 for p in previous.table.column("path").to_pylist()
+                      if p not in stored_to_abs and without_cell(p) not in stored_to_abs)
         if previous_table is not None:
             table = previous_table.filter(reusable(previous_table, stored_to_abs, current, taken))
             reused = table.num_rows
@@ -597,7 +598,8 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
     filled: dict[str, int] = {}
     if matched is not None or containers.labels:
         # a recording's segments share their file's labels
-        abs_paths = [stored_to_abs.get(without_cell(p), p) for p in table.column("path").to_pylist()]
+        abs_paths = [stored_to_abs.get(p) or stored_to_abs.get(without_cell(p), p)
+                     for p in table.column("path").to_pylist()]
         raw, has_row = [], [False] * len(abs_paths)
         if matched is not None:
             raw = raw_label_columns(matched, abs_paths)
