@@ -175,6 +175,10 @@ def test_plain_urls_of_an_older_index_still_read_and_an_update_gives_them_ranges
     _, report = _index(str(path), out)
     assert (report.reused, report.read) == (4, 0)
     assert open_index(out).paths() == paths
+    # A row named by its recorded URL is an item as itself, reused as itself.
+    named = tmp_path / "named.parquet"
+    assert _index([paths[1]], named)[0] == [paths[1]]
+    assert _index([paths[1]], named)[1].reused == 1
 
 
 def test_a_parquet_file_changed_after_indexing_is_stale_like_a_shard(tmp_path):

@@ -33,8 +33,9 @@ from audiotree.io.members import is_member, parquet_url, parse
 
 __all__ = ["with_cells", "LOCATE_THREADS"]
 
-#: Row groups of remote files located at once (each is one ranged read of a group's audio chunk).
-LOCATE_THREADS = 8
+#: Row groups of remote files located at once: each is one ranged read of a group's audio chunk, held in
+#: memory (with pyarrow's decoded copy) until its rows are found, so this bounds the build's extra memory too.
+LOCATE_THREADS = 4
 
 
 def with_cells(paths: Iterable[str]) -> dict[str, str]:
