@@ -251,3 +251,21 @@ def test_two_workers_with_read_threads_read_no_row_group(http_server, tmp_path):
         np.testing.assert_array_equal(a, b)
     assert sent == member_sent
     assert sent <= sum(2 * len(c) + 16384 for c in clips)  # one group read per process or thread would pass it
+
+
+def test_hf_mixed_fixture_path_only_rows_keep_the_plain_form_and_read_their_files(tmp_path):
+    """``datasets``' own file (tests/data/hf_pathonly/mixed.parquet): one embedded row, two naming files."""
+    import shutil
+
+    folder = tmp_path / "hf"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "data" / "hf_pathonly", folder)
+    out = tmp_path / "mixed-index.parquet"
+    paths, report = _index(str(folder / "mixed.parquet"), out)
+    assert [parse(p).cell is None for p in paths] == [False, True, True] and report.unreadable == 0
+    cells = pq.read_table(folder / "mixed.parquet").column("audio").to_pylist()
+    assert read_item_bytes(paths[0], 0, None) == cells[0]["bytes"]
+    ds = _dataset(out)
+    expected = [soundfile.read(str(folder / "audio" / n), dtype="float32")[0]
+                for n in ("tone.flac", "noise.wav", "chirp.ogg")]
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(ds[i].waveform)[0, 0], expected[i], atol=1e-6)

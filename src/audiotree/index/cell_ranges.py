@@ -31,7 +31,7 @@ from audiotree.errors import AudioReadError
 from audiotree.io import storage
 from audiotree.io.members import is_member, parquet_url, parse
 
-__all__ = ["with_cells", "LOCATE_THREADS"]
+__all__ = ["with_cells", "with_cells_in", "LOCATE_THREADS"]
 
 #: Row groups of remote files located at once: each is one ranged read of a group's audio chunk, held in
 #: memory (with pyarrow's decoded copy) until its rows are found, so this bounds the build's extra memory too.

@@ -145,13 +145,10 @@ def without_cell(path: str) -> str:
     >>> without_cell("parquet://audio?row_group=0&row=3&offset=4096&size=900::d.parquet")
     'parquet://audio?row_group=0&row=3::d.parquet'
     """
-    if not (isinstance(path, str) and path.startswith("parquet://")) or not is_member(path):
+    if not (isinstance(path, str) and path.startswith("parquet://") and is_member(path)):
         return path
-    m = _match(path)
     ref = parse(path)
-    if ref.cell is None:
-        return path
-    return f"parquet://{ref.name}?row_group={ref.offset}&row={ref.size}::{m.group('container')}"
+    return path if ref.cell is None else parquet_url(ref.container, ref.name, ref.offset, ref.size)
 
 
 def absolute(path: str) -> str:
