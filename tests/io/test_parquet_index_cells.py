@@ -149,7 +149,8 @@ def test_a_compressed_chunk_and_null_cells_keep_the_plain_form_and_read_right(tm
     with pytest.raises(AudioReadError, match=r"row_group=1&row=0::.*nulls\.parquet.*null"):
         read_item_bytes(by_file["nulls.parquet"][2], 0, None)
     assert report.unreadable == 1
-    ds = _dataset(out)
+    with pytest.warns(UserWarning, match="1 unreadable row"):
+        ds = _dataset(out)
     assert len(ds) == 9  # the null row is left out as unreadable
     got = sorted(len(np.asarray(ds[i].waveform)[0, 0]) for i in range(9))
     assert got == sorted([len(_decoded(c)) for c in clips] + [len(_decoded(c)) for c in with_null if c is not None])
@@ -269,3 +270,11 @@ def test_hf_mixed_fixture_path_only_rows_keep_the_plain_form_and_read_their_file
                 for n in ("tone.flac", "noise.wav", "chirp.ogg")]
     for i in range(3):
         np.testing.assert_allclose(np.asarray(ds[i].waveform)[0, 0], expected[i], atol=1e-6)
+
+
+def test_a_malformed_range_is_refused_naming_the_url():
+    bad = "parquet://audio?row_group=0&row=1&offset=x&size=9::/data/d.parquet"
+    with pytest.raises(ValueError, match=r"Malformed Parquet row URL .*offset=x.*&offset=O&size=N::FILE"):
+        parse(bad)
+    with pytest.raises(AudioReadError, match="offset=x"):
+        open_member(bad)

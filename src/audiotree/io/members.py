@@ -116,7 +116,8 @@ def parse(path: str) -> MemberRef:
         return MemberRef("tar", container, r.group("name"), int(r.group("offset")), int(r.group("size")))
     r = _PARQUET_ROW.match(inner)
     if r is None:
-        raise ValueError(f"Malformed Parquet row URL {path!r}; expected parquet://COLUMN?row_group=G&row=R::FILE.")
+        raise ValueError(f"Malformed Parquet row URL {path!r}; expected parquet://COLUMN?row_group=G&row=R::FILE "
+                         "(or ...&row=R&offset=O&size=N::FILE, as an index records it).")
     cell = None if r.group("offset") is None else (int(r.group("offset")), int(r.group("size")))
     return MemberRef("parquet", container, r.group("column"), int(r.group("group")), int(r.group("row")), cell)
 
