@@ -34,7 +34,7 @@ def row_settings(loudness: bool, mono: bool, root: str | None, block_sec: float 
 def reusable(table, stored_to_abs: dict, current: dict, taken: set):
     """Mask (an Arrow bool array) of the rows of ``table`` to keep.
 
-    A row is kept when its stored path is listed now (``stored_to_abs``), its
+    A row is kept when its stored path (a Parquet row's without its cell range) is listed now (``stored_to_abs``), its
     file's ``(size, mtime_ns)`` in ``current`` equals the row's, no earlier
     table already gave that file a row (``taken``, updated here), and it is not
     a transient failure.
@@ -58,9 +58,11 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
         if "clip_blocks" in table.column_names:  # (profiled before the per-block clipping column)
             unmeasured = pc.or_(unmeasured, pc.and_(pc.greater(blocks, 0), pc.is_null(table.column("clip_blocks"))))
         transient = [a or bool(b) for a, b in zip(transient, unmeasured.to_pylist())]
+    from audiotree.io.members import without_cell
+
     keep = []
     for p, s, m, again in zip(paths, sizes, mtimes, transient):
-        ap = stored_to_abs.get(p)
+        ap = stored_to_abs.get(p) or stored_to_abs.get(without_cell(p))  # (a Parquet row's range: listed without)
         ok = not again and ap is not None and ap not in taken and current.get(ap, (None, None)) == (s, m)
         if ok:
             taken.add(ap)

@@ -483,8 +483,9 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         root_abs = os.path.normpath(os.path.abspath(os.fspath(root)))
         stored_root = root_abs if os.path.isabs(os.fspath(root)) else os.path.relpath(root_abs, os.path.dirname(out))
         described["root"] = root_abs
-    from audiotree.index import container_labels, segment_build
+    from audiotree.index import cell_ranges, container_labels, segment_build
     from audiotree.discovery.containers import ContainerItems
+    from audiotree.io.members import without_cell
 
     containers = ContainerItems()
     found = _discover(pairs, extensions, containers, audio_column)
@@ -538,13 +539,18 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         kept.append(table)
     reused = dropped = 0
     if previous is not None:
-        dropped = sum(1 for p in previous.table.column("path").to_pylist() if p not in stored_to_abs)
+        dropped = sum(1 for p in previous.table.column("path").to_pylist()
+                      if p not in stored_to_abs and without_cell(p) not in stored_to_abs)
         if previous_table is not None:
             table = previous_table.filter(reusable(previous_table, stored_to_abs, current, taken))
             reused = table.num_rows
             kept.append(table)  # (current_table: a format 1.0 index's float32 profiles are encoded)
 
     todo = [(p, g) if windows is None else (p, g, windows[p]) for p, g, _ in found if p not in taken]
+    # Parquet rows get their cells' byte ranges (each row group's audio read once, here): readers read a row at once.
+    cells = cell_ranges.with_cells([t[0] for t in todo])
+    todo = [(cells.get(t[0], t[0]), *t[1:]) for t in todo]
+    kept = [cell_ranges.with_cells_in(t, stored, stored_to_abs) for t in kept]  # rows indexed before ranges were kept
     stack = contextlib.ExitStack()
     runner = _open_runner(executor, max_workers, ray_address, stack) if todo else None
     workers = runner.workers if runner is not None else 1
@@ -559,6 +565,9 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
 
     def on_rows(rows: list[dict]) -> None:
         for r in rows:
+            plain = without_cell(r["path"])
+            if plain != r["path"] and current.get(plain, (-1, -1))[0] >= 0:  # the version stat'ed before locating
+                r["size"], r["mtime_ns"] = current[plain]
             r["path"] = stored(r["path"])
         parts.commit(rows)
         new_rows.extend(rows)
@@ -589,7 +598,8 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
     filled: dict[str, int] = {}
     if matched is not None or containers.labels:
         # a recording's segments share their file's labels
-        abs_paths = [stored_to_abs.get(p, p) for p in table.column("path").to_pylist()]
+        abs_paths = [stored_to_abs.get(p) or stored_to_abs.get(without_cell(p), p)
+                     for p in table.column("path").to_pylist()]
         raw, has_row = [], [False] * len(abs_paths)
         if matched is not None:
             raw = raw_label_columns(matched, abs_paths)

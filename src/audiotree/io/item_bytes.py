@@ -1,10 +1,11 @@
 """Bytes and size of any item name: a local path, a URL, or a container member (tar member, Parquet cell).
 
 The front of the byte layer for callers that hold an item's name: a member
-with a recorded range (``tar://NAME?offset=O&size=N::SHARD``) is that range of
-its container, read by :func:`audiotree.io.byte_reads.read_bytes` like any
-file; other members (found by listing their shard, Parquet cells) are read
-through :func:`audiotree.io.members.open_member`. Paths and URLs go straight to
+with a recorded range (``tar://NAME?offset=O&size=N::SHARD``, or a Parquet row
+whose index recorded its cell, ``parquet://...&offset=O&size=N::FILE``) is that
+range of its container, read by :func:`audiotree.io.byte_reads.read_bytes` like
+any file; other members (found by listing their shard, Parquet rows without a
+range) are read through :func:`audiotree.io.members.open_member`. Paths and URLs go straight to
 :mod:`audiotree.io.byte_reads`.
 
 >>> import os, tempfile
@@ -42,7 +43,7 @@ def read_item_bytes(path: str | os.PathLike, lo: int, hi: int | None, *,
     if hi is not None and int(hi) <= lo:
         return b""
     span = members.recorded_span(path)
-    if span is None:  # a member whose range a listing gives, or a Parquet cell (maybe compressed)
+    if span is None:  # a member whose range a listing gives, or a Parquet row without a recorded cell
         with storage.use_storage_options(storage_options), members.open_member(path) as f:
             f.seek(lo)
             return f.read(-1 if hi is None else int(hi) - lo)

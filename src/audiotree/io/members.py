@@ -13,22 +13,31 @@ An item inside a container is named by a *member URL* (a locator):
     row ``R`` of row group ``G`` of the Parquet file ``FILE``, audio in
     ``COLUMN`` (a ``{bytes, path}`` struct, as Hugging Face ``datasets``
     writes it, or plain binary).
+``parquet://COLUMN?row_group=G&row=R&offset=O&size=N::FILE``
+    the same row with its audio cell's byte range in the file: what the
+    corpus index records where the cell is stored verbatim, so a read is one
+    ranged read of the cell, like a tar member's (nothing locates the row).
 
 A tar member is contiguous bytes, so :func:`open_member` returns a file object
 over exactly ``[offset, offset + size)`` of the shard: a local file, or a remote
 shard read with the ranged, read-ahead requests of
 :mod:`audiotree.io.remote_file`. Decoders seek in it as in a file, so an
-excerpt costs what it costs from an unpacked file. A Parquet cell is read
-through its row group (one column of one row group, never the whole file) and
-decoded from memory; the last row group read is kept per process, so
-neighbouring rows cost no second read.
+excerpt costs what it costs from an unpacked file. A Parquet cell with a
+recorded range is read the same way. Without one, a verbatim cell is found by
+reading its row group's audio column once per process
+(:mod:`audiotree.io.parquet_cells`), and a compressed one is read through its
+row group (one column of one row group, never the whole file) and decoded from
+memory; the last row group read is kept per process, so neighbouring rows cost
+no second read.
 
 Every fault is an :class:`~audiotree.errors.AudioReadError` naming the member
 URL (so the shard and member, or the file and row): a member that runs past
 the end of its shard, a missing member, a null or non-binary cell.
 
 >>> parse("tar://a/utt1.flac?offset=1536&size=20480::s3://bucket/train-000001.tar")
-MemberRef(kind='tar', container='s3://bucket/train-000001.tar', name='a/utt1.flac', offset=1536, size=20480)
+MemberRef(kind='tar', container='s3://bucket/train-000001.tar', name='a/utt1.flac', offset=1536, size=20480, cell=None)
+>>> parse("parquet://audio?row_group=2&row=5&offset=4096&size=900::d.parquet").cell
+(4096, 900)
 >>> parse("tar://a::b.wav?offset=512&size=100::shard.tar").name
 'a::b.wav'
 >>> tar_url("shard.tar", "utt1.flac", 512, 100)
@@ -50,16 +59,18 @@ from audiotree.io.byte_cache import BoundedCache
 from audiotree.io.byte_range import MemberInput, RemoteSpan
 
 __all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "recorded_span", "member_stat",
-           "format_name", "order_key", "container_of", "absolute", "MemberInput", "RemoteSpan"]
+           "format_name", "order_key", "container_of", "absolute", "without_cell", "MemberInput", "RemoteSpan"]
 
 # The recorded forms first: their query (``?offset=O&size=N::``, ``?row_group=G&row=R::``) marks where the
 # container starts, so a member or column name holding ``::`` (``a::b.wav``) is not split there. Without it
 # the name ends at the first ``::``, as fsspec splits a chained URL.
 _RANGED = re.compile(r"^(?P<kind>tar)://(?P<inner>.*?\?offset=\d+&size=\d+)::(?P<container>.+)$", re.S)
-_ROWED = re.compile(r"^(?P<kind>parquet)://(?P<inner>[^?]*\?row_group=\d+&row=\d+)::(?P<container>.+)$", re.S)
+_ROWED = re.compile(r"^(?P<kind>parquet)://(?P<inner>[^?]*\?row_group=\d+&row=\d+(?:&offset=\d+&size=\d+)?)::"
+                    r"(?P<container>.+)$", re.S)
 _LOCATOR = re.compile(r"^(?P<kind>tar|parquet)://(?P<inner>.*?)::(?P<container>.+)$", re.S)
 _TAR_RANGE = re.compile(r"^(?P<name>.*)\?offset=(?P<offset>\d+)&size=(?P<size>\d+)$", re.S)
-_PARQUET_ROW = re.compile(r"^(?P<column>[^?]*)\?row_group=(?P<group>\d+)&row=(?P<row>\d+)$")
+_PARQUET_ROW = re.compile(r"^(?P<column>[^?]*)\?row_group=(?P<group>\d+)&row=(?P<row>\d+)"
+                          r"(?:&offset=(?P<offset>\d+)&size=(?P<size>\d+))?$")
 
 
 def _match(path: str) -> "re.Match[str] | None":
@@ -70,7 +81,8 @@ def _match(path: str) -> "re.Match[str] | None":
 class MemberRef:
     """A parsed member URL (see the module docstring); ``offset``/``size`` are ``-1`` when not recorded.
 
-    For Parquet, ``name`` is the audio column, ``offset`` the row group and ``size`` the row in it.
+    For Parquet, ``name`` is the audio column, ``offset`` the row group and ``size`` the row in it, and
+    ``cell`` the ``(offset, size)`` of the row's audio bytes in the file when the URL records them.
     """
 
     kind: str
@@ -78,6 +90,7 @@ class MemberRef:
     name: str
     offset: int = -1
     size: int = -1
+    cell: tuple[int, int] | None = None
 
 
 def is_member(path: Any) -> bool:
@@ -103,8 +116,10 @@ def parse(path: str) -> MemberRef:
         return MemberRef("tar", container, r.group("name"), int(r.group("offset")), int(r.group("size")))
     r = _PARQUET_ROW.match(inner)
     if r is None:
-        raise ValueError(f"Malformed Parquet row URL {path!r}; expected parquet://COLUMN?row_group=G&row=R::FILE.")
-    return MemberRef("parquet", container, r.group("column"), int(r.group("group")), int(r.group("row")))
+        raise ValueError(f"Malformed Parquet row URL {path!r}; expected parquet://COLUMN?row_group=G&row=R::FILE "
+                         "(or ...&row=R&offset=O&size=N::FILE, as an index records it).")
+    cell = None if r.group("offset") is None else (int(r.group("offset")), int(r.group("size")))
+    return MemberRef("parquet", container, r.group("column"), int(r.group("group")), int(r.group("row")), cell)
 
 
 def tar_url(shard: str, name: str, offset: int, size: int) -> str:
@@ -112,9 +127,29 @@ def tar_url(shard: str, name: str, offset: int, size: int) -> str:
     return f"tar://{name}?offset={int(offset)}&size={int(size)}::{shard}"
 
 
-def parquet_url(path: str, column: str, row_group: int, row: int) -> str:
-    """The member URL of row ``row`` of row group ``row_group`` of ``path``, audio in ``column``."""
-    return f"parquet://{column}?row_group={int(row_group)}&row={int(row)}::{path}"
+def parquet_url(path: str, column: str, row_group: int, row: int, cell: tuple[int, int] | None = None) -> str:
+    """The member URL of row ``row`` of row group ``row_group`` of ``path``, audio in ``column``.
+
+    ``cell``: the ``(offset, size)`` of the row's audio bytes in the file, recorded in the URL (what the index
+    stores where the cell is verbatim), so a read of the row is one ranged read.
+
+    >>> parquet_url("d.parquet", "audio", 0, 3), parquet_url("d.parquet", "audio", 0, 3, (4096, 900))
+    ('parquet://audio?row_group=0&row=3::d.parquet', 'parquet://audio?row_group=0&row=3&offset=4096&size=900::d.parquet')
+    """
+    span = "" if cell is None else f"&offset={int(cell[0])}&size={int(cell[1])}"
+    return f"parquet://{column}?row_group={int(row_group)}&row={int(row)}{span}::{path}"
+
+
+def without_cell(path: str) -> str:
+    """``path`` without a Parquet row's recorded cell range: the row as discovery names it (other paths unchanged).
+
+    >>> without_cell("parquet://audio?row_group=0&row=3&offset=4096&size=900::d.parquet")
+    'parquet://audio?row_group=0&row=3::d.parquet'
+    """
+    if not (isinstance(path, str) and path.startswith("parquet://") and is_member(path)):
+        return path
+    ref = parse(path)
+    return path if ref.cell is None else parquet_url(ref.container, ref.name, ref.offset, ref.size)
 
 
 def absolute(path: str) -> str:
@@ -225,6 +260,8 @@ def _open_tar_member(path: str, ref: MemberRef) -> MemberInput:
 def _open_parquet_cell(path: str, ref: MemberRef) -> MemberInput:
     from audiotree.io.parquet_audio import EmptyCell, cell_span, linked_file, read_cell
 
+    if ref.cell is not None:  # recorded in the index: one ranged read of the cell, nothing located
+        return _open_range(path, ref.container, ref.cell[0], ref.cell[1], "Parquet file")
     try:
         span = cell_span(path, ref)
         if span is not None:  # stored verbatim: a ranged read of the cell, like a tar member
@@ -257,13 +294,21 @@ def _open_linked(path: str, linked: str) -> MemberInput:
 
 
 def recorded_span(path: str) -> tuple[str, int, int] | None:
-    """``(container, offset, size)`` of a member URL that records its byte range (``tar://NAME?offset=O&size=N::SHARD``), else ``None`` (a member found by listing its shard, a Parquet cell).
+    """``(container, offset, size)`` of a member URL that records its byte range, else ``None``.
+
+    The recorded forms are ``tar://NAME?offset=O&size=N::SHARD`` and a Parquet
+    row with its cell's range (``parquet://COLUMN?row_group=G&row=R&offset=O&size=N::FILE``);
+    ``None`` for a member found by listing its shard and a Parquet row without a range.
 
     >>> recorded_span(tar_url("/d/s.tar", "a.wav", 512, 100))
     ('/d/s.tar', 512, 100)
+    >>> recorded_span(parquet_url("/d/p.parquet", "audio", 0, 1, (4, 9))), recorded_span(parquet_url("/d/p.parquet", "audio", 0, 1))
+    (('/d/p.parquet', 4, 9), None)
     """
     ref = parse(path)
-    if ref.kind != "tar" or ref.offset < 0:
+    if ref.kind == "parquet":
+        return None if ref.cell is None else (ref.container, *ref.cell)
+    if ref.offset < 0:
         return None
     return ref.container, ref.offset, ref.size
 

@@ -10,7 +10,9 @@ with no bytes but a ``path`` (``datasets`` writes ``{"bytes": null, "path":
 Where the audio bytes are stored verbatim (uncompressed, as Hugging Face
 ``datasets`` writes them), one row is one ranged read of its own bytes
 (:func:`cell_span`, :mod:`audiotree.io.parquet_cells`): the row group's audio
-chunk is read once per process to find where its cells sit. A compressed
+chunk is read once per process to find where its cells sit, or once at index
+time (:func:`group_cells`), the index then recording each row's range in its
+member URL (read with no locating at all). A compressed
 chunk is read through pyarrow's ``ParquetFile.read_row_group`` (one column of
 one row group, never the whole file); the last such row group is kept (one
 per process), so a pass over neighbouring rows reads each group once. The
@@ -28,8 +30,8 @@ from audiotree.errors import AudioReadError
 from audiotree.io import storage
 from audiotree.io.byte_cache import BoundedCache
 
-__all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read_labels", "cell_span", "linked_file",
-           "forget", "has_metadata_key", "DEFAULT_AUDIO_COLUMN", "EmptyCell"]
+__all__ = ["ParquetAudioFile", "describe_file", "read_cell", "cell_bytes", "read_labels", "cell_span", "group_cells",
+           "linked_file", "forget", "has_metadata_key", "DEFAULT_AUDIO_COLUMN", "EmptyCell"]
 
 #: The audio column looked for when none is named.
 DEFAULT_AUDIO_COLUMN = "audio"
@@ -216,6 +218,41 @@ def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
                          "its writer recorded: the file is corrupt. Re-create or re-download it, or use "
                          "on_read_error=\"skip\".")
     return offset, nbytes
+
+
+def group_cells(path: str, column: str, group: int) -> list[tuple[int, int] | None] | None:
+    """Per row of row group ``group``, the ``(offset, size)`` of its audio bytes in the file, or ``None`` for that row.
+
+    What the index records in each row's URL (:func:`audiotree.io.members.parquet_url`'s ``cell``): one read of the
+    group's audio chunk, here and never again by a reader. A row is ``None`` when its cell is null or on a page
+    failing its CRC (a read of the row then reports it); the whole answer is ``None`` when the chunk is compressed
+    or its values are not stored verbatim (rows are then read through pyarrow).
+
+    Raises:
+      AudioReadError: the file or the group cannot be read (names the file).
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> path = os.path.join(tempfile.mkdtemp(), "g.parquet")
+    >>> pq.write_table(pa.table({"audio": [b"RIFF one", None]}), path, compression="none", use_dictionary=False)
+    >>> cells = group_cells(path, "audio", 0)
+    >>> with open(path, "rb") as f:
+    ...     _ = f.seek(cells[0][0])
+    ...     f.read(cells[0][1]), cells[1]
+    (b'RIFF one', None)
+    """
+    from audiotree.io import parquet_cells
+
+    key, opened, size = _open_entry(path)
+    try:
+        spans = parquet_cells.locate(key, opened, column, group, size=size, fetch=_fetcher(path))
+    except AudioReadError:
+        raise
+    except Exception as exc:
+        raise _fail(path, f"reading the audio of row group {group} failed ({type(exc).__name__}: {exc}). The file "
+                          "may be corrupt; re-create it, or use on_read_error=\"skip\".") from exc
+    if spans is None:
+        return None
+    return [None if int(o) < 0 else (int(o), int(n)) for o, n in spans.tolist()]
 
 
 def read_cell(url: str, ref: Any) -> bytes:
