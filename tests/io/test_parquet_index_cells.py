@@ -195,6 +195,10 @@ def test_a_parquet_file_changed_after_indexing_is_stale_like_a_shard(tmp_path):
     assert "s.parquet" in str(info.value) and "size changed" in str(info.value)
     skipping = _dataset(out, on_stale="skip")
     assert [skipping[i] for i in range(4)] == [None] * 4
+    # Reprobed: the row is read as the file is now, not at the range the index recorded.
+    reprobing = _dataset(out, on_stale="reprobe")
+    for i in range(4):
+        np.testing.assert_allclose(np.asarray(reprobing[i].waveform)[0, 0], _decoded(other[i]), atol=1e-6)
     # A rebuild records the new ranges; the rows read the new audio.
     new_paths, report = _index(str(path), out)
     assert report.read == 4 and new_paths != paths
@@ -278,3 +282,24 @@ def test_a_malformed_range_is_refused_naming_the_url():
         parse(bad)
     with pytest.raises(AudioReadError, match="offset=x"):
         open_member(bad)
+
+
+def test_a_rewritten_shard_is_reprobed_at_its_new_member_ranges(tmp_path):
+    """``on_stale="reprobe"`` reads a changed shard as it is now: its members are found by listing it again, not at
+    the ranges the index recorded for the old shard (the same holds for Parquet rows, above)."""
+    clips = [flac_bytes(0.5, seed=i) for i in range(2)]
+    shard = tmp_path / "s.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i, clip in enumerate(clips):
+            add_member(tar, f"u{i}.flac", clip)
+    out = tmp_path / "tar-index.parquet"
+    paths, _ = _index(str(shard), out)
+    assert all(recorded_span(p) is not None for p in paths)
+    other = [flac_bytes(0.8, seed=20 + i) for i in range(2)]
+    with tarfile.open(shard, "w") as tar:  # a new first member moves the others
+        add_member(tar, "intro.flac", flac_bytes(0.3, seed=99))
+        for i, clip in enumerate(other):
+            add_member(tar, f"u{i}.flac", clip)
+    reprobing = _dataset(out, on_stale="reprobe")
+    for i in range(2):
+        np.testing.assert_allclose(np.asarray(reprobing[i].waveform)[0, 0], _decoded(other[i]), atol=1e-6)

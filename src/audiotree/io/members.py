@@ -59,7 +59,7 @@ from audiotree.io.byte_cache import BoundedCache
 from audiotree.io.byte_range import MemberInput, RemoteSpan
 
 __all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "recorded_span", "member_stat",
-           "format_name", "order_key", "container_of", "absolute", "without_cell", "MemberInput", "RemoteSpan"]
+           "format_name", "order_key", "container_of", "absolute", "without_cell", "unrecorded", "MemberInput", "RemoteSpan"]
 
 # The recorded forms first: their query (``?offset=O&size=N::``, ``?row_group=G&row=R::``) marks where the
 # container starts, so a member or column name holding ``::`` (``a::b.wav``) is not split there. Without it
@@ -150,6 +150,22 @@ def without_cell(path: str) -> str:
         return path
     ref = parse(path)
     return path if ref.cell is None else parquet_url(ref.container, ref.name, ref.offset, ref.size)
+
+
+def unrecorded(path: str) -> str:
+    """``path`` without any byte range an index recorded in it: a tar member named for a listing of its shard,
+    a Parquet row for a lookup in its file (other paths unchanged). What a file changed since it was indexed is
+    read by (``on_stale="reprobe"``): the recorded range belongs to the old file.
+
+    >>> unrecorded("tar://a.wav?offset=512&size=100::s.tar"), unrecorded("parquet://audio?row_group=0&row=3&offset=4096&size=900::d.parquet")
+    ('tar://a.wav::s.tar', 'parquet://audio?row_group=0&row=3::d.parquet')
+    """
+    if not is_member(path):
+        return path
+    ref = parse(path)
+    if ref.kind == "tar":
+        return path if ref.offset < 0 else f"tar://{ref.name}::{ref.container}"
+    return without_cell(path)
 
 
 def absolute(path: str) -> str:

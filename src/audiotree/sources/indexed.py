@@ -343,6 +343,10 @@ class IndexedLoader(grain.transforms.RandomMap):
             if hint is not None:
                 with hint:
                     return self._read_row(r, path, slot, rng, reason)
+        else:  # nor at the byte range the index recorded for a member of the old file
+            from audiotree.io.members import unrecorded
+
+            path = unrecorded(path)
         return self._read_row(r, path, slot, rng, reason)
 
     def _read_row(self, r: int, path: str, slot: int, rng: np.random.Generator, reason: str | None):

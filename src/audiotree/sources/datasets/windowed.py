@@ -47,6 +47,7 @@ from audiotree.sources.datasets.plan import DatasetPlan
 from audiotree.discovery.sharding import host_items
 from audiotree.sources.loading import MeasureLufs, in_storage_scope
 from audiotree.sources.audio_datasets import AudioMapDataset, estimate_item_bytes
+from audiotree.io.members import unrecorded
 from audiotree.sources.indexed import IndexedLoader, is_index_path, rows_for_builder, window_lufs_view
 from audiotree.sources.slots import build_slot_index, check_file_duration, lookup_files, plan_slots
 from audiotree.sources.window_index import StoreSlots, check_cell_length, row_cells
@@ -261,7 +262,8 @@ class WindowLoader(grain.transforms.RandomMap):
             offset += float(rng.uniform(0.0, stride))
         offset = min(offset, max_offset)
         path = self.files[file]
-        if reprobe:
+        if reprobe:  # read as the file is now: not at a member range the index recorded for the old one
+            path = unrecorded(path)
             offset = min(offset, max(0.0, probe(path).duration - self.duration))
         try:
             tree = AudioTree.from_file(
