@@ -198,3 +198,80 @@ def test_bad_options_are_refused_by_name():
         ReadAhead(max_in_flight=0)
     with pytest.raises(TypeError, match="read_ahead must be a ReadAhead"):
         Corpus(read_ahead=16)
+
+
+def _slow_server(state, seconds: float):
+    """The counting Range server, answering every request ``seconds`` late (so read-ahead requests are in flight)."""
+    import time
+
+    base = _handler(state)
+
+    class Slow(base):
+        def do_GET(self) -> None:
+            time.sleep(seconds)
+            super().do_GET()
+
+    server = LoopbackServer()
+    server.serve(Slow)
+    return server
+
+
+_READER = """
+import os, sys
+import grain
+from audiotree.sources import Corpus, ReadAhead, create_audio_dataset
+ds = create_audio_dataset(corpus=Corpus(index=sys.argv[1], on_stale="trust", read_ahead=ReadAhead(items=64)),
+                          duration=1.0, sample_rate=16000, num_epochs=None)
+it = iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)))
+for _ in range(int(sys.argv[2])):
+    next(it)
+print("read", flush=True)
+if sys.argv[3] == "wait":
+    sys.stdin.readline()  # killed here, its read-ahead in flight
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_or_exiting_reader_leaves_no_request_behind(served, tmp_path):
+    """The read-ahead runs inside the process that reads (on its storage's IO loop): a process killed with its
+    requests in flight leaves nothing that still asks the server, and one that exits mid-read-ahead exits 0 and
+    quietly."""
+    import os
+    import signal
+    import time
+
+    _, index = served
+    state = _State()
+    state.objects.update(served[0].objects)
+    slow = _slow_server(state, 0.2)
+    try:
+        local = tmp_path / "slow.parquet"
+        urls = [p.replace(f":{_server_port(index)}/", f":{slow.port}/") for p in _paths(index)]
+        build_index(urls, str(local), executor="serial", show_progress=False)
+        script = tmp_path / "reader.py"
+        script.write_text(_READER)
+        env = dict(os.environ)
+        proc = subprocess.Popen([sys.executable, str(script), str(local), "6", "wait"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        try:
+            assert proc.stdout.readline().strip() == "read"
+            asked = state.requests
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        time.sleep(1.0)  # requests the server had already taken end; nothing new may come
+        settled = state.requests
+        time.sleep(1.0)
+        assert state.requests == settled, (asked, settled, state.requests)
+        with pytest.raises(ProcessLookupError):
+            os.kill(proc.pid, 0)
+        # Exiting normally with the read-ahead in flight: code 0, nothing on stderr.
+        done = subprocess.run([sys.executable, str(script), str(local), "6", "exit"], capture_output=True, text=True,
+                              timeout=120, env=env, cwd=tmp_path)
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr[-2000:]
+    finally:
+        slow.stop()

@@ -54,6 +54,8 @@ __all__ = ["ReadAhead", "PlannedRange", "RangeStore", "merge_ranges", "excerpt_r
 
 #: Bytes planned at the start of every object read: the header a decoder opens (and a FLAC's seek table).
 HEADER_BYTES = 64 * 1024
+#: Reads before every planned excerpt of an object after which its plans start at byte 0 (:meth:`RangeStore.take`).
+FROM_START_AFTER = 2
 #: Seconds :meth:`RangeStore.take` waits for a block in flight before the caller makes its own request.
 TAKE_TIMEOUT = 60.0
 
@@ -237,6 +239,8 @@ class RangeStore:
         self.position = -1
         self.wait_seconds = 0.0  # time readers spent waiting for blocks in flight
         self._gates: dict[int, tuple[asyncio.Semaphore, _Budget | None]] = {}  # per event loop
+        self._prefix_misses: dict[str, int] = {}
+        self._from_start: set[str] = set()  # objects whose decoder reads from byte 0 (see _note_miss)
 
     # -- planning -------------------------------------------------------------------------------------------
     def room(self) -> int:
@@ -261,8 +265,11 @@ class RangeStore:
                 if first.size is not None:
                     self._sizes[url] = int(first.size)
                 blocks = self._blocks.setdefault(url, [])
+                asked = [(p.start, p.stop) for p in parts]
+                if url in self._from_start:  # its decoder reads from the start up to the excerpt (seen below)
+                    asked = [(0, max(b for _, b in asked))]
                 wanted = []
-                for start, stop in merge_ranges([(p.start, p.stop) for p in parts], gap=self.options.gap_bytes):
+                for start, stop in merge_ranges(asked, gap=self.options.gap_bytes):
                     wanted.extend(self._missing(blocks, start, stop, use))
                 for start, stop in merge_ranges(wanted, gap=self.options.gap_bytes):
                     future = self._start_fetch(first.fs, url, start, stop, first.size)
@@ -322,7 +329,10 @@ class RangeStore:
         caller makes its request)."""
         need = stop if need is None else min(int(need), int(stop))
         with self._lock:
-            chain = _chain(self._blocks.get(url, ()), start, need)
+            blocks = self._blocks.get(url, ())
+            chain = _chain(blocks, start, need)
+            if chain is None and blocks:
+                self._note_miss(url, start, blocks)
         if chain is None:
             return None
         parts = []
@@ -343,6 +353,17 @@ class RangeStore:
             return None
         byte_counters.count_cache("read_ahead", hit=True)
         return got
+
+    def _note_miss(self, url: str, start: int, blocks: Sequence[_Block]) -> None:
+        """A read of ``url`` no block holds: past the header but before every planned excerpt of the object, it is
+        a decoder reading on from the start (an MP3 without a seek table is decoded from its first frame). After
+        :data:`FROM_START_AFTER` such reads, this object's plans start at byte 0."""
+        if url in self._from_start or start < HEADER_BYTES or any(b.start <= start for b in blocks if b.start > 0):
+            return
+        seen = self._prefix_misses.get(url, 0) + 1
+        self._prefix_misses[url] = seen
+        if seen >= FROM_START_AFTER:
+            self._from_start.add(url)
 
     def advance(self, done_below: int) -> None:
         """Every item of this process before ``done_below`` has been read: blocks no later item needs may go."""
