@@ -38,6 +38,7 @@ pickles empty and a forked child starts with none.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import os
 import threading
@@ -195,11 +196,17 @@ def excerpt_ranges(*, size: int, duration: float, start: float, length: float | 
 
 
 class _Block:
-    __slots__ = ("url", "start", "stop", "future", "next_use", "size")
+    __slots__ = ("url", "start", "stop", "future", "next_use", "size", "done", "failed")
 
     def __init__(self, url: str, start: int, stop: int, future: Any, next_use: int, size: int | None) -> None:
         self.url, self.start, self.stop, self.future = url, start, stop, future
         self.next_use, self.size = next_use, size
+        self.done = self.failed = False  # set once by settle (plain reads: no lock per look)
+        future.add_done_callback(self.settle)
+
+    def settle(self, future: Any) -> None:
+        self.failed = future.cancelled() or future.exception() is not None
+        self.done = True
 
     @property
     def nbytes(self) -> int:
@@ -246,7 +253,8 @@ class RangeStore:
     def room(self) -> int:
         """Bytes that may still be planned under ``cache_limit``."""
         with self._lock:
-            self._evict_read()
+            if self._held > self.options.cache_bytes // 2:  # (a scan of every block: not on every item)
+                self._evict_read()
             return self.options.cache_bytes - self._held
 
     def size_of(self, url: str) -> int | None:
@@ -275,7 +283,7 @@ class RangeStore:
                     future = self._start_fetch(first.fs, url, start, stop, first.size)
                     if future is None:
                         continue
-                    blocks.append(_Block(url, start, stop, future, use, first.size))
+                    bisect.insort(blocks, _Block(url, start, stop, future, use, first.size), key=_start_of)
                     self._held += stop - start
                     started += 1
         return started
@@ -375,7 +383,7 @@ class RangeStore:
         for url in list(self._blocks):
             keep = []
             for block in self._blocks[url]:
-                if block.next_use < self.position and block.future.done() or _failed(block):
+                if block.next_use < self.position and block.done or block.failed:
                     self._held -= block.nbytes
                 else:
                     keep.append(block)
@@ -408,12 +416,18 @@ class RangeStore:
             self._held = 0
 
 
+def _start_of(block: _Block) -> int:
+    return block.start
+
+
 def _chain(blocks: Iterable[_Block], start: int, need: int) -> list[_Block] | None:
     """Blocks that together hold ``[start, need)``, each beginning where the one before ends (or earlier), then
     any that continue them; ``None`` when there is a hole before ``need``."""
     chain: list[_Block] = []
     at = start
-    for block in sorted((b for b in blocks if b.stop > start and not _failed(b)), key=lambda b: b.start):
+    for block in blocks:  # kept sorted by start (RangeStore.plan)
+        if block.stop <= start or block.failed:
+            continue
         if block.start > at:
             break
         if block.stop > at:
@@ -423,8 +437,7 @@ def _chain(blocks: Iterable[_Block], start: int, need: int) -> list[_Block] | No
 
 
 def _failed(block: _Block) -> bool:
-    future = block.future
-    return future.done() and (future.cancelled() or future.exception() is not None)
+    return block.failed
 
 
 _stores: dict[ReadAhead, RangeStore] = {}

@@ -227,6 +227,20 @@ class RemoteInput(ReadOnlyInput):
             self.failure = remote_error(self.url, exc, "read")
             raise self.failure from exc
 
+    def readinto(self, buffer) -> int:
+        """Fills ``buffer``: straight from the cached span when it holds the bytes (decoders read a few bytes per
+        call, hundreds of times per excerpt: this path is one slice), else through :meth:`read`."""
+        file = self._file
+        if self.failure is None and isinstance(file, _RangedFile) and not file.closed:
+            cache, loc = file.cache, file.loc
+            stop = min(file.size, loc + len(buffer))
+            if cache.start <= loc and stop <= cache.end:
+                count = stop - loc
+                buffer[:count] = memoryview(cache.cache)[loc - cache.start:stop - cache.start]
+                file.loc = stop
+                return count
+        return super().readinto(buffer)
+
     def expect(self, nbytes: int) -> None:
         """Announces that the next read starting at a new position will consume about ``nbytes``.
 

@@ -94,30 +94,32 @@ class OrderShape:
         if len(self.seen) > keep:
             del self.seen[:len(self.seen) - keep]
 
-    def period(self) -> tuple[int, int] | None:
-        """``(p, D)``, the smallest ``p`` with ``x[m + p] = x[m] + D`` over every index kept (at least ``2p``, and 3).
+    def period(self, lag: int = 0) -> tuple[int, int] | None:
+        """``(p, D)``, the smallest ``p`` with ``x[m + p] = x[m] + D`` over the indices kept but the last ``lag``
+        (at least ``2p`` of them, and 3).
 
-        An order that changed its shape (a new epoch's start, a resume) has none until the older half of what was
-        kept, which is then dropped, no longer spans the change.
+        ``lag``: how many of the latest indices may still have holes between them (reader threads bring items a
+        little out of order). An order that changed its shape (a new epoch's start, a resume) has none until the
+        older half of what was kept, which is then dropped, no longer spans the change.
         """
-        x = self.seen
+        x = self.seen[:len(self.seen) - lag] if lag else self.seen
         n = len(x)
         for p in range(1, min(self.max_period, n // 2) + 1 if n >= 3 else 1):
             step = x[-1] - x[-1 - p]
             if step > 0 and all(x[m] - x[m - p] == step for m in range(p, n)):
                 return p, step
         if n >= 32:
-            del x[:n // 2]
+            del self.seen[:n // 2]
         return None
 
-    def upcoming(self, count: int) -> list[int]:
-        """The next ``count`` indices after the largest seen, by the order's shape (``[]`` when it has none)."""
-        shape = self.period()
+    def upcoming(self, count: int, lag: int = 0) -> list[int]:
+        """The ``count`` indices after the last ``lag`` seen ones by the order's shape (``[]`` when it has none)."""
+        shape = self.period(lag)
         if shape is None:
             return []
         p, step = shape
-        last = self.seen[-p:]
-        return [last[k % p] + step * (1 + k // p) for k in range(count)]
+        last = self.seen[len(self.seen) - lag - p:len(self.seen) - lag]
+        return [last[k % p] + step * (1 + k // p) for k in range(count + lag)]
 
 
 class _Ahead(ProcessLocal):
@@ -187,10 +189,13 @@ class ReadAheadMapDataset(grain.MapDataset):
             if ahead.store is not store:
                 ahead.store, ahead.planned = store, set()
             ahead.shape.note(index)
-            upcoming = [j for j in ahead.shape.upcoming(self.options.items) if j not in ahead.planned]
+            # The items being read now may leave holes among the latest indices: the shape is read below them.
+            lag = min(len(ahead.reading), len(ahead.shape.seen) // 2)
+            upcoming = [j for j in ahead.shape.upcoming(self.options.items, lag) if j not in ahead.planned]
             if not upcoming:
                 return
-            ahead.planned.difference_update([j for j in ahead.planned if j <= index])
+            done_below = min(ahead.reading) if ahead.reading else index
+            ahead.planned.difference_update([j for j in ahead.planned if j < done_below])
             room = store.room()
             for j in upcoming:
                 if room <= 0:
