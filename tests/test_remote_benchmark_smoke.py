@@ -35,12 +35,14 @@ def test_remote_benchmark_quick(tmp_path):
     out = proc.stdout
     for label in ("server", "proxy +0 ms", "moto S3"):
         assert re.search(rf"^\| {re.escape(label)} \| \d+ \| \d+ \|$", out, re.M), out
-    cells = {m[0]: m for m in re.findall(r"^\| (local|http \+\d+ ms|s3 \(moto\) \+\d+ ms) \|(.*)$", out, re.M)}
-    assert set(cells) == {"local", "http +0 ms", "http +20 ms", "s3 (moto) +0 ms"}, out
+    cells = {m[0]: m for m in re.findall(r"^\| ((?:tar |parquet )?local|(?:tar |parquet )?http \+\d+ ms"
+                                        r"|s3 \(moto\) \+\d+ ms) \|(.*)$", out, re.M)}
+    assert set(cells) == {"local", "http +0 ms", "http +20 ms", "s3 (moto) +0 ms", "tar local", "tar http +50 ms",
+                          "parquet local", "parquet http +50 ms"}, out
     for label, (_, rest) in cells.items():
         fields = [f.strip() for f in rest.split("|")]
         assert float(fields[0]) > 0 and float(fields[2]) > 0  # items/s, items per CPU-s
-        if label != "local":
+        if not label.endswith("local"):
             assert float(fields[4]) > 0 and float(fields[5]) > 0  # requests and KB per item, counted at the proxy
     ports = [int(p) for p in re.findall(r"(?:127\.0\.0\.1:|proxy on :)(\d+)", out)]
     assert len(ports) == 4, out

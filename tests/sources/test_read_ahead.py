@@ -73,6 +73,9 @@ def served(tmp_path_factory):
         index = folder / "remote.parquet"
         build_index([f"{base}/c/{name}" for name in sorted(files)], str(index), executor="serial",
                     show_progress=False)
+        state.local_index = str(folder / "local.parquet")  # the same files read from local disk
+        build_index([str(folder / name) for name in sorted(files)], state.local_index, executor="serial",
+                    show_progress=False)
         yield state, str(index)
     finally:
         server.stop()
@@ -109,8 +112,13 @@ def test_the_order_shape_continues_strides_and_runs():
 
 def test_items_are_the_same_and_requests_fewer(served):
     state, index = served
+    local = _items(_dataset(state.local_index, ReadAhead()), 40)  # (a local corpus plans nothing)
     state.reset_counters()
     plain = _items(_dataset(index, None), 40)
+    assert [x[0].rsplit("/", 1)[1] for x in plain] == [x[0].rsplit("/", 1)[1] for x in local]
+    assert [x[1] for x in plain] == [x[1] for x in local]
+    for x, y in zip(plain, local):
+        np.testing.assert_array_equal(x[2], y[2])
     plain_requests = state.requests
     read_ahead.close_stores()
     state.reset_counters()
