@@ -44,7 +44,7 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
-from audiotree.io import byte_counters
+from audiotree.io import byte_counters, storage
 from audiotree.validation import check_positive, is_int, is_real
 from audiotree.io import ranged_get
 from audiotree.io.ranged_get import fetch_range
@@ -299,7 +299,12 @@ class RangeStore:
             async with gate:
                 if budget is not None:
                     await budget.take()
-                return (await fetch_range(fs, url, start, stop, size=size)).part(start, stop)
+                answer = await fetch_range(fs, url, start, stop, size=size)
+                if size is not None and answer.total is not None and answer.total != size:
+                    # Not the object the plan knew (replaced, truncated): no block; the item's own read decides.
+                    raise storage.WrongRange(f"GET {url}: the object is {answer.total} bytes, the plan "
+                                               f"expected {size}")
+                return answer.part(start, stop)
 
         try:
             return asyncio.run_coroutine_threadsafe(fetch(), loop)

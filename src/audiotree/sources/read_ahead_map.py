@@ -143,11 +143,14 @@ class ReadAheadMapDataset(grain.MapDataset):
     """``parent`` with its remote reads planned ``options.items`` items ahead (see the module text).
 
     ``ds[i]`` is ``parent[i]``: the same item, read from bytes fetched ahead where the plan foresaw them.
+    ``group``: the next items are planned ``group`` at a time, in one plan, so that ranges of neighbouring items
+    (rows of a render's part) are merged into one request (default 1: each item as soon as it is known).
     """
 
-    def __init__(self, parent: grain.MapDataset, options: ReadAhead):
+    def __init__(self, parent: grain.MapDataset, options: ReadAhead, *, group: int = 1):
         super().__init__(parent)
         self.options = options
+        self.group = max(1, min(int(group), options.items or 1))
         self._ahead = _Ahead()
 
     def __len__(self) -> int:
@@ -188,10 +191,12 @@ class ReadAheadMapDataset(grain.MapDataset):
                 ahead.store, ahead.planned = store, set()
             ahead.shape.note(index)
             upcoming = [j for j in ahead.shape.upcoming(self.options.items) if j not in ahead.planned]
-            if not upcoming:
+            if len(upcoming) < self.group:
                 return
             ahead.planned.difference_update([j for j in ahead.planned if j <= index])
             room = store.room()
+            grouped: list[PlannedRange] = []
+            members = 0
             for j in upcoming:
                 if room <= 0:
                     break
@@ -203,8 +208,14 @@ class ReadAheadMapDataset(grain.MapDataset):
                     ahead.useless += 1
                     continue
                 ahead.useless = 0
-                store.plan(ranges, j)
+                grouped.extend(ranges)
+                members += 1
                 room -= sum(r.stop - r.start for r in ranges)
+                if members >= self.group:
+                    store.plan(grouped, j)  # (a block of several items is needed until the last of them)
+                    grouped, members = [], 0
+            if grouped:
+                store.plan(grouped, j)
 
     def _ranges_of(self, j: int) -> list[PlannedRange]:
         with planning():
