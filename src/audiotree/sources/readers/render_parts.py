@@ -137,8 +137,8 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
       read_ahead: for a ``tree`` render at a URL, how each process fetches the rows of its next items ahead,
         many requests in flight (:class:`~audiotree.io.read_ahead.ReadAhead`; ``None`` turns it off). It follows
         the order the dataset is read in (in item order, every W-th item in each of W workers, runs of a
-        batch); a ``shuffle`` applied after ``open_render`` hides that order, and items are then read one
-        request each as without it. Items are the same either way.
+        batch), also after a ``shuffle``, ``map`` or ``repeat`` of the dataset ``open_render`` returns, which
+        stay below it. Items are the same with or without it.
 
     Raises ``FileNotFoundError`` when ``out`` holds no render record,
     ``ValueError`` when the record is unreadable, and ``RuntimeError`` when no
@@ -192,11 +192,15 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
         start, stop = host_range(total, shard_options) if shard_options is not None else (0, total)
         source = RenderParts(root, parts, functools.partial(_open_part, fmt, options), start=start, stop=stop)
         ds = grain.MapDataset.source(source)
-        if fmt == "tree" and storage.is_url(root) and read_ahead is not None and read_ahead.enabled:
-            # Each TreeDataSource answers a plan with its item's ranges (TreeDataSource.planned_reads).
-            ds = ReadAheadMapDataset(ds, read_ahead, group=READ_AHEAD_GROUP)
         # Sized from the first part's manifest, not by reading an item: on a bucket that is a request.
-        return wrap_stored(ds, item_bytes=source.waveform_nbytes())
+        if not (fmt == "tree" and storage.is_url(root) and read_ahead is not None and read_ahead.enabled):
+            return wrap_stored(ds, item_bytes=source.waveform_nbytes())
+        # Each TreeDataSource answers a plan with its item's ranges (TreeDataSource.planned_reads). The read-ahead
+        # stays above later shuffles, maps and slices (AudioMapDataset.on_top): it sees the order items are read in.
+        make = functools.partial(ReadAheadMapDataset, options=read_ahead, group=READ_AHEAD_GROUP)
+        wrapped = wrap_stored(make(ds), item_bytes=source.waveform_nbytes())
+        wrapped.on_top = (make, ds)
+        return wrapped
     # On a local disk every part is opened (and its files checked) now: it costs nothing.
     sources = [grain.MapDataset.source(_open_part(fmt, options, os.path.join(root, name))) for name, _ in parts]
     return wrap_stored(sources[0] if len(sources) == 1 else grain.MapDataset.concatenate(sources))
