@@ -28,13 +28,13 @@ def _no_bytes_held_between_tests():
 
 @pytest.fixture(scope="module")
 def render(tmp_path_factory):
-    """A tree render of 40 items of 0.5 s (rows of 16,000 bytes) on local disk and on S3 (``s3://renders/ahead``)."""
+    """A tree render of 40 items of 0.5 s (rows of 16,000 bytes) on local disk and at ``s3://renders-ahead/tree``."""
     tmp = tmp_path_factory.mktemp("render-ahead")
     with counted_s3() as (fs, proxy):
-        fs.mkdir("renders")
+        fs.mkdir("renders-ahead")  # (moto keeps one store per process: a bucket of our own)
         _render(tmp / "local", _corpus(tmp / "corpus"), ITEMS, duration="0.5")
-        fs.put(str(tmp / "local"), "renders/ahead", recursive=True)
-        yield {"fs": fs, "proxy": proxy, "local": tmp / "local", "url": "s3://renders/ahead"}
+        fs.put(str(tmp / "local"), "renders-ahead/tree", recursive=True)
+        yield {"fs": fs, "proxy": proxy, "local": tmp / "local", "url": "s3://renders-ahead/tree"}
 
 
 def _read(ds, options=SYNC, workers: int = 0, start_state=None, count: int | None = None):
@@ -112,11 +112,11 @@ def test_a_replaced_part_is_not_read_from_bytes_fetched_ahead(render):
     """A plan's GET that finds an object of another size than the manifest's keeps no block; the item's own read
     names the object."""
     fs = render["fs"]
-    fs.put(str(render["local"]), "renders/replaced", recursive=True)
-    ds = open_render("s3://renders/replaced", read_ahead=ReadAhead(items=16))
+    fs.put(str(render["local"]), "renders-ahead/replaced", recursive=True)
+    ds = open_render("s3://renders-ahead/replaced", read_ahead=ReadAhead(items=16))
     for i in range(8):  # part 0; parts 1 and 2 are planned ahead as read from here on
         _same(ds[i], open_render(render["local"])[i])
-    key = "renders/replaced/part-00003/waveform.bin"
+    key = "renders-ahead/replaced/part-00003/waveform.bin"
     fs.pipe(key, fs.cat_file(key) + b"\0" * 64)  # longer: its rows would still be where they were
     for i in range(8, 24):
         ds[i]

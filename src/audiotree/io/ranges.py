@@ -342,8 +342,8 @@ class RemoteFolder:
         if total is not None:
             self._sizes[url] = total
         elif size is not None or min_size is not None:
-            # Bytes fetched ahead: their GET was checked against the size the plan gave (the manifest's).
-            total = self._sizes.get(url, ranged_get.planned_size(url))
+            # Bytes fetched ahead (or an answer without the size): the size the read-ahead's GET of it was given.
+            total = self._sizes.get(url, ranged_get.fetched_size(url))
         if len(data) != stop - start or total is None and (size is not None or min_size is not None):
             total = self.size_of(name)
         problem = None

@@ -44,7 +44,7 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
-from audiotree.io import byte_counters, storage
+from audiotree.io import byte_counters
 from audiotree.validation import check_positive, is_int, is_real
 from audiotree.io import ranged_get
 from audiotree.io.ranged_get import fetch_range
@@ -54,6 +54,8 @@ __all__ = ["ReadAhead", "PlannedRange", "RangeStore", "merge_ranges", "excerpt_r
 
 #: Bytes planned at the start of every object read: the header a decoder opens (and a FLAC's seek table).
 HEADER_BYTES = 64 * 1024
+#: Reads before every planned excerpt of an object after which its plans start at byte 0 (:meth:`RangeStore.take`).
+FROM_START_AFTER = 2
 #: Seconds :meth:`RangeStore.take` waits for a block in flight before the caller makes its own request.
 TAKE_TIMEOUT = 60.0
 
@@ -233,10 +235,13 @@ class RangeStore:
         self._lock = threading.Lock()
         self._blocks: dict[str, list[_Block]] = {}
         self._sizes: dict[str, int] = {}
+        self._totals: dict[str, int] = {}  # object sizes as the fetches' answers gave them (Content-Range)
         self._held = 0
         self.position = -1
         self.wait_seconds = 0.0  # time readers spent waiting for blocks in flight
         self._gates: dict[int, tuple[asyncio.Semaphore, _Budget | None]] = {}  # per event loop
+        self._prefix_misses: dict[str, int] = {}
+        self._from_start: set[str] = set()  # objects whose decoder reads from byte 0 (see _note_miss)
 
     # -- planning -------------------------------------------------------------------------------------------
     def room(self) -> int:
@@ -248,6 +253,10 @@ class RangeStore:
     def size_of(self, url: str) -> int | None:
         """The size of ``url`` as a plan gave it (from the index), or ``None``."""
         return self._sizes.get(url)
+
+    def total_of(self, url: str) -> int | None:
+        """The size of ``url`` as the last answer to a fetch of it gave it, or ``None``."""
+        return self._totals.get(url)
 
     def plan(self, ranges: Sequence[PlannedRange], use: int) -> int:
         """Fetches what the item ``use`` will read and no block holds yet; returns the requests started."""
@@ -261,8 +270,11 @@ class RangeStore:
                 if first.size is not None:
                     self._sizes[url] = int(first.size)
                 blocks = self._blocks.setdefault(url, [])
+                asked = [(p.start, p.stop) for p in parts]
+                if url in self._from_start:  # its decoder reads from the start up to the excerpt (seen below)
+                    asked = [(0, max(b for _, b in asked))]
                 wanted = []
-                for start, stop in merge_ranges([(p.start, p.stop) for p in parts], gap=self.options.gap_bytes):
+                for start, stop in merge_ranges(asked, gap=self.options.gap_bytes):
                     wanted.extend(self._missing(blocks, start, stop, use))
                 for start, stop in merge_ranges(wanted, gap=self.options.gap_bytes):
                     future = self._start_fetch(first.fs, url, start, stop, first.size)
@@ -300,10 +312,8 @@ class RangeStore:
                 if budget is not None:
                     await budget.take()
                 answer = await fetch_range(fs, url, start, stop, size=size)
-                if size is not None and answer.total is not None and answer.total != size:
-                    # Not the object the plan knew (replaced, truncated): no block; the item's own read decides.
-                    raise storage.WrongRange(f"GET {url}: the object is {answer.total} bytes, the plan "
-                                               f"expected {size}")
+                if answer.total is not None:
+                    self._totals[url] = answer.total
                 return answer.part(start, stop)
 
         try:
@@ -327,7 +337,10 @@ class RangeStore:
         caller makes its request)."""
         need = stop if need is None else min(int(need), int(stop))
         with self._lock:
-            chain = _chain(self._blocks.get(url, ()), start, need)
+            blocks = self._blocks.get(url, ())
+            chain = _chain(blocks, start, need)
+            if chain is None and blocks:
+                self._note_miss(url, start, blocks)
         if chain is None:
             return None
         parts = []
@@ -348,6 +361,17 @@ class RangeStore:
             return None
         byte_counters.count_cache("read_ahead", hit=True)
         return got
+
+    def _note_miss(self, url: str, start: int, blocks: Sequence[_Block]) -> None:
+        """A read of ``url`` no block holds: past the header but before every planned excerpt of the object, it is
+        a decoder reading on from the start (an MP3 without a seek table is decoded from its first frame). After
+        :data:`FROM_START_AFTER` such reads, this object's plans start at byte 0."""
+        if url in self._from_start or start < HEADER_BYTES or any(b.start <= start for b in blocks if b.start > 0):
+            return
+        seen = self._prefix_misses.get(url, 0) + 1
+        self._prefix_misses[url] = seen
+        if seen >= FROM_START_AFTER:
+            self._from_start.add(url)
 
     def advance(self, done_below: int) -> None:
         """Every item of this process before ``done_below`` has been read: blocks no later item needs may go."""
