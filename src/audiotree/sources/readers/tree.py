@@ -20,6 +20,9 @@ Sizes are checked against the manifest
 as the answers arrive (``Content-Range``), so a truncated object is an error
 naming it. ``cache_limit="20GB"`` keeps what was read in a local
 least-recently-used cache (``cache_dir``, default ``$AUDIOTREE_CACHE/ranges``).
+Asked for an item while a read-ahead plans (:mod:`audiotree.sources.read_ahead_map`),
+a URL folder names the ranges that item reads (:meth:`TreeDataSource.planned_reads`)
+instead of reading them.
 """
 
 from __future__ import annotations
