@@ -45,6 +45,16 @@ def counted_s3():
         yield server.fs, server.proxy
 
 
+@pytest.fixture(autouse=True)
+def _no_bytes_held_between_tests():
+    """Each test starts with no bytes fetched ahead by an earlier one (the read-ahead's stores are per process)."""
+    from audiotree.io import read_ahead
+
+    read_ahead.close_stores()
+    yield
+    read_ahead.close_stores()
+
+
 @pytest.fixture(scope="module")
 def s3proxy(tmp_path_factory):
     """moto on 127.0.0.1 behind a CountingProxy; the AWS variables point at the proxy."""
@@ -129,18 +139,20 @@ def test_remote_render_cache_serves_repeats_and_stays_bounded(s3proxy, rendered,
 
     proxy = s3proxy["proxy"]
     cache_dir = tmp_path / "cache"
-    ds = open_render(rendered["url"], cache_limit="1MB", cache_dir=cache_dir)
+    # (Without read-ahead: these reads are one request each, so the cache's saving shows in the counts.)
+    ds = open_render(rendered["url"], cache_limit="1MB", cache_dir=cache_dir, read_ahead=None)
     for i in range(8):
         ds[i]
     proxy.reset()
-    again = open_render(rendered["url"], cache_limit="1MB", cache_dir=cache_dir)  # as another process would
+    again = open_render(rendered["url"], cache_limit="1MB", cache_dir=cache_dir,  # as another process would
+                        read_ahead=None)
     for i in range(2, 8):
         _same(ds[i], again[i])
     log = proxy.seen()
     # The record and the manifest are always asked for (they say what is current); rows came from disk.
     assert [e[1].rsplit("/", 1)[-1] for e in log] == ["render.json", "manifest.json"], log
     small = tmp_path / "small"
-    bounded = open_render(rendered["url"], cache_limit="100kB", cache_dir=small)
+    bounded = open_render(rendered["url"], cache_limit="100kB", cache_dir=small, read_ahead=None)
     for i in range(20):
         bounded[i]
     used = sum(p.stat().st_size for p in small.rglob("*") if p.is_file())
@@ -158,7 +170,8 @@ def test_remote_render_host_shares_are_disjoint_complete_and_touch_only_their_pa
     seen, rows = [], []
     for host in range(2):
         proxy.reset()
-        share = open_render(rendered["url"], shard_options=grain.sharding.ShardOptions(host, 2))
+        share = open_render(rendered["url"], shard_options=grain.sharding.ShardOptions(host, 2),
+                            read_ahead=None)  # one GET per row: the rows read show each host's share
         items = [share[i] for i in range(len(share))]
         parts = {e[1].split("/")[3] for e in proxy.seen() if e[1].count("/") > 3}
         rows.append({(e[1], e[2]) for e in proxy.seen() if e[1].endswith("waveform.bin")})

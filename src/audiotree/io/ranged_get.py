@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 from audiotree.io import byte_counters, storage
 
 __all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "first_bytes_and_size", "fetch_range", "planned_size",
-           "hold_bytes_in", "stop_holding_in"]
+           "fetched_size", "hold_bytes_in", "stop_holding_in"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
 
@@ -175,7 +175,8 @@ async def fetch_range(fs: Any, url: str, start: int, stop: int, *, size: int | N
 
 
 #: Where bytes fetched ahead are kept (the read-ahead's stores register here, :mod:`audiotree.io.read_ahead`):
-#: objects with ``take(url, start, stop, need)`` and ``size_of(url)``. Per process: a forked child starts without.
+#: objects with ``take(url, start, stop, need)``, ``size_of(url)`` and ``total_of(url)``. Per process: a forked
+#: child starts without.
 _holders: list = []
 
 
@@ -203,6 +204,16 @@ def planned_size(url: str) -> int | None:
     """The size of ``url`` as the read-ahead planned it (from a corpus index), or ``None``."""
     for holder in list(_holders):
         size = holder.size_of(url)
+        if size is not None:
+            return size
+    return None
+
+
+def fetched_size(url: str) -> int | None:
+    """The size of ``url`` as the answer to a read-ahead's GET of it gave it (its ``Content-Range``), or ``None``:
+    what a caller served from held bytes checks, instead of asking the storage again."""
+    for holder in list(_holders):
+        size = holder.total_of(url)
         if size is not None:
             return size
     return None

@@ -124,6 +124,10 @@ class RangeCache:
             os.utime(path)
         return data
 
+    def holds(self, key: str) -> bool:
+        """Whether an entry for ``key`` is here now (a look at the folder; nothing is read)."""
+        return self._path(key).is_file()
+
     def put(self, key: str, data: bytes) -> None:
         if self.limit is not None and len(data) > self.limit:
             return
@@ -310,6 +314,15 @@ class RemoteFolder:
                                             "audiotree artifact or it was damaged.", self.storage_options))
         return data
 
+    def filesystem(self) -> Any:
+        """The fsspec filesystem this folder's objects are read through."""
+        return self._fs()
+
+    def holds(self, name: str, start: int, stop: int, *, tag: str = "") -> bool:
+        """Whether the local cache holds bytes ``[start, stop)`` of ``url/name`` as :meth:`read` would keep them
+        (then reading them makes no request)."""
+        return self.cache is not None and self.cache.holds(f"{self.object_url(name)}\x00{tag}\x00{start}\x00{stop}")
+
     def read(self, name: str, start: int, stop: int, *, size: int | None = None, min_size: int | None = None,
              tag: str = "") -> bytes:
         """Bytes ``[start, stop)`` of ``url/name`` (from the cache when it holds them)."""
@@ -328,6 +341,9 @@ class RemoteFolder:
         self.bytes_read += len(data)
         if total is not None:
             self._sizes[url] = total
+        elif size is not None or min_size is not None:
+            # Bytes fetched ahead (or an answer without the size): the size the read-ahead's GET of it was given.
+            total = self._sizes.get(url, ranged_get.fetched_size(url))
         if len(data) != stop - start or total is None and (size is not None or min_size is not None):
             total = self.size_of(name)
         problem = None
@@ -404,6 +420,25 @@ class RemoteArray:
     def _read(self, start: int, stop: int) -> bytes:
         bounds = {"size": self.nbytes} if self._exact else {"min_size": self.nbytes}
         return self.folder.read(self.name, start, stop, tag=self.tag, **bounds)
+
+    @property
+    def url(self) -> str:
+        """The object's URL."""
+        return self.folder.object_url(self.name)
+
+    @property
+    def expected_size(self) -> int | None:
+        """The object's size in bytes when the manifest fixes it (a closed dataset), else ``None``."""
+        return self.nbytes if self._exact else None
+
+    def planned_rows(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The byte ranges of the object ``self[start:stop]`` would fetch (the whole object when it is small and
+        not yet here; none when its bytes are at hand or in the local cache), without fetching: what the
+        read-ahead plans (:mod:`audiotree.io.read_ahead`)."""
+        if self._whole is not None or stop <= start:
+            return []
+        lo, hi = (0, self.nbytes) if self.small else (start * self._row, stop * self._row)
+        return [] if self.folder.holds(self.name, lo, hi, tag=self.tag) else [(lo, hi)]
 
     def _rows(self, data: bytes, count: int):
         import numpy as np

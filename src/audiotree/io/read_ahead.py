@@ -242,6 +242,7 @@ class RangeStore:
         self._lock = threading.Lock()
         self._blocks: dict[str, list[_Block]] = {}
         self._sizes: dict[str, int] = {}
+        self._totals: dict[str, int] = {}  # object sizes as the fetches' answers gave them (Content-Range)
         self._held = 0
         self.position = -1
         self.wait_seconds = 0.0  # time readers spent waiting for blocks in flight
@@ -260,6 +261,10 @@ class RangeStore:
     def size_of(self, url: str) -> int | None:
         """The size of ``url`` as a plan gave it (from the index), or ``None``."""
         return self._sizes.get(url)
+
+    def total_of(self, url: str) -> int | None:
+        """The size of ``url`` as the last answer to a fetch of it gave it, or ``None``."""
+        return self._totals.get(url)
 
     def plan(self, ranges: Sequence[PlannedRange], use: int) -> int:
         """Fetches what the item ``use`` will read and no block holds yet; returns the requests started."""
@@ -314,7 +319,10 @@ class RangeStore:
             async with gate:
                 if budget is not None:
                     await budget.take()
-                return (await fetch_range(fs, url, start, stop, size=size)).part(start, stop)
+                answer = await fetch_range(fs, url, start, stop, size=size)
+                if answer.total is not None:
+                    self._totals[url] = answer.total
+                return answer.part(start, stop)
 
         try:
             return asyncio.run_coroutine_threadsafe(fetch(), loop)

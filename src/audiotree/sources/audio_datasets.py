@@ -120,6 +120,11 @@ class AudioMapDataset(_Chained, grain.MapDataset):
     #: Set by :func:`~audiotree.sources.shard_dataset`: which share of which stream this is
     #: (a :class:`~audiotree.sources.global_stream.HostShare`), kept through ``map``.
     host_share = None
+    #: ``(make, below)`` when this is ``AudioMapDataset(make(below))`` and ``make``'s step must stay the outermost:
+    #: the steps applied later (all but ``batch``, whose runs of items it sees in order) go below it. The
+    #: read-ahead of a remote render (:func:`~audiotree.sources.open_render`) is such a step: it must see the
+    #: order items are read in, not the order a ``shuffle`` takes them from the render.
+    on_top = None
 
     def __init__(self, parent: grain.MapDataset, *, item_bytes: int, plan: Any = None):
         super().__init__(parent)
@@ -145,8 +150,14 @@ class AudioMapDataset(_Chained, grain.MapDataset):
         # outermost node: the graph below is Grain's own, and so are the
         # default seeds Grain derives from it (they depend on node depths).
         plan = self.plan if name in _PER_ITEM else None
-        result = AudioMapDataset(getattr(self._parent, name)(*args, **kwargs), item_bytes=self.item_bytes * factor,
-                                 plan=plan)
+        if self.on_top is not None and name != "batch":
+            make, below = self.on_top
+            moved = getattr(below, name)(*args, **kwargs)
+            result = AudioMapDataset(make(moved), item_bytes=self.item_bytes * factor, plan=plan)
+            result.on_top = (make, moved)
+        else:
+            result = AudioMapDataset(getattr(self._parent, name)(*args, **kwargs),
+                                     item_bytes=self.item_bytes * factor, plan=plan)
         if self.host_share is not None:
             # An element-wise function keeps items a function of their stream index; anything else
             # (index-seeded maps, filters, reorders, batches) makes the share a stream of its own.

@@ -145,11 +145,14 @@ class ReadAheadMapDataset(grain.MapDataset):
     """``parent`` with its remote reads planned ``options.items`` items ahead (see the module text).
 
     ``ds[i]`` is ``parent[i]``: the same item, read from bytes fetched ahead where the plan foresaw them.
+    ``group``: the next items are planned ``group`` at a time, in one plan, so that ranges of neighbouring items
+    (rows of a render's part) are merged into one request (default 1: each item as soon as it is known).
     """
 
-    def __init__(self, parent: grain.MapDataset, options: ReadAhead):
+    def __init__(self, parent: grain.MapDataset, options: ReadAhead, *, group: int = 1):
         super().__init__(parent)
         self.options = options
+        self.group = max(1, min(int(group), options.items or 1))
         self._ahead = _Ahead()
 
     def __len__(self) -> int:
@@ -192,11 +195,13 @@ class ReadAheadMapDataset(grain.MapDataset):
             # The items being read now may leave holes among the latest indices: the shape is read below them.
             lag = min(len(ahead.reading), len(ahead.shape.seen) // 2)
             upcoming = [j for j in ahead.shape.upcoming(self.options.items, lag) if j not in ahead.planned]
-            if not upcoming:
+            if len(upcoming) < self.group:
                 return
             done_below = min(ahead.reading) if ahead.reading else index
             ahead.planned.difference_update([j for j in ahead.planned if j < done_below])
             room = store.room()
+            grouped: list[PlannedRange] = []
+            members = 0
             for j in upcoming:
                 if room <= 0:
                     break
@@ -208,8 +213,14 @@ class ReadAheadMapDataset(grain.MapDataset):
                     ahead.useless += 1
                     continue
                 ahead.useless = 0
-                store.plan(ranges, j)
+                grouped.extend(ranges)
+                members += 1
                 room -= sum(r.stop - r.start for r in ranges)
+                if members >= self.group:
+                    store.plan(grouped, j)  # (a block of several items is needed until the last of them)
+                    grouped, members = [], 0
+            if grouped:
+                store.plan(grouped, j)
 
     def _ranges_of(self, j: int) -> list[PlannedRange]:
         with planning():

@@ -21,9 +21,11 @@ from audiotree.process_local import ProcessLocal
 from audiotree.formats.render_record import MAX_RECORD_BYTES, RECORD, parse_record, read_record
 from audiotree.discovery.sharding import host_range
 from audiotree.io import storage
+from audiotree.io.read_ahead import ReadAhead
 from audiotree.sources.readers.arrayrecord_source import ArrayRecordAudioSource, open_arrayrecord
 from audiotree.sources.readers.audio import AudioDataSource
 from audiotree.sources.audio_datasets import wrap_stored
+from audiotree.sources.read_ahead_map import ReadAheadMapDataset
 from audiotree.sources.readers.tree import TreeDataSource
 
 __all__ = ["open_render", "RenderParts", "host_range"]
@@ -107,8 +109,13 @@ class RenderParts(ProcessLocal):
         return self._source(k)[i - first]
 
 
+#: Items a render's read-ahead plans together, so that neighbouring rows of a part come in one request.
+READ_AHEAD_GROUP = 8
+
+
 def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_options: dict | None = None,
-                cache_limit: int | str | None = None, cache_dir: str | os.PathLike | None = None):
+                cache_limit: int | str | None = None, cache_dir: str | os.PathLike | None = None,
+                read_ahead: ReadAhead | None = ReadAhead()):
     """The finished parts of a render in ``out`` as one dataset, in item order.
 
     Returns an :class:`~audiotree.sources.audio_datasets.AudioMapDataset` (a
@@ -127,12 +134,20 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
       cache_limit: keep the bytes read from a URL in a local cache of at most
         this size (``"20GB"``), least recently used evicted; default none.
       cache_dir: that cache's folder (default ``$AUDIOTREE_CACHE/ranges``).
+      read_ahead: for a ``tree`` render at a URL, how each process fetches the rows of its next items ahead,
+        many requests in flight (:class:`~audiotree.io.read_ahead.ReadAhead`; ``None`` turns it off). It follows
+        the order the dataset is read in (in item order, every W-th item in each of W workers, runs of a
+        batch), also after a ``shuffle``, ``map`` or ``repeat`` of the dataset ``open_render`` returns, which
+        stay below it. Items are the same with or without it.
 
     Raises ``FileNotFoundError`` when ``out`` holds no render record,
     ``ValueError`` when the record is unreadable, and ``RuntimeError`` when no
     part has finished yet. A part the record names but the storage lacks (or
     holds truncated) raises when its items are read, naming the object.
     """
+    if read_ahead is not None and not isinstance(read_ahead, ReadAhead):
+        raise TypeError("read_ahead must be a ReadAhead (audiotree.sources.ReadAhead) or None, got "
+                        f"{type(read_ahead).__name__}.")
     location = os.fspath(out)
     if storage.is_url(location):
         from audiotree.io.ranges import remote_folder
@@ -176,8 +191,16 @@ def open_render(out: str | os.PathLike, *, shard_options: Any = None, storage_op
         total = sum(count for _, count in parts)
         start, stop = host_range(total, shard_options) if shard_options is not None else (0, total)
         source = RenderParts(root, parts, functools.partial(_open_part, fmt, options), start=start, stop=stop)
+        ds = grain.MapDataset.source(source)
         # Sized from the first part's manifest, not by reading an item: on a bucket that is a request.
-        return wrap_stored(grain.MapDataset.source(source), item_bytes=source.waveform_nbytes())
+        if not (fmt == "tree" and storage.is_url(root) and read_ahead is not None and read_ahead.enabled):
+            return wrap_stored(ds, item_bytes=source.waveform_nbytes())
+        # Each TreeDataSource answers a plan with its item's ranges (TreeDataSource.planned_reads). The read-ahead
+        # stays above later shuffles, maps and slices (AudioMapDataset.on_top): it sees the order items are read in.
+        make = functools.partial(ReadAheadMapDataset, options=read_ahead, group=READ_AHEAD_GROUP)
+        wrapped = wrap_stored(make(ds), item_bytes=source.waveform_nbytes())
+        wrapped.on_top = (make, ds)
+        return wrapped
     # On a local disk every part is opened (and its files checked) now: it costs nothing.
     sources = [grain.MapDataset.source(_open_part(fmt, options, os.path.join(root, name))) for name, _ in parts]
     return wrap_stored(sources[0] if len(sources) == 1 else grain.MapDataset.concatenate(sources))

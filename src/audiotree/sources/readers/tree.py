@@ -20,6 +20,9 @@ Sizes are checked against the manifest
 as the answers arrive (``Content-Range``), so a truncated object is an error
 naming it. ``cache_limit="20GB"`` keeps what was read in a local
 least-recently-used cache (``cache_dir``, default ``$AUDIOTREE_CACHE/ranges``).
+Asked for an item while a read-ahead plans (:mod:`audiotree.sources.read_ahead_map`),
+a URL folder names the ranges that item reads (:meth:`TreeDataSource.planned_reads`)
+instead of reading them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from audiotree.process_local import ExitsWithPickler, ProcessLocal
 from audiotree.formats import header as _format
 from audiotree.fs import read_limited
 from audiotree.io import storage
+from audiotree.io.read_ahead import PlannedRange
+from audiotree.sources.read_ahead_map import PlannedReads, is_planning
 from audiotree.sources.workers.lifecycle import hold_grain_flag_while_alive
 from audiotree.formats.tree_inline import inline_bytes
 from audiotree.formats.tree import (
@@ -338,9 +343,33 @@ class TreeDataSource(ExitsWithPickler, ProcessLocal):
             raise IndexError(f"Index {i} is out of range for {self.directory} with {n} samples (negative indices are not supported).")
         return i
 
+    def planned_reads(self, i: int) -> list[PlannedRange]:
+        """The byte ranges reading sample ``i`` fetches: each array leaf's row, and a small leaf whole until it is
+        here; none for a local or in-memory dataset, or for bytes the local cache holds."""
+        if self._remote is None or self._memory is not None:
+            return []
+        handles = self._open()  # (the manifest is read already; its inline leaves cost nothing)
+        wanted: list[tuple[Any, list[tuple[int, int]]]] = []
+        for name in self._array_names:
+            if handles[name] is not None:
+                wanted.append((handles[name], handles[name].planned_rows(i, i + 1)))
+        for name in self._string_names:
+            index_map, data_map = handles[name]
+            offsets = index_map.planned_rows(max(i - 1, 0), i + 1)
+            wanted.append((index_map, offsets))
+            if data_map is not None and not offsets:  # the offsets are here: the text's range is known
+                end = int(index_map[i])
+                start = int(index_map[i - 1]) if i > 0 else 0
+                if 0 <= start < end <= self._text_lengths[name]:
+                    wanted.append((data_map, data_map.planned_rows(start, end)))
+        fs = self._remote.filesystem()
+        return [PlannedRange(leaf.url, lo, hi, leaf.expected_size, fs) for leaf, ranges in wanted for lo, hi in ranges]
+
     def __getitem__(self, index: int) -> Any:
         """Sample ``index`` (0 <= index < len) rebuilt with the written structure."""
         i = self._check_index(index)
+        if is_planning():  # the read-ahead asks what sample i reads (audiotree.sources.read_ahead_map)
+            raise PlannedReads(self.planned_reads(i))
         values: dict[str, Any] = {}
         if self._memory is not None:
             for name in self._array_names:
