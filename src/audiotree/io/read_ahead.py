@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -123,11 +124,17 @@ class ReadAhead:
 
     @property
     def cache_bytes(self) -> int:
-        return _size(self.cache_limit, "cache_limit")
+        return _sizes_of(self)[0]
 
     @property
     def gap_bytes(self) -> int:
-        return _size(self.merge_gap, "merge_gap")
+        return _sizes_of(self)[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _sizes_of(options: ReadAhead) -> tuple[int, int]:
+    """``(cache_limit, merge_gap)`` in bytes (parsed once per options: they are read on every plan)."""
+    return _size(options.cache_limit, "cache_limit"), _size(options.merge_gap, "merge_gap")
 
 
 @dataclasses.dataclass(frozen=True)
