@@ -283,3 +283,24 @@ def test_a_killed_or_exiting_reader_leaves_no_request_behind(served, tmp_path):
         assert (done.returncode, done.stderr) == (0, ""), done.stderr[-2000:]
     finally:
         slow.stop()
+
+
+def test_the_request_budget_spaces_requests_at_its_rate():
+    """A token bucket of 5 requests/s, full at first (one second's worth): 10 requests cannot all start in under
+    one second. (A lower bound: a budget can only slow requests down.)"""
+    import asyncio
+    import time
+
+    from audiotree.io.read_ahead import _Budget
+
+    async def take_all() -> list[float]:
+        budget = _Budget(5.0)
+        stamps = []
+        for _ in range(10):
+            await budget.take()
+            stamps.append(time.monotonic())
+        return stamps
+
+    stamps = asyncio.run(take_all())
+    assert stamps[-1] - stamps[0] >= 0.9  # 5 from the full bucket, then 5 more at 0.2 s each
+    assert all(b >= a for a, b in zip(stamps, stamps[1:]))
