@@ -30,7 +30,7 @@ pickles empty and a forked child starts with none.
 >>> merge_ranges([(0, 65536), (70000, 80000), (5_000_000, 5_100_000)], gap=262144)
 [(0, 80000), (5000000, 5100000)]
 >>> excerpt_ranges(size=10_000_000, duration=100.0, start=50.0, length=3.0)
-[(0, 65536), (4900000, 5465536), (9934464, 10000000)]
+[(0, 65536), (4900000, 5465536), (9803392, 10000000)]
 >>> excerpt_ranges(size=320_044, duration=10.0, start=5.0, length=1.0, uncompressed=True)
 [(0, 65536), (143318, 208730)]
 """
@@ -198,8 +198,9 @@ def excerpt_ranges(*, size: int, duration: float, start: float, length: float | 
     hi = min(size, int(rate * (start + length)) + pad + (0 if uncompressed else header))
     if uncompressed:
         return merge_ranges([head, (lo, hi)], gap=0)
-    # Compressed streams are also read at their end: Ogg's last page (its length), MP3's ID3v1 tag.
-    return merge_ranges([head, (lo, hi), (max(0, size - header), size)], gap=0)
+    # Compressed streams are also read at their end: Ogg's last pages (its length; a decoder looks back up to two
+    # of its 64 KiB chunks from the end), MP3's ID3v1 tag.
+    return merge_ranges([head, (lo, hi), (max(0, size - 3 * header), size)], gap=0)
 
 
 class _Block:
@@ -255,13 +256,16 @@ class RangeStore:
         self.wait_seconds = 0.0  # time readers spent waiting for blocks in flight
         self._gates: dict[int, tuple[asyncio.Semaphore, _Budget | None]] = {}  # per event loop
         self._prefix_misses: dict[str, int] = {}
+        self._rooms = 0  # calls of room(), which evicts read blocks every few items
         self._from_start: set[str] = set()  # objects whose decoder reads from byte 0 (see _note_miss)
 
     # -- planning -------------------------------------------------------------------------------------------
     def room(self) -> int:
         """Bytes that may still be planned under ``cache_limit``."""
         with self._lock:
-            if self._held > self.options.cache_bytes // 2:  # (a scan of every block: not on every item)
+            self._rooms += 1
+            # A scan of every block: every 8th item, or at once past half the limit.
+            if self._rooms % 8 == 0 or self._held > self.options.cache_bytes // 2:
                 self._evict_read()
             return self.options.cache_bytes - self._held
 
@@ -286,8 +290,10 @@ class RangeStore:
                     self._sizes[url] = int(first.size)
                 blocks = self._blocks.setdefault(url, [])
                 asked = [(p.start, p.stop) for p in parts]
-                if url in self._from_start:  # its decoder reads from the start up to the excerpt (seen below)
-                    asked = [(0, max(b for _, b in asked))]
+                if url in self._from_start:  # its decoder reads from the start up to the excerpt (seen below);
+                    # where that ends is a bit-rate estimate: 5 % of the object more.
+                    end = max(b for _, b in asked)
+                    asked = [(0, end + (first.size // 20 if first.size else end // 10))]
                 wanted = []
                 for start, stop in merge_ranges(asked, gap=self.options.gap_bytes):
                     wanted.extend(self._missing(blocks, start, stop, use))
