@@ -23,10 +23,11 @@ int64 cells, mapped with ``mmap`` by every process that counts.
   worker killed with SIGKILL keeps what it counted. When every row is taken,
   the rows of dead processes are folded into one *retired* row and reused.
 * **Cleaning up.** The owner removes the file at exit. A process whose owner
-  has died neither creates the file nor leaves it: it counts for itself only,
-  and removes the file at its own exit. An owner killed by a signal (which
+  has died does not make the file again; it counts on the file if it is still
+  there (else in its own counters only), and removes it at its own exit. An owner killed by a signal (which
   runs no ``atexit``) leaves its file, a few KB of a sparse 512 KB file, until
-  the next owner's first count removes the boards of owners no longer alive.
+  the next board is made: whoever makes one removes the boards of owners no
+  longer alive.
 
 Set ``AUDIOTREE_READ_STATS=off`` to keep every count per process.
 """
@@ -186,13 +187,23 @@ def _remove_stale_boards() -> None:
 
 def _claim() -> None:
     """Maps the board and claims this process's row (caller holds the lock); gives up quietly on failure."""
-    if _state.owner:
-        _remove_stale_boards()
     owner = _owner_pid()
-    may_create = _state.owner or owner is None or _alive(owner)
     try:
-        fd = os.open(_state.path, os.O_RDWR | (os.O_CREAT if may_create else 0), 0o600)
+        fd = os.open(_state.path, os.O_RDWR)
+    except FileNotFoundError:
+        fd = -1
     except OSError:
+        _state.given_up = True
+        return
+    if fd < 0 and (_state.owner or owner is None or _alive(owner)):
+        try:
+            fd = os.open(_state.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            _remove_stale_boards()  # whoever makes a board removes those of dead owners
+        except FileExistsError:  # another process of the tree made it meanwhile
+            fd = os.open(_state.path, os.O_RDWR)
+        except OSError:
+            pass
+    if fd < 0:
         _state.given_up = True
         return
     try:
