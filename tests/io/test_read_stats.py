@@ -13,6 +13,7 @@ board, which must be gone when the script has exited.
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -261,3 +262,37 @@ def test_grain_and_torch_workers_reads_equal_the_servers_count_also_of_a_killed_
     for label in ("grain 2 workers", "torch 2 workers fork", "torch 2 workers spawn", "torch, a worker killed"):
         assert label in out.stdout, out.stdout
     _board_gone(out)
+
+
+# ------------------------------------------------------------------ audiotree bench
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "audiotree.cli", "bench", *args, "--threads", "0", "--buffers", "1",
+                           "--batches", "2", "--batch-size", "4", "--duration", "0.25", "--sample-rate", "8000"],
+                          capture_output=True, text=True, timeout=300, env=_script_env())
+
+
+@pytest.mark.slow
+def test_bench_reports_the_reads_of_each_setting_workers_included():
+    server = CountedHttp({f"/f{i}.wav": _wav(i) for i in range(4)})
+    try:
+        urls = [f"{server.base}/f{i}.wav" for i in range(4)]
+        out = _bench(*urls, "--workers", "0,1", "--json")
+        assert out.returncode == 0, out.stderr[-3000:]
+        measured = json.loads(out.stdout)["measurements"]
+        assert [m["num_workers"] for m in measured] == [0, 1]
+        for m in measured:
+            reads = m["reads"]
+            assert reads["requests"] > 0 and reads["bytes"] > 0 and reads["wait_seconds"] > 0, m
+            assert set(reads["by_backend"]) == {"http"} and m["items_delivered"] >= 8
+        # The worker's reads are in (it reads every item of its setting); the rest of the server's requests are
+        # the building and the warm-up batch, in the bench's own process.
+        assert sum(m["reads"]["requests"] for m in measured) < server.counts()[0]
+        assert sum(m["reads"]["bytes"] for m in measured) < server.counts()[1]
+
+        table = _bench(*urls, "--workers", "0")
+        assert table.returncode == 0, table.stderr[-3000:]
+        assert "Reads from storage per setting, workers included" in table.stdout
+        for column in ("requests", "req/item", "KB/item", "hits", "wait s"):
+            assert column in table.stdout, table.stdout
+    finally:
+        server.stop()
