@@ -142,6 +142,46 @@ def test_every_start_method_and_a_killed_child_reach_the_parent_and_nothing_is_l
     _board_gone(out)
 
 
+_FULL_BOARD_SCRIPT = textwrap.dedent(
+    """
+    import os
+
+    from audiotree.io import read_board, read_stats
+    from audiotree.io.byte_counters import count_request
+
+    if __name__ == "__main__":
+        print("BOARD", read_board.board_path())
+        count_request("http", 10)  # makes the board and claims row 2
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)  # a pid no process has any more
+        cells, fields = read_board._state.cells, read_board.FIELDS
+        requests = read_board.backend_cell("http", read_board.REQUESTS)
+        for row in range(3, read_board.ROWS):  # every other row: a dead process that made one request
+            cells[row * fields + read_board.PID] = pid
+            cells[row * fields + requests] = 1
+        before = read_stats()
+        assert before.requests == read_board.ROWS - 2 and before.processes == read_board.ROWS - 2, before
+        child = os.fork()
+        if child == 0:  # no free row: a dead one is folded into the retired row and reused
+            count_request("http", 5)
+            os._exit(0 if read_board._state.row >= 0 else 1)
+        _, status = os.waitpid(child, 0)
+        assert status == 0, status
+        after = read_stats()
+        assert (after.requests, after.bytes) == (before.requests + 1, before.bytes + 5), (before, after)
+        print("OK")
+    """
+)
+
+
+def test_a_full_board_reuses_the_rows_of_dead_processes_and_keeps_their_counts(tmp_path):
+    out = _run(_FULL_BOARD_SCRIPT, tmp_path)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+    _board_gone(out)
+
+
 _PIPELINES_SCRIPT = textwrap.dedent(
     """
     import os, signal, subprocess, sys, time
