@@ -24,10 +24,10 @@ int64 cells, mapped with ``mmap`` by every process that counts.
   the rows of dead processes are folded into one *retired* row and reused.
 * **Cleaning up.** The owner removes the file at exit. A process whose owner
   has died does not make the file again; it counts on the file if it is still
-  there (else in its own counters only), and removes it at its own exit. An owner killed by a signal (which
-  runs no ``atexit``) leaves its file, a few KB of a sparse 512 KB file, until
-  the next board is made: whoever makes one removes the boards of owners no
-  longer alive.
+  there (else in its own counters only), and removes it at its own exit. An
+  owner killed by a signal (which runs no ``atexit``) leaves its file, a few
+  KB of a sparse 512 KB file, until the next board is made: whoever makes one
+  removes the boards of owners no longer alive.
 
 Set ``AUDIOTREE_READ_STATS=off`` to keep every count per process.
 """
@@ -286,6 +286,7 @@ def _after_fork_in_child() -> None:
     _state.lock = threading.Lock()  # a parent thread may have held the old one at the fork
     _state.owner = False
     _state.row = -1  # the child counts in a row of its own (the mapping is shared and kept)
+    _state.given_up = False  # a full board may have a free row again
 
 
 _reserve()
