@@ -10,7 +10,7 @@ read threads) and ``per_worker_buffer_size`` and records, for each:
   worker), sampled every 20 ms with psutil when installed, else from ``/proc``.
   RSS counts shared pages once per process, so it is an upper bound;
 * what the setting read from storage, workers included
-  (:func:`audiotree.io.read_stats.read_stats`: requests, bytes, cache hits,
+  (:func:`audiotree.io.read_totals.read_stats`: requests, bytes, cache hits,
   seconds waited), and per item delivered (workers may have read a few items
   ahead that were never delivered).
 
@@ -383,7 +383,7 @@ def measure(ds: Any, setting: Setting, *, batch_size: int = 32, batches: int = 8
         from audiotree.core import AudioTree
 
         batch_fn = AudioTree.batch
-    from audiotree.io.read_stats import read_stats
+    from audiotree.io.read_totals import read_stats
 
     skip = _buffered_batches(setting, batch_size)
     gc.collect()

@@ -1,4 +1,5 @@
-"""Read counters summed over a process tree (``audiotree.io.read_stats``), against a real HTTP server.
+"""Read counters summed over a process tree (``audiotree.io.read_stats()``, in ``io/read_totals.py``), against a
+real HTTP server.
 
 The server (``counted_http.py``) counts every request it answers, HEADs
 included, and the body bytes it sends; what ``read_stats()`` says in the
@@ -93,6 +94,14 @@ def test_byte_counters_stay_per_process_and_keep_their_own_reset():
         assert read_stats().requests == server.counts()[0] > 0
     finally:
         server.stop()
+
+
+def test_the_public_names_are_the_functions_whatever_was_imported_first():
+    import audiotree.io
+    import audiotree.io.read_totals as totals
+
+    assert audiotree.io.read_stats is totals.read_stats and audiotree.io.ReadStats is totals.ReadStats
+    assert audiotree.io.reset_read_stats is totals.reset_read_stats
 
 
 # ------------------------------------------------------------------ a tree of processes

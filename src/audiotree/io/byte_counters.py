@@ -9,7 +9,7 @@ counts once per try. Local reads and listings are not counted. :func:`byte_count
 snapshot, :func:`reset_byte_counters` sets them to zero. These counts belong to
 one process: a forked child starts from zero. Every count also goes to the
 process tree's board (:mod:`audiotree.io.read_board`), which
-:func:`audiotree.io.read_stats.read_stats` sums over this process and its
+:func:`audiotree.io.read_totals.read_stats` sums over this process and its
 workers.
 
 >>> reset_byte_counters()
