@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -345,3 +346,33 @@ def test_bench_reports_the_reads_of_each_setting_workers_included():
             assert column in table.stdout, table.stdout
     finally:
         server.stop()
+
+
+def test_off_keeps_the_counts_per_process_and_makes_no_board(tmp_path):
+    code = textwrap.dedent(
+        """
+        import os
+        from audiotree.io import read_board, read_stats
+        from audiotree.io.byte_counters import count_request, count_wait
+
+        assert read_board.board_path() is None and os.environ["AUDIOTREE_READ_STATS"] == "off"
+        count_request("s3", 100, wait_seconds=0.25)
+        count_wait("s3", 0.5)
+        pid = os.fork()
+        if pid == 0:
+            count_request("s3", 1)  # counted in the child only
+            os._exit(0)
+        os.waitpid(pid, 0)
+        stats = read_stats()
+        assert (stats.requests, stats.bytes, stats.wait_seconds) == (1, 100, 0.75), stats
+        print("OK", os.getpid())
+        """
+    )
+    env = dict(_script_env(), AUDIOTREE_READ_STATS="off")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+    pid = out.stdout.split()[-1]
+    for folder in {"/dev/shm", tempfile.gettempdir()}:
+        if os.path.isdir(folder):
+            assert not [n for n in os.listdir(folder) if n.startswith(f"audiotree-reads-{pid}-")]
