@@ -122,6 +122,16 @@ _BOARD_SCRIPT = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)  # no exit handler, no flush: the counts are already shared
 
 
+    def middle():
+        # A worker that reads nothing itself but starts one that does: its read_stats() is what it started.
+        assert not read_board.owns_board()
+        p = multiprocessing.get_context("spawn").Process(target=child, args=(2, False))
+        p.start()
+        p.join()
+        stats = read_stats()
+        raise SystemExit(0 if (stats.requests, stats.processes) == (2, 1) else 1)
+
+
     if __name__ == "__main__":
         print("BOARD", read_board.board_path())
         # Nothing counted yet here, and no board file: spawned children still find the name in the environment.
@@ -134,6 +144,10 @@ _BOARD_SCRIPT = textwrap.dedent(
         stats = read_stats()
         assert (stats.requests, stats.bytes, stats.cache_hits) == (12, 12000, 4), stats
         assert stats.by_backend["s3"].requests == 12 and stats.processes == 4, stats
+        p = multiprocessing.get_context("spawn").Process(target=middle)
+        p.start()
+        p.join()
+        assert p.exitcode == 0 and read_stats().requests == 14, (p.exitcode, read_stats())
         pid = os.fork()  # a bare fork that exits normally runs the inherited exit handlers: the board stays
         if pid == 0:
             count_request("gcs", 5)

@@ -142,12 +142,12 @@ def _tree_totals() -> ReadStats:
         below: dict[int, list[read_board.Row]] = {}
         for row in rows:
             below.setdefault(row.parent, []).append(row)
-        mine = [row for row in rows if row.pid == os.getpid()]
-        todo = list(mine)
+        mine = [row for row in rows if row.pid == os.getpid()]  # none when this process counted nothing itself
+        todo = [os.getpid()]
         while todo:
-            found = below.pop(todo.pop().pid, [])
+            found = below.pop(todo.pop(), [])
             mine += found
-            todo += found
+            todo += [row.pid for row in found]
         rows = mine
     counts = [0] * (read_board.FIELDS - 2)
     for row in rows:
