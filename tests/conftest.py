@@ -37,7 +37,9 @@ if "AUDIOTREE_CACHE_DIR" not in os.environ:
 # * multiprocessing's named semaphores made by this process and its multiprocessing children carry the session's
 #   pid (their prefix is inherited by every child multiprocessing starts);
 # * names that embed the pid of a process this session started (audiotree's batch slots
-#   ``audiotree_<token>_<pid>_...``, the fuzz harness's ``audiotree-fuzz-<pid>``).
+#   ``audiotree_<token>_<pid>_...``, the fuzz harness's ``audiotree-fuzz-<pid>``, the read-counter board
+#   ``audiotree-reads-<pid>-<token>`` of a process tree a test started; this session's own board lives as long
+#   as the session, and is removed when it exits).
 _SHM = Path("/dev/shm")
 _SESSION_PIDS = {os.getpid()}
 _SEM_MARK = f"sem.mp-pytest{os.getpid()}-"
@@ -74,8 +76,11 @@ def _ours(name: str) -> bool:
         return True
     import re
 
-    match = re.match(r"^(?:audiotree_[0-9a-f]+_(\d+)_|audiotree-fuzz-(\d+)$)", name)
-    return match is not None and int(next(g for g in match.groups() if g)) in _SESSION_PIDS
+    match = re.match(r"^(?:audiotree_[0-9a-f]+_(\d+)_|audiotree-fuzz-(\d+)$|audiotree-reads-(\d+)-[0-9a-f]+$)", name)
+    if match is None:
+        return False
+    pid = int(next(g for g in match.groups() if g))
+    return pid in _SESSION_PIDS and not (match.group(3) and pid == os.getpid())
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,11 @@ read threads) and ``per_worker_buffer_size`` and records, for each:
 * the time to the first batch (start-up: spawning workers, first reads);
 * the peak resident memory of the whole process tree (this process plus every
   worker), sampled every 20 ms with psutil when installed, else from ``/proc``.
-  RSS counts shared pages once per process, so it is an upper bound.
+  RSS counts shared pages once per process, so it is an upper bound;
+* what the setting read from storage, workers included
+  (:func:`audiotree.io.read_totals.read_stats`: requests, bytes, cache hits,
+  seconds waited), and per item delivered (workers may have read a few items
+  ahead that were never delivered).
 
 The **knee** is the cheapest setting (fewest workers, then threads, then
 buffer) within ``tolerance`` (5 %) of the best throughput: past it, more
@@ -194,6 +198,13 @@ class Measurement:
     peak_rss_bytes: int | None
     items: int  # items timed (after the first batch and the pre-filled buffers)
     seconds: float  # time over which they were timed
+    reads: Any = None  # ReadStats: what the setting read from storage, over all its processes
+    items_delivered: int = 0  # every item the setting delivered (first batch and buffers included)
+
+    @property
+    def remote(self) -> bool:
+        """Whether the setting made any request to storage."""
+        return self.reads is not None and self.reads.requests > 0
 
     @property
     def peak_rss_mb(self) -> float | None:
@@ -210,6 +221,8 @@ class Measurement:
             "peak_rss_mb": None if self.peak_rss_bytes is None else round(self.peak_rss_bytes / 2**20, 1),
             "items": self.items,
             "seconds": round(self.seconds, 3),
+            "items_delivered": self.items_delivered,
+            "reads": None if self.reads is None else self.reads.to_dict(),
         }
 
 
@@ -269,6 +282,9 @@ class TuneResult:
             lines.append(f"{s.num_workers:>7} {s.num_threads:>7} {buffer:>6} {m.items_per_second:>9.1f} "
                          f"{m.first_batch_seconds:>13.2f} {rss:>11}{mark}")
         lines.append(self.recommendation())
+        for m in self.measurements:
+            if m.remote:
+                lines.append(f"Reads, {m.setting.label}: {m.reads.summary(items=m.items_delivered)}")
         return "\n".join(lines)
 
     def recommendation(self) -> str:
@@ -367,8 +383,12 @@ def measure(ds: Any, setting: Setting, *, batch_size: int = 32, batches: int = 8
         from audiotree.core import AudioTree
 
         batch_fn = AudioTree.batch
+    from audiotree.io.read_totals import read_stats
+
     skip = _buffered_batches(setting, batch_size)
     gc.collect()
+    reads_before = read_stats()
+    delivered = 0
     with _PeakSampler() as sampler:
         started = time.perf_counter()
         iterator = iter(_pipeline(ds, setting, batch_size, batch_fn))
@@ -378,12 +398,16 @@ def measure(ds: Any, setting: Setting, *, batch_size: int = 32, batches: int = 8
                 raise RuntimeError("The dataset produced no batch; tune() needs at least one batch per setting.")
             first_at = time.perf_counter()
             batch_bytes = _nbytes(first)
+            delivered = _batch_items(first, batch_size)
             del first
             exhausted = False
             for _ in range(skip):
-                if next(iterator, None) is None:
+                batch = next(iterator, None)
+                if batch is None:
                     exhausted = True
                     break
+                delivered += _batch_items(batch, batch_size)
+                del batch
             timed_from = time.perf_counter()
             items = 0
             for _ in range(0 if exhausted else batches):
@@ -399,7 +423,9 @@ def measure(ds: Any, setting: Setting, *, batch_size: int = 32, batches: int = 8
             gc.collect()
     seconds = finished - timed_from
     rate = items / seconds if items and seconds > 0 else 0.0
-    return Measurement(setting, rate, first_at - started, sampler.peak, items, seconds), batch_bytes
+    reads = read_stats() - reads_before  # after the close: the workers are gone and their counts are in
+    return Measurement(setting, rate, first_at - started, sampler.peak, items, seconds, reads,
+                       delivered + items), batch_bytes
 
 
 def _check_ints(name: str, values: Iterable[int] | None, minimum: int) -> list[int] | None:

@@ -265,6 +265,7 @@ def test_bench_table(corpus):
     assert "knee" in result.stdout and "items/s" in result.stdout and "Use: ds.to_iter_dataset" in result.stdout
     assert "[2/2]" in result.stderr  # progress per setting
     assert "Mix per" not in result.stdout  # one group: nothing is mixed
+    assert "Reads from storage" not in result.stdout  # local files: no request to count
 
 
 @pytest.mark.slow

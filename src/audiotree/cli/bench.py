@@ -128,8 +128,30 @@ def bench(sources, workers, threads, buffers, read_buffer, batch_size, batches, 
                   f"prefetch_buffer_size={k.prefetch_buffer_size}))"
                   + (f".mp_prefetch(grain.MultiprocessingOptions(num_workers={k.num_workers}, "
                      f"per_worker_buffer_size={k.per_worker_buffer_size}))" if k.num_workers else ""), soft_wrap=True)
+    if any(m.remote for m in result.measurements):
+        console.print(_reads_table(result))
     if mix is not None:
         console.print(mix_table(mix, batch_size))
     if plot is not None:
         console.print(f"Plot: {plot}")
 
+
+
+def _reads_table(result):
+    """What each setting read from storage, its workers included, and per item delivered."""
+    from rich.table import Table
+
+    table = Table(title="Reads from storage per setting, workers included", title_justify="left",
+                  caption="w: workers, t: threads; per item delivered; wait s: summed over threads and processes",
+                  caption_justify="left")
+    for name in ("w", "t", "buffer", "requests", "MB", "req/item", "KB/item", "hits", "wait s"):
+        table.add_column(name, justify="right")
+    for m in result.measurements:
+        s, r, n = m.setting, m.reads, max(1, m.items_delivered)
+        if r is None:
+            continue
+        rate = r.cache_hit_rate
+        table.add_row(str(s.num_workers), str(s.num_threads), str(s.per_worker_buffer_size) if s.num_workers else "-",
+                      f"{r.requests:,}", f"{r.bytes / 1e6:.1f}", f"{r.requests / n:.2f}", f"{r.bytes / n / 1e3:.0f}",
+                      "-" if rate is None else f"{rate:.0%}", f"{r.wait_seconds:.2f}")
+    return table

@@ -1,7 +1,8 @@
 """Decoding layer: open audio files once and read sample-exact excerpts.
 
-Re-exports the public API of :mod:`audiotree.io.decode` and
-:mod:`audiotree.io.extensions`, loaded on first use: importing a low module of
+Re-exports the public API of :mod:`audiotree.io.decode`,
+:mod:`audiotree.io.extensions` and :mod:`audiotree.io.read_totals` (what a
+pipeline read from storage, over all its workers), loaded on first use: importing a low module of
 the package (the byte layer's :mod:`audiotree.io.byte_paths`) loads no
 decoder.
 """
@@ -20,6 +21,9 @@ _LAZY = {
     "pyav_available": "audiotree.io.extensions",
     "supported_extensions": "audiotree.io.extensions",
     "normalize_extension": "audiotree.io.extensions",
+    "ReadStats": "audiotree.io.read_totals",
+    "read_stats": "audiotree.io.read_totals",
+    "reset_read_stats": "audiotree.io.read_totals",
 }
 
 __all__ = list(_LAZY)

@@ -24,7 +24,8 @@ Other backends (local, ``memory://``, the rest of fsspec) are read with
 This module is the byte layer's one ranged GET per backend (``_s3``, ``_gcs``,
 ``_http``, ``cat_file`` for the rest) and the only code that calls a backend's
 private request method. Every request it makes is counted in
-:mod:`audiotree.io.byte_counters` under its backend's name.
+:mod:`audiotree.io.byte_counters` under its backend's name, with the wall time
+the calling thread waited on it.
 
 >>> check_answer("u", 206, "bytes 10-19/100", b"x" * 10, 10, 20)
 Answer(data=b'xxxxxxxxxx', start=10, total=100)
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any, NamedTuple
 
 from audiotree.io import byte_counters, storage
@@ -235,6 +237,7 @@ def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = No
     backend = _backend(fs)
     name = byte_counters.backend_of(url)
     got = 0
+    began = time.perf_counter()
     try:
         if backend is None:
             data = fs.cat_file(url, start=start, end=stop)
@@ -248,18 +251,19 @@ def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = No
         got = len(answer.data)
         return answer
     finally:  # a failed request is a request too (a retry is counted once per try)
-        byte_counters.count_request(name, got)
+        byte_counters.count_request(name, got, wait_seconds=time.perf_counter() - began)
 
 
 def get_whole(fs: Any, url: str) -> bytes:
     """The whole object ``url`` in one GET (counted like a ranged one); not retried."""
     got = 0
+    began = time.perf_counter()
     try:
         data = fs.cat_file(url)
         got = len(data)
         return data
     finally:
-        byte_counters.count_request(byte_counters.backend_of(url), got)
+        byte_counters.count_request(byte_counters.backend_of(url), got, wait_seconds=time.perf_counter() - began)
 
 
 def first_bytes_and_size(fs: Any, url: str, nbytes: int) -> tuple[int, bytes] | None:

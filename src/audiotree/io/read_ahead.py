@@ -376,7 +376,9 @@ class RangeStore:
                 lo = max(start, block.start) - block.start
                 parts.append(data[lo:min(stop, block.stop) - block.start])
         finally:
-            self.wait_seconds += time.monotonic() - began
+            waited = time.monotonic() - began
+            self.wait_seconds += waited
+            byte_counters.count_wait(byte_counters.backend_of(url), waited)  # read_stats(): the reader's wait
         got = b"".join(parts) if len(parts) > 1 else parts[0]
         if len(got) < need - start:  # the object ended before the block: only the caller can say what that means
             return None

@@ -373,10 +373,11 @@ def remote_error(
 def object_info(fs: Any, url: str) -> dict:
     """fsspec's ``info`` of the object ``url`` (one metadata request, counted in
     :mod:`audiotree.io.byte_counters`); ``IsADirectoryError`` for a folder."""
+    began = time.perf_counter()
     try:
         info = fs.info(url)
     finally:
-        byte_counters.count_request(byte_counters.backend_of(url), 0)
+        byte_counters.count_request(byte_counters.backend_of(url), 0, wait_seconds=time.perf_counter() - began)
     if info.get("type") == "directory":
         raise IsADirectoryError(errno.EISDIR, "is a folder (prefix), not an object", url)
     return info

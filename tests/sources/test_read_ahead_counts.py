@@ -1,0 +1,28 @@
+"""The read-ahead's requests, hits and waits reach ``audiotree.io.read_stats()``: its fetches on the event loop are
+counted like the reader's own requests, and the time a reader blocks on a block fetched ahead is wait time."""
+
+from __future__ import annotations
+
+from test_read_ahead import _dataset, _items, served  # noqa: F401 - the counting server and its index
+
+from audiotree.io import read_ahead, read_stats, reset_read_stats
+from audiotree.sources import ReadAhead
+
+
+def test_read_ahead_requests_hits_and_waits_are_in_read_stats(served):  # noqa: F811
+    state, index = served
+    read_ahead.close_stores()
+    ds = _dataset(index, ReadAhead(items=16))
+    state.reset_counters()
+    reset_read_stats()
+    _items(ds, 24)
+    stores = read_ahead.active_stores()
+    read_ahead.close_stores()  # cancels what is still in flight: a cancelled fetch is counted by the client only
+    stats = read_stats()
+    assert stats.by_backend["http"].requests == stats.requests > 0
+    # The server counts a request on arrival and its bytes as it sends them; a fetch cancelled by the close is
+    # counted by the client, without the bytes it did not receive, even when it never reached the server.
+    assert state.requests <= stats.requests and stats.bytes <= state.bytes_sent, (stats, state.requests)
+    assert stats.cache_hits > 0
+    store_wait = sum(store.wait_seconds for store in stores)
+    assert stats.wait_seconds >= store_wait > 0  # the readers' waits on blocks fetched ahead are in
