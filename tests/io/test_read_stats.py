@@ -133,7 +133,7 @@ _BOARD_SCRIPT = textwrap.dedent(
 
 
     if __name__ == "__main__":
-        print("BOARD", read_board.board_path())
+        print("BOARD", read_board.reserve())  # a script that starts its own processes names the board first
         # Nothing counted yet here, and no board file: spawned children still find the name in the environment.
         assert not os.path.exists(read_board.board_path())
         for method, die in (("spawn", False), ("spawn", True), ("forkserver", False), ("fork", True)):
@@ -174,7 +174,7 @@ _FULL_BOARD_SCRIPT = textwrap.dedent(
     from audiotree.io.byte_counters import count_request
 
     if __name__ == "__main__":
-        print("BOARD", read_board.board_path())
+        print("BOARD", read_board.reserve())  # a script that starts its own processes names the board first
         count_request("http", 10)  # makes the board and claims row 2
         pid = os.fork()
         if pid == 0:
@@ -271,7 +271,7 @@ _PIPELINES_SCRIPT = textwrap.dedent(
         import audiotree.torch as att
         from audiotree.sources import create_audio_dataset
 
-        print("BOARD", read_board.board_path())
+        print("BOARD", read_board.reserve())  # a script that starts its own processes names the board first
         server = subprocess.Popen([sys.executable, "-m", "counted_http", FOLDER], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         try:

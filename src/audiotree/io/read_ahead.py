@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
-import functools
 import os
 import threading
 import time
@@ -115,8 +114,8 @@ class ReadAhead:
         check_positive(self.requests_per_second, "ReadAhead(requests_per_second=...)", optional=True)
         if not is_real(self.margin) or not 0.0 <= float(self.margin) < 0.5:
             raise ValueError(f"ReadAhead(margin={self.margin!r}) must be in [0, 0.5).")
-        _size(self.cache_limit, "cache_limit")
-        _size(self.merge_gap, "merge_gap")
+        # Parsed once (read on every plan); not a field: equality and hashing stay those of the options given.
+        object.__setattr__(self, "_bytes", (_size(self.cache_limit, "cache_limit"), _size(self.merge_gap, "merge_gap")))
 
     @property
     def enabled(self) -> bool:
@@ -124,17 +123,11 @@ class ReadAhead:
 
     @property
     def cache_bytes(self) -> int:
-        return _sizes_of(self)[0]
+        return self._bytes[0]
 
     @property
     def gap_bytes(self) -> int:
-        return _sizes_of(self)[1]
-
-
-@functools.lru_cache(maxsize=64)
-def _sizes_of(options: ReadAhead) -> tuple[int, int]:
-    """``(cache_limit, merge_gap)`` in bytes (parsed once per options: they are read on every plan)."""
-    return _size(options.cache_limit, "cache_limit"), _size(options.merge_gap, "merge_gap")
+        return self._bytes[1]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,14 +6,15 @@ the counters of the process that trains. Each process of a tree therefore adds
 its counts to a **board**: a fixed-size file of ``ROWS`` rows of ``FIELDS``
 int64 cells, mapped with ``mmap`` by every process that counts.
 
-* **Finding the board.** The first process of a tree to import this module
-  (the *owner*) reserves a name, ``audiotree-reads-<pid>-<token>`` in
-  ``/dev/shm`` (else the temp folder), and puts it in the environment variable
+* **Finding the board.** The first process of a tree to :func:`reserve` a name
+  (the *owner*: audiotree reserves it before starting worker processes, and a
+  process on its first count) takes ``audiotree-reads-<pid>-<token>`` in
+  ``/dev/shm`` (else the temp folder) and puts it in the environment variable
   ``AUDIOTREE_READ_STATS``; every process it starts afterwards, by any start
-  method, inherits the variable. Reserving the name is all that happens at
-  import: no file exists until a process of the tree counts its first read.
-  (The name has to be in the environment before the first worker starts,
-  which may well be before the owner reads anything itself.)
+  method, inherits the variable. No file exists until a process of the tree
+  counts its first read. (The name has to be in the environment before the
+  first worker starts, which may well be before the owner reads anything
+  itself; workers started by other means before it are not summed.)
 * **Counting.** A process claims a free row on its first count (one ``open``,
   ``flock`` and ``mmap``, once per process) and from then on adds to its own
   row in memory: no system call per count. Only that process writes its row,
@@ -44,7 +45,7 @@ import tempfile
 import threading
 from typing import NamedTuple
 
-__all__ = ["ENV", "BACKENDS", "ROWS", "FIELDS", "Row", "add", "rows", "board_path", "owns_board"]
+__all__ = ["ENV", "BACKENDS", "ROWS", "FIELDS", "Row", "add", "rows", "board_path", "owns_board", "reserve"]
 
 ENV = "AUDIOTREE_READ_STATS"
 #: The backends a row counts separately; every other protocol counts as ``"other"``.
@@ -87,6 +88,7 @@ class _State:
         self.cells: memoryview | None = None  # the mapped board
         self.row = -1  # first cell of this process's row (-1: not claimed yet)
         self.given_up = False  # the board could not be used: count per process only
+        self.reserved = False  # reserve() ran in this process (or its parent, before a fork)
 
 
 _state = _State()
@@ -97,17 +99,28 @@ def _folder() -> str:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
 
 
-def _reserve() -> None:
+def reserve() -> str | None:
+    """Names this process tree's board, once per process, and returns its path (``None``: counting per process).
+
+    A process started by one that has a name inherits it (the environment variable); otherwise this process
+    becomes the owner of a new name. Called by audiotree before it starts worker processes (Grain's
+    ``mp_prefetch``, :func:`audiotree.torch.create_dataloader`), so that workers of every start method count on
+    their parent's board, and on a process's first count. Nothing happens at import.
+    """
+    if _state.reserved:
+        return _state.path
+    _state.reserved = True
     value = os.environ.get(ENV, "").strip()
     if value.lower() in _OFF:
-        return
+        return None
     if value:
         _state.path = value
-        return
+        return _state.path
     _state.path = os.path.join(_folder(), f"audiotree-reads-{os.getpid()}-{secrets.token_hex(6)}")
     _state.owner = True
     os.environ[ENV] = _state.path
     atexit.register(_remove_at_exit, os.getpid())
+    return _state.path
 
 
 def board_path() -> str | None:
@@ -224,6 +237,8 @@ def _claim() -> None:
 def add(cells: tuple[tuple[int, int], ...]) -> None:
     """Adds ``value`` to cell ``index`` of this process's row for each ``(index, value)``."""
     state = _state
+    if not state.reserved:
+        reserve()
     if state.path is None or state.given_up:
         return
     with state.lock:
@@ -238,6 +253,8 @@ def add(cells: tuple[tuple[int, int], ...]) -> None:
 
 def rows() -> list[Row]:
     """Every claimed row of the board (and the retired row), read under a shared lock; ``[]`` without a board."""
+    if not _state.reserved:
+        reserve()  # a worker that counted nothing itself still finds its tree's board
     if _state.path is None:
         return []
     try:
@@ -289,6 +306,5 @@ def _after_fork_in_child() -> None:
     _state.given_up = False  # a full board may have a free row again
 
 
-_reserve()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -135,7 +135,7 @@ def _this_process() -> ReadStats:
 
 
 def _tree_totals() -> ReadStats:
-    if read_board.board_path() is None:
+    if read_board.reserve() is None:  # (a worker that counted nothing finds its tree's board here)
         return _this_process()
     rows = read_board.rows()
     if not read_board.owns_board():  # a worker: itself and what it started, by the parents the rows name

@@ -269,6 +269,9 @@ class AudioIterDataset(_Chained, grain.IterDataset):
         ``AUDIOTREE_BATCH_SLOTS=0`` keeps Grain's fresh segment per batch.
         The elements are the same either way.
         """
+        from audiotree.io.read_board import reserve
+
+        reserve()  # the workers count their reads on this process's board (audiotree.io.read_stats)
         resolved = options or grain.MultiprocessingOptions(num_workers=10)
         first = self._prefetched(None, options, worker_init_fn, sequential_slice, batch_slots)
         rebuild = _Rebuild(self, None, (options, worker_init_fn, sequential_slice, batch_slots))

@@ -143,6 +143,10 @@ class AudioDataLoader(_tud.DataLoader):
             kwargs.pop(owned, None)
         if kwargs.get("in_order") is False:
             raise ValueError("AudioDataLoader needs in_order=True: its checkpoints count batches in order.")
+        if num_workers:
+            from audiotree.io.read_board import reserve
+
+            reserve()  # the workers count their reads on this process's board (audiotree.io.read_stats)
         # batch_size=None: the dataset yields whole batches; each counts as one step.
         self._step = 1 if batch_size is None else check_count("batch_size", batch_size)
         if batch_size is None and collate_fn is None:
