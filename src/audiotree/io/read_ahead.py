@@ -17,9 +17,10 @@ before it makes a request of its own (:func:`audiotree.io.ranged_get.get_range`)
 bytes a block holds (waiting for it if it is still in flight) or ``None``.
 
 Eviction is by next use, which the order gives exactly: each block knows the
-item that will read it next; once the process has read past that item and no
-later item is planned on it, it is the first to go; past ``cache_limit``,
-nothing further is planned until the read items' blocks make room.
+item that will read it next. Once the store holds half its ``cache_limit``, the
+blocks the process has read past (no later item planned on them) go; until
+then they stay, so an object's header and tail serve its later items. At the
+limit nothing further is planned until read blocks make room.
 
 What stays true: a block is bytes a checked GET returned for exactly its range,
 so the store can only save requests, never change what is read. A failed
@@ -249,16 +250,15 @@ class RangeStore:
         self.wait_seconds = 0.0  # time readers spent waiting for blocks in flight
         self._gates: dict[int, tuple[asyncio.Semaphore, _Budget | None]] = {}  # per event loop
         self._prefix_misses: dict[str, int] = {}
-        self._rooms = 0  # calls of room(), which evicts read blocks every few items
         self._from_start: set[str] = set()  # objects whose decoder reads from byte 0 (see _note_miss)
 
     # -- planning -------------------------------------------------------------------------------------------
     def room(self) -> int:
         """Bytes that may still be planned under ``cache_limit``."""
         with self._lock:
-            self._rooms += 1
-            # A scan of every block: every 8th item, or at once past half the limit.
-            if self._rooms % 8 == 0 or self._held > self.options.cache_bytes // 2:
+            # Read blocks stay until the store is half full: an object's header and tail blocks serve its later
+            # items (planned only once those come within reach); a scan of every block is not made per item.
+            if self._held > self.options.cache_bytes // 2:
                 self._evict_read()
             return self.options.cache_bytes - self._held
 
