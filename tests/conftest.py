@@ -84,6 +84,16 @@ def _ours(name: str) -> bool:
 
 
 @pytest.fixture(autouse=True)
+def _no_bytes_held_between_tests():
+    """Each test starts with no bytes fetched ahead by an earlier one: the read-ahead's stores are per process
+    (audiotree.io.read_ahead), and a test's plans must not serve another's reads."""
+    yield
+    read_ahead = sys.modules.get("audiotree.io.read_ahead")
+    if read_ahead is not None:
+        read_ahead.close_stores()
+
+
+@pytest.fixture(autouse=True)
 def _leaves_nothing_in_dev_shm(request):
     """Fails the test that leaves in /dev/shm a name its processes created (see above)."""
     if not _SHM.is_dir():

@@ -14,6 +14,30 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def answer_range(handler: BaseHTTPRequestHandler, data: bytes, *, body: bool, ranges: bool, sent=None) -> None:
+    """Answers ``handler``'s GET (``body``) or HEAD of ``data``: ``206`` with its ``Content-Range`` for a
+    ``Range: bytes=a-b`` when ``ranges``, else ``200`` and the whole object. ``sent(n)`` counts the body bytes
+    before they are written (a client may move on, and a test reset the counts, as soon as it has them)."""
+    wanted = handler.headers.get("Range")
+    if wanted and ranges and body:
+        first, last = wanted.split("=", 1)[1].split("-")
+        lo, hi = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
+        chunk = data[lo:hi + 1]
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
+    else:
+        chunk = data
+        handler.send_response(200)
+    handler.send_header("Content-Length", str(len(chunk)))
+    if ranges:
+        handler.send_header("Accept-Ranges", "bytes")
+    handler.end_headers()
+    if body:
+        if sent is not None:
+            sent(len(chunk))
+        handler.wfile.write(chunk)
+
+
 class CountedHttp:
     """Serves ``objects`` (path -> bytes) at ``base``; ``requests``, ``heads`` and ``bytes_sent`` count answers."""
 
@@ -34,6 +58,10 @@ class CountedHttp:
     def reset(self) -> None:
         with self.lock:
             self.requests = self.heads = self.bytes_sent = 0
+
+    def count_sent(self, nbytes: int) -> None:
+        with self.lock:
+            self.bytes_sent += nbytes
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -74,23 +102,7 @@ class CountedHttp:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                rng = self.headers.get("Range")
-                if rng and body:
-                    first, last = rng.split("=", 1)[1].split("-")
-                    lo, hi = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
-                    chunk = data[lo:hi + 1]
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
-                else:
-                    chunk = data
-                    self.send_response(200)
-                self.send_header("Content-Length", str(len(chunk)))
-                self.send_header("Accept-Ranges", "bytes")
-                self.end_headers()
-                if body:
-                    with state.lock:
-                        state.bytes_sent += len(chunk)
-                    self.wfile.write(chunk)
+                answer_range(self, data, body=body, ranges=True, sent=state.count_sent)
 
             def do_GET(self) -> None:
                 self._serve(True)

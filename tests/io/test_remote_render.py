@@ -45,16 +45,6 @@ def counted_s3():
         yield server.fs, server.proxy
 
 
-@pytest.fixture(autouse=True)
-def _no_bytes_held_between_tests():
-    """Each test starts with no bytes fetched ahead by an earlier one (the read-ahead's stores are per process)."""
-    from audiotree.io import read_ahead
-
-    read_ahead.close_stores()
-    yield
-    read_ahead.close_stores()
-
-
 @pytest.fixture(scope="module")
 def s3proxy(tmp_path_factory):
     """moto on 127.0.0.1 behind a CountingProxy; the AWS variables point at the proxy."""

@@ -19,13 +19,6 @@ SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 ITEMS = 40  # in parts of 8: five parts
 
 
-@pytest.fixture(autouse=True)
-def _no_bytes_held_between_tests():
-    read_ahead.close_stores()
-    yield
-    read_ahead.close_stores()
-
-
 @pytest.fixture(scope="module")
 def render(tmp_path_factory):
     """A tree render of 40 items of 0.5 s (rows of 16,000 bytes) on local disk and at ``s3://renders-ahead/tree``."""

@@ -27,6 +27,7 @@ import soundfile
 from audiotree.errors import AudioReadError
 from audiotree.io import AudioFile, probe, remote_file, storage
 from audiotree.sources import Corpus, Output, create_audio_dataset, create_balanced_audio_dataset, find_audio_files
+from counted_http import answer_range
 from servers import LoopbackServer, forward, free_port, moto_s3, request_body, request_headers, send_head
 
 SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
@@ -65,6 +66,10 @@ class _State:
         self.requests = 0
         self.bytes_sent = 0
         self.lock = threading.Lock()
+
+    def count_sent(self, nbytes: int) -> None:
+        with self.lock:
+            self.bytes_sent += nbytes
 
     def reset_counters(self) -> None:
         with self.lock:
@@ -109,25 +114,7 @@ def _handler(state: _State):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            rng = self.headers.get("Range")
-            if rng and state.honour_range and body:
-                first, last = rng.split("=", 1)[1].split("-")
-                lo = int(first)
-                hi = min(int(last) if last else len(data) - 1, len(data) - 1)
-                chunk = data[lo : hi + 1]
-                self.send_response(206)
-                self.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
-            else:
-                chunk = data
-                self.send_response(200)
-            self.send_header("Content-Length", str(len(chunk)))
-            if state.honour_range:
-                self.send_header("Accept-Ranges", "bytes")
-            self.end_headers()
-            if body:
-                with state.lock:  # counted before sending: a client may check the count as soon as it has the bytes
-                    state.bytes_sent += len(chunk)
-                self.wfile.write(chunk)
+            answer_range(self, data, body=body, ranges=state.honour_range, sent=state.count_sent)
 
         def do_GET(self) -> None:
             self._serve(True)
