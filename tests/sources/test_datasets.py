@@ -373,11 +373,14 @@ def test_bad_files_each_kind_raises_naming_file(tmp_path):
 def test_worker_error_reaches_parent_with_path(tmp_path):
     folder, _ = _bad_corpus(tmp_path)
     ds = create_audio_dataset(filepaths=[folder / "good0.wav", folder / "corrupt.wav"], duration=0.25, shuffle=False)
-    it = ds.to_iter_dataset(SYNC).mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
-    with pytest.raises(AudioReadError) as info:
-        list(it)
-    assert info.value.file_path.endswith("corrupt.wav")
-    assert "corrupt.wav" in str(info.value)
+    it = iter(ds.to_iter_dataset(SYNC).mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+    try:
+        with pytest.raises(AudioReadError) as info:
+            list(it)
+        assert info.value.file_path.endswith("corrupt.wav")
+        assert "corrupt.wav" in str(info.value)
+    finally:
+        it.close()  # the workers and their queues go now, not when a collection finds the traceback's cycle
 
 
 def test_indices_past_len_continue_into_later_epochs(corpus):
