@@ -201,13 +201,7 @@ def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
     if row >= rows:
         raise _fail(url, f"row group {group} has {rows} rows, no row {row}; the file was rewritten since it was "
                          "listed. Rebuild the index, or use on_read_error=\"skip\".")
-    try:
-        spans = parquet_cells.locate(key, opened, column, group, size=size, fetch=_fetcher(path))
-    except AudioReadError:
-        raise
-    except Exception as exc:
-        raise _fail(url, f"reading row group {group} failed ({type(exc).__name__}: {exc}). The file may be "
-                         "corrupt; re-create it, or use on_read_error=\"skip\".") from exc
+    spans = _locate(key, opened, column, group, size, path, url)
     if spans is None:
         return None
     offset, nbytes = (int(x) for x in spans[row])
@@ -218,6 +212,20 @@ def cell_span(url: str, ref: Any) -> tuple[int, int] | None:
                          "its writer recorded: the file is corrupt. Re-create or re-download it, or use "
                          "on_read_error=\"skip\".")
     return offset, nbytes
+
+
+def _locate(key: tuple, opened: Any, column: str, group: int, size: int, path: str, named: str):
+    """:func:`audiotree.io.parquet_cells.locate` of row group ``group``; a failure is an AudioReadError naming
+    ``named`` (the row's URL, or the file)."""
+    from audiotree.io import parquet_cells
+
+    try:
+        return parquet_cells.locate(key, opened, column, group, size=size, fetch=_fetcher(path))
+    except AudioReadError:
+        raise
+    except Exception as exc:
+        raise _fail(named, f"reading the audio of row group {group} failed ({type(exc).__name__}: {exc}). The file "
+                           "may be corrupt; re-create it, or use on_read_error=\"skip\".") from exc
 
 
 def group_cells(path: str, column: str, group: int) -> list[tuple[int, int] | None] | None:
@@ -240,16 +248,8 @@ def group_cells(path: str, column: str, group: int) -> list[tuple[int, int] | No
     ...     f.read(cells[0][1]), cells[1]
     (b'RIFF one', None)
     """
-    from audiotree.io import parquet_cells
-
     key, opened, size = _open_entry(path)
-    try:
-        spans = parquet_cells.locate(key, opened, column, group, size=size, fetch=_fetcher(path))
-    except AudioReadError:
-        raise
-    except Exception as exc:
-        raise _fail(path, f"reading the audio of row group {group} failed ({type(exc).__name__}: {exc}). The file "
-                          "may be corrupt; re-create it, or use on_read_error=\"skip\".") from exc
+    spans = _locate(key, opened, column, group, size, path, path)
     if spans is None:
         return None
     return [None if int(o) < 0 else (int(o), int(n)) for o, n in spans.tolist()]
