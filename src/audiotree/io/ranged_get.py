@@ -204,18 +204,18 @@ def _held(url: str, start: int, stop: int, need: int | None) -> bytes | None:
 
 def planned_size(url: str) -> int | None:
     """The size of ``url`` as the read-ahead planned it (from a corpus index), or ``None``."""
-    for holder in list(_holders):
-        size = holder.size_of(url)
-        if size is not None:
-            return size
-    return None
+    return _first_size("size_of", url)
 
 
 def fetched_size(url: str) -> int | None:
     """The size of ``url`` as the answer to a read-ahead's GET of it gave it (its ``Content-Range``), or ``None``:
     what a caller served from held bytes checks, instead of asking the storage again."""
+    return _first_size("total_of", url)
+
+
+def _first_size(lookup: str, url: str) -> int | None:
     for holder in list(_holders):
-        size = holder.total_of(url)
+        size = getattr(holder, lookup)(url)
         if size is not None:
             return size
     return None

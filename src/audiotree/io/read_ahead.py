@@ -47,7 +47,7 @@ import time
 from typing import Any, Iterable, Sequence
 
 from audiotree.io import byte_counters
-from audiotree.validation import check_positive, is_int, is_real
+from audiotree.validation import check_positive, is_int
 from audiotree.io import ranged_get
 from audiotree.io.ranged_get import fetch_range
 
@@ -87,8 +87,6 @@ class ReadAhead:
       max_in_flight: concurrent requests per process.
       requests_per_second: a budget per process (``None``: none), to keep a job within a bucket's request rate
         (multiply by the number of worker processes and hosts).
-      margin: bytes added on each side of an excerpt's estimated range (its position in a compressed file is
-        estimated from the file's mean bit rate), as a fraction of the file's size, at least 64 KiB.
 
     All reads planned ahead are the same ranged GETs a read makes; items are identical with or without it.
 
@@ -105,7 +103,6 @@ class ReadAhead:
     merge_gap: int | str = "256KiB"
     max_in_flight: int = 32
     requests_per_second: float | None = None
-    margin: float = 0.01
 
     def __post_init__(self) -> None:
         if not is_int(self.items) or self.items < 0:
@@ -113,8 +110,6 @@ class ReadAhead:
         if not is_int(self.max_in_flight) or self.max_in_flight < 1:
             raise ValueError(f"ReadAhead(max_in_flight={self.max_in_flight!r}) must be >= 1.")
         check_positive(self.requests_per_second, "ReadAhead(requests_per_second=...)", optional=True)
-        if not is_real(self.margin) or not 0.0 <= float(self.margin) < 0.5:
-            raise ValueError(f"ReadAhead(margin={self.margin!r}) must be in [0, 0.5).")
         # Parsed once (read on every plan); not a field: equality and hashing stay those of the options given.
         object.__setattr__(self, "_bytes", (_size(self.cache_limit, "cache_limit"), _size(self.merge_gap, "merge_gap")))
 
@@ -198,11 +193,10 @@ def excerpt_ranges(*, size: int, duration: float, start: float, length: float | 
 
 
 class _Block:
-    __slots__ = ("url", "start", "stop", "future", "next_use", "size", "done", "failed")
+    __slots__ = ("url", "start", "stop", "future", "next_use", "done", "failed")
 
-    def __init__(self, url: str, start: int, stop: int, future: Any, next_use: int, size: int | None) -> None:
-        self.url, self.start, self.stop, self.future = url, start, stop, future
-        self.next_use, self.size = next_use, size
+    def __init__(self, url: str, start: int, stop: int, future: Any, next_use: int) -> None:
+        self.url, self.start, self.stop, self.future, self.next_use = url, start, stop, future, next_use
         self.done = self.failed = False  # set once by settle (plain reads: no lock per look)
         future.add_done_callback(self.settle)
 
@@ -294,7 +288,7 @@ class RangeStore:
                     future = self._start_fetch(first.fs, url, start, stop, first.size)
                     if future is None:
                         continue
-                    bisect.insort(blocks, _Block(url, start, stop, future, use, first.size), key=_start_of)
+                    bisect.insort(blocks, _Block(url, start, stop, future, use), key=_start_of)
                     self._held += stop - start
                     started += 1
         return started
@@ -303,7 +297,7 @@ class RangeStore:
         """Parts of ``[start, stop)`` no live block holds; the blocks that hold the rest are now needed by ``use``."""
         gaps = [(start, stop)]
         for block in blocks:
-            if block.stop <= start or block.start >= stop or _failed(block):
+            if block.stop <= start or block.start >= stop or block.failed:
                 continue
             if block.next_use < use:
                 block.next_use = use
@@ -318,8 +312,9 @@ class RangeStore:
 
     def _start_fetch(self, fs: Any, url: str, start: int, stop: int, size: int | None) -> Any:
         loop = getattr(fs, "loop", None)
-        if fs is None or loop is None or not getattr(fs, "asynchronous", True) and loop is None:
+        if loop is None:  # no async client (local, memory://): the read makes its own request
             return None
+
         async def fetch() -> bytes:
             gate, budget = self._gate(loop)
             async with gate:
@@ -450,10 +445,6 @@ def _chain(blocks: Iterable[_Block], start: int, need: int) -> list[_Block] | No
             chain.append(block)
             at = block.stop
     return chain if chain and at >= need else None
-
-
-def _failed(block: _Block) -> bool:
-    return block.failed
 
 
 _stores: dict[ReadAhead, RangeStore] = {}

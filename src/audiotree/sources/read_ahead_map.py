@@ -164,9 +164,9 @@ class ReadAheadMapDataset(grain.MapDataset):
     def __getitem__(self, index):
         if isinstance(index, slice):
             return self.slice(index)
-        if is_planning():
-            return self._parent[index]
         ahead = self._ahead
+        if is_planning() or ahead.useless >= _GIVE_UP:  # (a local corpus: nothing to plan, no bookkeeping)
+            return self._parent[index]
         index = int(index)
         with ahead._lock:
             ahead.reading[index] = ahead.reading.get(index, 0) + 1

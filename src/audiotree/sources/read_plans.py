@@ -73,8 +73,9 @@ def row_reads(facts: RowFacts, rng: np.random.Generator, loader: Any, *, trust_s
         start, length = first + excerpt.resolved_search(rng, 0.0, duration, last - first, 0, 1), duration
     else:
         start, length = first, duration
+    name = members.parse(path).name if span is not None else url  # a member's own name says its format
     ranges = excerpt_ranges(size=size, duration=float(facts.duration), start=start, length=length,
-                            uncompressed=url.lower().endswith(UNCOMPRESSED), seek_bytes=facts.seek_bytes)
+                            uncompressed=name.lower().endswith(UNCOMPRESSED), seek_bytes=facts.seek_bytes)
     fs = storage.filesystem(url)
     known = int(size) if trust_size and span is None else None
     return [PlannedRange(url, base + lo, base + hi, known, fs) for lo, hi in ranges]
