@@ -39,17 +39,17 @@ from typing import Any, Callable
 import numpy as np
 
 from audiotree.io import integrity, mpeg_frames
+from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES
 
-__all__ = ["SEEK_EVERY", "PREROLL_FRAMES", "StreamLayout", "stream_layout", "seek_points", "frame_format",
+__all__ = ["SEEK_EVERY", "decode_start", "StreamLayout", "stream_layout", "seek_points", "frame_format",
            "read_excerpt", "decode_frames"]
 
 #: Seconds between seek points (denser than FLAC's: a point is 16 bytes, against 8-40 kB of audio a second,
 #: and an excerpt's bytes are read from the point before it to the point after it).
 SEEK_EVERY = 0.5
 
-#: Frames before the excerpt's first frame whose data must be whole (bit reservoir included) for its samples to
-#: be exact: the granule before overlaps it, and the synthesis filterbank remembers 512 samples.
-PREROLL_FRAMES = 3
+# mpg123 starts decoding this many frames before the one its seek target is in (its "ignore" frames).
+_SEEK_PREFRAMES = 2
 
 # The largest MPEG audio frame (the decoded bytes are padded so that mpg123's length estimate covers them).
 _MAX_FRAME_BYTES = 1729
@@ -83,6 +83,11 @@ class StreamLayout:
         self.offsets, self.end, self.spf, self.rate, self.channels = offsets, end, spf, rate, channels
 
 
+def _frame_key(data: bytes, i: int) -> int:
+    """What every frame of a stream shares: version, layer, protection, sample rate, and mono or not."""
+    return data[i + 1] << 16 | (data[i + 2] & 0x0C) << 8 | int(data[i + 3] >> 6 == 3)
+
+
 def stream_layout(data: bytes) -> StreamLayout:
     """The frames of the MP3 ``data`` (the whole file), from its first audio frame. ``ValueError`` unless they
     are a clean chain of layer III frames of one version, rate and channel count, followed by nothing but tags."""
@@ -94,11 +99,11 @@ def stream_layout(data: bytes) -> StreamLayout:
     first = frame_format(data[start:start + 4])
     if first is None:
         raise ValueError("not MPEG layer III")
-    key = data[start + 1] << 8 | (data[start + 2] & 0x0C) | (data[start + 3] & 0xC0 == 0xC0)
+    key = _frame_key(data, start)
     offsets, i, end = [], start, len(data)
     while i + 4 <= end and data[i] == 0xFF:
         found = mpeg_frames.frame_header(data[i:i + 4])
-        if found is None or (data[i + 1] << 8 | (data[i + 2] & 0x0C) | (data[i + 3] & 0xC0 == 0xC0)) != key:
+        if found is None or _frame_key(data, i) != key:
             break
         if i + found[0] > end:
             break  # a cut last frame: decoders drop it
@@ -129,77 +134,74 @@ def decode_frames(body: bytes, count: int) -> np.ndarray:
         return f.read(count, dtype="float32", always_2d=True)
 
 
-def _frames_whole(body: bytes, fmt: tuple[int, int, int, int]) -> tuple[list[bool], int]:
-    """For each frame chained from byte 0 of ``body`` (all of format ``fmt``), whether its main data is all in
-    ``body`` (decoding from its start, with an empty bit reservoir); and the bytes the chain covers."""
-    out, pool, i, mpeg1 = [], 0, 0, body[1] >> 3 & 3 == 3 if body else True
+def _chain(body: bytes, fmt: tuple[int, int, int, int]) -> list[int]:
+    """Offsets of the frames (all of format ``fmt``) chained from byte 0 of ``body``, then the byte after them."""
+    out, i = [], 0
     while i + 4 <= len(body):
         found = mpeg_frames.frame_header(body[i:i + 4])
         if found is None or frame_format(body[i:i + 4]) != fmt or i + found[0] > len(body):
             break
-        side = body[i + 4 + (0 if body[i + 1] & 1 else 2):][:2]  # (main_data_begin leads the side information)
-        begin = (side[0] << 1 | side[1] >> 7) if mpeg1 else side[0]
-        out.append(begin <= pool)
-        pool += found[0] - 4 - fmt[3]
+        out.append(i)
         i += found[0]
-    return out, i
+    return out + [i]
+
+
+def decode_start(start: int, delay: int, spf: int) -> int:
+    """The frame a local read of output sample ``start`` starts decoding at (see the module)."""
+    return max(0, (max(0, start - MPEG_PREROLL_FRAMES * spf) + delay) // spf - _SEEK_PREFRAMES)
 
 
 def read_excerpt(points: np.ndarray, fmt: tuple[int, int, int, int], start: int, end: int,
                  fetch: Callable[[int, int], bytes]) -> np.ndarray:
     """Output samples ``[start, end)`` of an MP3 by its table ``points``: one ``fetch(lo, hi)``, then a decode.
 
-    ``fmt`` is the stream's :func:`frame_format`. The read spans the point at
-    or before the frame :data:`PREROLL_FRAMES` frames before the excerpt's
-    first, to the first point after its last frame (and that point's header);
-    a bit reservoir reaching further back (rare) costs one more read from the
-    point before. Raises ``ValueError`` saying what is wrong when the bytes are
-    not the chain of frames the table names. Returns float32 ``(end - start,
-    channels)``, or fewer only if the decode ends early (the caller checks).
+    ``fmt`` is the stream's :func:`frame_format`. The bytes fetched run from
+    the point at or before the frame the local read starts decoding at
+    (:func:`decode_start`) to the first point after the excerpt's last frame
+    (and that point's header); the decode starts at that same frame. Raises
+    ``ValueError`` saying what is wrong when the bytes are not the chain of
+    frames the table names. Returns float32 ``(end - start, channels)``, or
+    fewer only if the decode ends early (the caller checks).
     """
     spf = fmt[0]
     delay = -int(points[0, 0])
     rows = points[:-1]
     frame_of = (rows[:, 0] + delay) // spf
-    first, last = (start + delay) // spf, (end - 1 + delay) // spf
-    k = int(np.searchsorted(frame_of, max(0, first - PREROLL_FRAMES - 1), side="right")) - 1
+    first, last = decode_start(start, delay, spf), (end - 1 + delay) // spf
+    k = int(np.searchsorted(frame_of, first, side="right")) - 1
     j = int(np.searchsorted(frame_of, last + 1, side="left"))
-    hi = int(points[j, 1])  # a seek point, or the stream's end (the last row)
-    while True:
-        lo, at = int(rows[k, 1]), int(frame_of[k])
-        tail = 4 if j < len(rows) else 0
-        body = fetch(lo, hi + tail)
-        if frame_format(body[:4]) != fmt:
-            raise ValueError(f"byte {lo} is not the MPEG frame header of its stream")
-        if tail and frame_format(body[hi - lo:hi - lo + 4]) != fmt:
-            raise ValueError(f"byte {hi} is not the MPEG frame header of its stream")
-        body = body[:hi - lo]
-        whole, covered = _frames_whole(body, fmt)
-        count = (int(frame_of[j]) if j < len(rows) else None)
-        if covered != len(body) or (count is not None and len(whole) != count - at):
-            raise ValueError(f"bytes {lo} to {hi} are not {'the' if count is None else count - at} whole MPEG "
-                             "frames of its stream")
-        if k == 0 or all(whole[max(0, first - PREROLL_FRAMES) - at:]):
-            break
-        k -= 1
-    skip = start + delay - at * spf
-    return decode_frames(body, skip + end - start)[skip:]
+    lo, hi, at = int(rows[k, 1]), int(points[j, 1]), int(frame_of[k])  # (the last row: the stream's end)
+    tail = 4 if j < len(rows) else 0
+    body = fetch(lo, hi + tail)
+    if frame_format(body[:4]) != fmt:
+        raise ValueError(f"byte {lo} is not an MPEG frame header of its stream")
+    if tail and frame_format(body[hi - lo:hi - lo + 4]) != fmt:
+        raise ValueError(f"byte {hi} is not an MPEG frame header of its stream")
+    chain = _chain(body[:hi - lo], fmt)
+    if chain[-1] != hi - lo or (tail and len(chain) - 1 != int(frame_of[j]) - at):
+        raise ValueError(f"bytes {lo} to {hi} are not the {int(frame_of[j]) - at if tail else ''} whole MPEG frames "
+                         "of its stream the index recorded there")
+    skip = start + delay - first * spf
+    return decode_frames(body[chain[first - at]:hi - lo], skip + end - start)[skip:]
 
 
-def seek_points(data: bytes, reference: Any, *, every: float = SEEK_EVERY) -> np.ndarray | None:
+def seek_points(data: bytes, reference: Callable[[], Any], *, every: float = SEEK_EVERY) -> np.ndarray | None:
     """``int64 (K, 2)`` table of the MP3 ``data`` (the whole file; see the module), or ``None`` if not exact.
 
-    ``reference`` is the file opened as ``AudioFile`` (its ``info.frames``
-    and ``read(start, n)``): the samples the table must reproduce.
+    ``reference()`` opens the file as ``AudioFile`` (a fresh handle each
+    call: mpg123's output depends, in its last bits, on what the handle
+    decoded before): the samples the table must reproduce.
     """
     try:
         layout = stream_layout(data)
     except ValueError:
         return None
-    spf, offsets, total = layout.spf, layout.offsets, int(reference.info.frames)
-    if len(offsets) < 4 * _CHECK_FRAMES or reference.info.sample_rate != layout.rate:
+    spf, offsets = layout.spf, layout.offsets
+    if spf != 1152:  # MPEG-2/2.5 (under 32 kHz): see the module
         return None
-    delay = _delay(data, layout, reference)
+    with reference() as audio:
+        total, rate = int(audio.info.frames), int(audio.info.sample_rate)
+        delay = _delay(data, layout, audio) if len(offsets) >= 4 * _CHECK_FRAMES and rate == layout.rate else None
     if delay is None:
         return None
     step = max(1, int(round(every * layout.rate / spf)))
@@ -210,34 +212,35 @@ def seek_points(data: bytes, reference: Any, *, every: float = SEEK_EVERY) -> np
     return points if _exact(data, points, spf, reference) else None
 
 
-def _delay(data: bytes, layout: StreamLayout, reference: Any) -> int | None:
+def _delay(data: bytes, layout: StreamLayout, audio: Any) -> int | None:
     """The samples the decoder drops before output sample 0, measured: frames decoded from the middle of the
-    stream found in the reference decode (one place only), or ``None``."""
+    stream found in ``audio``'s decode (one place only, to float rounding), or ``None``."""
     spf, offsets = layout.spf, layout.offsets
     for share in (0.5, 0.3, 0.7):
         p = int(len(offsets) * share)
-        x = decode_frames(data[offsets[p]:offsets[p + 12]], 11 * spf)
-        probe = x[(PREROLL_FRAMES + 2) * spf:(PREROLL_FRAMES + 2) * spf + 256]
-        if len(probe) < 256 or not np.any(probe):
+        x = decode_frames(data[offsets[p]:offsets[p + 20]], 19 * spf)
+        probe = x[14 * spf:14 * spf + 256, 0]  # (far enough for a low bitrate's bit reservoir to be whole)
+        if len(probe) < 256 or np.abs(probe).max() < 1e-3:
             continue
-        raw = (p + PREROLL_FRAMES + 2) * spf  # the probe's first sample, counted from the first frame's
-        lo = max(0, raw - 4 * spf - 600)
-        ref = reference.read(lo, raw - lo + 256)
-        hits = np.flatnonzero(ref[:len(ref) - 255, 0] == probe[0, 0])
-        found = [int(h) for h in hits if np.array_equal(ref[h:h + 256], probe)]
-        if len(found) == 1:
-            return raw - (lo + found[0])
-        return None
+        raw = (p + 14) * spf  # the probe's first sample, counted from the first frame's
+        lo = max(0, raw - 5 * spf)
+        ref = audio.read(lo, raw - lo + 256)[:, 0]
+        if len(ref) < 512:
+            return None
+        gaps = np.abs(np.lib.stride_tricks.sliding_window_view(ref, 256) - probe).max(axis=1)
+        best = int(np.argmin(gaps))
+        if gaps[best] > 1e-5 or np.count_nonzero(gaps < 1e-3) != 1:
+            return None
+        return raw - (lo + best)
     return None
 
 
-def _exact(data: bytes, points: np.ndarray, spf: int, reference: Any) -> bool:
+def _exact(data: bytes, points: np.ndarray, spf: int, reference: Callable[[], Any]) -> bool:
     """Whether excerpts at the start, the end (clamped) and between read by ``points`` equal ``reference``'s."""
     total = int(points[-1, 0])
     n = _CHECK_FRAMES * spf
-    starts = sorted({0, 1, spf // 3, total // 3 + 7, total // 2 + spf + 5, (2 * total) // 3 + 1,
+    starts = sorted({0, 1, spf // 3, 3 * spf + 7, total // 3 + 7, total // 2 + spf + 5, (2 * total) // 3 + 1,
                      max(0, total - n // 2), max(0, total - 3)})
-
     fmt = frame_format(data[int(points[0, 1]):int(points[0, 1]) + 4])
     for s in starts:
         end = min(total, s + n)
@@ -245,6 +248,7 @@ def _exact(data: bytes, points: np.ndarray, spf: int, reference: Any) -> bool:
             got = read_excerpt(points, fmt, s, end, lambda lo, hi: data[lo:hi])
         except ValueError:
             return False
-        if not np.array_equal(got, reference.read(s, end - s)):
-            return False
+        with reference() as audio:
+            if not np.array_equal(got, audio.read(s, end - s)):
+                return False
     return True
