@@ -42,7 +42,7 @@ from audiotree.io import integrity, mpeg_frames
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES
 
 __all__ = ["SEEK_EVERY", "decode_start", "StreamLayout", "stream_layout", "seek_points", "frame_format",
-           "read_excerpt", "decode_frames"]
+           "read_excerpt", "decode_frames", "planned_ranges"]
 
 #: Seconds between seek points (denser than FLAC's: a point is 16 bytes, against 8-40 kB of audio a second,
 #: and an excerpt's bytes are read from the point before it to the point after it).
@@ -151,6 +151,34 @@ def decode_start(start: int, delay: int, spf: int) -> int:
     return max(0, (max(0, start - MPEG_PREROLL_FRAMES * spf) + delay) // spf - _SEEK_PREFRAMES)
 
 
+def _span(points: np.ndarray, spf: int, start: int, end: int) -> tuple[int, int]:
+    """``(k, j)``: the excerpt ``[start, end)`` is read from point ``k`` to point ``j`` (``j`` may be the end row)."""
+    delay = -int(points[0, 0])
+    frame_of = (points[:-1, 0] + delay) // spf
+    last = (end - 1 + delay) // spf
+    k = int(np.searchsorted(frame_of, decode_start(start, delay, spf), side="right")) - 1
+    return max(0, k), int(np.searchsorted(frame_of, last + 1, side="left"))
+
+
+def planned_ranges(points: np.ndarray, start: float, length: float | None, duration: float) -> list[tuple[int, int]]:
+    """The byte ranges :class:`~audiotree.io.flac_indexed.MpegSeekFile` reads for ``length`` s at ``start`` s of
+    an MP3 of ``duration`` s with the table ``points``: its first frame's header, and the excerpt's span (widened
+    by a frame at each end for the rounding of seconds to samples)."""
+    points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
+    total, first = int(points[-1, 0]), int(points[0, 1])
+    rate = total / float(duration) if duration else 0.0
+    if len(points) < 3 or rate <= 0:
+        return []
+    spf = 1152  # (the longest layer III frame: a plan that assumes it starts no later than the read)
+    lo_sample = max(0, int(start * rate) - spf)
+    hi_sample = total if length is None or not np.isfinite(length) else min(total, int((start + length) * rate) + spf + 1)
+    if lo_sample >= hi_sample:
+        return [(first, first + 4)]
+    k, j = _span(points, spf, lo_sample, hi_sample)
+    hi = int(points[j, 1]) + (4 if j < len(points) - 1 else 0)
+    return [(first, first + 4), (int(points[k, 1]), hi)]
+
+
 def read_excerpt(points: np.ndarray, fmt: tuple[int, int, int, int], start: int, end: int,
                  fetch: Callable[[int, int], bytes]) -> np.ndarray:
     """Output samples ``[start, end)`` of an MP3 by its table ``points``: one ``fetch(lo, hi)``, then a decode.
@@ -167,9 +195,8 @@ def read_excerpt(points: np.ndarray, fmt: tuple[int, int, int, int], start: int,
     delay = -int(points[0, 0])
     rows = points[:-1]
     frame_of = (rows[:, 0] + delay) // spf
-    first, last = decode_start(start, delay, spf), (end - 1 + delay) // spf
-    k = int(np.searchsorted(frame_of, first, side="right")) - 1
-    j = int(np.searchsorted(frame_of, last + 1, side="left"))
+    first = decode_start(start, delay, spf)
+    k, j = _span(points, spf, start, end)
     lo, hi, at = int(rows[k, 1]), int(points[j, 1]), int(frame_of[k])  # (the last row: the stream's end)
     tail = 4 if j < len(rows) else 0
     body = fetch(lo, hi + tail)
@@ -178,7 +205,7 @@ def read_excerpt(points: np.ndarray, fmt: tuple[int, int, int, int], start: int,
     if tail and frame_format(body[hi - lo:hi - lo + 4]) != fmt:
         raise ValueError(f"byte {hi} is not an MPEG frame header of its stream")
     chain = _chain(body[:hi - lo], fmt)
-    if chain[-1] != hi - lo or (tail and len(chain) - 1 != int(frame_of[j]) - at):
+    if chain[-1] != hi - lo or (tail and len(chain) - 1 != int(frame_of[j]) - at) or first - at >= len(chain) - 1:
         raise ValueError(f"bytes {lo} to {hi} are not the {int(frame_of[j]) - at if tail else ''} whole MPEG frames "
                          "of its stream the index recorded there")
     skip = start + delay - first * spf
