@@ -57,7 +57,8 @@ from audiotree.io.members import format_name, is_member, recorded_span
 from audiotree.io.mpeg_frames import concealed_span
 from audiotree.io.mpeg_seek_points import frame_format, read_excerpt
 
-__all__ = ["FlacSeekFile", "MpegSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size", "clear_header_cache"]
+__all__ = ["FlacSeekFile", "MpegSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size",
+           "clear_header_cache"]
 
 #: The seek table handed to the next open of one path: ``(path, points, size, version)``.
 _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_flac_seek_hint", default=None)
@@ -74,8 +75,8 @@ def uses_seek_points(path: str) -> bool:
     ``.flac`` and ``.mp3`` URLs and members (with a recorded byte range) of
     remote tar shards (FLAC when PyAV is installed); see the module docstring.
 
-    >>> uses_seek_points("/data/a.flac"), uses_seek_points("s3://b/a.wav"), uses_seek_points("s3://b/a.mp3")
-    (False, False, True)
+    >>> [uses_seek_points(p) for p in ("/data/a.flac", "s3://b/a.wav", "s3://b/a.mp3")]
+    [False, False, True]
     """
     name = format_name(path).lower()
     if not name.endswith((".flac", ".mp3")):

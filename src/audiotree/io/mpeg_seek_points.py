@@ -171,7 +171,8 @@ def planned_ranges(points: np.ndarray, start: float, length: float | None, durat
         return []
     spf = 1152  # (the longest layer III frame: a plan that assumes it starts no later than the read)
     lo_sample = max(0, int(start * rate) - spf)
-    hi_sample = total if length is None or not np.isfinite(length) else min(total, int((start + length) * rate) + spf + 1)
+    whole = length is None or not np.isfinite(length)
+    hi_sample = total if whole else min(total, int((start + length) * rate) + spf + 1)
     if lo_sample >= hi_sample:
         return [(first, first + 4)]
     k, j = _span(points, spf, lo_sample, hi_sample)

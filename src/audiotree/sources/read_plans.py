@@ -38,7 +38,8 @@ UNCOMPRESSED = (".wav", ".wave", ".aif", ".aiff", ".au", ".w64", ".caf")
 class RowFacts:
     """What an index row tells a plan: the item's path, its size in bytes and duration in seconds, its segment
     ``window`` (start, end seconds), its FLAC seek points' byte offsets (or ``None``) and its whole seek table
-    (``seek_points``, an MP3's: its excerpts are planned exactly, :func:`audiotree.io.mpeg_seek_points.planned_ranges`)."""
+    (``seek_points``; an MP3's excerpts are planned exactly by it,
+    :func:`audiotree.io.mpeg_seek_points.planned_ranges`)."""
 
     path: str
     size: int
