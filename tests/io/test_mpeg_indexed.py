@@ -186,6 +186,29 @@ def test_the_plan_holds_what_the_read_reads(mp3s):
         assert plan[1][1] - plan[1][0] <= (asked[0][1] - asked[0][0]) * 1.5
 
 
+def test_a_member_of_a_shard_reads_its_own_bytes(mp3s, tmp_path):
+    import io
+    import tarfile
+
+    from audiotree.io.members import tar_url
+
+    folder, files = mp3s
+    name = "lame-v2-48k-mono.mp3"
+    shard = tmp_path / "s.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for member, body in (("junk.txt", b"x" * 3000), ("a.mp3", files[name])):
+            info = tarfile.TarInfo(member)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    with tarfile.open(shard) as tar:
+        member = tar.getmember("a.mp3")
+    url = tar_url(str(shard), "a.mp3", member.offset_data, member.size)
+    points = seek_points(files[name], lambda: AudioFile(url))  # (offsets from the member's start)
+    assert points is not None and points[0, 1] == stream_layout(files[name]).offsets[0]
+    seek = MpegSeekFile(url, points, size=len(files[name]))
+    assert np.array_equal(seek.read(100_000, 48_000), _local(folder / name, 100_000, 48_000))
+
+
 def test_open_audio_takes_the_hint_for_an_mp3(mp3s):
     from audiotree.io.segment import open_audio
 
