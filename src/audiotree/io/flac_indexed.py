@@ -55,7 +55,7 @@ from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
 from audiotree.io.members import format_name, is_member, recorded_span
 from audiotree.io.mpeg_frames import concealed_span
-from audiotree.io.mpeg_seek_points import frame_format, read_excerpt
+from audiotree.io.mpeg_seek_points import MAX_DELAY, frame_format, read_excerpt
 
 __all__ = ["FlacSeekFile", "MpegSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size",
            "clear_header_cache"]
@@ -271,7 +271,7 @@ class MpegSeekFile:
         self.path = path
         points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
         size = int(size)
-        if (len(points) < 3 or not -4096 <= points[0, 0] <= 0 or np.any(np.diff(points, axis=0) <= 0)
+        if (len(points) < 3 or not -MAX_DELAY <= points[0, 0] <= 0 or np.any(np.diff(points, axis=0) <= 0)
                 or points[0, 1] < 0 or points[-1, 1] > size):
             raise _mismatch(path, f"its MP3 seek table (K={len(points)}) does not start at the first frame, "
                                   f"increase, and stay inside its {size} bytes")

@@ -16,7 +16,7 @@ The table is ``int64 (K, 2)``, rows ``[first output sample, byte offset]``:
 
 * row 0 is the first audio frame (after any ID3v2 tag and the Xing/Info
   frame): its first sample is ``-delay``, the samples the decoder drops at the
-  start (the encoder delay the LAME tag records, plus the decoder's 529);
+  start (with a LAME tag its encoder delay plus the decoder's 529, else 0);
 * then a frame about every ``every`` seconds (:data:`SEEK_EVERY`), each row's
   sample ``frame number x samples per frame - delay``;
 * the last row is the stream's end: the file's length in samples (what
@@ -54,19 +54,23 @@ from audiotree.io import integrity, mpeg_frames
 from audiotree.io.soundfile_reader import MPEG_PREROLL_FRAMES
 
 __all__ = ["SEEK_EVERY", "decode_start", "StreamLayout", "stream_layout", "seek_points", "frame_format",
-           "read_excerpt", "decode_frames", "planned_ranges"]
+           "read_excerpt", "decode_frames", "planned_ranges", "MAX_DELAY"]
 
 #: Seconds between seek points (denser than FLAC's: a point is 16 bytes, against 8-40 kB of audio a second,
 #: and an excerpt's bytes are read from the point before it to the point after it).
 SEEK_EVERY = 0.5
 
-# mpg123 starts decoding this many frames before the one its seek target is in (its "ignore" frames).
+# Frames before the one holding a local read's first (pre-roll) sample that the decode starts at. mpg123 decodes a
+# few frames before its seek target and drops their output; a decode started 2 frames back (or 4, 6...: its
+# synthesis rounds alike from starts of the same parity, measured) gives the same bits at the excerpt.
 _SEEK_PREFRAMES = 2
 
 # The largest MPEG audio frame (the decoded bytes are padded so that mpg123's length estimate covers them).
 _MAX_FRAME_BYTES = 1729
 # What may follow the last frame: tags.
 _TRAILERS = (b"TAG", b"APETAGEX", b"LYRICSBEGIN", b"ID3")
+#: The most samples a decoder drops at the start: LAME's 12-bit encoder delay field, plus mpg123's 529.
+MAX_DELAY = 4095 + 529
 # Frames an excerpt is read over when the table is checked (excerpts at the start, middle, end, and between).
 _CHECK_FRAMES = 40
 
