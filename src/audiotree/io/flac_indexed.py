@@ -1,4 +1,4 @@
-"""Reading an indexed FLAC file by its seek points: the header once per process, then one ranged read an excerpt.
+"""Reading an indexed FLAC or MP3 file by its seek points: one ranged read an excerpt.
 
 A FLAC decoder that seeks in a remote file probes it (each probe a request).
 The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek_points`),
@@ -10,8 +10,15 @@ at or before the excerpt to the first one at or after its end (one ranged
 GET, or one ``pread``) and decodes them with PyAV. The samples equal a whole
 decode of the file (``soundfile.read``) sliced to the excerpt.
 
-Where it applies (:func:`uses_seek_points`): ``.flac`` URLs and ``.flac``
-members of remote tar shards, when PyAV is installed. A local file or a member
+An MP3 is read the same way (:class:`MpegSeekFile`): its table
+(:mod:`audiotree.io.mpeg_seek_points`) says where frames start, so an excerpt is
+the bytes from the frame a local read starts decoding at to the frame after
+its end, decoded with the same decoder (libsndfile's mpg123) to the same
+samples; only the first audio frame's 4-byte header is kept per process (the
+stream's rate and channels).
+
+Where it applies (:func:`uses_seek_points`): ``.flac`` and ``.mp3`` URLs and
+members of remote tar shards (FLAC when PyAV is installed). A local file or a member
 of a local shard is read with libsndfile as before: its seek is a few local
 reads, not requests, and libsndfile needs no PyAV. :class:`FlacSeekFile` reads
 local bytes too (the tests compare both).
@@ -47,8 +54,11 @@ from audiotree.io.flac_seek_points import decode_stream, header_length, stream_i
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
 from audiotree.io.members import format_name, is_member, recorded_span
+from audiotree.io.mpeg_frames import concealed_span
+from audiotree.io.mpeg_seek_points import MAX_DELAY, frame_format, read_excerpt
 
-__all__ = ["FlacSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size", "clear_header_cache"]
+__all__ = ["FlacSeekFile", "MpegSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size",
+           "clear_header_cache"]
 
 #: The seek table handed to the next open of one path: ``(path, points, size, version)``.
 _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_flac_seek_hint", default=None)
@@ -62,13 +72,14 @@ _SUBTYPES = {8: "PCM_S8", 16: "PCM_16", 24: "PCM_24", 32: "PCM_32"}
 def uses_seek_points(path: str) -> bool:
     """Whether a read of ``path`` goes by its seek points when its index row has them.
 
-    ``.flac`` URLs and ``.flac`` members (with a recorded byte range) of
-    remote tar shards, when PyAV is installed; see the module docstring.
+    ``.flac`` and ``.mp3`` URLs and members (with a recorded byte range) of
+    remote tar shards (FLAC when PyAV is installed); see the module docstring.
 
-    >>> uses_seek_points("/data/a.flac"), uses_seek_points("s3://b/a.wav")
-    (False, False)
+    >>> [uses_seek_points(p) for p in ("/data/a.flac", "s3://b/a.wav", "s3://b/a.mp3")]
+    [False, False, True]
     """
-    if not format_name(path).lower().endswith(".flac"):
+    name = format_name(path).lower()
+    if not name.endswith((".flac", ".mp3")):
         return False
     if is_member(path):
         span = recorded_span(path)
@@ -76,6 +87,8 @@ def uses_seek_points(path: str) -> bool:
             return False
     elif not storage.is_url(path):
         return False
+    if name.endswith(".mp3"):
+        return True
     from audiotree.io.extensions import pyav_available
 
     return pyav_available()
@@ -96,12 +109,14 @@ def seek_hint(path: str, points: np.ndarray, size: int, version: Any = None) -> 
         _HINT.reset(token)
 
 
-def hinted(path: str) -> "FlacSeekFile | None":
-    """A :class:`FlacSeekFile` of ``path`` when :func:`seek_hint` names it, else ``None``."""
+def hinted(path: str) -> "FlacSeekFile | MpegSeekFile | None":
+    """A :class:`FlacSeekFile` (an :class:`MpegSeekFile` for ``.mp3``) of ``path`` when :func:`seek_hint` names it,
+    else ``None``."""
     hint = _HINT.get()
     if hint is None or hint[0] != path:
         return None
-    return FlacSeekFile(path, hint[1], size=hint[2], version=hint[3])
+    kind = MpegSeekFile if format_name(path).lower().endswith(".mp3") else FlacSeekFile
+    return kind(path, hint[1], size=hint[2], version=hint[3])
 
 
 def header_cache_size() -> int:
@@ -234,6 +249,87 @@ class FlacSeekFile:
                                        f"from frame {start}, not {end - start} of {self.info.channels}")
         check_finite(x, self.path, start)
         return x
+
+    def read_all(self) -> np.ndarray:
+        return self.read(0, None)
+
+
+class MpegSeekFile:
+    """An indexed MP3 read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
+
+    ``points`` is the row's table (:func:`audiotree.io.mpeg_seek_points.seek_points`:
+    ``[first output sample, byte offset]`` of frames, the last row the
+    stream's length and end); ``size`` the file's bytes. Opening fetches the
+    first audio frame's header (unless this process has it). ``read(start, n)``
+    returns exactly what ``AudioFile.read`` returns (the index build checked
+    that before it wrote the table). Not thread-safe (like ``AudioFile``).
+    """
+
+    backend = "soundfile"
+
+    def __init__(self, path: str, points: np.ndarray, *, size: int, version: Any = None) -> None:
+        self.path = path
+        points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
+        size = int(size)
+        if (len(points) < 3 or not -MAX_DELAY <= points[0, 0] <= 0 or np.any(np.diff(points, axis=0) <= 0)
+                or points[0, 1] < 0 or points[-1, 1] > size):
+            raise _mismatch(path, f"its MP3 seek table (K={len(points)}) does not start at the first frame, "
+                                  f"increase, and stay inside its {size} bytes")
+        self._points, self._size = points, size
+        self._read = _byte_reader(path)
+        first = int(points[0, 1])
+        head = _HEADERS.get_or_make((path, first, size, version, "mpeg"), lambda: self._read(first, first + 4))
+        self._format = frame_format(head)
+        if self._format is None:
+            raise _mismatch(path, f"byte {first} is not the MPEG layer III frame header of its first audio frame")
+        spf, rate, channels = self._format[:3]
+        if np.any((points[:-1, 0] - points[0, 0]) % spf):
+            raise _mismatch(path, f"its MP3 seek table's samples are not whole frames of {spf}")
+        self.info = AudioInfo(path, int(points[-1, 0]), int(rate), int(channels), "MP3", "MPEG_LAYER_III")
+        self.closed = False
+
+    def __enter__(self) -> "MpegSeekFile":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MpegSeekFile({self.path!r}, points={len(self._points)})"
+
+    def close(self) -> None:
+        self.closed = True
+
+    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
+        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
+        if self.closed:
+            raise ValueError(f"I/O operation on closed MpegSeekFile ({self.path!r}).")
+        start = operator.index(start_frame)
+        if start < 0:
+            raise ValueError(f"start_frame must be >= 0, got {start}.")
+        if num_frames is not None and operator.index(num_frames) < 0:
+            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
+        frames = self.info.frames
+        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
+        if start >= end:
+            return np.empty((0, self.info.channels), dtype=np.float32)
+        try:
+            x = read_excerpt(self._points, self._format, start, end, self._read)
+        except ValueError as exc:
+            raise _mismatch(self.path, str(exc)) from None
+        except AudioReadError:
+            raise
+        except Exception as exc:  # libsndfile's errors: the bytes are not the frames the table names
+            raise _mismatch(self.path, f"its frames from sample {start} do not decode ({exc})") from None
+        if x.shape != (end - start, self.info.channels):
+            raise _mismatch(self.path, f"its frames decode to {x.shape[0]} samples of {x.shape[1]} channel(s) from "
+                                       f"sample {start}, not {end - start} of {self.info.channels}")
+        hole = concealed_span(x)
+        if hole is not None:
+            raise _mismatch(self.path, f"samples {start + hole[0]}-{start + hole[1]} decode to exact silence right "
+                                       "after sound (the decoder replaced damaged MPEG frames with zeros)")
+        check_finite(x, self.path, start)
+        return np.ascontiguousarray(x)
 
     def read_all(self) -> np.ndarray:
         return self.read(0, None)
