@@ -466,7 +466,11 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
             # the loader's own counts over the window (all processes): how long readers waited on storage, and
             # how many reads the read-ahead did not hold
             "wait_ms_per_item": reads.wait_seconds * 1e3 / max(made, 1),
-            "misses_per_item": reads.cache_misses / max(made, 1)}
+            "misses_per_item": reads.cache_misses / max(made, 1),
+            # what the loader fetched while the window lasted (steady state: no start-up, no plans left unread at
+            # the end), per item made in it
+            "window_kb_per_item": reads.bytes / 1e3 / max(made, 1),
+            "window_requests_per_item": reads.requests / max(made, 1)}
 
 
 def _cell_main(args) -> int:
@@ -681,16 +685,19 @@ def main(argv=None) -> int:
         print(f"| {label} | {small['requests_per_s']:.0f} | {big['mb_per_s']:.0f} |")
     print()
     print("| cell | items/s | × local (its own format's) | items/CPU-s | rig CPU ms/item | first batch s | "
-          "requests/item | KB/item | × excerpt | reader wait ms/item | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "requests/item | KB/item | × excerpt | in the window: requests/item, × excerpt | reader wait ms/item | "
+          "peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, r in rows:
         reqs = "" if label.endswith("local") else f"{r['requests_per_item']:.2f}"
         kb = "" if label.endswith("local") else f"{r['kb_per_item']:.0f}"
         vs_excerpt = "" if label.endswith("local") else f"{r['kb_per_item'] / r['excerpt_kb']:.2f}"
+        window = ("" if label.endswith("local") else
+                  f"{r['window_requests_per_item']:.2f}, {r['window_kb_per_item'] / r['excerpt_kb']:.2f}")
         base = dict(rows).get(label.split(" http")[0] + " local", local) if " http" in label else local
         print(f"| {label} | {r['items_per_s']:.1f} | {r['items_per_s'] / base['items_per_s']:.2f} | "
               f"{r['items_per_cpu_s']:.1f} | {r['rig_cpu_ms_per_item']:.2f} | {r['first_batch_s']:.1f} | {reqs} | {kb} | "
-              f"{vs_excerpt} | {r['wait_ms_per_item']:.1f} | {r['peak_rss_mb']:.0f} |")
+              f"{vs_excerpt} | {window} | {r['wait_ms_per_item']:.1f} | {r['peak_rss_mb']:.0f} |")
     return 0
 
 

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 from audiotree.io import byte_counters, storage
 
-__all__ = ["Answer", "get_range", "get_whole", "check_answer", "read_range", "first_bytes_and_size", "fetch_range", "planned_size",
+__all__ = ["HEAD_NEED", "Answer", "get_range", "get_whole", "check_answer", "read_range", "first_bytes_and_size", "fetch_range", "planned_size",
            "fetched_size", "hold_bytes_in", "stop_holding_in"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
@@ -70,6 +70,12 @@ class Answer(NamedTuple):
         """Whether the answer is the whole object (a ``200``)."""
         return self.start == 0 and self.total is not None and len(self.data) == self.total
 
+
+#: The bytes an object's opening read must hold before its decoder opens: a WAV or AIFF header with its usual
+#: chunks. The reader asks for them (and takes as much more as the read-ahead holds); the read-ahead plans no more
+#: of an uncompressed file's start (:func:`audiotree.io.read_ahead.excerpt_ranges`). A longer header is read on,
+#: as any read is.
+HEAD_NEED = 8 * 1024
 
 def check_answer(url: str, status: int, content_range: str | None, data: bytes, start: int, stop: int, *,
                  size: int | None = None) -> Answer:

@@ -167,7 +167,9 @@ def excerpt_ranges(*, size: int, duration: float, start: float, length: float | 
         return []
     if not duration or duration <= 0 or length is None:
         return [(0, size)]
-    head = (0, min(size, header))
+    # An uncompressed file's header is a few chunks (a decoder that reads on past them makes a request of its own);
+    # a compressed stream's setup (Ogg's codebooks, an MP3's ID3v2 tag) can be tens of KiB.
+    head = (0, min(size, ranged_get.HEAD_NEED if uncompressed else header))
     pad = 16384 + size // 1000 if uncompressed else max(int(margin * size), header)
     if seek_bytes is not None and len(seek_bytes) > 1:
         import numpy as np

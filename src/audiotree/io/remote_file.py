@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 
 from audiotree.errors import AudioReadError
 from audiotree.io.input_file import ReadOnlyInput
-from audiotree.io.ranged_get import Answer, first_bytes_and_size, get_range, planned_size
+from audiotree.io.ranged_get import HEAD_NEED, Answer, first_bytes_and_size, get_range, planned_size
 from audiotree.io.storage import (
     filesystem,
     is_url,
@@ -264,7 +264,9 @@ class RemoteInput(ReadOnlyInput):
         cache = getattr(self._file, "cache", None)
         if cache is None or not hasattr(cache, "expected") or self.size == 0 or cache.end > cache.start:
             return
-        cache._fetch(0, min(self.size, MIN_WINDOW))
+        # Asked for HEAD_NEED bytes, the cache requests a window more (and takes as much as a planned block holds):
+        # a header that goes on past them is read on, as any read is.
+        cache._fetch(0, min(self.size, HEAD_NEED))
 
     def seek(self, offset: int, whence: int = 0) -> int:
         return self._file.seek(offset, whence)
