@@ -73,6 +73,7 @@ class CountedHttp:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # (see servers.LoopbackServer.serve)
 
             def log_message(self, *args) -> None:
                 pass
