@@ -1,4 +1,5 @@
-"""Reading an indexed FLAC file by its seek points: the header once per process, then one ranged read an excerpt.
+"""Reading an indexed FLAC or Ogg Vorbis file by its seek points: the header once per process, then one ranged read
+an excerpt.
 
 A FLAC decoder that seeks in a remote file probes it (each probe a request).
 The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek_points`),
@@ -10,8 +11,15 @@ at or before the excerpt to the first one at or after its end (one ranged
 GET, or one ``pread``) and decodes them with PyAV. The samples equal a whole
 decode of the file (``soundfile.read``) sliced to the excerpt.
 
+An Ogg Vorbis file is read the same way (:class:`VorbisSeekFile`): its table
+(:mod:`audiotree.io.ogg_seek_points`) says where pages start and which sample
+each completes, so an excerpt is its header pages (kept per process) and the
+pages from a long block before it to the one completing it, decoded in memory
+by the local read's decoder (libsndfile) to the same samples.
+
 Where it applies (:func:`uses_seek_points`): ``.flac`` URLs and ``.flac``
-members of remote tar shards, when PyAV is installed. A local file or a member
+members of remote tar shards, when PyAV is installed; ``.ogg`` and ``.oga``
+ones likewise (no PyAV needed). A local file or a member
 of a local shard is read with libsndfile as before: its seek is a few local
 reads, not requests, and libsndfile needs no PyAV. :class:`FlacSeekFile` reads
 local bytes too (the tests compare both).
@@ -47,8 +55,9 @@ from audiotree.io.flac_seek_points import decode_stream, header_length, stream_i
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
 from audiotree.io.members import format_name, is_member, recorded_span
+from audiotree.io import ogg_seek_points
 
-__all__ = ["FlacSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size", "clear_header_cache"]
+__all__ = ["FlacSeekFile", "VorbisSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size", "clear_header_cache"]
 
 #: The seek table handed to the next open of one path: ``(path, points, size, version)``.
 _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_flac_seek_hint", default=None)
@@ -57,18 +66,21 @@ _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_
 # can be large).
 _HEADERS = BoundedCache("flac_headers", max_entries=512, max_bytes=32 * 1024 * 1024)
 _SUBTYPES = {8: "PCM_S8", 16: "PCM_16", 24: "PCM_24", 32: "PCM_32"}
+_VORBIS = (".ogg", ".oga")
 
 
 def uses_seek_points(path: str) -> bool:
     """Whether a read of ``path`` goes by its seek points when its index row has them.
 
     ``.flac`` URLs and ``.flac`` members (with a recorded byte range) of
-    remote tar shards, when PyAV is installed; see the module docstring.
+    remote tar shards, when PyAV is installed, and ``.ogg``/``.oga`` ones;
+    see the module docstring.
 
-    >>> uses_seek_points("/data/a.flac"), uses_seek_points("s3://b/a.wav")
-    (False, False)
+    >>> uses_seek_points("/data/a.flac"), uses_seek_points("s3://b/a.wav"), uses_seek_points("s3://b/a.ogg")
+    (False, False, True)
     """
-    if not format_name(path).lower().endswith(".flac"):
+    name = format_name(path).lower()
+    if not name.endswith((".flac", *_VORBIS)):
         return False
     if is_member(path):
         span = recorded_span(path)
@@ -76,6 +88,8 @@ def uses_seek_points(path: str) -> bool:
             return False
     elif not storage.is_url(path):
         return False
+    if name.endswith(_VORBIS):
+        return True
     from audiotree.io.extensions import pyav_available
 
     return pyav_available()
@@ -96,12 +110,14 @@ def seek_hint(path: str, points: np.ndarray, size: int, version: Any = None) -> 
         _HINT.reset(token)
 
 
-def hinted(path: str) -> "FlacSeekFile | None":
-    """A :class:`FlacSeekFile` of ``path`` when :func:`seek_hint` names it, else ``None``."""
+def hinted(path: str) -> "FlacSeekFile | VorbisSeekFile | None":
+    """A :class:`FlacSeekFile` (a :class:`VorbisSeekFile` for ``.ogg``/``.oga``) of ``path`` when :func:`seek_hint`
+    names it, else ``None``."""
     hint = _HINT.get()
     if hint is None or hint[0] != path:
         return None
-    return FlacSeekFile(path, hint[1], size=hint[2], version=hint[3])
+    kind = VorbisSeekFile if format_name(path).lower().endswith(_VORBIS) else FlacSeekFile
+    return kind(path, hint[1], size=hint[2], version=hint[3])
 
 
 def header_cache_size() -> int:
@@ -234,6 +250,85 @@ class FlacSeekFile:
                                        f"from frame {start}, not {end - start} of {self.info.channels}")
         check_finite(x, self.path, start)
         return x
+
+    def read_all(self) -> np.ndarray:
+        return self.read(0, None)
+
+
+class VorbisSeekFile:
+    """An indexed Ogg Vorbis file read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
+
+    ``points`` is the row's table (:func:`audiotree.io.ogg_seek_points.seek_points`:
+    ``[first sample a page completes, its byte offset]``, the last row the
+    final granule position and the file's end); ``size`` the file's bytes.
+    Opening fetches the header pages (unless this process has them).
+    ``read(start, n)`` returns exactly what ``AudioFile.read`` returns (the
+    index build checked that before it kept the table). Not thread-safe
+    (like ``AudioFile``).
+    """
+
+    backend = "soundfile"
+
+    def __init__(self, path: str, points: np.ndarray, *, size: int, version: Any = None) -> None:
+        self.path = path
+        points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
+        size = int(size)
+        if (len(points) < 2 or np.any(np.diff(points[:, 1]) <= 0) or np.any(np.diff(points[:, 0]) < 0)
+                or points[0, 0] < 0 or points[0, 1] < 28 or points[-1, 1] != size):
+            raise _mismatch(path, f"its Ogg seek table (K={len(points)}) does not increase from the first audio page "
+                                  f"to the end of its {size} bytes")
+        self._points = points
+        self._read = _byte_reader(path)
+        first = int(points[0, 1])
+        self._header = _HEADERS.get_or_make((path, first, size, version, "vorbis"), lambda: self._read(0, first))
+        try:
+            head = ogg_seek_points.vorbis_header(self._header)
+        except ValueError as exc:
+            raise _mismatch(path, f"its first {first} bytes are not Ogg Vorbis header pages ({exc})") from None
+        if head.length != first:
+            raise _mismatch(path, f"its Vorbis header pages end at byte {head.length}, not {first}")
+        frames = int(points[-1, 0] - points[0, 0])
+        self.info = AudioInfo(path, frames, int(head.rate), int(head.channels), "OGG", "VORBIS")
+        self.closed = False
+
+    def __enter__(self) -> "VorbisSeekFile":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"VorbisSeekFile({self.path!r}, points={len(self._points)})"
+
+    def close(self) -> None:
+        self.closed = True
+
+    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
+        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
+        if self.closed:
+            raise ValueError(f"I/O operation on closed VorbisSeekFile ({self.path!r}).")
+        start = operator.index(start_frame)
+        if start < 0:
+            raise ValueError(f"start_frame must be >= 0, got {start}.")
+        if num_frames is not None and operator.index(num_frames) < 0:
+            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
+        frames = self.info.frames
+        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
+        if start >= end:
+            return np.empty((0, self.info.channels), dtype=np.float32)
+        try:
+            x = ogg_seek_points.read_excerpt(self._points, self._header, start, end, self._read)
+        except ValueError as exc:
+            raise _mismatch(self.path, str(exc)) from None
+        except AudioReadError:
+            raise
+        except Exception as exc:  # libsndfile's errors: the bytes are not the pages the table names
+            raise _mismatch(self.path, f"its pages from frame {start} do not decode ({exc})") from None
+        if x.shape != (end - start, self.info.channels):
+            raise _mismatch(self.path, f"its pages decode to {x.shape[0]} frames of {x.shape[1]} channel(s) from "
+                                       f"frame {start}, not {end - start} of {self.info.channels}")
+        check_finite(x, self.path, start)
+        return np.ascontiguousarray(x)
 
     def read_all(self) -> np.ndarray:
         return self.read(0, None)

@@ -149,7 +149,7 @@ class IndexRows:
         return float(start), float(end)
 
     def _seek_hint(self, r: int, path: str):
-        """A :func:`~audiotree.io.flac_indexed.seek_hint` context for row ``r``'s FLAC seek table, or ``None``.
+        """A :func:`~audiotree.io.flac_indexed.seek_hint` context for row ``r``'s FLAC or Ogg seek table, or ``None``.
 
         Only where it saves requests (:func:`~audiotree.io.flac_indexed.uses_seek_points`): remote files.
         """
@@ -175,7 +175,8 @@ class IndexRows:
 
         points = seek_table(self.store, r) if uses_seek_points(path) else None
         facts = RowFacts(path=path, size=int(self.store.value("size", r)), duration=self.store.value("duration", r),
-                         window=self._window_of(r), seek_bytes=None if points is None else points[:, 1])
+                         window=self._window_of(r), seek_bytes=None if points is None else points[:, 1],
+                         seek_points=points)
         return row_reads(facts, rng, loader, trust_size=trust_size)
 
     def loudest_row(self, i: int):

@@ -37,13 +37,16 @@ UNCOMPRESSED = (".wav", ".wave", ".aif", ".aiff", ".au", ".w64", ".caf")
 @dataclasses.dataclass(frozen=True)
 class RowFacts:
     """What an index row tells a plan: the item's path, its size in bytes and duration in seconds, its segment
-    ``window`` (start, end seconds) and its FLAC seek points' byte offsets (or ``None``)."""
+    ``window`` (start, end seconds), its FLAC seek points' byte offsets (or ``None``) and its whole seek table
+    (``seek_points``: an Ogg Vorbis file's excerpts are planned exactly,
+    :func:`audiotree.io.ogg_seek_points.planned_ranges`)."""
 
     path: str
     size: int
     duration: float | None
     window: tuple[float, float] | None = None
     seek_bytes: Any = None
+    seek_points: Any = None
 
 
 def row_reads(facts: RowFacts, rng: np.random.Generator, loader: Any, *, trust_size: bool) -> list[PlannedRange]:
@@ -74,8 +77,13 @@ def row_reads(facts: RowFacts, rng: np.random.Generator, loader: Any, *, trust_s
     else:
         start, length = first, duration
     name = members.parse(path).name if span is not None else url  # a member's own name says its format
-    ranges = excerpt_ranges(size=size, duration=float(facts.duration), start=start, length=length,
-                            uncompressed=name.lower().endswith(UNCOMPRESSED), seek_bytes=facts.seek_bytes)
+    if facts.seek_points is not None and name.lower().endswith((".ogg", ".oga")):
+        from audiotree.io.ogg_seek_points import planned_ranges
+
+        ranges = planned_ranges(facts.seek_points, start, length, float(facts.duration))
+    else:
+        ranges = excerpt_ranges(size=size, duration=float(facts.duration), start=start, length=length,
+                                uncompressed=name.lower().endswith(UNCOMPRESSED), seek_bytes=facts.seek_bytes)
     fs = storage.filesystem(url)
     known = int(size) if trust_size and span is None else None
     return [PlannedRange(url, base + lo, base + hi, known, fs) for lo, hi in ranges]
