@@ -173,8 +173,8 @@ def planned_ranges(points: np.ndarray, start: float, length: float | None, durat
         return []
     total = int(points[-1, 0] - points[0, 0])
     rate = total / float(duration)
-    lo = max(0, int(start * rate) - 1)
-    hi = total if length is None or not np.isfinite(length) else min(total, int((start + length) * rate) + 2)
+    lo = max(0, int(start * rate) - 2)
+    hi = total if length is None or not np.isfinite(length) else min(total, int((start + length) * rate) + 4)
     head = (0, int(points[0, 1]))
     if lo >= hi:
         return [head]
