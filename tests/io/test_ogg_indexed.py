@@ -302,3 +302,23 @@ def test_the_read_ahead_plans_exactly_the_bytes_each_excerpt_reads(made, http, t
     for _ in range(n):
         next(it)
     assert hits() - hits0 == n + header_cache_size() - headers0, (hits() - hits0, n, header_cache_size() - headers0)
+
+
+def test_a_member_of_a_local_shard_reads_its_own_bytes(made, tmp_path):
+    import io
+    import tarfile
+
+    from audiotree.io.members import tar_url
+
+    path, data = made["oggenc-16000Hz-2ch-q8.ogg"]
+    shard = tmp_path / "s.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, body in (("junk.txt", b"x" * 3000), ("a.ogg", data)):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    with tarfile.open(shard) as tar:
+        member = tar.getmember("a.ogg")
+    url = tar_url(str(shard), "a.ogg", member.offset_data, member.size)
+    got = VorbisSeekFile(url, seek_points(data), size=len(data)).read(70000, 48000)
+    assert np.array_equal(got, _local(path, 70000, 48000))

@@ -54,16 +54,13 @@ def _ogg_points(path: str, data: bytes) -> np.ndarray | None:
     from audiotree.io import AudioFile
     from audiotree.io.ogg_seek_points import differs_from, seek_points
 
-    def local(start: int, frames: int) -> np.ndarray:
-        with AudioFile.from_bytes(path, data) as f:  # (a fresh open each time, as a dataset reads an item)
-            return f.read(start, frames)
-
     try:
         with AudioFile.from_bytes(path, data) as f:
             if (f.info.format, f.info.subtype) != ("OGG", "VORBIS"):
                 return None
             points = seek_points(data, f.info.frames)
-        return None if differs_from(points, data, local) else points
+            # (one handle, excerpts in order: the first seconds decoded through from the start, the rest by seeks)
+            return None if differs_from(points, data, f.read) else points
     except (AudioReadError, OSError, ValueError, RuntimeError):  # (the open that follows reports a bad file)
         return None
 

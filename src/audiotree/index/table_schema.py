@@ -26,8 +26,8 @@ column          type             meaning
                                  readable
 ``profile_step``int32 (null)     samples per profile block, ``round(0.1 * rate)``
 ``profile``     list<int16>      the loudness profile (below); null without one
-``seek_points`` list<int64>      a FLAC file's seek table (below); null for other
-                                 formats and FLAC files without one
+``seek_points`` list<int64>      a FLAC or Ogg Vorbis file's seek table (below);
+                                 null for other formats and files without one
 *quality*       float64 / int64  ``bandwidth_hz``, ``clip_share``, ``clip_longest``
                                  (int64), ``dc_offset``, ``channel_corr``,
                                  ``silence_share``, ``snr_db`` (below); null
@@ -103,6 +103,24 @@ by default; libsndfile does not), from one ranged read of the header's first
 64 KiB, and scans nothing. A segment index stores none yet. Rows of an index
 written before 1.2 have none; an update reuses them as they are (delete the
 index to rebuild it with the tables).
+
+Ogg Vorbis seek points
+----------------------
+An Ogg Vorbis file's ``seek_points`` (same column, same pairs) are
+``[granule, byte offset]`` of pages about half a second apart
+(:func:`audiotree.io.ogg_seek_points.seek_points`): the granule is the first
+sample the page completes (the previous page's granule position), ``s0`` the
+stream's first sample (0 for a file encoded from its start) with ``b0`` the
+first audio page (after the header pages); the last pair is the final granule
+position and the file's size. A dataset reading a remote Ogg file or a member
+of a remote shard reads each excerpt with one ranged read, decoded in memory by
+libsndfile to the samples a local read returns
+(:class:`audiotree.io.flac_indexed.VorbisSeekFile`). Only a build with loudness
+writes them (it reads the whole file anyway), and only when excerpts read by the
+table equal the file's own reads at its start, middle and end; chained or
+multiplexed files, Opus, damaged files and streams whose granule positions
+disagree with their packets (cut by copying packets) get none and are read as
+before, as are Ogg rows of an index built before these tables (null).
 
 Quality columns
 ---------------

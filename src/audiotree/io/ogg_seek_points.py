@@ -231,7 +231,7 @@ _CHECK_SPREAD = 12
 
 def differs_from(points: np.ndarray, data: bytes, local: Callable[[int, int], np.ndarray]) -> str | None:
     """Where reads by ``points`` of the whole file ``data`` differ from ``local(start, frames)`` (the file's own
-    read), or None: the evidence an index build keeps a table on.
+    read, called with increasing starts), or None: the evidence an index build keeps a table on.
 
     Compares one short excerpt decoded from each row's page in the first
     seconds, from rows spread over the rest, and the file's last samples.
