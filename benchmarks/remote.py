@@ -443,18 +443,30 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
         next(it)
     # The workers' buffers are full by now, so taking batches is faster than making them at first: the rates are
     # of items *made* (stamped, in every process) while the window lasts, not of items taken.
+    from audiotree.io import read_stats
+
     cpu0, _ = _tree_cpu_and_rss()
+    reads0 = read_stats()
     made0, t0 = os.path.getsize(stamps), time.perf_counter()
     items = taken = 0
+    paths: dict[str, int] = {}  # the items taken, by file: the excerpts' encoded bytes (see cell)
     while taken < batches or time.perf_counter() - t0 < min_window:
-        items += len(next(it).filepath)
+        batch = next(it)
+        for p in batch.filepath:
+            paths[str(p)] = paths.get(str(p), 0) + 1
+        items += len(batch.filepath)
         taken += 1
     made, elapsed = os.path.getsize(stamps) - made0, time.perf_counter() - t0
     cpu = _tree_cpu_and_rss()[0] - cpu0
+    reads = read_stats() - reads0
     sampling.set()
     peak[0] = max(peak[0], _tree_cpu_and_rss()[1])
     return {"first_batch_s": first, "items_per_s": made / elapsed, "items_per_cpu_s": made / max(cpu, 1e-9),
-            "peak_rss_mb": peak[0] / 1e6, "items": items, "made_in_window": made}
+            "peak_rss_mb": peak[0] / 1e6, "items": items, "made_in_window": made, "paths": paths,
+            # the loader's own counts over the window (all processes): how long readers waited on storage, and
+            # how many reads the read-ahead did not hold
+            "wait_ms_per_item": reads.wait_seconds * 1e3 / max(made, 1),
+            "misses_per_item": reads.cache_misses / max(made, 1)}
 
 
 def _cell_main(args) -> int:
@@ -469,11 +481,44 @@ def _cell_main(args) -> int:
     os._exit(0)
 
 
+def rig_cpu() -> float:
+    """CPU seconds so far of every server and proxy process this run started (and their children: nginx's
+    workers): what the rig takes from the cores the loader runs on."""
+    import psutil
+
+    total = 0.0
+    for proc in list(_started):
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(proc.pid)
+            for q in [p, *p.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    t = q.cpu_times()
+                    total += t.user + t.system
+    return total
+
+
+def excerpt_bytes(index: Path, paths: dict[str, int], seconds: float = 3.0) -> float:
+    """The mean encoded bytes of the excerpts taken: per item, its file's bytes times the share of the file's
+    duration the excerpt covers (``seconds``, or the whole file if shorter), from the index's ``size`` and
+    ``duration`` columns (for a tar member or a Parquet cell, its own bytes)."""
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetFile(index).read(columns=["path", "size", "duration"]).to_pydict()
+    share = {p: s * min(1.0, seconds / d) for p, s, d in zip(table["path"], table["size"], table["duration"])
+             if s and d}
+    counted = [(share[p], n) for p, n in paths.items() if p in share]
+    if not counted:
+        return float("nan")
+    return sum(b * n for b, n in counted) / sum(n for _, n in counted)
+
+
 def cell(index: Path, args, proxy: DelayProxy | None, read_ahead: bool = True) -> dict:
-    """Runs one cell in a fresh process; adds requests and bytes per item made (from the proxy's counts)."""
+    """Runs one cell in a fresh process; adds requests and bytes per item made (from the proxy's counts), the
+    excerpts' own encoded bytes, and the rig's CPU per item."""
     fd, stamps = tempfile.mkstemp(prefix="remote-bench-", suffix=".stamps")
     os.close(fd)
     before = proxy.counts() if proxy else (0, 0)
+    rig0 = rig_cpu()
     try:
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
         done = subprocess.run([sys.executable, __file__, "--cell", str(index), "--batches", str(args.batches),
@@ -489,6 +534,8 @@ def cell(index: Path, args, proxy: DelayProxy | None, read_ahead: bool = True) -
         os.unlink(stamps)
     time.sleep(0.2)
     after = proxy.counts() if proxy else (0, 0)
+    result["rig_cpu_ms_per_item"] = (rig_cpu() - rig0) * 1e3 / made
+    result["excerpt_kb"] = excerpt_bytes(index, result.pop("paths")) / 1e3
     result["made"] = made
     result["requests_per_item"] = (after[0] - before[0]) / made
     result["kb_per_item"] = (after[1] - before[1]) / made / 1e3
@@ -633,14 +680,17 @@ def main(argv=None) -> int:
     for label, (small, big) in ceilings.items():
         print(f"| {label} | {small['requests_per_s']:.0f} | {big['mb_per_s']:.0f} |")
     print()
-    print("| cell | items/s | × local (its own format's) | items/CPU-s | first batch s | requests/item | KB/item | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| cell | items/s | × local (its own format's) | items/CPU-s | rig CPU ms/item | first batch s | "
+          "requests/item | KB/item | × excerpt | reader wait ms/item | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, r in rows:
         reqs = "" if label.endswith("local") else f"{r['requests_per_item']:.2f}"
         kb = "" if label.endswith("local") else f"{r['kb_per_item']:.0f}"
+        vs_excerpt = "" if label.endswith("local") else f"{r['kb_per_item'] / r['excerpt_kb']:.2f}"
         base = dict(rows).get(label.split(" http")[0] + " local", local) if " http" in label else local
         print(f"| {label} | {r['items_per_s']:.1f} | {r['items_per_s'] / base['items_per_s']:.2f} | "
-              f"{r['items_per_cpu_s']:.1f} | {r['first_batch_s']:.1f} | {reqs} | {kb} | {r['peak_rss_mb']:.0f} |")
+              f"{r['items_per_cpu_s']:.1f} | {r['rig_cpu_ms_per_item']:.2f} | {r['first_batch_s']:.1f} | {reqs} | {kb} | "
+              f"{vs_excerpt} | {r['wait_ms_per_item']:.1f} | {r['peak_rss_mb']:.0f} |")
     return 0
 
 

@@ -26,3 +26,19 @@ def test_read_ahead_requests_hits_and_waits_are_in_read_stats(served):  # noqa: 
     assert stats.cache_hits > 0
     store_wait = sum(store.wait_seconds for store in stores)
     assert stats.wait_seconds >= store_wait > 0  # the readers' waits on blocks fetched ahead are in
+
+
+def test_reads_the_read_ahead_did_not_foresee_are_its_misses(served):  # noqa: F811
+    """Items read in an order without a shape are planned by nothing: each of the reader's own requests follows a
+    read-ahead miss, and the misses are in ``read_stats().cache_misses``."""
+    state, index = served
+    read_ahead.close_stores()
+    ds = _dataset(index, ReadAhead(items=16))
+    state.reset_counters()
+    reset_read_stats()
+    for i in (41, 3, 29, 17, 8):  # no period, no step: nothing to plan
+        ds[i]
+    stats = read_stats()
+    read_ahead.close_stores()
+    assert stats.requests == state.requests > 0
+    assert stats.cache_misses >= stats.requests, stats

@@ -26,8 +26,9 @@ column          type             meaning
                                  readable
 ``profile_step``int32 (null)     samples per profile block, ``round(0.1 * rate)``
 ``profile``     list<int16>      the loudness profile (below); null without one
-``seek_points`` list<int64>      a FLAC or Ogg Vorbis file's seek table (below);
-                                 null for other formats and files without one
+``seek_points`` list<int64>      a FLAC, MP3 or Ogg Vorbis file's seek table
+                                 (below); null for other formats and files
+                                 without one
 *quality*       float64 / int64  ``bandwidth_hz``, ``clip_share``, ``clip_longest``
                                  (int64), ``dc_offset``, ``channel_corr``,
                                  ``silence_share``, ``snr_db`` (below); null
@@ -103,6 +104,22 @@ by default; libsndfile does not), from one ranged read of the header's first
 64 KiB, and scans nothing. A segment index stores none yet. Rows of an index
 written before 1.2 have none; an update reuses them as they are (delete the
 index to rebuild it with the tables).
+
+MP3 seek points
+---------------
+An MP3's ``seek_points`` (same column, same pairs) are ``[first output sample,
+byte offset]`` of layer III frames about half a second apart
+(:func:`audiotree.io.mpeg_seek_points.seek_points`): ``s0`` is minus the
+samples the decoder drops at the start (encoder delay plus mpg123's 529;
+measured, not read from the tag), ``b0`` the first audio frame; the last pair
+is the file's length in samples and the byte after its last frame. A dataset
+reading a remote MP3 or a member of a remote shard reads each excerpt with one
+ranged read (:class:`audiotree.io.flac_indexed.MpegSeekFile`), to the samples a
+local read returns. Only a build with loudness writes them (it reads the whole
+file anyway), and only after excerpts read by the table equal the file's own
+reads; MPEG-2/2.5 streams (rates under 32 kHz), CRC-protected or damaged
+streams get none and are read as before, as are MP3 rows of an index built
+before these tables (null).
 
 Ogg Vorbis seek points
 ----------------------

@@ -1,5 +1,4 @@
-"""Reading an indexed FLAC or Ogg Vorbis file by its seek points: the header once per process, then one ranged read
-an excerpt.
+"""Reading an indexed FLAC, MP3 or Ogg Vorbis file by its seek points: one ranged read an excerpt.
 
 A FLAC decoder that seeks in a remote file probes it (each probe a request).
 The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek_points`),
@@ -11,15 +10,23 @@ at or before the excerpt to the first one at or after its end (one ranged
 GET, or one ``pread``) and decodes them with PyAV. The samples equal a whole
 decode of the file (``soundfile.read``) sliced to the excerpt.
 
-An Ogg Vorbis file is read the same way (:class:`VorbisSeekFile`): its table
-(:mod:`audiotree.io.ogg_seek_points`) says where pages start and which sample
-each completes, so an excerpt is its header pages (kept per process) and the
-pages from a long block before it to the one completing it, decoded in memory
-by the local read's decoder (libsndfile) to the same samples.
+An MP3 is read the same way (:class:`MpegSeekFile`): its table
+(:mod:`audiotree.io.mpeg_seek_points`) says where frames start, so an excerpt is
+the bytes from the frame a local read starts decoding at to the frame after
+its end, decoded with the same decoder (libsndfile's mpg123) to the same
+samples; only the first audio frame's 4-byte header is kept per process (the
+stream's rate and channels).
 
-Where it applies (:func:`uses_seek_points`): ``.flac`` URLs and ``.flac``
-members of remote tar shards, when PyAV is installed; ``.ogg`` and ``.oga``
-ones likewise (no PyAV needed). A local file or a member
+An Ogg Vorbis file too (:class:`VorbisSeekFile`): its table
+(:mod:`audiotree.io.ogg_seek_points`) says where pages start and the first
+sample each completes, so an excerpt is the pages from a long block before it
+to the page that completes it, put after the file's header pages (kept per
+process) and decoded in memory by the local read's decoder (libsndfile) to the
+same samples.
+
+Where it applies (:func:`uses_seek_points`): ``.flac``, ``.mp3`` and ``.ogg``
+(``.oga``) URLs and members of remote tar shards (FLAC when PyAV is installed).
+A local file or a member
 of a local shard is read with libsndfile as before: its seek is a few local
 reads, not requests, and libsndfile needs no PyAV. :class:`FlacSeekFile` reads
 local bytes too (the tests compare both).
@@ -47,7 +54,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import storage
+from audiotree.io import ogg_seek_points, storage
 from audiotree.io.byte_cache import BoundedCache
 from audiotree.io.item_bytes import read_item_bytes
 from audiotree.io.read_errors import SKIP_HINT, check_finite
@@ -55,9 +62,11 @@ from audiotree.io.flac_seek_points import decode_stream, header_length, stream_i
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
 from audiotree.io.members import format_name, is_member, recorded_span
-from audiotree.io import ogg_seek_points
+from audiotree.io.mpeg_frames import concealed_span
+from audiotree.io.mpeg_seek_points import MAX_DELAY, frame_format, read_excerpt
 
-__all__ = ["FlacSeekFile", "VorbisSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size", "clear_header_cache"]
+__all__ = ["FlacSeekFile", "MpegSeekFile", "VorbisSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size",
+           "clear_header_cache"]
 
 #: The seek table handed to the next open of one path: ``(path, points, size, version)``.
 _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_flac_seek_hint", default=None)
@@ -72,15 +81,15 @@ _VORBIS = (".ogg", ".oga")
 def uses_seek_points(path: str) -> bool:
     """Whether a read of ``path`` goes by its seek points when its index row has them.
 
-    ``.flac`` URLs and ``.flac`` members (with a recorded byte range) of
-    remote tar shards, when PyAV is installed, and ``.ogg``/``.oga`` ones;
+    ``.flac``, ``.mp3`` and ``.ogg`` (``.oga``) URLs and members (with a
+    recorded byte range) of remote tar shards (FLAC when PyAV is installed);
     see the module docstring.
 
-    >>> uses_seek_points("/data/a.flac"), uses_seek_points("s3://b/a.wav"), uses_seek_points("s3://b/a.ogg")
-    (False, False, True)
+    >>> [uses_seek_points(p) for p in ("/data/a.flac", "s3://b/a.wav", "s3://b/a.mp3", "s3://b/a.ogg")]
+    [False, False, True, True]
     """
     name = format_name(path).lower()
-    if not name.endswith((".flac", *_VORBIS)):
+    if not name.endswith((".flac", ".mp3", *_VORBIS)):
         return False
     if is_member(path):
         span = recorded_span(path)
@@ -88,7 +97,7 @@ def uses_seek_points(path: str) -> bool:
             return False
     elif not storage.is_url(path):
         return False
-    if name.endswith(_VORBIS):
+    if name.endswith((".mp3", *_VORBIS)):
         return True
     from audiotree.io.extensions import pyav_available
 
@@ -110,13 +119,14 @@ def seek_hint(path: str, points: np.ndarray, size: int, version: Any = None) -> 
         _HINT.reset(token)
 
 
-def hinted(path: str) -> "FlacSeekFile | VorbisSeekFile | None":
-    """A :class:`FlacSeekFile` (a :class:`VorbisSeekFile` for ``.ogg``/``.oga``) of ``path`` when :func:`seek_hint`
-    names it, else ``None``."""
+def hinted(path: str) -> "FlacSeekFile | MpegSeekFile | VorbisSeekFile | None":
+    """A :class:`FlacSeekFile` (an :class:`MpegSeekFile` for ``.mp3``, a :class:`VorbisSeekFile` for ``.ogg``) of
+    ``path`` when :func:`seek_hint` names it, else ``None``."""
     hint = _HINT.get()
     if hint is None or hint[0] != path:
         return None
-    kind = VorbisSeekFile if format_name(path).lower().endswith(_VORBIS) else FlacSeekFile
+    name = format_name(path).lower()
+    kind = MpegSeekFile if name.endswith(".mp3") else VorbisSeekFile if name.endswith(_VORBIS) else FlacSeekFile
     return kind(path, hint[1], size=hint[2], version=hint[3])
 
 
@@ -164,7 +174,52 @@ def _header(path: str, first: int, size: int, version: Any, read: Callable[[int,
     return _HEADERS.get_or_make((path, first, size, version), lambda: read(0, first))
 
 
-class FlacSeekFile:
+class _SeekFile:
+    """What the seek files share: ``info``, ``read`` (checked arguments, clamped at the end) and closing.
+
+    A subclass sets ``path``, ``info`` and ``_points`` and decodes frames
+    ``[start, end)`` (``start < end <= info.frames``) in ``_excerpt``.
+    """
+
+    path: str
+    info: AudioInfo
+    closed = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r}, points={len(self._points)})"
+
+    def close(self) -> None:
+        self.closed = True
+
+    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
+        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
+        if self.closed:
+            raise ValueError(f"I/O operation on closed {type(self).__name__} ({self.path!r}).")
+        start = operator.index(start_frame)
+        if start < 0:
+            raise ValueError(f"start_frame must be >= 0, got {start}.")
+        if num_frames is not None and operator.index(num_frames) < 0:
+            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
+        frames = self.info.frames
+        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
+        if start >= end:
+            return np.empty((0, self.info.channels), dtype=np.float32)
+        return self._excerpt(start, end)
+
+    def _excerpt(self, start: int, end: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def read_all(self) -> np.ndarray:
+        return self.read(0, None)
+
+
+class FlacSeekFile(_SeekFile):
     """An indexed FLAC file read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
 
     ``points`` is the row's ``int64 (K, 2)`` table ``[first sample, byte
@@ -196,33 +251,8 @@ class FlacSeekFile:
             raise _mismatch(path, f"its header ends at byte {first} and says {total} samples")
         self._block = int.from_bytes(self._header[8 + 2:8 + 4], "big")  # STREAMINFO max block size
         self.info = AudioInfo(path, int(total), int(rate), int(channels), "FLAC", _SUBTYPES.get(bits, f"PCM_{bits}"))
-        self.closed = False
 
-    def __enter__(self) -> "FlacSeekFile":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"FlacSeekFile({self.path!r}, points={len(self._points)})"
-
-    def close(self) -> None:
-        self.closed = True
-
-    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
-        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
-        if self.closed:
-            raise ValueError(f"I/O operation on closed FlacSeekFile ({self.path!r}).")
-        start = operator.index(start_frame)
-        if start < 0:
-            raise ValueError(f"start_frame must be >= 0, got {start}.")
-        if num_frames is not None and operator.index(num_frames) < 0:
-            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
-        frames = self.info.frames
-        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
-        if start >= end:
-            return np.empty((0, self.info.channels), dtype=np.float32)
+    def _excerpt(self, start: int, end: int) -> np.ndarray:
         points = self._points
         k = int(np.searchsorted(points[:, 0], start, side="right")) - 1
         j = int(np.searchsorted(points[:, 0], end, side="left"))
@@ -251,11 +281,61 @@ class FlacSeekFile:
         check_finite(x, self.path, start)
         return x
 
-    def read_all(self) -> np.ndarray:
-        return self.read(0, None)
+
+class MpegSeekFile(_SeekFile):
+    """An indexed MP3 read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
+
+    ``points`` is the row's table (:func:`audiotree.io.mpeg_seek_points.seek_points`:
+    ``[first output sample, byte offset]`` of frames, the last row the
+    stream's length and end); ``size`` the file's bytes. Opening fetches the
+    first audio frame's header (unless this process has it). ``read(start, n)``
+    returns exactly what ``AudioFile.read`` returns (the index build checked
+    that before it wrote the table). Not thread-safe (like ``AudioFile``).
+    """
+
+    backend = "soundfile"
+
+    def __init__(self, path: str, points: np.ndarray, *, size: int, version: Any = None) -> None:
+        self.path = path
+        points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
+        size = int(size)
+        if (len(points) < 3 or not -MAX_DELAY <= points[0, 0] <= 0 or np.any(np.diff(points, axis=0) <= 0)
+                or points[0, 1] < 0 or points[-1, 1] > size):
+            raise _mismatch(path, f"its MP3 seek table (K={len(points)}) does not start at the first frame, "
+                                  f"increase, and stay inside its {size} bytes")
+        self._points, self._size = points, size
+        self._read = _byte_reader(path)
+        first = int(points[0, 1])
+        head = _HEADERS.get_or_make((path, first, size, version, "mpeg"), lambda: self._read(first, first + 4))
+        self._format = frame_format(head)
+        if self._format is None:
+            raise _mismatch(path, f"byte {first} is not the MPEG layer III frame header of its first audio frame")
+        spf, rate, channels = self._format[:3]
+        if np.any((points[:-1, 0] - points[0, 0]) % spf):
+            raise _mismatch(path, f"its MP3 seek table's samples are not whole frames of {spf}")
+        self.info = AudioInfo(path, int(points[-1, 0]), int(rate), int(channels), "MP3", "MPEG_LAYER_III")
+
+    def _excerpt(self, start: int, end: int) -> np.ndarray:
+        try:
+            x = read_excerpt(self._points, self._format, start, end, self._read)
+        except ValueError as exc:
+            raise _mismatch(self.path, str(exc)) from None
+        except AudioReadError:
+            raise
+        except Exception as exc:  # libsndfile's errors: the bytes are not the frames the table names
+            raise _mismatch(self.path, f"its frames from sample {start} do not decode ({exc})") from None
+        if x.shape != (end - start, self.info.channels):
+            raise _mismatch(self.path, f"its frames decode to {x.shape[0]} samples of {x.shape[1]} channel(s) from "
+                                       f"sample {start}, not {end - start} of {self.info.channels}")
+        hole = concealed_span(x)
+        if hole is not None:
+            raise _mismatch(self.path, f"samples {start + hole[0]}-{start + hole[1]} decode to exact silence right "
+                                       "after sound (the decoder replaced damaged MPEG frames with zeros)")
+        check_finite(x, self.path, start)
+        return np.ascontiguousarray(x)
 
 
-class VorbisSeekFile:
+class VorbisSeekFile(_SeekFile):
     """An indexed Ogg Vorbis file read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
 
     ``points`` is the row's table (:func:`audiotree.io.ogg_seek_points.seek_points`:
@@ -291,31 +371,7 @@ class VorbisSeekFile:
         self.info = AudioInfo(path, frames, int(head.rate), int(head.channels), "OGG", "VORBIS")
         self.closed = False
 
-    def __enter__(self) -> "VorbisSeekFile":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"VorbisSeekFile({self.path!r}, points={len(self._points)})"
-
-    def close(self) -> None:
-        self.closed = True
-
-    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
-        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
-        if self.closed:
-            raise ValueError(f"I/O operation on closed VorbisSeekFile ({self.path!r}).")
-        start = operator.index(start_frame)
-        if start < 0:
-            raise ValueError(f"start_frame must be >= 0, got {start}.")
-        if num_frames is not None and operator.index(num_frames) < 0:
-            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
-        frames = self.info.frames
-        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
-        if start >= end:
-            return np.empty((0, self.info.channels), dtype=np.float32)
+    def _excerpt(self, start: int, end: int) -> np.ndarray:
         try:
             x = ogg_seek_points.read_excerpt(self._points, self._header, start, end, self._read)
         except ValueError as exc:
@@ -329,6 +385,3 @@ class VorbisSeekFile:
                                        f"frame {start}, not {end - start} of {self.info.channels}")
         check_finite(x, self.path, start)
         return np.ascontiguousarray(x)
-
-    def read_all(self) -> np.ndarray:
-        return self.read(0, None)

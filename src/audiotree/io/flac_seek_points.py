@@ -183,13 +183,15 @@ def decode_stream(stream: bytes, frames: int) -> np.ndarray:
         for frame in container.decode(audio=0):
             data = frame.to_ndarray()
             data = data.T if frame.format.is_planar else data.reshape(-1, channels)
-            if data.dtype == np.int16:
-                data = data.astype(np.float32) / np.float32(1 << 15)
-            elif data.dtype == np.int32:
-                data = (data.astype(np.float64) / float(1 << 31)).astype(np.float32)
-            chunks.append(np.asarray(data, dtype=np.float32))
+            chunks.append(data)  # (scaled once, below: an excerpt is tens of frames)
             got += len(data)
             if got >= frames:
                 break
-    out = np.concatenate(chunks) if chunks else np.zeros((0, 1), np.float32)
-    return out[:frames]
+    if not chunks:
+        return np.zeros((0, 1), np.float32)
+    out = np.concatenate(chunks)[:frames]
+    if out.dtype == np.int16:
+        return out.astype(np.float32) / np.float32(1 << 15)
+    if out.dtype == np.int32:
+        return (out.astype(np.float64) / float(1 << 31)).astype(np.float32)
+    return np.asarray(out, dtype=np.float32)

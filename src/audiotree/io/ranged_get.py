@@ -195,10 +195,14 @@ def stop_holding_in(holder: Any) -> None:
 
 
 def _held(url: str, start: int, stop: int, need: int | None) -> bytes | None:
-    for holder in list(_holders):
+    holders = list(_holders)
+    for holder in holders:
         data = holder.take(url, start, stop, need)
         if data is not None:
+            byte_counters.count_cache("read_ahead", hit=True)
             return data
+    if holders:  # a read the read-ahead did not foresee: the caller's own request (read_stats().cache_misses)
+        byte_counters.count_cache("read_ahead", hit=False)
     return None
 
 

@@ -370,7 +370,6 @@ class RangeStore:
         got = b"".join(parts) if len(parts) > 1 else parts[0]
         if len(got) < need - start:  # the object ended before the block: only the caller can say what that means
             return None
-        byte_counters.count_cache("read_ahead", hit=True)
         return got
 
     def _note_miss(self, url: str, start: int, blocks: Sequence[_Block]) -> None:
