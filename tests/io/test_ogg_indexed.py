@@ -359,3 +359,31 @@ def test_a_member_of_a_local_shard_reads_its_own_bytes(made, tmp_path):
     url = tar_url(str(shard), "a.ogg", member.offset_data, member.size)
     got = VorbisSeekFile(url, seek_points(data), size=len(data)).read(70000, 48000)
     assert np.array_equal(got, _local(path, 70000, 48000))
+
+
+def test_members_of_a_remote_shard_read_by_their_tables(made, http, tmp_path):
+    import io
+    import tarfile
+
+    names = ["ffmpeg-16000Hz-1ch-q4.ogg", "oggenc-32000Hz-2ch-q2.ogg"]  # (in the order a local index lists them)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = len(made[name][1])
+            tar.addfile(info, io.BytesIO(made[name][1]))
+    http.objects["/shards/train-000000.tar"] = buf.getvalue()
+    out = _index([f"{http.base}/shards/train-000000.tar"], tmp_path / "shards.parquet")
+    from audiotree.index import open_index
+
+    rows = open_index(out, columns=["path", "seek_points"]).table.to_pylist()
+    assert len(rows) == 2 and all(r["seek_points"] is not None for r in rows)
+    items = _per_item(http, _dataset(out))
+    assert [n for n, _, _ in items] == [2, 1, 2, 1], [n for n, _, _ in items]
+    local = _index([str(made[n][0]) for n in names], tmp_path / "local.parquet")
+    expect = _dataset(local, on_stale="raise")
+    remote = _dataset(out)
+    for i in range(2):
+        member, file = remote[i].filepath[0].split("?", 1)[0], expect[i].filepath[0]
+        assert member.rsplit("/", 1)[-1] == file.rsplit("/", 1)[-1] and float(remote[i].offset[0]) > 0
+        assert np.array_equal(items[2 * i][2], np.asarray(expect[i].waveform))
