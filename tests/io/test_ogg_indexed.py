@@ -208,7 +208,8 @@ def test_a_build_keeps_tables_only_where_reads_by_them_equal_the_files_own(made,
         seek_points((folder / "chain.ogg").read_bytes())
     out = tmp_path / "idx.parquet"
     build_index(str(folder), out, executor="serial", show_progress=False)
-    rows = {r["path"].rsplit("/", 1)[-1]: r for r in open_index(out, columns=["path", "readable", "seek_points"]).table.to_pylist()}
+    table = open_index(out, columns=["path", "readable", "seek_points"]).table
+    rows = {r["path"].rsplit("/", 1)[-1]: r for r in table.to_pylist()}
     assert sorted(rows) == sorted(names) and all(r["readable"] for r in rows.values())
     assert np.array_equal(np.asarray(rows["plain.ogg"]["seek_points"]).reshape(-1, 2),
                           seek_points((folder / "plain.ogg").read_bytes()))

@@ -65,8 +65,8 @@ from audiotree.io.members import format_name, is_member, recorded_span
 from audiotree.io.mpeg_frames import concealed_span
 from audiotree.io.mpeg_seek_points import MAX_DELAY, frame_format, read_excerpt
 
-__all__ = ["FlacSeekFile", "MpegSeekFile", "VorbisSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size",
-           "clear_header_cache"]
+__all__ = ["FlacSeekFile", "MpegSeekFile", "VorbisSeekFile", "seek_hint", "hinted", "uses_seek_points",
+           "header_cache_size", "clear_header_cache"]
 
 #: The seek table handed to the next open of one path: ``(path, points, size, version)``.
 _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_flac_seek_hint", default=None)

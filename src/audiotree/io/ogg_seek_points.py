@@ -96,21 +96,25 @@ def vorbis_header(data: bytes) -> VorbisHeader:
         raise ValueError("the first Ogg packet is not a Vorbis identification header")
     channels, rate = ident[11], struct.unpack_from("<I", ident, 12)[0]
     long_block = 1 << (ident[28] >> 4)
-    pages, problem = ogg_pages.chained_pages(data, 0, stop_at_cut=True)
-    packets, partial = 0, False
-    for page in pages:
-        if page.serial != serial or (page.flags & 0x02 and page.offset > 0):
-            raise ValueError(f"the Ogg page at byte {page.offset} belongs to another stream (a multiplexed file)")
-        for value in page.lacing:
-            partial = value == 255
-            packets += not partial
-        if packets >= 3:
-            if packets > 3 or partial:
-                raise ValueError("audio packets share the last header page")
-            if not rate or not channels:
-                raise ValueError("the Vorbis header says 0 Hz or 0 channels")
-            return VorbisHeader(page.end, serial, rate, channels, long_block)
-    raise ValueError(problem or "the bytes given end inside the Vorbis header pages")
+    span = 1 << 16
+    while True:  # (the header pages of a whole file: read from its first 64 KiB, more only if they are longer)
+        pages, problem = ogg_pages.chained_pages(data[:span], 0, stop_at_cut=True)
+        packets, partial = 0, False
+        for page in pages:
+            if page.serial != serial or (page.flags & 0x02 and page.offset > 0):
+                raise ValueError(f"the Ogg page at byte {page.offset} belongs to another stream (a multiplexed file)")
+            for value in page.lacing:
+                partial = value == 255
+                packets += not partial
+            if packets >= 3:
+                if packets > 3 or partial:
+                    raise ValueError("audio packets share the last header page")
+                if not rate or not channels:
+                    raise ValueError("the Vorbis header says 0 Hz or 0 channels")
+                return VorbisHeader(page.end, serial, rate, channels, long_block)
+        if problem or span >= len(data):
+            raise ValueError(problem or "the bytes given end inside the Vorbis header pages")
+        span *= 4
 
 
 def seek_points(data: bytes, frames: int | None = None, *, every: float = SEEK_EVERY) -> np.ndarray:
