@@ -26,8 +26,9 @@ column          type             meaning
                                  readable
 ``profile_step``int32 (null)     samples per profile block, ``round(0.1 * rate)``
 ``profile``     list<int16>      the loudness profile (below); null without one
-``seek_points`` list<int64>      a FLAC or MP3 file's seek table (below); null for
-                                 other formats and files without one
+``seek_points`` list<int64>      a FLAC, MP3 or Ogg Vorbis file's seek table
+                                 (below); null for other formats and files
+                                 without one
 *quality*       float64 / int64  ``bandwidth_hz``, ``clip_share``, ``clip_longest``
                                  (int64), ``dc_offset``, ``channel_corr``,
                                  ``silence_share``, ``snr_db`` (below); null
@@ -119,6 +120,24 @@ file anyway), and only after excerpts read by the table equal the file's own
 reads; MPEG-2/2.5 streams (rates under 32 kHz), CRC-protected or damaged
 streams get none and are read as before, as are MP3 rows of an index built
 before these tables (null).
+
+Ogg Vorbis seek points
+----------------------
+An Ogg Vorbis file's ``seek_points`` (same column, same pairs) are
+``[granule, byte offset]`` of pages about half a second apart
+(:func:`audiotree.io.ogg_seek_points.seek_points`): the granule is the first
+sample the page completes (the previous page's granule position), ``s0`` the
+stream's first sample (0 for a file encoded from its start) with ``b0`` the
+first audio page (after the header pages); the last pair is the final granule
+position and the file's size. A dataset reading a remote Ogg file or a member
+of a remote shard reads each excerpt with one ranged read, decoded in memory by
+libsndfile to the samples a local read returns
+(:class:`audiotree.io.flac_indexed.VorbisSeekFile`). Only a build with loudness
+writes them (it reads the whole file anyway), and only when excerpts read by the
+table equal the file's own reads at its start, middle and end; chained or
+multiplexed files, Opus, damaged files and streams whose granule positions
+disagree with their packets (cut by copying packets) get none and are read as
+before, as are Ogg rows of an index built before these tables (null).
 
 Quality columns
 ---------------

@@ -1,4 +1,4 @@
-"""Reading an indexed FLAC or MP3 file by its seek points: one ranged read an excerpt.
+"""Reading an indexed FLAC, MP3 or Ogg Vorbis file by its seek points: one ranged read an excerpt.
 
 A FLAC decoder that seeks in a remote file probes it (each probe a request).
 The corpus index keeps each FLAC file's seek points (:mod:`audiotree.io.flac_seek_points`),
@@ -17,8 +17,16 @@ its end, decoded with the same decoder (libsndfile's mpg123) to the same
 samples; only the first audio frame's 4-byte header is kept per process (the
 stream's rate and channels).
 
-Where it applies (:func:`uses_seek_points`): ``.flac`` and ``.mp3`` URLs and
-members of remote tar shards (FLAC when PyAV is installed). A local file or a member
+An Ogg Vorbis file too (:class:`VorbisSeekFile`): its table
+(:mod:`audiotree.io.ogg_seek_points`) says where pages start and the first
+sample each completes, so an excerpt is the pages from a long block before it
+to the page that completes it, put after the file's header pages (kept per
+process) and decoded in memory by the local read's decoder (libsndfile) to the
+same samples.
+
+Where it applies (:func:`uses_seek_points`): ``.flac``, ``.mp3`` and ``.ogg``
+(``.oga``) URLs and members of remote tar shards (FLAC when PyAV is installed).
+A local file or a member
 of a local shard is read with libsndfile as before: its seek is a few local
 reads, not requests, and libsndfile needs no PyAV. :class:`FlacSeekFile` reads
 local bytes too (the tests compare both).
@@ -46,7 +54,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from audiotree.errors import AudioReadError
-from audiotree.io import storage
+from audiotree.io import ogg_seek_points, storage
 from audiotree.io.byte_cache import BoundedCache
 from audiotree.io.item_bytes import read_item_bytes
 from audiotree.io.read_errors import SKIP_HINT, check_finite
@@ -57,8 +65,8 @@ from audiotree.io.members import format_name, is_member, recorded_span
 from audiotree.io.mpeg_frames import concealed_span
 from audiotree.io.mpeg_seek_points import MAX_DELAY, frame_format, read_excerpt
 
-__all__ = ["FlacSeekFile", "MpegSeekFile", "seek_hint", "hinted", "uses_seek_points", "header_cache_size",
-           "clear_header_cache"]
+__all__ = ["FlacSeekFile", "MpegSeekFile", "VorbisSeekFile", "seek_hint", "hinted", "uses_seek_points",
+           "header_cache_size", "clear_header_cache"]
 
 #: The seek table handed to the next open of one path: ``(path, points, size, version)``.
 _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_flac_seek_hint", default=None)
@@ -67,19 +75,21 @@ _HINT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("audiotree_
 # can be large).
 _HEADERS = BoundedCache("flac_headers", max_entries=512, max_bytes=32 * 1024 * 1024)
 _SUBTYPES = {8: "PCM_S8", 16: "PCM_16", 24: "PCM_24", 32: "PCM_32"}
+_VORBIS = (".ogg", ".oga")
 
 
 def uses_seek_points(path: str) -> bool:
     """Whether a read of ``path`` goes by its seek points when its index row has them.
 
-    ``.flac`` and ``.mp3`` URLs and members (with a recorded byte range) of
-    remote tar shards (FLAC when PyAV is installed); see the module docstring.
+    ``.flac``, ``.mp3`` and ``.ogg`` (``.oga``) URLs and members (with a
+    recorded byte range) of remote tar shards (FLAC when PyAV is installed);
+    see the module docstring.
 
-    >>> [uses_seek_points(p) for p in ("/data/a.flac", "s3://b/a.wav", "s3://b/a.mp3")]
-    [False, False, True]
+    >>> [uses_seek_points(p) for p in ("/data/a.flac", "s3://b/a.wav", "s3://b/a.mp3", "s3://b/a.ogg")]
+    [False, False, True, True]
     """
     name = format_name(path).lower()
-    if not name.endswith((".flac", ".mp3")):
+    if not name.endswith((".flac", ".mp3", *_VORBIS)):
         return False
     if is_member(path):
         span = recorded_span(path)
@@ -87,7 +97,7 @@ def uses_seek_points(path: str) -> bool:
             return False
     elif not storage.is_url(path):
         return False
-    if name.endswith(".mp3"):
+    if name.endswith((".mp3", *_VORBIS)):
         return True
     from audiotree.io.extensions import pyav_available
 
@@ -109,13 +119,14 @@ def seek_hint(path: str, points: np.ndarray, size: int, version: Any = None) -> 
         _HINT.reset(token)
 
 
-def hinted(path: str) -> "FlacSeekFile | MpegSeekFile | None":
-    """A :class:`FlacSeekFile` (an :class:`MpegSeekFile` for ``.mp3``) of ``path`` when :func:`seek_hint` names it,
-    else ``None``."""
+def hinted(path: str) -> "FlacSeekFile | MpegSeekFile | VorbisSeekFile | None":
+    """A :class:`FlacSeekFile` (an :class:`MpegSeekFile` for ``.mp3``, a :class:`VorbisSeekFile` for ``.ogg``) of
+    ``path`` when :func:`seek_hint` names it, else ``None``."""
     hint = _HINT.get()
     if hint is None or hint[0] != path:
         return None
-    kind = MpegSeekFile if format_name(path).lower().endswith(".mp3") else FlacSeekFile
+    name = format_name(path).lower()
+    kind = MpegSeekFile if name.endswith(".mp3") else VorbisSeekFile if name.endswith(_VORBIS) else FlacSeekFile
     return kind(path, hint[1], size=hint[2], version=hint[3])
 
 
@@ -163,7 +174,52 @@ def _header(path: str, first: int, size: int, version: Any, read: Callable[[int,
     return _HEADERS.get_or_make((path, first, size, version), lambda: read(0, first))
 
 
-class FlacSeekFile:
+class _SeekFile:
+    """What the seek files share: ``info``, ``read`` (checked arguments, clamped at the end) and closing.
+
+    A subclass sets ``path``, ``info`` and ``_points`` and decodes frames
+    ``[start, end)`` (``start < end <= info.frames``) in ``_excerpt``.
+    """
+
+    path: str
+    info: AudioInfo
+    closed = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r}, points={len(self._points)})"
+
+    def close(self) -> None:
+        self.closed = True
+
+    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
+        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
+        if self.closed:
+            raise ValueError(f"I/O operation on closed {type(self).__name__} ({self.path!r}).")
+        start = operator.index(start_frame)
+        if start < 0:
+            raise ValueError(f"start_frame must be >= 0, got {start}.")
+        if num_frames is not None and operator.index(num_frames) < 0:
+            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
+        frames = self.info.frames
+        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
+        if start >= end:
+            return np.empty((0, self.info.channels), dtype=np.float32)
+        return self._excerpt(start, end)
+
+    def _excerpt(self, start: int, end: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def read_all(self) -> np.ndarray:
+        return self.read(0, None)
+
+
+class FlacSeekFile(_SeekFile):
     """An indexed FLAC file read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
 
     ``points`` is the row's ``int64 (K, 2)`` table ``[first sample, byte
@@ -195,33 +251,8 @@ class FlacSeekFile:
             raise _mismatch(path, f"its header ends at byte {first} and says {total} samples")
         self._block = int.from_bytes(self._header[8 + 2:8 + 4], "big")  # STREAMINFO max block size
         self.info = AudioInfo(path, int(total), int(rate), int(channels), "FLAC", _SUBTYPES.get(bits, f"PCM_{bits}"))
-        self.closed = False
 
-    def __enter__(self) -> "FlacSeekFile":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"FlacSeekFile({self.path!r}, points={len(self._points)})"
-
-    def close(self) -> None:
-        self.closed = True
-
-    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
-        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
-        if self.closed:
-            raise ValueError(f"I/O operation on closed FlacSeekFile ({self.path!r}).")
-        start = operator.index(start_frame)
-        if start < 0:
-            raise ValueError(f"start_frame must be >= 0, got {start}.")
-        if num_frames is not None and operator.index(num_frames) < 0:
-            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
-        frames = self.info.frames
-        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
-        if start >= end:
-            return np.empty((0, self.info.channels), dtype=np.float32)
+    def _excerpt(self, start: int, end: int) -> np.ndarray:
         points = self._points
         k = int(np.searchsorted(points[:, 0], start, side="right")) - 1
         j = int(np.searchsorted(points[:, 0], end, side="left"))
@@ -250,11 +281,8 @@ class FlacSeekFile:
         check_finite(x, self.path, start)
         return x
 
-    def read_all(self) -> np.ndarray:
-        return self.read(0, None)
 
-
-class MpegSeekFile:
+class MpegSeekFile(_SeekFile):
     """An indexed MP3 read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
 
     ``points`` is the row's table (:func:`audiotree.io.mpeg_seek_points.seek_points`:
@@ -286,33 +314,8 @@ class MpegSeekFile:
         if np.any((points[:-1, 0] - points[0, 0]) % spf):
             raise _mismatch(path, f"its MP3 seek table's samples are not whole frames of {spf}")
         self.info = AudioInfo(path, int(points[-1, 0]), int(rate), int(channels), "MP3", "MPEG_LAYER_III")
-        self.closed = False
 
-    def __enter__(self) -> "MpegSeekFile":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"MpegSeekFile({self.path!r}, points={len(self._points)})"
-
-    def close(self) -> None:
-        self.closed = True
-
-    def read(self, start_frame: int, num_frames: int | None = None) -> np.ndarray:
-        """Frames ``[start_frame, start_frame + num_frames)`` (clamped at the end) as float32 ``(frames, channels)``."""
-        if self.closed:
-            raise ValueError(f"I/O operation on closed MpegSeekFile ({self.path!r}).")
-        start = operator.index(start_frame)
-        if start < 0:
-            raise ValueError(f"start_frame must be >= 0, got {start}.")
-        if num_frames is not None and operator.index(num_frames) < 0:
-            raise ValueError(f"num_frames must be >= 0 or None, got {num_frames}.")
-        frames = self.info.frames
-        end = frames if num_frames is None else min(frames, start + operator.index(num_frames))
-        if start >= end:
-            return np.empty((0, self.info.channels), dtype=np.float32)
+    def _excerpt(self, start: int, end: int) -> np.ndarray:
         try:
             x = read_excerpt(self._points, self._format, start, end, self._read)
         except ValueError as exc:
@@ -331,5 +334,54 @@ class MpegSeekFile:
         check_finite(x, self.path, start)
         return np.ascontiguousarray(x)
 
-    def read_all(self) -> np.ndarray:
-        return self.read(0, None)
+
+class VorbisSeekFile(_SeekFile):
+    """An indexed Ogg Vorbis file read by its seek points, with :class:`~audiotree.io.AudioFile`'s ``info``/``read``.
+
+    ``points`` is the row's table (:func:`audiotree.io.ogg_seek_points.seek_points`:
+    ``[first sample a page completes, its byte offset]``, the last row the
+    final granule position and the file's end); ``size`` the file's bytes.
+    Opening fetches the header pages (unless this process has them).
+    ``read(start, n)`` returns exactly what ``AudioFile.read`` returns (the
+    index build checked that before it kept the table). Not thread-safe
+    (like ``AudioFile``).
+    """
+
+    backend = "soundfile"
+
+    def __init__(self, path: str, points: np.ndarray, *, size: int, version: Any = None) -> None:
+        self.path = path
+        points = np.asarray(points, dtype=np.int64).reshape(-1, 2)
+        size = int(size)
+        if (len(points) < 2 or np.any(np.diff(points[:, 1]) <= 0) or np.any(np.diff(points[:, 0]) < 0)
+                or points[0, 0] < 0 or points[0, 1] < 28 or points[-1, 1] != size):
+            raise _mismatch(path, f"its Ogg seek table (K={len(points)}) does not increase from the first audio page "
+                                  f"to the end of its {size} bytes")
+        self._points = points
+        self._read = _byte_reader(path)
+        first = int(points[0, 1])
+        self._header = _HEADERS.get_or_make((path, first, size, version, "vorbis"), lambda: self._read(0, first))
+        try:
+            head = ogg_seek_points.vorbis_header(self._header)
+        except ValueError as exc:
+            raise _mismatch(path, f"its first {first} bytes are not Ogg Vorbis header pages ({exc})") from None
+        if head.length != first:
+            raise _mismatch(path, f"its Vorbis header pages end at byte {head.length}, not {first}")
+        frames = int(points[-1, 0] - points[0, 0])
+        self.info = AudioInfo(path, frames, int(head.rate), int(head.channels), "OGG", "VORBIS")
+        self.closed = False
+
+    def _excerpt(self, start: int, end: int) -> np.ndarray:
+        try:
+            x = ogg_seek_points.read_excerpt(self._points, self._header, start, end, self._read)
+        except ValueError as exc:
+            raise _mismatch(self.path, str(exc)) from None
+        except AudioReadError:
+            raise
+        except Exception as exc:  # libsndfile's errors: the bytes are not the pages the table names
+            raise _mismatch(self.path, f"its pages from frame {start} do not decode ({exc})") from None
+        if x.shape != (end - start, self.info.channels):
+            raise _mismatch(self.path, f"its pages decode to {x.shape[0]} frames of {x.shape[1]} channel(s) from "
+                                       f"frame {start}, not {end - start} of {self.info.channels}")
+        check_finite(x, self.path, start)
+        return np.ascontiguousarray(x)

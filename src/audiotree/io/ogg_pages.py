@@ -40,7 +40,7 @@ import zlib
 from typing import Any, Iterator, NamedTuple
 
 __all__ = ["OGG_MAX_PAGE", "Page", "page_crc", "head_problem", "tail_problem", "span_problem", "first_page_info",
-           "pages_in", "link_spans"]
+           "pages_in", "chained_pages", "link_spans"]
 
 #: Largest possible Ogg page: 27-byte header + 255 lacing values + 255 * 255 body bytes.
 OGG_MAX_PAGE = 27 + 255 + 255 * 255
@@ -124,6 +124,32 @@ def _pages_in(buf: bytes, base: int) -> Iterator[Page]:
 def pages_in(buf: bytes, base: int = 0) -> list[Page]:
     """Every whole, CRC-valid page in ``buf`` (file offset ``base``), in order."""
     return [page for page in _pages_in(buf, base) if page.crc_ok]
+
+
+def chained_pages(buf: bytes, base: int = 0, *, stop_at_cut: bool = False) -> tuple[list[Page], str | None]:
+    """The pages back to back from ``buf[0]`` (file offset ``base``), and the first problem met, or None.
+
+    Each page must pass its CRC and follow the previous page of its stream
+    (sequence number, granule position; see :func:`span_problem`). The walk
+    stops at the first problem, or where ``buf`` ends; bytes left that are not
+    a whole page are a problem, unless ``stop_at_cut`` and they are the start
+    of one (a prefix of a file).
+    """
+    pages: list[Page] = []
+    previous: dict[int, Page] = {}
+    offset = 0
+    while offset < len(buf):
+        page = _parse(buf, offset, base)
+        if page is None:
+            if stop_at_cut and buf[offset:offset + 4] == b"OggS"[:len(buf) - offset]:
+                return pages, None
+            return pages, f"the bytes at offset {base + offset} are not a whole Ogg page"
+        problem = _page_problem(page, previous)
+        if problem:
+            return pages, problem
+        pages.append(page)
+        offset = page.end - base
+    return pages, None
 
 
 def first_page_info(head: bytes) -> tuple[int, bytes] | None:

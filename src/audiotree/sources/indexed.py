@@ -149,8 +149,8 @@ class IndexRows:
         return float(start), float(end)
 
     def _seek_hint(self, r: int, path: str):
-        """A :func:`~audiotree.io.flac_indexed.seek_hint` context for row ``r``'s FLAC or MP3 seek table, or
-        ``None``.
+        """A :func:`~audiotree.io.flac_indexed.seek_hint` context for row ``r``'s FLAC, MP3 or Ogg Vorbis seek table,
+        or ``None``.
 
         Only where it saves requests (:func:`~audiotree.io.flac_indexed.uses_seek_points`): remote files.
         """

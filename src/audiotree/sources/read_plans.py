@@ -38,8 +38,8 @@ UNCOMPRESSED = (".wav", ".wave", ".aif", ".aiff", ".au", ".w64", ".caf")
 class RowFacts:
     """What an index row tells a plan: the item's path, its size in bytes and duration in seconds, its segment
     ``window`` (start, end seconds), its FLAC seek points' byte offsets (or ``None``) and its whole seek table
-    (``seek_points``; an MP3's excerpts are planned exactly by it,
-    :func:`audiotree.io.mpeg_seek_points.planned_ranges`)."""
+    (``seek_points``; an MP3's and an Ogg Vorbis file's excerpts are planned exactly by it,
+    :func:`audiotree.io.mpeg_seek_points.planned_ranges`, :func:`audiotree.io.ogg_seek_points.planned_ranges`)."""
 
     path: str
     size: int
@@ -81,6 +81,10 @@ def row_reads(facts: RowFacts, rng: np.random.Generator, loader: Any, *, trust_s
         from audiotree.io.mpeg_seek_points import planned_ranges
 
         ranges = planned_ranges(facts.seek_points, start, length, float(facts.duration))
+    elif facts.seek_points is not None and name.lower().endswith((".ogg", ".oga")):
+        from audiotree.io import ogg_seek_points
+
+        ranges = ogg_seek_points.planned_ranges(facts.seek_points, start, length, float(facts.duration))
     else:
         ranges = excerpt_ranges(size=size, duration=float(facts.duration), start=start, length=length,
                                 uncompressed=name.lower().endswith(UNCOMPRESSED), seek_bytes=facts.seek_bytes)
