@@ -33,7 +33,7 @@ pickles empty and a forked child starts with none.
 >>> excerpt_ranges(size=10_000_000, duration=100.0, start=50.0, length=3.0)
 [(0, 65536), (4900000, 5465536), (9803392, 10000000)]
 >>> excerpt_ranges(size=320_044, duration=10.0, start=5.0, length=1.0, uncompressed=True)
-[(0, 65536), (143318, 208730)]
+[(0, 8192), (143318, 208730)]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ member found by listing its shard.
 ...     excerpt, duration = ExcerptConfig(strategy="start"), 1.0
 >>> facts = RowFacts(path="https://h/a.wav", size=320_044, duration=10.0)
 >>> [(r.start, r.stop) for r in row_reads(facts, np.random.default_rng(0), Loader(), trust_size=True)]
-[(0, 65536)]
+[(0, 48708)]
 """
 
 from __future__ import annotations
