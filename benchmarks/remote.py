@@ -507,9 +507,13 @@ def excerpt_bytes(index: Path, paths: dict[str, int], seconds: float = 3.0) -> f
     ``duration`` columns (for a tar member or a Parquet cell, its own bytes)."""
     import pyarrow.parquet as pq
 
+    import re
+
     table = pq.ParquetFile(index).read(columns=["path", "size", "duration"]).to_pydict()
-    share = {p: s * min(1.0, seconds / d) for p, s, d in zip(table["path"], table["size"], table["duration"])
-             if s and d}
+    # A Parquet cell's row holds its file's size; the cell's own is in its path (``...&size=N::FILE``).
+    sizes = [int(m.group(1)) if (m := re.search(r"[?&]size=(\d+)", p.split("::")[0])) else s
+             for p, s in zip(table["path"], table["size"])]
+    share = {p: s * min(1.0, seconds / d) for p, s, d in zip(table["path"], sizes, table["duration"]) if s and d}
     counted = [(share[p], n) for p, n in paths.items() if p in share]
     if not counted:
         return float("nan")

@@ -3,7 +3,7 @@ counted like the reader's own requests, and the time a reader blocks on a block 
 
 from __future__ import annotations
 
-from test_read_ahead import _dataset, _items, served  # noqa: F401 - the counting server and its index
+from test_read_ahead import _dataset, _items, _server_port, served  # noqa: F401 - the counting server and its index
 
 from audiotree.io import read_ahead, read_stats, reset_read_stats
 from audiotree.sources import ReadAhead
@@ -42,3 +42,36 @@ def test_reads_the_read_ahead_did_not_foresee_are_its_misses(served):  # noqa: F
     read_ahead.close_stores()
     assert stats.requests == state.requests > 0
     assert stats.cache_misses >= stats.requests, stats
+
+
+def test_members_of_a_remote_tar_shard_are_read_from_their_plans(served, tmp_path):  # noqa: F811
+    """A WAV member of a shard is read through the member reader (its first fetch of 32 KiB, a margin before a
+    seek): its plan covers those reads, so once the order is known every read is a read-ahead hit."""
+    import io
+    import tarfile
+
+    from audiotree.index import build_index
+    from audiotree.io import byte_counters
+
+    state, remote_index = served
+    shard = io.BytesIO()
+    with tarfile.open(fileobj=shard, mode="w") as tar:
+        for path, data in sorted(state.objects.items()):
+            if path.endswith(".wav"):
+                info = tarfile.TarInfo(path.rsplit("/", 1)[1])
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    state.objects["/shards/wav.tar"] = shard.getvalue()
+    port = _server_port(remote_index)
+    index = str(tmp_path / "shard.parquet")
+    build_index([f"http://127.0.0.1:{port}/shards/wav.tar"], index, executor="serial", show_progress=False)
+    read_ahead.close_stores()
+    ds = _dataset(index, ReadAhead(items=16))
+    for i in range(8):  # the order's shape is known after the first few
+        ds[i]
+    byte_counters.reset_byte_counters()
+    for i in range(8, 40):
+        ds[i]
+    counts = byte_counters.byte_counters()["by_cache"]["read_ahead"]
+    read_ahead.close_stores()
+    assert counts["hits"] > 0 and counts["misses"] == 0, counts

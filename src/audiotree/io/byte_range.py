@@ -17,7 +17,7 @@ from audiotree.errors import AudioReadError
 from audiotree.io.input_file import ReadOnlyInput
 from audiotree.io import byte_reads, storage
 
-__all__ = ["MemberInput", "RemoteSpan", "HEAD_FETCH", "SEEK_BACK", "MIN_FETCH", "MAX_FETCH"]
+__all__ = ["MemberInput", "RemoteSpan", "span_reads", "HEAD_FETCH", "SEEK_BACK", "MIN_FETCH", "MAX_FETCH"]
 
 #: Remote member reads: the first fetch of a member (its header), the bytes kept before a seek target (a FLAC
 #: or MP3 decoder's seek steps back a little after its first probe), and the smallest read-ahead.
@@ -25,6 +25,28 @@ HEAD_FETCH = 32 * 1024
 SEEK_BACK = 32 * 1024
 MIN_FETCH = 32 * 1024
 MAX_FETCH = 8 * 1024 * 1024
+
+
+def span_reads(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """The fetches of a :class:`RemoteSpan` over a member of ``size`` bytes whose decoder reads ``ranges``
+    (positions in the member): its first fetch (:data:`HEAD_FETCH`), and around each range the bytes a seek
+    fetches with it (:data:`SEEK_BACK` before, an eighth more and 16 KiB after). What a read-ahead plans for a
+    member, so that the span's requests find their bytes.
+
+    >>> span_reads([(0, 8192), (100_000, 180_000)], 1_000_000)
+    [(0, 32768), (67232, 206384)]
+    """
+    out = [(0, min(size, HEAD_FETCH))]
+    for lo, hi in ranges:
+        out.append((max(0, lo - SEEK_BACK), min(size, hi + (hi - lo) // 8 + 16384)))
+    out.sort()
+    merged = [list(out[0])]
+    for lo, hi in out[1:]:
+        if lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
 
 
 class RemoteSpan:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from audiotree.io import members, storage
+from audiotree.io.byte_range import span_reads
 from audiotree.io.read_ahead import PlannedRange, excerpt_ranges
 
 __all__ = ["RowFacts", "row_reads", "UNCOMPRESSED"]
@@ -88,6 +89,9 @@ def row_reads(facts: RowFacts, rng: np.random.Generator, loader: Any, *, trust_s
     else:
         ranges = excerpt_ranges(size=size, duration=float(facts.duration), start=start, length=length,
                                 uncompressed=name.lower().endswith(UNCOMPRESSED), seek_bytes=facts.seek_bytes)
+    if span is not None and not (facts.seek_points is not None or facts.seek_bytes is not None):
+        # (a member read by its seek table fetches its own ranges; the others through byte_range.RemoteSpan)
+        ranges = span_reads(ranges, int(size))
     fs = storage.filesystem(url)
     known = int(size) if trust_size and span is None else None
     return [PlannedRange(url, base + lo, base + hi, known, fs) for lo, hi in ranges]
