@@ -215,6 +215,22 @@ class _SeekFile:
     def _excerpt(self, start: int, end: int) -> np.ndarray:
         raise NotImplementedError
 
+    def _decoded(self, decode: Callable[[], np.ndarray], start: int, end: int, parts: str) -> np.ndarray:
+        """``decode()``, the samples of frames ``[start, end)`` decoded from the file's ``parts`` (its frames, its
+        pages) by libsndfile, checked for their shape; a fault is an error naming the file."""
+        try:
+            x = decode()
+        except ValueError as exc:
+            raise _mismatch(self.path, str(exc)) from None
+        except AudioReadError:
+            raise
+        except Exception as exc:  # libsndfile's errors: the bytes are not the parts the table names
+            raise _mismatch(self.path, f"its {parts} from frame {start} do not decode ({exc})") from None
+        if x.shape != (end - start, self.info.channels):
+            raise _mismatch(self.path, f"its {parts} decode to {x.shape[0]} frames of {x.shape[1]} channel(s) from "
+                                       f"frame {start}, not {end - start} of {self.info.channels}")
+        return x
+
     def read_all(self) -> np.ndarray:
         return self.read(0, None)
 
@@ -316,17 +332,8 @@ class MpegSeekFile(_SeekFile):
         self.info = AudioInfo(path, int(points[-1, 0]), int(rate), int(channels), "MP3", "MPEG_LAYER_III")
 
     def _excerpt(self, start: int, end: int) -> np.ndarray:
-        try:
-            x = read_excerpt(self._points, self._format, start, end, self._read)
-        except ValueError as exc:
-            raise _mismatch(self.path, str(exc)) from None
-        except AudioReadError:
-            raise
-        except Exception as exc:  # libsndfile's errors: the bytes are not the frames the table names
-            raise _mismatch(self.path, f"its frames from sample {start} do not decode ({exc})") from None
-        if x.shape != (end - start, self.info.channels):
-            raise _mismatch(self.path, f"its frames decode to {x.shape[0]} samples of {x.shape[1]} channel(s) from "
-                                       f"sample {start}, not {end - start} of {self.info.channels}")
+        x = self._decoded(lambda: read_excerpt(self._points, self._format, start, end, self._read), start, end,
+                          "MPEG frames")
         hole = concealed_span(x)
         if hole is not None:
             raise _mismatch(self.path, f"samples {start + hole[0]}-{start + hole[1]} decode to exact silence right "
@@ -372,16 +379,7 @@ class VorbisSeekFile(_SeekFile):
         self.closed = False
 
     def _excerpt(self, start: int, end: int) -> np.ndarray:
-        try:
-            x = ogg_seek_points.read_excerpt(self._points, self._header, start, end, self._read)
-        except ValueError as exc:
-            raise _mismatch(self.path, str(exc)) from None
-        except AudioReadError:
-            raise
-        except Exception as exc:  # libsndfile's errors: the bytes are not the pages the table names
-            raise _mismatch(self.path, f"its pages from frame {start} do not decode ({exc})") from None
-        if x.shape != (end - start, self.info.channels):
-            raise _mismatch(self.path, f"its pages decode to {x.shape[0]} frames of {x.shape[1]} channel(s) from "
-                                       f"frame {start}, not {end - start} of {self.info.channels}")
+        x = self._decoded(lambda: ogg_seek_points.read_excerpt(self._points, self._header, start, end, self._read),
+                          start, end, "Ogg pages")
         check_finite(x, self.path, start)
         return np.ascontiguousarray(x)
