@@ -2,8 +2,8 @@
 
 ``audiotree`` in a line means this checkout (``audiotree[s3] @ file://...``);
 ``-e .`` and ``'.[test,...]'`` too. One venv serves every line; each line runs
-``--dry-run --quiet`` with a timeout, and a resolver error fails the test with
-pip's message. Skipped when PyPI cannot be reached.
+``--dry-run --quiet`` with a timeout, three lines at a time, and a resolver error
+fails the test with pip's message. Skipped when PyPI cannot be reached.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -77,11 +78,12 @@ def test_every_install_line_resolves(tmp_path):
         pytest.skip("PyPI (pypi.org:443) is not reachable from here; the install lines cannot be resolved")
     venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
     pip = [str(tmp_path / "venv" / ("Scripts" if sys.platform == "win32" else "bin") / "python"), "-m", "pip"]
-    failures, skipped = {}, []
     unique: dict[str, str] = {}  # the same line in several pages is resolved once, under its first place
     for where, args in install_lines():
         unique.setdefault(" ".join(_pip_args(args)), where)
-    for where, args in ((w, a) for w, a in install_lines() if unique.get(" ".join(_pip_args(a))) == w):
+
+    def resolve(where: str, args: str) -> tuple[str | None, str | None]:
+        """(pip's failure, why the line was not resolved here) of one line; both None when it resolves."""
         argv = _pip_args(args)
         if any(a.startswith("--index-url") or a.startswith("http") for a in argv):
             index = next(a for a in argv if a.startswith("http"))
@@ -89,17 +91,23 @@ def test_every_install_line_resolves(tmp_path):
             try:
                 socket.create_connection((host, 443), timeout=5).close()
             except OSError:
-                skipped.append((where, f"{host} not reachable"))
-                continue
+                return None, f"{host} not reachable"
         try:
             result = subprocess.run([*pip, "install", "--dry-run", "--quiet", *argv], capture_output=True,
                                     text=True, timeout=PER_LINE_TIMEOUT)
         except subprocess.TimeoutExpired:
-            failures[where] = f"pip install {args}: no resolution within {PER_LINE_TIMEOUT} s"
-            continue
+            return f"pip install {args}: no resolution within {PER_LINE_TIMEOUT} s", None
         if result.returncode != 0:
             errors = [line for line in result.stderr.splitlines() if "ERROR" in line or "conflict" in line.lower()]
-            failures[where] = f"pip install {args}: " + " | ".join(errors[-6:] or result.stderr.splitlines()[-6:])
+            return f"pip install {args}: " + " | ".join(errors[-6:] or result.stderr.splitlines()[-6:]), None
+        return None, None
+
+    lines = [(w, a) for w, a in install_lines() if unique.get(" ".join(_pip_args(a))) == w]
+    # Three resolutions at a time: each mostly waits on the network (index pages, metadata, downloads).
+    with ThreadPoolExecutor(3) as pool:
+        outcomes = list(pool.map(lambda line: resolve(*line), lines))
+    failures = {where: failure for (where, _), (failure, _) in zip(lines, outcomes) if failure}
+    skipped = [(where, why) for (where, _), (_, why) in zip(lines, outcomes) if why]
     assert not failures, failures
     if skipped:
         print("not resolved here:", skipped)

@@ -271,14 +271,15 @@ def _plain_grain_run(tmp_path, name, **fmt):
 
 @pytest.mark.slow
 def test_plain_grain_pipeline_behaves_as_without_audiotree(corpus, tmp_path):
-    without, w_workers, w_tops = _plain_grain_run(tmp_path, "without", audiotree_import="", audiotree_first="")
-    with_lib, workers, tops = _plain_grain_run(
-        tmp_path, "with_lib", audiotree_import="import audiotree.sources", audiotree_first="",
-    )
-    alongside, a_workers, a_tops = _plain_grain_run(
-        tmp_path, "alongside", audiotree_import="import audiotree.sources",
-        audiotree_first=AUDIOTREE_FIRST.format(folder=str(corpus["music"])),
-    )
+    from concurrent.futures import ThreadPoolExecutor
+
+    runs = [("without", dict(audiotree_import="", audiotree_first="")),
+            ("with_lib", dict(audiotree_import="import audiotree.sources", audiotree_first="")),
+            ("alongside", dict(audiotree_import="import audiotree.sources",
+                               audiotree_first=AUDIOTREE_FIRST.format(folder=str(corpus["music"]))))]
+    with ThreadPoolExecutor(2) as pool:  # separate scripts, two at a time: one per core
+        done = list(pool.map(lambda run: _plain_grain_run(tmp_path, run[0], **run[1]), runs))
+    (without, w_workers, w_tops), (with_lib, workers, tops), (alongside, a_workers, a_tops) = done
     for result, worker_pids, top_pids in ((without, w_workers, w_tops), (with_lib, workers, tops),
                                           (alongside, a_workers, a_tops)):
         assert "ITEMS [0, 1, 2, 3, 4, 5]" in result.stdout

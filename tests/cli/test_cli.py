@@ -137,8 +137,12 @@ def _bad_cases(corpus, tmp_path):
 
 @pytest.mark.slow
 def test_bad_arguments_give_one_line_and_exit_2(corpus, tmp_path):
-    for name, (args, needle) in _bad_cases(corpus, tmp_path).items():
-        result = run_cli(*args, cwd=tmp_path)
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = _bad_cases(corpus, tmp_path)
+    with ThreadPoolExecutor(2) as pool:  # two interpreters at a time: one per core
+        results = list(pool.map(lambda args: run_cli(*args, cwd=tmp_path), [args for args, _ in cases.values()]))
+    for (name, (args, needle)), result in zip(cases.items(), results):
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2, (name, result.returncode, result.stderr)
         assert len(lines) == 1, (name, result.stderr)

@@ -9,6 +9,7 @@ none skipped, each index with the same item.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 
 import numpy as np
 import pytest
@@ -20,6 +21,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 wo
 
 import audiotree.torch as att  # noqa: E402
 from audiotree.sources import BucketConfig, batch_by_duration, create_audio_dataset, scan_durations  # noqa: E402
+
+# The forkserver imports torch, Grain, audiotree and pytest once (modules on the interpreter's own path: Python
+# 3.11's forkserver does not take pytest's sys.path); each worker it forks starts with them imported instead of
+# importing them again (about 3 CPU-s a worker; these tests start some 40). The forkserver is still a fresh
+# single-threaded interpreter, not a fork of pytest's threaded process.
+multiprocessing.set_forkserver_preload(["numpy", "torch", "grain", "pytest", "audiotree.torch", "audiotree.sources"])
 
 
 def tag(index, tree):
