@@ -51,6 +51,11 @@ def cluster():
     temp_dir = tempfile.mkdtemp(prefix="atray", dir="/tmp")
     # The auth token comes from the environment (tests/conftest.py sets it before Ray is imported).
     assert os.environ.get("RAY_AUTH_TOKEN") and os.environ.get("RAY_AUTH_MODE") == "token"
+    # The cluster's workers inherit this process's environment: named now, their read counters go to this
+    # session's board (audiotree.io.read_stats), not to boards of their own that a killed worker would leave.
+    from audiotree.io import read_board
+
+    read_board.reserve()
     ray.init(num_cpus=2, _temp_dir=temp_dir, _node_ip_address="127.0.0.1", include_dashboard=False,
              log_to_driver=False)
     started = [p for p in psutil.Process().children(recursive=True) if p.pid not in earlier]

@@ -60,6 +60,8 @@ HEADER_BYTES = 64 * 1024
 FROM_START_AFTER = 2
 #: Seconds :meth:`RangeStore.take` waits for a block in flight before the caller makes its own request.
 TAKE_TIMEOUT = 60.0
+#: The longest :meth:`RangeStore.close` waits for the requests it cancelled to end.
+CLOSE_WAIT = 5.0
 
 
 def _size(value: Any, name: str) -> int:
@@ -247,6 +249,9 @@ class RangeStore:
         self._gates: dict[int, tuple[asyncio.Semaphore, _Budget | None]] = {}  # per event loop
         self._prefix_misses: dict[str, int] = {}
         self._from_start: set[str] = set()  # objects whose decoder reads from byte 0 (see _note_miss)
+        self._running = 0  # fetches started on the IO loop and not yet ended (see close)
+        self._settled = threading.Condition()
+        self._loops: set[Any] = set()  # the IO loops fetches ran on
 
     # -- planning -------------------------------------------------------------------------------------------
     def room(self) -> int:
@@ -318,14 +323,22 @@ class RangeStore:
             return None
 
         async def fetch() -> bytes:
-            gate, budget = self._gate(loop)
-            async with gate:
-                if budget is not None:
-                    await budget.take()
-                answer = await fetch_range(fs, url, start, stop, size=size)
-                if answer.total is not None:
-                    self._totals[url] = answer.total
-                return answer.part(start, stop)
+            with self._settled:
+                self._running += 1
+                self._loops.add(loop)
+            try:
+                gate, budget = self._gate(loop)
+                async with gate:
+                    if budget is not None:
+                        await budget.take()
+                    answer = await fetch_range(fs, url, start, stop, size=size)
+                    if answer.total is not None:
+                        self._totals[url] = answer.total
+                    return answer.part(start, stop)
+            finally:  # (counted by then: fetch_range counts its request as it ends)
+                with self._settled:
+                    self._running -= 1
+                    self._settled.notify_all()
 
         try:
             return asyncio.run_coroutine_threadsafe(fetch(), loop)
@@ -419,13 +432,22 @@ class RangeStore:
                     "in_flight": sum(1 for b in blocks if not b.future.done())}
 
     def close(self) -> None:
-        """Cancels what is in flight and forgets every block."""
+        """Cancels what is in flight, forgets every block, and waits (at most :data:`CLOSE_WAIT` s) for the
+        cancelled requests to end: once it returns, none of them is still sending, and each is counted."""
         with self._lock:
             for blocks in self._blocks.values():
                 for block in blocks:
                     block.future.cancel()
             self._blocks.clear()
             self._held = 0
+        try:
+            asyncio.get_running_loop()
+            return  # (on an event loop's thread: its fetches end only once this returns)
+        except RuntimeError:
+            pass
+        with self._settled:  # (fetches on a loop that stopped never end: no wait for them)
+            self._settled.wait_for(lambda: self._running == 0 or not any(loop.is_running() for loop in self._loops),
+                                   timeout=CLOSE_WAIT)
 
 
 def _start_of(block: _Block) -> int:
