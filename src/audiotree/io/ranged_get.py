@@ -77,6 +77,7 @@ class Answer(NamedTuple):
 #: as any read is.
 HEAD_NEED = 8 * 1024
 
+
 def check_answer(url: str, status: int, content_range: str | None, data: bytes, start: int, stop: int, *,
                  size: int | None = None) -> Answer:
     """The :class:`Answer` to ``GET url`` with ``Range: bytes=start-(stop-1)``, or
