@@ -221,18 +221,21 @@ def test_bad_options_are_refused_by_name():
 
 
 def _slow_server(state, seconds: float):
-    """The counting Range server, answering every request ``seconds`` late (so read-ahead requests are in flight)."""
+    """The counting Range server, answering every request ``server.delay[0]`` s late (``seconds`` at first; so
+    read-ahead requests are in flight)."""
     import time
 
     base = _handler(state)
+    delay = [seconds]
 
     class Slow(base):
         def do_GET(self) -> None:
-            time.sleep(seconds)
+            time.sleep(delay[0])
             super().do_GET()
 
     server = LoopbackServer()
     server.serve(Slow)
+    server.delay = delay
     return server
 
 
@@ -263,11 +266,12 @@ def test_a_killed_or_exiting_reader_leaves_no_request_behind(served, tmp_path):
     _, index = served
     state = _State()
     state.objects.update(served[0].objects)
-    slow = _slow_server(state, 0.2)
+    slow = _slow_server(state, 0.0)
     try:
         local = tmp_path / "slow.parquet"
         urls = [p.replace(f":{_server_port(index)}/", f":{slow.port}/") for p in _paths(index)]
         build_index(urls, str(local), executor="serial", show_progress=False)
+        slow.delay[0] = 0.2  # (the index is built; the reader's requests are the slow ones)
         script = tmp_path / "reader.py"
         script.write_text(_READER)
         env = dict(os.environ)
