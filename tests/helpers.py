@@ -136,3 +136,21 @@ def run_together(commands: list[list[str]], *, timeout: float = 300) -> list[str
     for p, (_, err) in zip(procs, results):
         assert p.returncode == 0, err[-3000:]
     return [out for out, _ in results]
+
+
+def member_after_junk(shard: Path, name: str, body: bytes) -> str:
+    """Writes a USTAR shard holding a text file, then ``body`` as member ``name``; returns the member's URL with
+    its recorded byte range (``tar://NAME?offset=O&size=N::SHARD``): a member that does not start the shard."""
+    import io
+    import tarfile
+
+    from audiotree.io.members import tar_url
+
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for member, data in (("junk.txt", b"x" * 3000), (name, body)):
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(shard) as tar:
+        found = tar.getmember(name)
+    return tar_url(str(shard), name, found.offset_data, found.size)

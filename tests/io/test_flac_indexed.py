@@ -23,6 +23,7 @@ from audiotree.io.flac_indexed import FlacSeekFile, clear_header_cache, seek_hin
 from audiotree.io.flac_seek_points import header_seek_points, seek_points
 
 from test_storage import http, http_server  # noqa: F401 - the Range-honouring HTTP server fixtures
+from helpers import member_after_junk
 from audiotree.sources import Corpus, Output
 
 pytest.importorskip("av")
@@ -68,18 +69,8 @@ def test_excerpts_by_seek_points_equal_the_soundfile_decode(tmp_path, shape):
 
 
 def test_a_member_of_a_local_shard_reads_its_own_bytes(tmp_path):
-    from audiotree.io.members import tar_url
-
     data = _flac(9, 16000, 2)
-    shard = tmp_path / "s.tar"
-    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, body in (("junk.txt", b"x" * 3000), ("a.flac", data)):
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    with tarfile.open(shard) as tar:
-        member = tar.getmember("a.flac")
-    url = tar_url(str(shard), "a.flac", member.offset_data, member.size)
+    url = member_after_junk(tmp_path / "s.tar", "a.flac", data)
     whole = _decoded(data)
     got = FlacSeekFile(url, seek_points(data), size=len(data)).read(70000, 48000)
     assert np.array_equal(got, whole[70000:118000])

@@ -24,6 +24,7 @@ from audiotree.io.flac_indexed import MpegSeekFile, clear_header_cache, seek_hin
 from audiotree.io.mpeg_seek_points import SEEK_EVERY, planned_ranges, seek_points, stream_layout
 
 from counted_http import CountedHttp
+from helpers import member_after_junk
 
 pytestmark = pytest.mark.skipif(not (shutil.which("lame") and shutil.which("ffmpeg")), reason="needs lame and ffmpeg")
 
@@ -187,22 +188,9 @@ def test_the_plan_holds_what_the_read_reads(mp3s):
 
 
 def test_a_member_of_a_shard_reads_its_own_bytes(mp3s, tmp_path):
-    import io
-    import tarfile
-
-    from audiotree.io.members import tar_url
-
     folder, files = mp3s
     name = "lame-v2-48k-mono.mp3"
-    shard = tmp_path / "s.tar"
-    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for member, body in (("junk.txt", b"x" * 3000), ("a.mp3", files[name])):
-            info = tarfile.TarInfo(member)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    with tarfile.open(shard) as tar:
-        member = tar.getmember("a.mp3")
-    url = tar_url(str(shard), "a.mp3", member.offset_data, member.size)
+    url = member_after_junk(tmp_path / "s.tar", "a.mp3", files[name])
     points = seek_points(files[name], lambda: AudioFile(url))  # (offsets from the member's start)
     assert points is not None and points[0, 1] == stream_layout(files[name]).offsets[0]
     seek = MpegSeekFile(url, points, size=len(files[name]))

@@ -25,6 +25,7 @@ from audiotree.io.flac_indexed import VorbisSeekFile, clear_header_cache, header
 from audiotree.io.ogg_seek_points import differs_from, planned_ranges, read_span, seek_points, vorbis_header
 
 from test_storage import http, http_server  # noqa: F401 - the Range-honouring HTTP server fixtures
+from helpers import member_after_junk
 
 if not (shutil.which("oggenc") and shutil.which("ffmpeg")):
     pytest.skip("oggenc and ffmpeg are needed to write the test files", allow_module_level=True)
@@ -343,21 +344,8 @@ def test_the_read_ahead_plans_exactly_the_bytes_each_excerpt_reads(made, http, t
 
 
 def test_a_member_of_a_local_shard_reads_its_own_bytes(made, tmp_path):
-    import io
-    import tarfile
-
-    from audiotree.io.members import tar_url
-
     path, data = made["oggenc-16000Hz-2ch-q8.ogg"]
-    shard = tmp_path / "s.tar"
-    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, body in (("junk.txt", b"x" * 3000), ("a.ogg", data)):
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    with tarfile.open(shard) as tar:
-        member = tar.getmember("a.ogg")
-    url = tar_url(str(shard), "a.ogg", member.offset_data, member.size)
+    url = member_after_junk(tmp_path / "s.tar", "a.ogg", data)
     got = VorbisSeekFile(url, seek_points(data), size=len(data)).read(70000, 48000)
     assert np.array_equal(got, _local(path, 70000, 48000))
 
