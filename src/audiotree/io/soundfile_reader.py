@@ -43,8 +43,14 @@ __all__ = ["SoundfileReader", "MPEG_PREROLL_FRAMES"]
 # libsndfile backend
 # ---------------------------------------------------------------------------
 
-# How libsndfile positions are reached for each codec family.
-_EXACT, _VORBIS, _OPUS, _MPEG = range(4)
+# How libsndfile positions are reached for each codec family (_SHORTS: _EXACT, read as 16-bit integers).
+_EXACT, _VORBIS, _OPUS, _MPEG, _SHORTS = range(5)
+
+# 16-bit PCM in an uncompressed container is read as int16 and scaled here: libsndfile then hands over the
+# excerpt's bytes in one read (a float read converts through an 8 KiB buffer: one read, and for a remote file
+# one Python callback, per 8 KiB), and its own float conversion is this same exact product (x * 2**-15).
+_SHORT_SCALE = np.float32(1.0 / 32768.0)
+_UNCOMPRESSED = ("WAV", "WAVEX", "AIFF", "AIFC", "W64", "RF64", "CAF", "AU", "RAW")
 
 # libsndfile's Vorbis decoder bisects only for seeks >= 2 s ahead (or any seek
 # backwards); shorter forward seeks take the buggy skip path. Decoding
@@ -139,6 +145,8 @@ class SoundfileReader:
             else:
                 per_frame = 1152
             self.preroll = MPEG_PREROLL_FRAMES * per_frame
+        elif subtype == "PCM_16" and f.format in _UNCOMPRESSED:
+            self._mode = _SHORTS
         else:
             self._mode = _EXACT
         self._pos: int | None = 0  # libsndfile's read position, None if unknown
@@ -237,10 +245,14 @@ class SoundfileReader:
     def read(self, start: int, count: int) -> np.ndarray:
         f = self._file
         try:
-            if self._mode == _EXACT:
+            if self._mode in (_EXACT, _SHORTS):
                 if start != self._pos:
                     f.seek(start)
-                x = f.read(count, dtype="float32", always_2d=True)
+                if self._mode == _SHORTS:
+                    x = f.read(count, dtype="int16", always_2d=True).astype(np.float32)
+                    x *= _SHORT_SCALE
+                else:
+                    x = f.read(count, dtype="float32", always_2d=True)
                 self._pos = start + len(x)
                 return x
             # Lossy codecs: one deliberate seek, then ONE read call covering
