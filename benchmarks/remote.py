@@ -10,8 +10,9 @@
    (``--server aiohttp``, or nginx not installed) a Python aiohttp static
    server in its own process stands in, and the ceiling below says what it
    serves.
-3. In front of it, a delay proxy (asyncio, ``--proxy-processes`` processes on one
-   port, default 1; uvloop where installed; 127.0.0.1 only):
+3. In front of it, a delay proxy (a thread pair per connection, ``--proxy-processes``
+   processes on one port, default 1; 127.0.0.1 only; the replies pass by
+   ``splice``, never copied through Python):
    every request a client sends is held ``--delays`` ms (default 0/20/50/100)
    before it is forwarded; connections and bytes are never limited. It counts
    the requests and the bytes the server sends back (HTTP headers included):
@@ -258,80 +259,103 @@ def start_moto(root: Path, names: list[str]) -> int:
 
 
 _PROXY = r'''
-import asyncio, mmap, struct, sys
+import fcntl, mmap, os, socket, struct, sys, threading, time
 port, target, slot = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
 stats = open(sys.argv[3], "r+b")
 m = mmap.mmap(stats.fileno(), 0)
 # layout: delay seconds (double), then per proxy process (slot): requests, bytes from server, connections (int64)
 base = 8 + 24 * slot
+lock = threading.Lock()
 
 def delay():
     return struct.unpack_from("d", m, 0)[0]
 
 def add(offset, n):
-    struct.pack_into("q", m, offset, struct.unpack_from("q", m, offset)[0] + n)
+    with lock:
+        struct.pack_into("q", m, offset, struct.unpack_from("q", m, offset)[0] + n)
 
-async def pump_up(reader, writer):
+def up(client, server):
+    # Each request is held `delay` s before it goes on; replies are not delayed.
     try:
         while True:
-            data = await reader.read(65536)
+            data = client.recv(65536)
             if not data:
                 break
             add(base, data.count(b" HTTP/1.1\r\n"))
             d = delay()
             if d > 0:
-                await asyncio.sleep(d)
-            writer.write(data)
-            await writer.drain()
+                time.sleep(d)
+            server.sendall(data)
     except OSError:
         pass
     finally:
-        writer.close()
+        try:
+            server.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
-async def pump_down(reader, writer):
+def down(server, client):
+    # The server's bytes go to the client through a pipe by splice: they never enter this process's memory
+    # (half the CPU of copying them through asyncio, measured: 0.10 against 0.19 ms per 200 KB GET).
+    if not hasattr(os, "splice"):  # (Python < 3.10 or not Linux: copied)
+        try:
+            while data := server.recv(262144):
+                add(base + 8, len(data))
+                client.sendall(data)
+        except OSError:
+            pass
+        return
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except OSError:
+        pass
     try:
         while True:
-            data = await reader.read(262144)
-            if not data:
+            n = os.splice(server.fileno(), w, 1 << 20)
+            if n == 0:
                 break
-            add(base + 8, len(data))
-            writer.write(data)
-            await writer.drain()
+            add(base + 8, n)
+            while n:
+                n -= os.splice(r, client.fileno(), n)
     except OSError:
         pass
     finally:
-        writer.close()
+        os.close(r); os.close(w)
 
-async def handle(creader, cwriter):
+def handle(client):
     add(base + 16, 1)
     try:
-        sreader, swriter = await asyncio.open_connection("127.0.0.1", target)
+        server = socket.create_connection(("127.0.0.1", target))
     except OSError:
-        cwriter.close()
+        client.close()
         return
-    for w in (cwriter, swriter):
-        sock = w.get_extra_info("socket")
-        if sock is not None:
-            import socket
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    await asyncio.gather(pump_up(creader, swriter), pump_down(sreader, cwriter))
+    for s in (client, server):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    t = threading.Thread(target=up, args=(client, server), daemon=True)
+    t.start()
+    down(server, client)
+    try:
+        client.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    t.join()
+    client.close(); server.close()
 
-async def main():
-    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096, reuse_port=True)
-    print("ready", flush=True)
-    async with server:
-        await server.serve_forever()
-
-try:
-    import uvloop  # faster where installed; the proxy works without it
-    uvloop.run(main())
-except ImportError:
-    asyncio.run(main())
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+listener.bind(("127.0.0.1", port))
+listener.listen(4096)
+print("ready", flush=True)
+while True:
+    conn, _ = listener.accept()
+    threading.Thread(target=handle, args=(conn,), daemon=True).start()
 '''
 
 
 class DelayProxy:
-    """The delay proxy: ``processes`` asyncio processes sharing one port (SO_REUSEPORT).
+    """The delay proxy: ``processes`` processes sharing one port (SO_REUSEPORT), two threads per connection.
 
     ``set_delay`` applies at run time; the counters are read through a shared file (one slot per process).
     """
@@ -571,7 +595,7 @@ def main(argv=None) -> int:
     ap.add_argument("--delays", default="0,20,50,100", help="ms added per request, comma separated")
     ap.add_argument("--server", choices=("nginx", "aiohttp"), default="nginx")
     ap.add_argument("--s3-delays", default="0,50", help="ms per request for the S3 (moto) cells; '' for none")
-    ap.add_argument("--proxy-processes", type=int, default=1, help="asyncio processes of each delay proxy")
+    ap.add_argument("--proxy-processes", type=int, default=1, help="processes of each delay proxy")
     ap.add_argument("--ceiling-clients", type=int, default=64)
     ap.add_argument("--ceiling-seconds", type=float, default=None)
     ap.add_argument("--corpus-dir", default=None, help="where the corpus is written (reused when it matches)")
