@@ -368,18 +368,21 @@ class VorbisSeekFile(_SeekFile):
         self._read = _byte_reader(path)
         first = int(points[0, 1])
         self._header = _HEADERS.get_or_make((path, first, size, version, "vorbis"), lambda: self._read(0, first))
-        try:
-            head = ogg_seek_points.vorbis_header(self._header)
+        try:  # (parsed once per process and file version, as its bytes are fetched once)
+            head = _HEADERS.get_or_make((path, first, size, version, "vorbis-parsed"),
+                                        lambda: ogg_seek_points.vorbis_header(self._header))
         except ValueError as exc:
             raise _mismatch(path, f"its first {first} bytes are not Ogg Vorbis header pages ({exc})") from None
         if head.length != first:
             raise _mismatch(path, f"its Vorbis header pages end at byte {head.length}, not {first}")
+        self._head = head
         frames = int(points[-1, 0] - points[0, 0])
         self.info = AudioInfo(path, frames, int(head.rate), int(head.channels), "OGG", "VORBIS")
         self.closed = False
 
     def _excerpt(self, start: int, end: int) -> np.ndarray:
-        x = self._decoded(lambda: ogg_seek_points.read_excerpt(self._points, self._header, start, end, self._read),
-                          start, end, "Ogg pages")
+        pages = ogg_seek_points.read_excerpt
+        x = self._decoded(lambda: pages(self._points, self._header, start, end, self._read, self._head), start, end,
+                          "Ogg pages")
         check_finite(x, self.path, start)
         return np.ascontiguousarray(x)

@@ -188,10 +188,11 @@ def planned_ranges(points: np.ndarray, start: float, length: float | None, durat
 
 
 def read_excerpt(points: np.ndarray, header: bytes, start: int, end: int,
-                 fetch: Callable[[int, int], bytes]) -> np.ndarray:
+                 fetch: Callable[[int, int], bytes], head: VorbisHeader | None = None) -> np.ndarray:
     """Frames ``[start, end)`` of an Ogg Vorbis file by its table: one ``fetch(lo, hi)``, then a decode in memory.
 
-    ``header`` is the file's header pages (bytes ``[0, points[0, 1])``).
+    ``header`` is the file's header pages (bytes ``[0, points[0, 1])``), ``head``
+    what :func:`vorbis_header` says of them (parsed here when not given).
     Every page fetched must follow the one before it (capture pattern, CRC,
     the header's stream, sequence) and the last must complete the granule
     its table row names. Raises ``ValueError`` saying what is wrong; returns
@@ -200,7 +201,7 @@ def read_excerpt(points: np.ndarray, header: bytes, start: int, end: int,
     """
     import soundfile
 
-    head = vorbis_header(header)
+    head = vorbis_header(header) if head is None else head
     k, j = read_span(points, start, end, head.long_block)
     lo, hi = int(points[k, 1]), int(points[j, 1])
     body = fetch(lo, hi)
