@@ -481,3 +481,89 @@ def test_a_damaged_frame_is_an_error_not_audio(tmp_path):
     assert np.array_equal(f.read(0, 44100), _decoded(good)[:44100])  # the frames before it
     with pytest.raises(AudioReadError, match=r"a\.flac.*do not decode"):
         f.read(int(points[4, 0]), 44100)
+
+
+# ------------------------------------------------------------------ variable block size
+# No tool here writes one (flac 1.4, ffmpeg's and sox's FLAC encoders block at a fixed size), so the test builds
+# one from frames `flac` wrote: a first part at -b 4096 and the rest at -b 1152, each frame header rewritten to
+# variable blocking (it carries its first sample, not its frame number), both CRCs recomputed.
+def _crc(data: bytes, poly: int, bits: int) -> int:
+    crc, top, mask = 0, 1 << (bits - 1), (1 << bits) - 1
+    for byte in data:
+        crc ^= byte << (bits - 8)
+        for _ in range(8):
+            crc = ((crc << 1) ^ poly if crc & top else crc << 1) & mask
+    return crc
+
+
+def _coded(n: int) -> bytes:
+    """FLAC's UTF-8-like coding of a frame header's number."""
+    if n < 0x80:
+        return bytes([n])
+    length = next(k for k in range(2, 8) if n < 1 << (7 - k + 6 * (k - 1)))
+    tail = [0x80 | (n >> 6 * i) & 0x3F for i in reversed(range(length - 1))]
+    return bytes([(0xFF00 >> length) & 0xFF | n >> 6 * (length - 1)] + tail)
+
+
+def _frames(data: bytes) -> list[bytes]:
+    """The frames of a FLAC file, each ending where the next header (CRC-8 checked) starts and its CRC-16 holds."""
+    from audiotree.io.flac_seek_points import header_length
+    from audiotree.io.integrity import flac_frame_header
+
+    pos, out = header_length(data), []
+    while pos < len(data):
+        nxt = pos + 2
+        while nxt < len(data) and not (flac_frame_header(data, nxt) and _crc(data[pos:nxt], 0x8005, 16) == 0):
+            nxt = data.find(b"\xff\xf8", nxt + 1) % (len(data) + 1) or len(data)
+        out.append(data[pos:nxt])
+        pos = nxt
+    return out
+
+
+def _variable(frame: bytes, sample: int) -> bytes:
+    """``frame`` with variable blocking: its header names its first sample; CRC-8 and CRC-16 recomputed."""
+    length = next((k for k in range(1, 8) if not frame[4] & (0x80 >> k)), 1) if frame[4] & 0x80 else 1
+    extra = {6: 1, 7: 2}.get(frame[2] >> 4, 0) + {12: 1, 13: 2, 14: 2}.get(frame[2] & 0xF, 0)
+    rest = frame[4 + length:4 + length + extra]
+    head = bytes([frame[0], frame[1] | 1, frame[2], frame[3]]) + _coded(sample) + rest
+    head += bytes([_crc(head, 0x07, 8)])
+    body = head + frame[4 + length + extra + 1:-2]
+    return body + _crc(body, 0x8005, 16).to_bytes(2, "big")
+
+
+def test_a_variable_blocksize_stream_reads_by_seek_points(tmp_path):
+    from audiotree.io import AudioFile
+    from audiotree.io.integrity import flac_frame_header
+
+    require_tool(shutil.which("flac") is not None, "flac", "it writes the frames the variable stream is made of")
+    rate, split = 16000, 3 * 16000 + 1000
+    x = _decoded(_flac(9, rate, 2))
+    parts = []
+    for k, (lo, hi, block) in enumerate(((0, split, "4096"), (split, len(x), "1152"))):
+        soundfile.write(tmp_path / f"{k}.wav", x[lo:hi], rate, subtype="PCM_16")
+        subprocess.run(["flac", "-s", "-f", "--no-seektable", "--no-padding", "-b", block, "-o",
+                        str(tmp_path / f"{k}.flac"), str(tmp_path / f"{k}.wav")], check=True)
+        parts.append((tmp_path / f"{k}.flac").read_bytes())
+    frames, sample = [], 0
+    for part in parts:
+        for frame in _frames(part):
+            frames.append(_variable(frame, sample))
+            sample += flac_frame_header(frame, 0)[1]
+    assert sample == len(x) and {len(f) > 0 for f in frames} == {True}
+    info = bytearray(parts[0][8:42])
+    info[0:4] = struct.pack(">HH", 1152, 4096)  # min and max block size
+    info[4:10] = bytes(6)  # frame sizes unknown
+    info[13:18] = (int.from_bytes(info[13:18], "big") >> 36 << 36 | len(x)).to_bytes(5, "big")  # total samples
+    info[18:34] = bytes(16)  # no MD5
+    data = b"fLaC\x80\x00\x00\x22" + bytes(info) + b"".join(frames)
+    path = tmp_path / "variable.flac"
+    path.write_bytes(data)
+    assert flac_frame_header(data, 42)[2]  # variable blocking
+    subprocess.run(["flac", "-s", "-t", str(path)], check=True)  # libFLAC's own test: a valid stream
+    local = AudioFile(str(path))
+    assert np.array_equal(local.read(0, None), x)  # a valid stream: libsndfile decodes it whole to the signal
+    points = seek_points(data)
+    assert len(points) >= 8 and np.all(np.diff(points[:, 0]) <= 2 * rate)
+    f = FlacSeekFile(str(path), points, size=len(data))
+    for start in (0, 1, split - 500, split, int(points[5, 0]) - 3, len(x) // 2 + 17, len(x) - rate, len(x) - 1):
+        assert np.array_equal(f.read(start, rate), local.read(start, rate)), start
