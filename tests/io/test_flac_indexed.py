@@ -473,14 +473,15 @@ def test_a_damaged_frame_is_an_error_not_audio(tmp_path):
     (FFmpeg's decoder, through PyAV before, gave these frames' samples wrong)."""
     good = _flac(12, 44100, 2)
     points = seek_points(good)
-    data = bytearray(good)
-    data[int(points[4, 1]) + 3000] ^= 0x10
-    path = tmp_path / "a.flac"
-    path.write_bytes(data)
-    f = FlacSeekFile(str(path), points, size=len(data))
-    assert np.array_equal(f.read(0, 44100), _decoded(good)[:44100])  # the frames before it
-    with pytest.raises(AudioReadError, match=r"a\.flac.*do not decode"):
-        f.read(int(points[4, 0]), 44100)
+    for k, skip in enumerate((3000, 60000)):  # in the frame the read seeks to, in a frame it reads on to
+        data = bytearray(good)
+        data[int(points[4, 1]) + skip] ^= 0x10
+        path = tmp_path / f"a{k}.flac"
+        path.write_bytes(data)
+        f = FlacSeekFile(str(path), points, size=len(data))
+        assert np.array_equal(f.read(0, 44100), _decoded(good)[:44100])  # the frames before it
+        with pytest.raises(AudioReadError, match=rf"a{k}\.flac.*do not decode"):
+            f.read(int(points[4, 0]), 2 * 44100)
 
 
 # ------------------------------------------------------------------ variable block size

@@ -261,8 +261,9 @@ class FlacSeekFile(_SeekFile):
         self.info = AudioInfo(path, int(total), int(rate), int(channels), "FLAC", _SUBTYPES.get(bits, f"PCM_{bits}"))
 
     def _streaminfo(self, first: int) -> bytes:
-        """The file's marker and STREAMINFO, from one read of its header (marker and metadata blocks, cover art included),
-        checked to end where the table's first frame starts; only the marker and STREAMINFO (42 bytes) are kept."""
+        """The file's marker and STREAMINFO (42 bytes, all a decode needs), from one read of its whole header (the
+        range the read-ahead plans), checked to end where the table's first frame starts; tags and cover art are
+        not kept."""
         header = self._read(0, first)
         try:
             info, end = streaminfo(header), header_length(header)
