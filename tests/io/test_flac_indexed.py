@@ -379,6 +379,8 @@ TOOL_FILES = [
     ("flac-96k-stereo-24", "flac", 96000, 2, 24, 8, []),
     ("flac-48k-mono-24-no-seektable", "flac", 48000, 1, 24, 15, ["--no-seektable"]),
     ("flac-22k-stereo-16-picture", "flac", 22050, 2, 16, 15, ["--picture"]),
+    ("flac-48k-6ch-8", "flac", 48000, 6, 8, 8, ["--channel-map=none"]),
+    ("flac-192k-mono-24", "flac", 192000, 1, 24, 6, []),
     ("ffmpeg-32k-stereo-16", "ffmpeg", 32000, 2, 16, 15, []),
     ("ffmpeg-48k-mono-24", "ffmpeg", 48000, 1, 24, 12, []),
     ("sox-16k-mono-16", "sox", 16000, 1, 16, 20, []),
@@ -393,7 +395,7 @@ def _tool_flac(folder, name, tool, rate, channels, bits, seconds, options):
     x = np.stack([0.3 * np.sin(2 * np.pi * (220 + 110 * c) * t) * (1 + 0.5 * np.sin(2 * np.pi * 0.3 * t))
                   + 0.05 * rng.standard_normal(t.size) for c in range(channels)], axis=1)
     wav, out = folder / f"{name}.wav", folder / f"{name}.flac"
-    soundfile.write(wav, x.astype(np.float32), rate, subtype=f"PCM_{bits}")
+    soundfile.write(wav, x.astype(np.float32) / channels, rate, subtype="PCM_U8" if bits == 8 else f"PCM_{bits}")
     if tool == "flac":
         if "--picture" in options:
             (folder / "cover.png").write_bytes(_png())
@@ -409,7 +411,8 @@ def _tool_flac(folder, name, tool, rate, channels, bits, seconds, options):
 
 @pytest.mark.parametrize("case", TOOL_FILES, ids=lambda c: c[0])
 def test_files_written_by_the_tools_read_by_seek_points_equal_a_local_read(tmp_path, case):
-    """The hard gate: every excerpt (start, middle, last frames, across and at seek points) equals AudioFile.read."""
+    """The hard gate: every excerpt (start, middle, last frames, across and at seek points) equals AudioFile.read
+    (mono to 6 channels, 8 to 24 bits, 8 to 192 kHz)."""
     from audiotree.io import AudioFile
 
     name, tool, rate, channels, bits = case[:5]
