@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import struct
+import subprocess
+import sys
 import tarfile
+import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -23,10 +28,9 @@ from audiotree.io.flac_indexed import FlacSeekFile, clear_header_cache, seek_hin
 from audiotree.io.flac_seek_points import header_seek_points, seek_points
 
 from test_storage import http, http_server  # noqa: F401 - the Range-honouring HTTP server fixtures
+from conftest import require_tool
 from helpers import member_after_junk
 from audiotree.sources import Corpus, Output
-
-pytest.importorskip("av")
 
 # (seconds, rate, channels, subtype): mono and stereo, several rates, 16 and 24 bits.
 SHAPES = [(12, 16000, 1, "PCM_16"), (40, 44100, 2, "PCM_16"), (15, 48000, 2, "PCM_24"), (20, 22050, 1, "PCM_24")]
@@ -352,3 +356,218 @@ def test_over_http_an_excerpt_is_one_ranged_get_after_the_header(http):
     http.reset_counters()
     FlacSeekFile(url, points, size=len(data), version=1).read(0, 10)  # the header is kept: one GET
     assert http.requests == 1
+
+
+# ------------------------------------------------------------------ files written by flac, ffmpeg and sox (issue 39)
+def _png(side: int = 96) -> bytes:
+    """A noise PNG (cover art that does not compress: a metadata block of tens of KB)."""
+    rows = np.random.default_rng(1).integers(0, 256, (side, 1 + 3 * side), dtype=np.uint8)
+    rows[:, 0] = 0
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows.tobytes())) + chunk(b"IEND", b""))
+
+
+# (name, tool, rate, channels, bits, seconds, tool options)
+TOOL_FILES = [
+    ("flac-8k-mono-16", "flac", 8000, 1, 16, 20, []),
+    ("flac-44k-stereo-16-b1152", "flac", 44100, 2, 16, 20, ["-b", "1152"]),
+    ("flac-44k-stereo-16-b4096-S1s", "flac", 44100, 2, 16, 15, ["-b", "4096", "-S", "1s"]),  # its SEEKTABLE is used
+    ("flac-96k-stereo-24", "flac", 96000, 2, 24, 8, []),
+    ("flac-48k-mono-24-no-seektable", "flac", 48000, 1, 24, 15, ["--no-seektable"]),
+    ("flac-22k-stereo-16-picture", "flac", 22050, 2, 16, 15, ["--picture"]),
+    ("flac-48k-6ch-8", "flac", 48000, 6, 8, 8, ["--channel-map=none"]),
+    ("flac-192k-mono-24", "flac", 192000, 1, 24, 6, []),
+    ("ffmpeg-32k-stereo-16", "ffmpeg", 32000, 2, 16, 15, []),
+    ("ffmpeg-48k-mono-24", "ffmpeg", 48000, 1, 24, 12, []),
+    ("sox-16k-mono-16", "sox", 16000, 1, 16, 20, []),
+    ("sox-44k-stereo-24", "sox", 44100, 2, 24, 10, []),
+]
+
+
+def _tool_flac(folder, name, tool, rate, channels, bits, seconds, options):
+    require_tool(shutil.which(tool) is not None, tool, "it writes the FLAC files read by seek points")
+    rng = np.random.default_rng(len(name))
+    t = np.arange(int(seconds * rate)) / rate
+    x = np.stack([0.3 * np.sin(2 * np.pi * (220 + 110 * c) * t) * (1 + 0.5 * np.sin(2 * np.pi * 0.3 * t))
+                  + 0.05 * rng.standard_normal(t.size) for c in range(channels)], axis=1)
+    wav, out = folder / f"{name}.wav", folder / f"{name}.flac"
+    soundfile.write(wav, x.astype(np.float32) / channels, rate, subtype="PCM_U8" if bits == 8 else f"PCM_{bits}")
+    if tool == "flac":
+        if "--picture" in options:
+            (folder / "cover.png").write_bytes(_png())
+            options = ["--picture", str(folder / "cover.png"), "-T", "TITLE=a tone"]
+        cmd = ["flac", "-s", "-f", *options, "-o", str(out), str(wav)]
+    elif tool == "ffmpeg":
+        cmd = ["ffmpeg", "-loglevel", "error", "-y", "-i", str(wav), "-c:a", "flac", *options, str(out)]
+    else:
+        cmd = ["sox", str(wav), str(out)]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+@pytest.mark.parametrize("case", TOOL_FILES, ids=lambda c: c[0])
+def test_files_written_by_the_tools_read_by_seek_points_equal_a_local_read(tmp_path, case):
+    """The hard gate: every excerpt (start, middle, last frames, across and at seek points) equals AudioFile.read
+    (mono to 6 channels, 8 to 24 bits, 8 to 192 kHz)."""
+    from audiotree.io import AudioFile
+
+    name, tool, rate, channels, bits = case[:5]
+    path = _tool_flac(tmp_path, *case)
+    data = path.read_bytes()
+    points = seek_points(data)
+    if name.endswith("picture"):
+        assert points[0, 1] > 20000  # the cover art is in the header: not kept, not needed to decode
+    if name.endswith("S1s"):
+        assert np.array_equal(points, header_seek_points(data[:int(points[0, 1])]))  # flac's own table
+    clear_header_cache()
+    f = FlacSeekFile(str(path), points, size=len(data))
+    local = AudioFile(str(path))
+    n = local.info.frames
+    assert (f.info.frames, f.info.sample_rate, f.info.channels, f.info.subtype) == (
+        n, rate, channels, local.info.subtype)
+    frames = 3 * rate
+    mid = len(points) // 2
+    starts = {0, 1, n // 2 + 17, n - frames, n - 1000, n - 1,  # the start, the middle, the last frames
+              int(points[mid, 0]), int(points[mid, 0]) - 1, int(points[mid, 0]) - frames // 2}  # at / across a point
+    for start in sorted(starts):
+        for count in (frames, 100, n):
+            want = local.read(start, count)
+            got = f.read(start, count)
+            assert got.dtype == np.float32 and np.array_equal(got, want), (name, start, count)
+    local.close()
+
+
+def test_without_pyav_a_remote_flac_excerpt_is_one_request(http, tmp_path):
+    """A base install (``import av`` fails): FLAC URLs go by their seek points, one GET an excerpt after the header."""
+    data = _flac(20, 44100, 2)
+    http.objects["/flac/base.flac"] = data
+    url = f"{http.base}/flac/base.flac"
+    points = seek_points(data)
+    np.save(tmp_path / "points.npy", points)
+    starts = [0, 400_000, len(_decoded(data)) - 3 * 44100]
+    child = f"""
+import sys
+sys.modules["av"] = None  # what a base install without the av extra sees
+import numpy as np
+from audiotree.io.extensions import pyav_available
+from audiotree.io.flac_indexed import FlacSeekFile, uses_seek_points
+assert not pyav_available()
+assert uses_seek_points("http://h/x.flac") and uses_seek_points({url!r})
+f = FlacSeekFile({url!r}, np.load({str(tmp_path / 'points.npy')!r}), size={len(data)})
+for k, start in enumerate({starts!r}):
+    np.save({str(tmp_path)!r} + f"/x{{k}}.npy", f.read(start, 3 * 44100))
+assert sys.modules["av"] is None
+"""
+    http.reset_counters()
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert http.requests == 1 + len(starts)  # the header once, then one ranged GET per excerpt
+    whole = _decoded(data)
+    for k, start in enumerate(starts):
+        assert np.array_equal(np.load(tmp_path / f"x{k}.npy"), whole[start:start + 3 * 44100])
+
+
+def test_a_damaged_frame_is_an_error_not_audio(tmp_path):
+    """A byte flipped inside a frame (its CRC-16 fails): libsndfile stops, as a local read does; never other audio
+    (FFmpeg's decoder, through PyAV before, gave these frames' samples wrong)."""
+    good = _flac(12, 44100, 2)
+    points = seek_points(good)
+    for k, skip in enumerate((3000, 60000)):  # in the frame the read seeks to, in a frame it reads on to
+        data = bytearray(good)
+        data[int(points[4, 1]) + skip] ^= 0x10
+        path = tmp_path / f"a{k}.flac"
+        path.write_bytes(data)
+        f = FlacSeekFile(str(path), points, size=len(data))
+        assert np.array_equal(f.read(0, 44100), _decoded(good)[:44100])  # the frames before it
+        with pytest.raises(AudioReadError, match=rf"a{k}\.flac.*do not decode"):
+            f.read(int(points[4, 0]), 2 * 44100)
+
+
+# ------------------------------------------------------------------ variable block size
+# No tool here writes one (flac 1.4, ffmpeg's and sox's FLAC encoders block at a fixed size), so the test builds
+# one from frames `flac` wrote: a first part at -b 4096 and the rest at -b 1152, each frame header rewritten to
+# variable blocking (it carries its first sample, not its frame number), both CRCs recomputed.
+def _crc(data: bytes, poly: int, bits: int) -> int:
+    crc, top, mask = 0, 1 << (bits - 1), (1 << bits) - 1
+    for byte in data:
+        crc ^= byte << (bits - 8)
+        for _ in range(8):
+            crc = ((crc << 1) ^ poly if crc & top else crc << 1) & mask
+    return crc
+
+
+def _coded(n: int) -> bytes:
+    """FLAC's UTF-8-like coding of a frame header's number."""
+    if n < 0x80:
+        return bytes([n])
+    length = next(k for k in range(2, 8) if n < 1 << (7 - k + 6 * (k - 1)))
+    tail = [0x80 | (n >> 6 * i) & 0x3F for i in reversed(range(length - 1))]
+    return bytes([(0xFF00 >> length) & 0xFF | n >> 6 * (length - 1)] + tail)
+
+
+def _frames(data: bytes) -> list[bytes]:
+    """The frames of a FLAC file, each ending where the next header (CRC-8 checked) starts and its CRC-16 holds."""
+    from audiotree.io.flac_seek_points import header_length
+    from audiotree.io.integrity import flac_frame_header
+
+    pos, out = header_length(data), []
+    while pos < len(data):
+        nxt = pos + 2
+        while nxt < len(data) and not (flac_frame_header(data, nxt) and _crc(data[pos:nxt], 0x8005, 16) == 0):
+            nxt = data.find(b"\xff\xf8", nxt + 1) % (len(data) + 1) or len(data)
+        out.append(data[pos:nxt])
+        pos = nxt
+    return out
+
+
+def _variable(frame: bytes, sample: int) -> bytes:
+    """``frame`` with variable blocking: its header names its first sample; CRC-8 and CRC-16 recomputed."""
+    length = next((k for k in range(1, 8) if not frame[4] & (0x80 >> k)), 1) if frame[4] & 0x80 else 1
+    extra = {6: 1, 7: 2}.get(frame[2] >> 4, 0) + {12: 1, 13: 2, 14: 2}.get(frame[2] & 0xF, 0)
+    rest = frame[4 + length:4 + length + extra]
+    head = bytes([frame[0], frame[1] | 1, frame[2], frame[3]]) + _coded(sample) + rest
+    head += bytes([_crc(head, 0x07, 8)])
+    body = head + frame[4 + length + extra + 1:-2]
+    return body + _crc(body, 0x8005, 16).to_bytes(2, "big")
+
+
+def test_a_variable_blocksize_stream_reads_by_seek_points(tmp_path):
+    from audiotree.io import AudioFile
+    from audiotree.io.integrity import flac_frame_header
+
+    require_tool(shutil.which("flac") is not None, "flac", "it writes the frames the variable stream is made of")
+    rate, split = 16000, 3 * 16000 + 1000
+    x = _decoded(_flac(9, rate, 2))
+    parts = []
+    for k, (lo, hi, block) in enumerate(((0, split, "4096"), (split, len(x), "1152"))):
+        soundfile.write(tmp_path / f"{k}.wav", x[lo:hi], rate, subtype="PCM_16")
+        subprocess.run(["flac", "-s", "-f", "--no-seektable", "--no-padding", "-b", block, "-o",
+                        str(tmp_path / f"{k}.flac"), str(tmp_path / f"{k}.wav")], check=True)
+        parts.append((tmp_path / f"{k}.flac").read_bytes())
+    frames, sample = [], 0
+    for part in parts:
+        for frame in _frames(part):
+            frames.append(_variable(frame, sample))
+            sample += flac_frame_header(frame, 0)[1]
+    assert sample == len(x) and {len(f) > 0 for f in frames} == {True}
+    info = bytearray(parts[0][8:42])
+    info[0:4] = struct.pack(">HH", 1152, 4096)  # min and max block size
+    info[4:10] = bytes(6)  # frame sizes unknown
+    info[13:18] = (int.from_bytes(info[13:18], "big") >> 36 << 36 | len(x)).to_bytes(5, "big")  # total samples
+    info[18:34] = bytes(16)  # no MD5
+    data = b"fLaC\x80\x00\x00\x22" + bytes(info) + b"".join(frames)
+    path = tmp_path / "variable.flac"
+    path.write_bytes(data)
+    assert flac_frame_header(data, 42)[2]  # variable blocking
+    subprocess.run(["flac", "-s", "-t", str(path)], check=True)  # libFLAC's own test: a valid stream
+    local = AudioFile(str(path))
+    assert np.array_equal(local.read(0, None), x)  # a valid stream: libsndfile decodes it whole to the signal
+    points = seek_points(data)
+    assert len(points) >= 8 and np.all(np.diff(points[:, 0]) <= 2 * rate)
+    f = FlacSeekFile(str(path), points, size=len(data))
+    for start in (0, 1, split - 500, split, int(points[5, 0]) - 3, len(x) // 2 + 17, len(x) - rate, len(x) - 1):
+        assert np.array_equal(f.read(start, rate), local.read(start, rate)), start

@@ -7,8 +7,13 @@ instead: the file's header (marker and metadata blocks, the same for every
 excerpt) is fetched once per process and file version and kept in a bounded
 cache, and each :meth:`FlacSeekFile.read` fetches the bytes from the seek point
 at or before the excerpt to the first one at or after its end (one ranged
-GET, or one ``pread``) and decodes them with PyAV. The samples equal a whole
-decode of the file (``soundfile.read``) sliced to the excerpt.
+GET, or one ``pread``) and decodes them with libsndfile, the decoder of a
+local read, after a small synthesized header
+(:func:`audiotree.io.flac_seek_points.substream_header`: the file's STREAMINFO
+and a one-point SEEKTABLE naming the first frame read). The samples equal a
+whole decode of the file (``soundfile.read``) sliced to the excerpt. Of the
+header only the marker and STREAMINFO (42 bytes) are kept, not its tags or
+cover art.
 
 An MP3 is read the same way (:class:`MpegSeekFile`): its table
 (:mod:`audiotree.io.mpeg_seek_points`) says where frames start, so an excerpt is
@@ -25,11 +30,10 @@ process) and decoded in memory by the local read's decoder (libsndfile) to the
 same samples.
 
 Where it applies (:func:`uses_seek_points`): ``.flac``, ``.mp3`` and ``.ogg``
-(``.oga``) URLs and members of remote tar shards (FLAC when PyAV is installed).
-A local file or a member
-of a local shard is read with libsndfile as before: its seek is a few local
-reads, not requests, and libsndfile needs no PyAV. :class:`FlacSeekFile` reads
-local bytes too (the tests compare both).
+(``.oga``) URLs and members of remote tar shards, with the base install (no
+PyAV). A local file or a member of a local shard is read with libsndfile as
+before: its seek is a few local reads, not requests. :class:`FlacSeekFile`
+reads local bytes too (the tests compare both).
 
 How the dataset hands the table over: :class:`~audiotree.sources.indexed.IndexedLoader`
 reads the row's table from the column store and calls the loader inside
@@ -58,7 +62,7 @@ from audiotree.io import ogg_seek_points, storage
 from audiotree.io.byte_cache import BoundedCache
 from audiotree.io.item_bytes import read_item_bytes
 from audiotree.io.read_errors import SKIP_HINT, check_finite
-from audiotree.io.flac_seek_points import decode_stream, header_length, stream_info
+from audiotree.io.flac_seek_points import decode_frames, header_length, stream_info, streaminfo
 from audiotree.io.info import AudioInfo
 from audiotree.io.integrity import flac_frame_header
 from audiotree.io.members import format_name, is_member, recorded_span
@@ -82,8 +86,7 @@ def uses_seek_points(path: str) -> bool:
     """Whether a read of ``path`` goes by its seek points when its index row has them.
 
     ``.flac``, ``.mp3`` and ``.ogg`` (``.oga``) URLs and members (with a
-    recorded byte range) of remote tar shards (FLAC when PyAV is installed);
-    see the module docstring.
+    recorded byte range) of remote tar shards; see the module docstring.
 
     >>> [uses_seek_points(p) for p in ("/data/a.flac", "s3://b/a.wav", "s3://b/a.mp3", "s3://b/a.ogg")]
     [False, False, True, True]
@@ -97,11 +100,7 @@ def uses_seek_points(path: str) -> bool:
             return False
     elif not storage.is_url(path):
         return False
-    if name.endswith((".mp3", *_VORBIS)):
-        return True
-    from audiotree.io.extensions import pyav_available
-
-    return pyav_available()
+    return True
 
 
 @contextlib.contextmanager
@@ -168,10 +167,6 @@ def _byte_reader(path: str) -> Callable[[int, int], bytes]:
         return data
 
     return checked
-
-
-def _header(path: str, first: int, size: int, version: Any, read: Callable[[int, int], bytes]) -> bytes:
-    return _HEADERS.get_or_make((path, first, size, version), lambda: read(0, first))
 
 
 class _SeekFile:
@@ -245,7 +240,7 @@ class FlacSeekFile(_SeekFile):
     ``AudioFile.read`` returns. Not thread-safe (like ``AudioFile``).
     """
 
-    backend = "pyav"
+    backend = "soundfile"
 
     def __init__(self, path: str, points: np.ndarray, *, size: int, version: Any = None) -> None:
         self.path = path
@@ -257,43 +252,47 @@ class FlacSeekFile(_SeekFile):
                                   f"inside its {size} bytes")
         self._points, self._size = points, size
         self._read = _byte_reader(path)
-        self._header = _header(path, int(points[0, 1]), size, version, self._read)
-        try:
-            rate, channels, bits, total = stream_info(self._header)
-            first = header_length(self._header)
-        except ValueError as exc:
-            raise _mismatch(path, f"its first {len(self._header)} bytes are no FLAC header ({exc})") from None
-        if first != points[0, 1] or total <= points[-1, 0] or rate <= 0:
-            raise _mismatch(path, f"its header ends at byte {first} and says {total} samples")
-        self._block = int.from_bytes(self._header[8 + 2:8 + 4], "big")  # STREAMINFO max block size
+        self._head = _HEADERS.get_or_make((path, int(points[0, 1]), size, version),
+                                          lambda: self._streaminfo(int(points[0, 1])))
+        rate, channels, bits, total = stream_info(self._head)
+        if total <= points[-1, 0] or rate <= 0:
+            raise _mismatch(path, f"its STREAMINFO says {total} samples at {rate} Hz")
+        self._block = int.from_bytes(self._head[8 + 2:8 + 4], "big")  # STREAMINFO max block size
         self.info = AudioInfo(path, int(total), int(rate), int(channels), "FLAC", _SUBTYPES.get(bits, f"PCM_{bits}"))
+
+    def _streaminfo(self, first: int) -> bytes:
+        """The file's marker and STREAMINFO (42 bytes, all a decode needs), from one read of its whole header (the
+        range the read-ahead plans), checked to end where the table's first frame starts; tags and cover art are
+        not kept."""
+        header = self._read(0, first)
+        try:
+            info, end = streaminfo(header), header_length(header)
+        except ValueError as exc:
+            raise _mismatch(self.path, f"its first {len(header)} bytes are no FLAC header ({exc})") from None
+        if end != first:
+            raise _mismatch(self.path, f"its header ends at byte {end}, not {first}")
+        return info
 
     def _excerpt(self, start: int, end: int) -> np.ndarray:
         points = self._points
         k = int(np.searchsorted(points[:, 0], start, side="right")) - 1
         j = int(np.searchsorted(points[:, 0], end, side="left"))
         lo, first = int(points[k, 1]), int(points[k, 0])
-        hi = int(points[j, 1]) if j < len(points) else self._size
+        hi, stop = (int(points[j, 1]), int(points[j, 0])) if j < len(points) else (self._size, self.info.frames)
         # The next frame's header comes in the same request (at most 16 bytes): both ends of the read are checked.
         tail = min(16, self._size - hi)
         body = self._read(lo, hi + tail)
-        for pos, sample in ((0, first), (hi - lo, int(points[j, 0]) if j < len(points) else None)):
+        block = 0
+        for pos, sample in ((0, first), (hi - lo, stop if j < len(points) else None)):
             if sample is None:
                 continue
             frame = flac_frame_header(body, pos)
             if frame is None or (frame[0] if frame[2] else frame[0] * self._block) != sample:
                 raise _mismatch(self.path, f"byte {lo + pos} is not the frame at sample {sample}")
-        body = body[:hi - lo]
-        try:
-            x = decode_stream(self._header + body, end - first)
-        except (ImportError, AudioReadError):
-            raise
-        except Exception as exc:  # PyAV's errors: the bytes are not the frames the table names
-            raise _mismatch(self.path, f"bytes [{lo}, {hi}) do not decode ({exc})") from None
-        x = np.ascontiguousarray(x[start - first:])
-        if x.shape != (end - start, self.info.channels):
-            raise _mismatch(self.path, f"bytes [{lo}, {hi}) decode to {x.shape[0]} frames of {x.shape[1]} channel(s) "
-                                       f"from frame {start}, not {end - start} of {self.info.channels}")
+            block = block or frame[1]
+        frames = memoryview(body)[:hi - lo]
+        x = self._decoded(lambda: decode_frames(self._head, frames, first, stop, block, start, end), start, end,
+                          f"frames in bytes [{lo}, {hi})")
         check_finite(x, self.path, start)
         return x
 

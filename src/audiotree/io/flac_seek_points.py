@@ -13,7 +13,8 @@ else by scanning the frame headers (sync code, then a CRC-8 check of the whole
 header, so audio data that happens to look like a sync code is never taken
 for a frame). The dataset reader
 reads excerpts with them (:class:`audiotree.io.flac_indexed.FlacSeekFile`);
-:func:`decode_stream` decodes the bytes it fetched.
+:func:`decode_frames` decodes the bytes it fetched (libsndfile, over a small
+synthesized header: :func:`substream_header`).
 
 The table is ``int64 (K, 2)``: rows ``[first sample, byte offset]`` of
 frames, the first row the first frame, then about one every ``every``
@@ -38,8 +39,8 @@ import numpy as np
 
 from audiotree.io.integrity import flac_frame_header
 
-__all__ = ["seek_points", "header_seek_points", "stream_info", "header_length", "decode_stream",
-           "SEEK_EVERY"]
+__all__ = ["seek_points", "header_seek_points", "stream_info", "header_length", "streaminfo", "substream_header",
+           "decode_frames", "SEEK_EVERY"]
 
 #: Seconds between seek points.
 SEEK_EVERY = 1.0
@@ -165,33 +166,55 @@ def _thin(points: list[tuple[int, int]], step: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64).reshape(-1, 2)
 
 
-def decode_stream(stream: bytes, frames: int) -> np.ndarray:
-    """The first ``frames`` samples of a FLAC byte stream as float32 ``(frames, channels)``.
+def streaminfo(header: bytes) -> bytes:
+    """A FLAC file's header cut to its marker and STREAMINFO (42 bytes; what a decoder needs of it).
 
-    PyAV (FFmpeg's FLAC decoder): libsndfile refuses a stream whose frames do
-    not start at sample 0. Integers are scaled as libsndfile scales them
-    (``/ 2**15`` for 16-bit, ``/ 2**31`` for FFmpeg's left-aligned 24-bit), so
-    the samples equal a local ``soundfile`` read.
+    ``ValueError`` for bytes that are not FLAC.
+
+    >>> import io, numpy as np, soundfile
+    >>> buf = io.BytesIO()
+    >>> soundfile.write(buf, np.zeros((8000, 2), np.float32), 8000, format="FLAC")
+    >>> head = streaminfo(buf.getvalue())
+    >>> len(head), stream_info(head), header_length(head)
+    (42, (8000, 2, 16, 8000), 42)
     """
-    try:
-        import av
-    except ImportError as exc:
-        raise ImportError(f"Reading FLAC excerpts by seek points needs PyAV: pip install 'audiotree[av]' ({exc}).")
-    chunks, got = [], 0
-    with av.open(io.BytesIO(stream), format="flac") as container:
-        channels = container.streams.audio[0].channels
-        for frame in container.decode(audio=0):
-            data = frame.to_ndarray()
-            data = data.T if frame.format.is_planar else data.reshape(-1, channels)
-            chunks.append(data)  # (scaled once, below: an excerpt is tens of frames)
-            got += len(data)
-            if got >= frames:
-                break
-    if not chunks:
-        return np.zeros((0, 1), np.float32)
-    out = np.concatenate(chunks)[:frames]
-    if out.dtype == np.int16:
-        return out.astype(np.float32) / np.float32(1 << 15)
-    if out.dtype == np.int32:
-        return (out.astype(np.float64) / float(1 << 31)).astype(np.float32)
-    return np.asarray(out, dtype=np.float32)
+    info = _blocks(header)[0].get(0)
+    if info is None or len(info) < 34:
+        raise ValueError("the FLAC stream has no STREAMINFO block")
+    return _MAGIC + bytes([0x80]) + (34).to_bytes(3, "big") + bytes(info[:34])
+
+
+def substream_header(head: bytes, first: int, stop: int, block: int) -> bytes:
+    """The header that makes frames cut from a FLAC file, from sample ``first`` on, a stream libsndfile decodes.
+
+    libsndfile reads a stream from its first frame on only when that frame starts
+    at sample 0, but seeks in one whose SEEKTABLE names a frame: so ``fLaC``,
+    the file's STREAMINFO (``head``: :func:`streaminfo`) saying the stream ends at sample ``stop``
+    (where the cut frames end), and a SEEKTABLE of one point, the first cut frame
+    (``first``, at byte 0 of the frames, ``block`` samples). The file's other
+    metadata (tags, cover art, its own SEEKTABLE) is left out: a decoder needs none.
+
+    >>> head = substream_header(b"fLaC" + bytes(38), 44100, 88200, 4096)
+    >>> len(head), head[:4], stream_info(head)[3], header_length(head)
+    (64, b'fLaC', 88200, 64)
+    """
+    info = head[8:42]
+    packed = int.from_bytes(info[10:18], "big") >> 36 << 36 | stop  # the 36-bit total samples
+    table = first.to_bytes(8, "big") + bytes(8) + block.to_bytes(2, "big")
+    return (_MAGIC + bytes([0]) + (34).to_bytes(3, "big") + info[:10] + packed.to_bytes(8, "big") + info[18:34]
+            + bytes([0x80 | 3]) + len(table).to_bytes(3, "big") + table)
+
+
+def decode_frames(head: bytes, frames: bytes, first: int, stop: int, block: int, start: int, end: int) -> np.ndarray:
+    """Samples ``[start, end)`` of a FLAC file from its ``frames`` (samples ``[first, stop)``) as float32
+    ``(end - start, channels)``, decoded by libsndfile (the decoder of a local read: the same samples).
+
+    ``head`` is the file's STREAMINFO (:func:`streaminfo`) and ``block`` the
+    samples of the first frame; see :func:`substream_header`. A libsndfile error
+    (frames that are not FLAC, a frame failing its CRC) is raised as it is.
+    """
+    import soundfile
+
+    with soundfile.SoundFile(io.BytesIO(substream_header(head, first, stop, block) + frames)) as f:
+        f.seek(start)
+        return f.read(end - start, dtype="float32", always_2d=True)
