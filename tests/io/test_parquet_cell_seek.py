@@ -188,13 +188,8 @@ def test_items_equal_the_local_items_and_an_index_without_formats_reads_as_befor
     # The path a batch reports is the index row's URL (its format included).
     assert all("&format=" in a.filepath[0] for a in items)
     # An index written before cells were typed: plain ranged URLs, no tables. The same items, read as before.
-    table = pq.read_table(corpus.remote_index)
-    at = table.column_names.index("path")
-    table = table.set_column(at, table.field(at), pa.array([with_format(p, "") for p in table.column("path")
-                                                             .to_pylist()], pa.string()))
-    at = table.column_names.index("seek_points")
     old = tmp_path / "old.parquet"
-    pq.write_table(table.set_column(at, table.field(at), pa.nulls(table.num_rows, table.field(at).type)), old)
+    _untyped(corpus.remote_index, old)
     assert not any(uses_seek_points(p) for p in open_index(old).paths())
     before = _dataset(old, num_epochs=1, shuffle_seed=1)
     server.reset()
@@ -204,6 +199,26 @@ def test_items_equal_the_local_items_and_an_index_without_formats_reads_as_befor
         assert np.array_equal(np.asarray(a.waveform), np.asarray(b.waveform))
         assert a.filepath[0].replace("&format=" + parse(a.filepath[0]).format, "") == b.filepath[0]
     assert with_table < without, (with_table, without)
+
+
+def _untyped(index: Path, out: Path) -> list[str]:
+    """``index`` as a build wrote it before cells were typed (plain ranged URLs, no tables), written to ``out``."""
+    table = pq.read_table(index)
+    paths = [with_format(p, "") for p in table.column("path").to_pylist()]
+    at = table.column_names.index("path")
+    table = table.set_column(at, table.field(at), pa.array(paths, pa.string()))
+    at = table.column_names.index("seek_points")
+    pq.write_table(table.set_column(at, table.field(at), pa.nulls(table.num_rows, table.field(at).type)), out)
+    return paths
+
+
+def test_an_update_reads_untyped_profiled_cells_again_to_give_them_their_tables(corpus, tmp_path):
+    out = tmp_path / "update.parquet"
+    _untyped(corpus.local_index, out)
+    report = build_index(str(corpus.local), out, executor="serial", show_progress=False)
+    assert (report.read, report.reused) == (len(corpus.clips), 0)
+    assert _rows(out) == _rows(corpus.local_index)
+    assert build_index(str(corpus.local), out, executor="serial", show_progress=False).reused == len(corpus.clips)
 
 
 def test_the_read_ahead_holds_every_read_of_a_cell_with_a_table(corpus):

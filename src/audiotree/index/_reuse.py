@@ -76,7 +76,7 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
 
 
 def _untyped_cells(paths: list, containers: list, profiles) -> list[bool]:
-    """Per row: a profiled FLAC, MPEG or Ogg Parquet cell with a recorded range and no recorded format."""
+    """Per row: a profiled FLAC, MP3 or Ogg Parquet cell with a recorded range and no recorded format."""
     import pyarrow.compute as pc
 
     from audiotree.io.members import is_member, parse
@@ -85,7 +85,8 @@ def _untyped_cells(paths: list, containers: list, profiles) -> list[bool]:
     out = []
     for p, c, has in zip(paths, containers, profiled):
         again = False
-        if has and c in ("FLAC", "MPEG", "OGG") and isinstance(p, str) and p.startswith("parquet://") and is_member(p):
+        if has and c in ("FLAC", "MP3", "OGG") and isinstance(p, str) and p.startswith("parquet://") \
+                and is_member(p):
             try:
                 ref = parse(p)
             except ValueError:

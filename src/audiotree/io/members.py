@@ -234,7 +234,7 @@ def format_name(path: str) -> str:
     A Parquet cell whose URL records its format is ``COLUMN.EXT``; one without
     has no name here (its format is sniffed from its bytes when it is read).
 
-    >>> format_name("tar://a/u1.mp3?offset=0&size=9::s.tar"), format_name("parquet://audio?row_group=0&row=1::d.parquet")
+    >>> format_name("tar://a/u1.mp3?offset=0&size=9::s.tar"), format_name("parquet://a?row_group=0&row=1::d.parquet")
     ('a/u1.mp3', '')
     """
     if not is_member(path):
