@@ -66,7 +66,7 @@ def is_ogg(path: str) -> bool:
 
 
 def sniff_format(head: bytes) -> str:
-    """The audio format of a file starting with ``head``, as an extension (``""``: not one a name is given for).
+    r"""The audio format of a file starting with ``head``, as an extension (``""``: not one a name is given for).
 
     ``flac``, ``ogg`` (Ogg Vorbis), ``opus`` (Ogg Opus), ``mp3`` (MPEG layer III frames, after any ID3v2 tags),
     ``wav``, ``aiff``. Only what the magic bytes say: the decoder still checks the file.
