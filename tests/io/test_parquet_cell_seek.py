@@ -221,17 +221,63 @@ def test_an_update_reads_untyped_profiled_cells_again_to_give_them_their_tables(
     assert build_index(str(corpus.local), out, executor="serial", show_progress=False).reused == len(corpus.clips)
 
 
-def test_the_read_ahead_holds_every_read_of_a_cell_with_a_table(corpus):
-    """The plan places a typed cell's excerpt by its table, as a tar member's: once the order is known, every read
-    is a read-ahead hit (an untyped cell's libsndfile seeks fell outside its plan)."""
-    from audiotree.io import byte_counters, read_ahead
+def test_the_plan_of_a_cell_is_a_tar_members_and_holds_what_its_seek_file_reads(corpus, tmp_path):
+    """:func:`~audiotree.sources.read_plans.row_reads` places a typed cell's excerpt by its table exactly as it
+    places the same clip's as a tar member (an untyped cell's estimate let libsndfile's seeks fall outside it),
+    and the seek file asks for nothing outside the plan; a dataset with read-ahead then reads every item from it."""
+    import tarfile
 
+    from audiotree.io import byte_counters, read_ahead
+    from audiotree.sources.read_plans import RowFacts, row_reads
+    from container_factories import add_member
+
+    shard = tmp_path / "train.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for i, (kind, clip) in enumerate(zip(corpus.kinds, corpus.clips)):
+            add_member(tar, f"u{i}.{kind}", clip)
+    corpus.server.objects["/d/train.tar"] = shard.read_bytes()
+    members = _rows(_index(f"{corpus.server.base}/d/train.tar", tmp_path / "tar-index.parquet"))
+    cells = _rows(corpus.remote_index)
+
+    class Loader:  # what a plan asks of the dataset's loader
+        excerpt, duration = ExcerptConfig(strategy="random"), 2.0
+
+    class Start:
+        excerpt, duration = ExcerptConfig(strategy="start"), 2.0
+
+    durations = open_index(corpus.remote_index, columns=["duration"]).table.column("duration").to_pylist()
+    for r, (cell, member) in enumerate(zip(cells, members)):
+        assert np.array_equal(_points(cell), _points(member)), r
+        plans = []
+        for row in (cell, member):
+            facts = RowFacts(path=row["path"], size=row["size"], duration=durations[r],
+                             seek_bytes=_points(row)[:, 1], seek_points=_points(row))
+            base = recorded_span(row["path"])[1]
+            plans.append([(p.start - base, p.stop - base) for p in
+                          row_reads(facts, np.random.default_rng(r), Loader(), trust_size=True)])
+        assert plans[0] == plans[1] and plans[0], (r, plans)
+        # The seek file's own reads (offsets from the cell's start) fall inside the plan: an excerpt at the start,
+        # the middle and near the end (a segment window starting there, read from its start).
+        with seek_hint(cell["path"], _points(cell), recorded_span(cell["path"])[2], cell["mtime_ns"]):
+            seek = hinted(cell["path"])
+        asked, read = [], seek._read
+        seek._read = lambda lo, hi: (asked.append((lo, hi)), read(lo, hi))[1]
+        seek.read(0, 10)  # (the header, kept: not part of an excerpt's plan)
+        rate, base = seek.info.sample_rate, recorded_span(cell["path"])[1]
+        for at in (0.0, durations[r] / 2 + 0.013, durations[r] - 2.5):
+            facts = RowFacts(path=cell["path"], size=cell["size"], duration=durations[r], window=(at, durations[r]),
+                             seek_bytes=_points(cell)[:, 1], seek_points=_points(cell))
+            plan = [(p.start - base, p.stop - base) for p in
+                    row_reads(facts, np.random.default_rng(0), Start(), trust_size=True)]
+            asked.clear()
+            seek.read(int(round(at * rate)), 2 * rate)
+            assert asked and all(any(a <= lo and hi <= b for a, b in plan) for lo, hi in asked), (r, at, asked, plan)
     read_ahead.close_stores()
     ds = _dataset(corpus.remote_index, read_ahead=ReadAhead(items=8), num_epochs=None)
     for i in range(6):  # the order's shape is known after the first few
         ds[i]
     byte_counters.reset_byte_counters()
-    for i in range(6, 30):
+    for i in range(6, 24):
         ds[i]
     counts = byte_counters.byte_counters()["by_cache"]["read_ahead"]
     read_ahead.close_stores()
