@@ -22,8 +22,7 @@ it was stat'ed for its row: a file that changed in between is stale anyway.
 
 A Parquet row's audio cell (``parquet://COLUMN?...&offset=O&size=N::FILE``,
 :mod:`audiotree.index.cell_ranges`) has no name telling its format, so
-:func:`typed_cell` reads its bytes first (the whole cell for a build with
-loudness, which reads them anyway; its first :data:`HEADER_BYTES` otherwise),
+:func:`typed_cell` reads its first :data:`HEADER_BYTES` (one ranged read),
 sniffs the format from them (:func:`sniff_format`) and names it in the URL
 (``...&format=flac``, :func:`audiotree.io.members.with_format`): the cell then
 gets its table like a tar member named so, checked against the cell's own byte
@@ -68,16 +67,22 @@ def is_ogg(path: str) -> bool:
 def sniff_format(head: bytes) -> str:
     r"""The audio format of a file starting with ``head``, as an extension (``""``: not one a name is given for).
 
-    ``flac``, ``ogg`` (Ogg Vorbis), ``opus`` (Ogg Opus), ``mp3`` (MPEG layer III frames, after any ID3v2 tags),
-    ``wav``, ``aiff``. Only what the magic bytes say: the decoder still checks the file.
+    ``flac``, ``ogg`` (Ogg Vorbis), ``opus`` (Ogg Opus), ``mp3`` (MPEG layer III frames, after any ID3v2 tags;
+    a tag running past ``head``, cover art, is taken for MP3's), ``wav``, ``aiff``. Only what the magic bytes say:
+    the decoder still checks the file, and an MP3 table is only kept when excerpts read by it equal the file's.
 
     >>> [sniff_format(h) for h in (b"fLaC\x00\x00\x00\x22", b"RIFF\x24\x00\x00\x00WAVEfmt ", b"\xff\xfb\x90\x64",
     ...                            b"\xff\xf1\x50\x80", b"ID3\x04\x00\x00\x00\x00\x00\x00fLaC", b"")]
     ['flac', 'wav', 'mp3', '', 'flac', '']
+    >>> sniff_format(b"ID3\x03\x00\x00\x00\x04\x00\x00APIC")  # (a 64 KiB tag, its first bytes only)
+    'mp3'
     """
     while head[:3] == b"ID3" and len(head) >= 10:  # ID3v2 tags (the size is synchsafe; a footer adds 10)
         size = (head[6] & 0x7F) << 21 | (head[7] & 0x7F) << 14 | (head[8] & 0x7F) << 7 | (head[9] & 0x7F)
-        head = head[10 + size + (10 if head[5] & 0x10 else 0):]
+        end = 10 + size + (10 if head[5] & 0x10 else 0)
+        if end >= len(head):
+            return "mp3"
+        head = head[end:]
     if head[:4] == b"fLaC":
         return "flac"
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
@@ -92,12 +97,13 @@ def sniff_format(head: bytes) -> str:
     return ""
 
 
-def typed_cell(path: str, whole: bool, storage_options: dict | None = None) -> tuple[str, bytes | None]:
+def typed_cell(path: str, storage_options: dict | None = None) -> tuple[str, bytes | None]:
     """``(path with its cell's format, the bytes read)`` for a Parquet row with a recorded cell and no format.
 
-    Reads the whole cell (``whole``: a build with loudness reads it anyway, and :func:`open_for_build` takes the
-    bytes) or its first :data:`HEADER_BYTES`. Any other path, a cell that cannot be read (the open then reports
-    it) or one whose format is not recognised: ``(path, None)``.
+    Reads the cell's first :data:`HEADER_BYTES` (one ranged read; :func:`header_points` and
+    :func:`open_for_build` take them, the latter reading the whole of a FLAC, MP3 or Ogg cell longer than that,
+    as it does a file). Any other path, a cell that cannot be read (the open then reports it) or one whose format
+    is not recognised: ``(path, None)``.
     """
     from audiotree.io import members
     from audiotree.io.item_bytes import read_item_bytes
@@ -108,7 +114,7 @@ def typed_cell(path: str, whole: bool, storage_options: dict | None = None) -> t
     if ref.cell is None or ref.format:
         return path, None
     try:
-        data = read_item_bytes(path, 0, None if whole else HEADER_BYTES, storage_options=storage_options)
+        data = read_item_bytes(path, 0, HEADER_BYTES, storage_options=storage_options)
     except (OSError, ValueError):  # (AudioReadError is an OSError)
         return path, None
     found = sniff_format(data)
@@ -131,8 +137,8 @@ def open_for_build(path: str, size: int, storage_options: dict | None = None,
                    data: bytes | None = None) -> tuple[Any, np.ndarray | None]:
     """``(an open AudioFile of path, its seek points or None)`` for a build with loudness.
 
-    A FLAC, MP3 or Ogg file's bytes are read once here (or given: ``data``, a Parquet cell's from
-    :func:`typed_cell`); a remote one is decoded from them. ``size`` is the row's size (a Parquet cell is checked
+    A FLAC, MP3 or Ogg file's bytes are read once here (or given: ``data``, a Parquet cell's head from
+    :func:`typed_cell`, used when it is the whole cell); a remote one is decoded from them. ``size`` is the row's size (a Parquet cell is checked
     against its own byte count instead). When they cannot be read (or are not FLAC), the file opens as usual and
     gets no table: its errors are then the usual ones.
     """
@@ -146,7 +152,7 @@ def open_for_build(path: str, size: int, storage_options: dict | None = None,
     span = recorded_span(path) if is_member(path) and path.startswith("parquet://") else None
     if span is not None:  # the row's size is the Parquet file's; the cell's bytes are its own
         size = span[2]
-    if data is None and (is_flac(path) or is_mp3(path) or is_ogg(path)):
+    if (data is None or len(data) != size) and (is_flac(path) or is_mp3(path) or is_ogg(path)):
         try:
             data = read_item_bytes(path, 0, None, storage_options=storage_options)
         except (OSError, ValueError):
