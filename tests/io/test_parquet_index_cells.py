@@ -27,7 +27,7 @@ from audiotree.index import StaleFileError, build_index, freshness, open_index
 from audiotree.io import parquet_audio
 from audiotree.io.byte_counters import byte_counters, reset_byte_counters
 from audiotree.io.item_bytes import read_item_bytes
-from audiotree.io.members import open_member, parse, recorded_span, without_cell
+from audiotree.io.members import open_member, parse, recorded_span, with_format, without_cell
 from audiotree.sources import Corpus, create_audio_dataset
 from container_factories import RATE, add_member, flac_bytes
 from test_storage import http_server  # noqa: F401 (the HTTP server of the storage tests)
@@ -172,10 +172,12 @@ def test_plain_urls_of_an_older_index_still_read_and_an_update_gives_them_ranges
     for i in range(4):
         np.testing.assert_allclose(np.asarray(ds[i].waveform)[0, 0], _decoded(clips[i]), atol=1e-6)
     assert read_item_bytes(plain[1], 0, None) == clips[1]  # located in this process, as before
-    # An update re-reads no file: the rows are kept, and get their ranges.
+    # An update re-reads no file: the rows are kept, and get their ranges (not their format, which a read sniffs:
+    # a header-only row keeps its form, tests/io/test_parquet_cell_seek.py).
     _, report = _index(str(path), out)
     assert (report.reused, report.read) == (4, 0)
-    assert open_index(out).paths() == paths
+    assert all("&format=flac::" in p for p in paths)
+    assert open_index(out).paths() == [with_format(p, "") for p in paths]
     # A row named by its recorded URL is an item as itself, reused as itself.
     named = tmp_path / "named.parquet"
     assert _index([paths[1]], named)[0] == [paths[1]]

@@ -5,7 +5,9 @@ settings and its file is still listed with the same size and modification
 time. Rows of transient failures are always read again, and so are FLAC
 rows written before the index had seek points (format 1.2), to get theirs,
 and rows with a profile but no quality columns (written before format 1.3),
-to measure them.
+to measure them. So are profiled FLAC, MP3 and Ogg Parquet cells whose URL
+records their range but not their format (written before cells were typed:
+``&format=``), so they get their seek tables; a header-only row keeps its form.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
         transient = [a or bool(b) for a, b in zip(transient, unmeasured.to_pylist())]
     from audiotree.io.members import without_cell
 
+    if "container" in table.column_names and "profile" in table.column_names:
+        untyped = _untyped_cells(paths, table.column("container").to_pylist(), table.column("profile"))
+        transient = [a or b for a, b in zip(transient, untyped)]
     keep = []
     for p, s, m, again in zip(paths, sizes, mtimes, transient):
         ap = stored_to_abs.get(p) or stored_to_abs.get(without_cell(p))  # (a Parquet row's range: listed without)
@@ -68,3 +73,24 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
             taken.add(ap)
         keep.append(ok)
     return pa.array(keep, type=pa.bool_())
+
+
+def _untyped_cells(paths: list, containers: list, profiles) -> list[bool]:
+    """Per row: a profiled FLAC, MP3 or Ogg Parquet cell with a recorded range and no recorded format."""
+    import pyarrow.compute as pc
+
+    from audiotree.io.members import is_member, parse
+
+    profiled = pc.is_valid(profiles).to_pylist()
+    out = []
+    for p, c, has in zip(paths, containers, profiled):
+        again = False
+        if has and c in ("FLAC", "MP3", "OGG") and isinstance(p, str) and p.startswith("parquet://") \
+                and is_member(p):
+            try:
+                ref = parse(p)
+            except ValueError:
+                ref = None
+            again = ref is not None and ref.cell is not None and not ref.format
+        out.append(again)
+    return out

@@ -63,11 +63,14 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
     try:
         # Stat before reading: a file that changes during the build then looks stale, never fresh.
         row["size"], row["mtime_ns"] = member_stat(path, storage_options=storage_options)
+        # A Parquet cell's format, sniffed from its first bytes, goes in its URL.
+        path, data = seek_build.typed_cell(path, storage_options)
+        row["path"] = path
         if loudness:  # every byte is read anyway: a FLAC file's are read once, for its seek points too
-            audio, row["seek_points"] = seek_build.open_for_build(path, row["size"], storage_options)
+            audio, row["seek_points"] = seek_build.open_for_build(path, row["size"], storage_options, data)
         else:
             audio = AudioFile(path, storage_options=storage_options)
-            row["seek_points"] = seek_build.header_points(path, storage_options)
+            row["seek_points"] = seek_build.header_points(path, storage_options, data)
         with audio as f:
             info = f.info
             row.update(

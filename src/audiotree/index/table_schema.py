@@ -139,6 +139,21 @@ multiplexed files, Opus, damaged files and streams whose granule positions
 disagree with their packets (cut by copying packets) get none and are read as
 before, as are Ogg rows of an index built before these tables (null).
 
+Parquet cells' formats
+----------------------
+A Parquet row whose audio cell is stored verbatim has its cell's byte range in
+its ``path`` (``parquet://COLUMN?row_group=G&row=R&offset=O&size=N::FILE``,
+:mod:`audiotree.io.members`) and, as a build now writes it, the cell's format
+sniffed from its first bytes (no change to the columns):
+``...&size=N&format=EXT::FILE`` with ``EXT`` one of ``flac``, ``mp3``, ``ogg``
+(Vorbis), ``opus``, ``wav``, ``aiff``. A FLAC, MP3 or Ogg Vorbis cell then gets
+its ``seek_points`` like a file of that name (byte offsets from the cell's
+start; the row's ``size`` stays the Parquet file's, whose version decides
+freshness) and a remote one is read and planned by them like a tar member's.
+Rows written before (no ``format=``) read as before; an update reads their
+profiled FLAC, MP3 and Ogg cells again to give them their tables (a
+headers-only row keeps its form).
+
 Quality columns
 ---------------
 A build with loudness measures each file's (each segment's) quality in the

@@ -17,6 +17,14 @@ An item inside a container is named by a *member URL* (a locator):
     the same row with its audio cell's byte range in the file: what the
     corpus index records where the cell is stored verbatim, so a read is one
     ranged read of the cell, like a tar member's (nothing locates the row).
+``parquet://COLUMN?row_group=G&row=R&offset=O&size=N&format=EXT::FILE``
+    the same, with the cell's audio format as a file extension (``flac``,
+    ``mp3``, ``ogg``, ``opus``, ``wav``, ``aiff``), which the index build sniffs from the
+    cell's first bytes: :func:`format_name` then gives ``COLUMN.EXT``, so a cell
+    is planned and read by its seek table like a tar member named so. Only
+    with a recorded range; a URL without ``format=`` (an index written before)
+    reads as it always did. :func:`without_cell` and :func:`unrecorded` drop it
+    with the range.
 
 A tar member is contiguous bytes, so :func:`open_member` returns a file object
 over exactly ``[offset, offset + size)`` of the shard: a local file, or a remote
@@ -35,9 +43,11 @@ URL (so the shard and member, or the file and row): a member that runs past
 the end of its shard, a missing member, a null or non-binary cell.
 
 >>> parse("tar://a/utt1.flac?offset=1536&size=20480::s3://bucket/train-000001.tar")
-MemberRef(kind='tar', container='s3://bucket/train-000001.tar', name='a/utt1.flac', offset=1536, size=20480, cell=None)
+MemberRef(kind='tar', container='s3://bucket/train-000001.tar', name='a/utt1.flac', offset=1536, size=20480, cell=None, format='')
 >>> parse("parquet://audio?row_group=2&row=5&offset=4096&size=900::d.parquet").cell
 (4096, 900)
+>>> format_name("parquet://audio?row_group=2&row=5&offset=4096&size=900&format=flac::d.parquet")
+'audio.flac'
 >>> parse("tar://a::b.wav?offset=512&size=100::shard.tar").name
 'a::b.wav'
 >>> tar_url("shard.tar", "utt1.flac", 512, 100)
@@ -59,18 +69,21 @@ from audiotree.io.byte_cache import BoundedCache
 from audiotree.io.byte_range import MemberInput, RemoteSpan
 
 __all__ = ["MemberRef", "is_member", "parse", "tar_url", "parquet_url", "open_member", "recorded_span", "member_stat",
-           "format_name", "order_key", "container_of", "absolute", "without_cell", "unrecorded", "MemberInput", "RemoteSpan"]
+           "format_name", "with_format", "order_key", "container_of", "absolute", "without_cell", "unrecorded",
+           "MemberInput", "RemoteSpan"]
 
 # The recorded forms first: their query (``?offset=O&size=N::``, ``?row_group=G&row=R::``) marks where the
 # container starts, so a member or column name holding ``::`` (``a::b.wav``) is not split there. Without it
 # the name ends at the first ``::``, as fsspec splits a chained URL.
 _RANGED = re.compile(r"^(?P<kind>tar)://(?P<inner>.*?\?offset=\d+&size=\d+)::(?P<container>.+)$", re.S)
-_ROWED = re.compile(r"^(?P<kind>parquet)://(?P<inner>[^?]*\?row_group=\d+&row=\d+(?:&offset=\d+&size=\d+)?)::"
-                    r"(?P<container>.+)$", re.S)
+_ROWED = re.compile(r"^(?P<kind>parquet)://(?P<inner>[^?]*\?row_group=\d+&row=\d+"
+                    r"(?:&offset=\d+&size=\d+(?:&format=[a-z0-9]+)?)?)::(?P<container>.+)$", re.S)
 _LOCATOR = re.compile(r"^(?P<kind>tar|parquet)://(?P<inner>.*?)::(?P<container>.+)$", re.S)
 _TAR_RANGE = re.compile(r"^(?P<name>.*)\?offset=(?P<offset>\d+)&size=(?P<size>\d+)$", re.S)
 _PARQUET_ROW = re.compile(r"^(?P<column>[^?]*)\?row_group=(?P<group>\d+)&row=(?P<row>\d+)"
-                          r"(?:&offset=(?P<offset>\d+)&size=(?P<size>\d+))?$")
+                          r"(?:&offset=(?P<offset>\d+)&size=(?P<size>\d+)(?:&format=(?P<format>[a-z0-9]+))?)?$")
+#: A cell's format as the URL spells it: a lower-case file extension.
+_FORMAT = re.compile(r"^[a-z0-9]+$")
 
 
 def _match(path: str) -> "re.Match[str] | None":
@@ -82,7 +95,8 @@ class MemberRef:
     """A parsed member URL (see the module docstring); ``offset``/``size`` are ``-1`` when not recorded.
 
     For Parquet, ``name`` is the audio column, ``offset`` the row group and ``size`` the row in it, and
-    ``cell`` the ``(offset, size)`` of the row's audio bytes in the file when the URL records them.
+    ``cell`` the ``(offset, size)`` of the row's audio bytes in the file when the URL records them, and
+    ``format`` the cell's format (a file extension, ``""`` when not recorded; always ``""`` for a tar member).
     """
 
     kind: str
@@ -91,6 +105,7 @@ class MemberRef:
     offset: int = -1
     size: int = -1
     cell: tuple[int, int] | None = None
+    format: str = ""
 
 
 def is_member(path: Any) -> bool:
@@ -119,7 +134,8 @@ def parse(path: str) -> MemberRef:
         raise ValueError(f"Malformed Parquet row URL {path!r}; expected parquet://COLUMN?row_group=G&row=R::FILE "
                          "(or ...&row=R&offset=O&size=N::FILE, as an index records it).")
     cell = None if r.group("offset") is None else (int(r.group("offset")), int(r.group("size")))
-    return MemberRef("parquet", container, r.group("column"), int(r.group("group")), int(r.group("row")), cell)
+    return MemberRef("parquet", container, r.group("column"), int(r.group("group")), int(r.group("row")), cell,
+                     r.group("format") or "")
 
 
 def tar_url(shard: str, name: str, offset: int, size: int) -> str:
@@ -127,21 +143,49 @@ def tar_url(shard: str, name: str, offset: int, size: int) -> str:
     return f"tar://{name}?offset={int(offset)}&size={int(size)}::{shard}"
 
 
-def parquet_url(path: str, column: str, row_group: int, row: int, cell: tuple[int, int] | None = None) -> str:
+def parquet_url(path: str, column: str, row_group: int, row: int, cell: tuple[int, int] | None = None,
+                format: str = "") -> str:
     """The member URL of row ``row`` of row group ``row_group`` of ``path``, audio in ``column``.
 
     ``cell``: the ``(offset, size)`` of the row's audio bytes in the file, recorded in the URL (what the index
-    stores where the cell is verbatim), so a read of the row is one ranged read.
+    stores where the cell is verbatim), so a read of the row is one ranged read. ``format``: the cell's format as
+    a lower-case file extension (``"flac"``), recorded after the range (only with one).
 
     >>> parquet_url("d.parquet", "audio", 0, 3), parquet_url("d.parquet", "audio", 0, 3, (4096, 900))
     ('parquet://audio?row_group=0&row=3::d.parquet', 'parquet://audio?row_group=0&row=3&offset=4096&size=900::d.parquet')
+    >>> parquet_url("d.parquet", "audio", 0, 3, (4096, 900), "flac")
+    'parquet://audio?row_group=0&row=3&offset=4096&size=900&format=flac::d.parquet'
     """
     span = "" if cell is None else f"&offset={int(cell[0])}&size={int(cell[1])}"
+    if format:
+        if cell is None or not _FORMAT.match(format):
+            raise ValueError(f"A Parquet row URL records a format ({format!r}) only as a lower-case extension after "
+                             "its cell's range.")
+        span += f"&format={format}"
     return f"parquet://{column}?row_group={int(row_group)}&row={int(row)}{span}::{path}"
 
 
+def with_format(path: str, format: str) -> str:
+    """A Parquet row URL with a recorded cell range given the cell's ``format`` (an extension, ``""``: none).
+
+    Any other path (a tar member, a file, a row without a range) is returned unchanged.
+
+    >>> with_format("parquet://audio?row_group=0&row=3&offset=4096&size=900::d.parquet", "mp3")
+    'parquet://audio?row_group=0&row=3&offset=4096&size=900&format=mp3::d.parquet'
+    >>> with_format("tar://a.wav?offset=512&size=100::s.tar", "flac")
+    'tar://a.wav?offset=512&size=100::s.tar'
+    """
+    if not (isinstance(path, str) and path.startswith("parquet://") and is_member(path)):
+        return path
+    ref = parse(path)
+    if ref.cell is None:
+        return path
+    return parquet_url(ref.container, ref.name, ref.offset, ref.size, ref.cell, format)
+
+
 def without_cell(path: str) -> str:
-    """``path`` without a Parquet row's recorded cell range: the row as discovery names it (other paths unchanged).
+    """``path`` without a Parquet row's recorded cell range (and format): the row as discovery names it (other
+    paths unchanged).
 
     >>> without_cell("parquet://audio?row_group=0&row=3&offset=4096&size=900::d.parquet")
     'parquet://audio?row_group=0&row=3::d.parquet'
@@ -187,13 +231,18 @@ def container_of(path: str) -> str | None:
 def format_name(path: str) -> str:
     """The name whose extension tells the audio format: the member's name for a tar member.
 
-    A Parquet cell has no name here (its format is sniffed from its bytes, or
-    taken from the cell's ``path`` field when it is read).
+    A Parquet cell whose URL records its format is ``COLUMN.EXT``; one without
+    has no name here (its format is sniffed from its bytes when it is read).
+
+    >>> format_name("tar://a/u1.mp3?offset=0&size=9::s.tar"), format_name("parquet://a?row_group=0&row=1::d.parquet")
+    ('a/u1.mp3', '')
     """
     if not is_member(path):
         return path
     ref = parse(path)
-    return ref.name if ref.kind == "tar" else ""
+    if ref.kind == "tar":
+        return ref.name
+    return f"{ref.name}.{ref.format}" if ref.format else ""
 
 
 def order_key(path: str) -> tuple:

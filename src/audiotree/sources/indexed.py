@@ -163,7 +163,12 @@ class IndexRows:
         points = seek_table(self.store, r)
         if points is None:
             return None
-        return seek_hint(path, points, int(self.store.value("size", r)), int(self.store.value("mtime_ns", r)))
+        from audiotree.io.members import is_member, recorded_span
+
+        # The item's own byte count: a tar member's row holds it, a Parquet cell's row its file's (the URL the cell's).
+        span = recorded_span(path) if is_member(path) else None
+        size = int(self.store.value("size", r)) if span is None else span[2]
+        return seek_hint(path, points, size, int(self.store.value("mtime_ns", r)))
 
     # ------------------------------------------------------------ loudest
     def planned_reads(self, r: int, path: str, rng: np.random.Generator, loader: Any, *,

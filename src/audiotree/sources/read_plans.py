@@ -5,7 +5,8 @@
 ``ExcerptConfig`` search, from the same per-item generator) and places its bytes
 with :func:`audiotree.io.read_ahead.excerpt_ranges`, from what the index row
 holds (:class:`RowFacts`). A tar member whose range the index records is that
-range of its shard. Nothing is planned for what cannot be known here: a local
+range of its shard; so is a Parquet row's recorded cell, its format (and so its
+seek table's plan) named in its URL (``&format=flac``). Nothing is planned for what cannot be known here: a local
 file (its reads are not requests), ``loudest`` (it meters candidates first), a
 member found by listing its shard.
 
@@ -77,7 +78,7 @@ def row_reads(facts: RowFacts, rng: np.random.Generator, loader: Any, *, trust_s
         start, length = first + excerpt.resolved_search(rng, 0.0, duration, last - first, 0, 1), duration
     else:
         start, length = first, duration
-    name = members.parse(path).name if span is not None else url  # a member's own name says its format
+    name = members.format_name(path) if span is not None else url  # a member's own name (a cell's format) says it
     if facts.seek_points is not None and name.lower().endswith(".mp3"):
         from audiotree.io.mpeg_seek_points import planned_ranges
 
