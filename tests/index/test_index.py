@@ -132,7 +132,7 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     assert schema.field("seek_points").type == pa.list_(pa.int64())
     assert schema.field("duration").type == pa.float64() and schema.field("size").type == pa.int64()
     meta = json.loads(pq.read_metadata(out).metadata[b"audiotree"])
-    assert meta["format"] == "audiotree-index" and meta["format_version"] == [1, 3]
+    assert meta["format"] == "audiotree-index" and meta["format_version"] == [1, 4]
     # A 1.0 reader cannot read int16 profiles; 1.1 skips seek_points and the quality columns.
     assert meta["min_reader_version"] == [1, 1]
     assert meta["loudness"] == {"enabled": True, "mono": True, "block_sec": 0.1}

@@ -116,8 +116,8 @@ def test_a_profile_column_of_another_type_is_refused(built, kind):
 
 def test_an_index_needing_a_newer_reader_is_refused(built):
     meta = json.loads(pq.read_metadata(built).metadata[b"audiotree"])
-    meta.update(format_version=[1, 4], min_reader_version=[1, 4])
+    meta.update(format_version=[1, 5], min_reader_version=[1, 5])
     path = _rewrite(built, built.parent / "newer.parquet", meta=meta)
-    with pytest.raises(ValueError, match=r"newer\.parquet: needs a reader of version >= 1\.4, but this reader is "
-                                         r"1\.3; upgrade audiotree"):
+    with pytest.raises(ValueError, match=r"newer\.parquet: needs a reader of version >= 1\.5, but this reader is "
+                                         r"1\.4; upgrade audiotree"):
         open_index(path)

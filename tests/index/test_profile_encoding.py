@@ -161,10 +161,10 @@ def test_a_1_0_reader_is_told_to_upgrade_and_a_1_1_reader_reads_both(corpus, tmp
     # A reader of 1.0 (expecting float32 profiles) refuses the index by its header, before any column.
     with pytest.raises(ValueError, match=r"needs a reader of version >= 1\.1, but this reader is 1\.0; upgrade"):
         header.check(meta, header.INDEX, out, reader_version=(1, 0))
-    info = header.check(meta, header.INDEX, out, reader_version=(1, 1))  # (1.2 and 1.3 added columns 1.1 never reads)
-    assert info.version == (1, 3) and not info.strict  # a newer minor: its unknown metadata keys are tolerated
-    assert not header.check(meta, header.INDEX, out, reader_version=(1, 2)).strict  # (1.3 is newer still)
-    assert header.check(meta, header.INDEX, out, reader_version=(1, 3)).strict
+    info = header.check(meta, header.INDEX, out, reader_version=(1, 1))  # (1.2-1.4 added what 1.1 never reads)
+    assert info.version == (1, 4) and not info.strict  # a newer minor: its unknown metadata keys are tolerated
+    assert not header.check(meta, header.INDEX, out, reader_version=(1, 3)).strict  # (1.4 is newer still)
+    assert header.check(meta, header.INDEX, out, reader_version=(1, 4)).strict
     old = json.loads(pq.read_metadata(index_as_format_1_0(out, tmp_path / "old.parquet")).metadata[b"audiotree"])
     assert header.check(old, header.INDEX, "old", reader_version=(1, 1)).strict
     # The other formats did not move.
@@ -198,7 +198,7 @@ def test_updating_a_format_1_0_index_reuses_its_rows_and_writes_what_a_fresh_bui
     # Every file is FLAC: read again for its seek points (format 1.2), so the index is a fresh build's.
     assert report.read == report.rows == len(open_index(out)) and report.reused == 0
     meta = json.loads(pq.read_metadata(old).metadata[b"audiotree"])
-    assert meta["format_version"] == [1, 3] and meta["min_reader_version"] == [1, 1]
+    assert meta["format_version"] == [1, 4] and meta["min_reader_version"] == [1, 1]
     assert pq.read_table(old).equals(pq.read_table(out))  # the same int16 profiles as a fresh build
 
 

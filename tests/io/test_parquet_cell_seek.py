@@ -138,6 +138,23 @@ def test_the_build_names_each_cells_format_and_keeps_its_seek_table(corpus):
         assert [uses_seek_points(r["path"]) for r in rows] == [index == corpus.remote_index] * len(rows)
 
 
+def test_an_index_with_typed_cells_needs_a_1_4_reader_and_one_without_stays_readable_by_1_1(corpus, tmp_path):
+    """A reader before format 1.4 refuses a cell URL naming its format, so it is told by the header to upgrade,
+    before any row; an index without such cells keeps ``min_reader_version`` 1.1."""
+    import json
+
+    from audiotree.formats import header
+
+    meta = json.loads(pq.read_metadata(corpus.remote_index).metadata[b"audiotree"])
+    assert meta["format_version"] == [1, 4] and meta["min_reader_version"] == [1, 4]
+    with pytest.raises(ValueError, match=r"needs a reader of version >= 1\.4, but this reader is 1\.3; upgrade"):
+        header.check(meta, header.INDEX, corpus.remote_index, reader_version=(1, 3))
+    wav = tmp_path / "a.wav"
+    soundfile.write(wav, _music(1.0, 1, seed=3), 16000)
+    plain = json.loads(pq.read_metadata(_index(str(wav), tmp_path / "plain.parquet")).metadata[b"audiotree"])
+    assert plain["format_version"] == [1, 4] and plain["min_reader_version"] == [1, 1]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_remote_cell_excerpt_is_one_read_by_its_table_and_equals_the_local_cell(corpus, kind):
     """The hard gate: start, middle and end of each format's cell, equal to the local cell read as before."""

@@ -42,7 +42,8 @@ from audiotree.index.labels import (append_label_columns, label_source_from, mat
                                    typed_label_columns)
 from audiotree.io import storage
 from audiotree.index._rows import BASE_NAMES as _BASE_NAMES, current_table, rows_table, write_parquet
-from audiotree.index.table_schema import BLOCK_SEC, arrow_schema, encode_metadata, require_pyarrow
+from audiotree.index.table_schema import (BLOCK_SEC, MIN_READER_VERSION, TYPED_CELLS_MIN_READER, arrow_schema,
+                                          encode_metadata, require_pyarrow)
 from audiotree.validation import is_int
 
 __all__ = ["build_index", "IndexBuildReport"]
@@ -618,10 +619,12 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
             filled["sidecars"] = int(by_sidecar.sum())
     else:
         _check_declared(kinds, [(n, None) for n in label_specs], label_source)
+    typed_cells = table.num_rows and pc.any(pc.match_substring_regex(
+        table.column("path"), r"^parquet://.*&format=[A-Za-z0-9]+::")).as_py()
     table = table.replace_schema_metadata(encode_metadata(
         root=stored_root, sources=described,
         loudness={"enabled": bool(loudness), "mono": bool(mono), "block_sec": BLOCK_SEC},
-        labels=label_specs,
+        labels=label_specs, min_reader=TYPED_CELLS_MIN_READER if typed_cells else MIN_READER_VERSION,
     ))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_parquet(table, out)

@@ -184,6 +184,10 @@ the metadata instead, where an id is a value's position; both are read.)
 
 Versions
 --------
+* 1.4: a Parquet cell's URL may carry its format (``&format=flac``, see
+  "Parquet cells' formats"). A reader before 1.4 refuses such a URL, so an
+  index holding one says ``min_reader_version`` 1.4
+  (:data:`TYPED_CELLS_MIN_READER`); any other index stays readable by 1.1.
 * 1.3: the quality columns. A 1.1 reader reads the index (it never asks for
   them), so ``min_reader_version`` stays 1.1. An index of an older version
   reads them as null; an update with loudness re-reads its files to measure them.
@@ -207,6 +211,7 @@ from audiotree.validation import is_int
 __all__ = [
     "FORMAT_VERSION",
     "MIN_READER_VERSION",
+    "TYPED_CELLS_MIN_READER",
     "METADATA_KEY",
     "BASE_COLUMNS",
     "RESERVED_COLUMNS",
@@ -223,9 +228,11 @@ __all__ = [
 ]
 
 #: The index layout this code writes (see "Versions").
-FORMAT_VERSION: tuple[int, int] = (1, 3)
+FORMAT_VERSION: tuple[int, int] = (1, 4)
 #: Readers older than this cannot read what this code writes: 1.0 readers expect float32 profiles.
 MIN_READER_VERSION: tuple[int, int] = (1, 1)
+#: Readers older than this cannot read an index whose Parquet cell URLs name their format.
+TYPED_CELLS_MIN_READER: tuple[int, int] = (1, 4)
 METADATA_KEY = b"audiotree"
 BLOCK_SEC = 0.1
 
@@ -317,10 +324,11 @@ def accepted_types(name: str) -> list:
 
 
 def encode_metadata(*, root: str | None, sources: Any, loudness: Mapping[str, Any],
-                    labels: Mapping[str, Any]) -> dict[bytes, bytes]:
-    """The Parquet key-value metadata of a new index (deterministic JSON)."""
+                    labels: Mapping[str, Any], min_reader: tuple[int, int] = MIN_READER_VERSION) -> dict[bytes, bytes]:
+    """The Parquet key-value metadata of a new index (deterministic JSON); ``min_reader``: the oldest reader that
+    can read its rows (see "Versions")."""
     meta = {
-        **_format.header(_format.INDEX, version=FORMAT_VERSION, min_reader=MIN_READER_VERSION),
+        **_format.header(_format.INDEX, version=FORMAT_VERSION, min_reader=min_reader),
         "root": root,
         "sources": sources,
         "loudness": dict(loudness),
