@@ -30,17 +30,46 @@ every one is equal (``np.array_equal``). Streams that are not a clean chain of
 MPEG-1/2/2.5 layer III frames of one rate (junk between frames, free format,
 layers I/II), or too short, get no table and read as before.
 
-Nor do MPEG-2/2.5 streams (rates under 32 kHz) and CRC-protected ones. mpg123's
-synthesis filterbank keeps a rotating buffer whose phase depends on how many
-granules a handle has decoded since it opened, and its float sums round by
-that phase: a local read's last bits depend on the frame its seek starts
-decoding at. For MPEG-1 (unprotected) that frame is the one
-:func:`decode_start` names, and decoding from it reproduces the local read bit
-for bit (about 2,400 random excerpts of 16 lame and ffmpeg encodes, 32-48 kHz,
-mono and stereo, CBR 32-320 kbit/s and VBR). For MPEG-2/2.5 the frame that
-reproduces it varied from excerpt to excerpt (differences up to 1e-7
-otherwise), and in one of two CRC-protected lame encodes 2 of 9 excerpts
-differed by up to 6e-8: those keep today's read.
+Nor do CRC-protected streams. mpg123's synthesis filterbank keeps a rotating
+buffer whose phase (``bo``, one step per 32 samples, so 18 steps, 2 mod 16, a
+granule) depends on how many granules a handle has synthesized since it
+opened, and its float sums round by that phase: a local read's last bits depend
+on what its handle synthesized before. For MPEG-1 (unprotected) decoding from
+the frame :func:`decode_start` names reproduces the local read bit for bit
+(about 2,400 random excerpts of 16 lame and ffmpeg encodes, 32-48 kHz, mono
+and stereo, CBR 32-320 kbit/s and VBR). In one of two CRC-protected lame
+encodes 2 of 9 excerpts differed by up to 6e-8: those keep today's read.
+
+MPEG-2/2.5 (8-24 kHz, one granule of 576 samples a frame) needs the rest of
+what mpg123 does (libmpg123 1.32, read in its source and measured;
+:func:`lsf_start`):
+
+* Opening decodes the frames before the first output sample (the LAME tag's
+  delay over 576: one, for lame's and ffmpeg's 1105) and stops at the next.
+* A seek to sample ``b`` starts decoding at frame ``(b + delay) // 576 - 4``
+  (its ``preframes``); unless that is the frame the handle stands at or the
+  one after, it resets the decoder's buffers and bit reservoir, *not* the
+  synthesis phase. So a local read decodes from that frame with the phase
+  the open moved. :func:`read_excerpt` does the same: a fresh handle over the
+  silent frames (the first frame's header, zeros) that move the phase as far,
+  then the fetched frames, which it seeks to (resetting the rest).
+* Decoding from a frame whose bit reservoir is missing is data-dependent: a
+  frame that lacks it is decoded as silence, but for MPEG-2 mpg123 zeroes its
+  side information from the third byte, so what is left of its
+  ``part2_3_length`` either fits (the frame is synthesized) or not (it is
+  skipped, the phase does not move). Hence no fixed frame, nor frame parity,
+  reproduces low-bitrate mono reads: only starting where the local read's
+  seek starts, after the same reset, does.
+* Reads of the first frames (the seek target is at or right after where the
+  open stopped) keep the open's state, or skip a frame: those are decoded the
+  way the local read decodes them, from the Xing/Info frame before the first
+  audio frame (fetched with them) on, by the same seek and read.
+
+Measured: 12 lame and ffmpeg encodes (8, 11.025, 12, 16, 22.05, 24 kHz, mono
+and stereo, CBR 8-64 kbit/s and VBR, with and without a Xing/LAME tag), 526
+excerpts each (every 37th start over the first 24 frames, 150 random, the
+end): all equal. A delay over 4 frames (mpg123 then skips frames at open)
+gets no table.
 """
 
 from __future__ import annotations
