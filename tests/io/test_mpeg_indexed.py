@@ -46,9 +46,10 @@ MPEG2 = {
     "lame-cbr24-11k-notag-mono.mp3": (12, 11025, 1, ["lame", "--quiet", "-b", "24"]),  # MPEG-2.5 (lame: no tag)
     "ffmpeg-48k-24k-stereo.mp3": (10, 24000, 2, ["ffmpeg", "-b:a", "48k"]),
     "ffmpeg-16k-8k-mono.mp3": (12, 8000, 1, ["ffmpeg", "-b:a", "16k"]),  # MPEG-2.5
+    "lame-crc-22k-stereo.mp3": (10, 22050, 2, ["lame", "--quiet", "-p", "-b", "64"]),  # CRC-protected
 }
-# CRC-protected: no table (see audiotree.io.mpeg_seek_points); read as before.
-CRC = {"lame-crc-22k-stereo.mp3": (10, 22050, 2, ["lame", "--quiet", "-p", "-b", "64"])}
+# CRC-protected MPEG-1: no table (see audiotree.io.mpeg_seek_points); read as before.
+CRC = {"lame-crc-44k-mono.mp3": (10, 44100, 1, ["lame", "--quiet", "-p", "-b", "48"])}
 
 
 def _music(seconds: float, rate: int, channels: int, seed: int) -> np.ndarray:
@@ -148,7 +149,8 @@ def test_many_random_excerpts_equal_the_local_read(mp3s, name):
         assert np.array_equal(seek.read(int(start), n), _local(path, int(start), n)), (name, start, n)
 
 
-@pytest.mark.parametrize("name", ["lame-v4-16k-mono.mp3", "lame-cbr64-22k-stereo.mp3", "ffmpeg-16k-8k-mono.mp3"])
+@pytest.mark.parametrize("name", ["lame-v4-16k-mono.mp3", "lame-cbr64-22k-stereo.mp3", "ffmpeg-16k-8k-mono.mp3",
+                                  "lame-crc-22k-stereo.mp3"])
 def test_mpeg2_every_way_a_read_starts_equals_the_local_read(mp3s, name):
     """MPEG-2/2.5: starts in the first frames (where the local read's seek keeps what the open decoded, or
     skips a frame), and random ones (where the low-bitrate mono stream's first frames lack their bit reservoir
@@ -167,9 +169,9 @@ def test_mpeg2_every_way_a_read_starts_equals_the_local_read(mp3s, name):
 
 
 @pytest.mark.parametrize("name", sorted(CRC))
-def test_crc_protected_streams_get_no_table(mp3s, name):
+def test_crc_protected_mpeg1_streams_get_no_table(mp3s, name):
     folder, files = mp3s
-    assert stream_layout(files[name]).spf == 576
+    assert stream_layout(files[name]).spf == 1152
     assert seek_points(files[name], lambda: AudioFile(folder / name)) is None
 
 
