@@ -38,11 +38,18 @@ ENCODES = {
     "ffmpeg-128k-44k-stereo.mp3": (12, 44100, 2, ["ffmpeg", "-b:a", "128k"]),
     "ffmpeg-cover-48k-stereo.mp3": (12, 48000, 2, ["ffmpeg", "cover", "-b:a", "112k"]),
 }
-# MPEG-2 and 2.5 (rates under 32 kHz): no table (see audiotree.io.mpeg_seek_points); read as before.
+# MPEG-2 and 2.5 (8-24 kHz, 576 samples a frame): a table too, read as mpg123's seek leaves its handle.
 MPEG2 = {
     "lame-cbr64-22k-stereo.mp3": (10, 22050, 2, ["lame", "--quiet", "-b", "64"]),
     "lame-v4-16k-mono.mp3": (10, 16000, 1, ["lame", "--quiet", "-V4"]),
+    "lame-resample-22k-notag-stereo.mp3": (10, 44100, 2, ["lame", "--quiet", "-b", "32", "--resample", "22.05"]),
+    "lame-cbr24-11k-notag-mono.mp3": (12, 11025, 1, ["lame", "--quiet", "-b", "24"]),  # MPEG-2.5 (lame: no tag)
+    "ffmpeg-48k-24k-stereo.mp3": (10, 24000, 2, ["ffmpeg", "-b:a", "48k"]),
+    "ffmpeg-16k-8k-mono.mp3": (12, 8000, 1, ["ffmpeg", "-b:a", "16k"]),  # MPEG-2.5
+    "lame-crc-22k-stereo.mp3": (10, 22050, 2, ["lame", "--quiet", "-p", "-b", "64"]),  # CRC-protected
 }
+# CRC-protected MPEG-1: no table (see audiotree.io.mpeg_seek_points); read as before.
+CRC = {"lame-crc-44k-mono.mp3": (10, 44100, 1, ["lame", "--quiet", "-p", "-b", "48"])}
 
 
 def _music(seconds: float, rate: int, channels: int, seed: int) -> np.ndarray:
@@ -78,7 +85,7 @@ def _encode(folder, name: str, spec, seed: int = 0) -> bytes:
 @pytest.fixture(scope="module")
 def mp3s(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mp3")
-    files = {name: _encode(folder, name, spec, seed) for seed, (name, spec) in enumerate({**ENCODES, **MPEG2}.items())}
+    files = {name: _encode(folder, name, spec, seed) for seed, (name, spec) in enumerate({**ENCODES, **MPEG2, **CRC}.items())}
     return folder, files
 
 
@@ -92,7 +99,7 @@ def _starts(total: int, frames: int, rate: int) -> list[int]:
     return [0, rate + 3, total // 2 + 577, total - frames // 3]
 
 
-@pytest.mark.parametrize("name", sorted(ENCODES))
+@pytest.mark.parametrize("name", sorted(ENCODES) + sorted(MPEG2))
 def test_an_excerpt_over_http_is_one_read_of_its_own_bytes_and_equals_the_local_read(mp3s, name):
     folder, files = mp3s
     path, data = folder / name, files[name]
@@ -119,9 +126,12 @@ def test_an_excerpt_over_http_is_one_read_of_its_own_bytes_and_equals_the_local_
             assert np.array_equal(got, _local(path, start, frames)), (name, start)
             requests, sent = server.counts()
             # One GET: the excerpt's share, the pre-roll (the 8 frames the local read decodes first, and mpg123's
-            # 2), a seek point's spacing at each end, and the next frame's header.
-            spacing = SEEK_EVERY * info.sample_rate / 1152
-            assert requests == 1 and sent <= share + (10 + 2 * spacing + 2) * biggest + 4, (start, sent, share)
+            # 2, or for MPEG-2 its 4), a seek point's spacing at each end, and the next frame's header (and at the
+            # start of an MPEG-2 stream the Xing/Info frame before its first audio frame).
+            spf = layout.spf
+            spacing = SEEK_EVERY * info.sample_rate / spf
+            pre = (10 if spf == 1152 else 12) + (0 if spf == 1152 or start else 1441 / biggest)
+            assert requests == 1 and sent <= share + (pre + 2 * spacing + 2) * biggest + 4, (start, sent, share)
         assert seek.read(info.frames, 10).shape == (0, info.channels)
     finally:
         server.stop()
@@ -139,10 +149,29 @@ def test_many_random_excerpts_equal_the_local_read(mp3s, name):
         assert np.array_equal(seek.read(int(start), n), _local(path, int(start), n)), (name, start, n)
 
 
-@pytest.mark.parametrize("name", sorted(MPEG2))
-def test_mpeg2_streams_get_no_table(mp3s, name):
+@pytest.mark.parametrize("name", ["lame-v4-16k-mono.mp3", "lame-cbr64-22k-stereo.mp3", "ffmpeg-16k-8k-mono.mp3",
+                                  "lame-crc-22k-stereo.mp3"])
+def test_mpeg2_every_way_a_read_starts_equals_the_local_read(mp3s, name):
+    """MPEG-2/2.5: starts in the first frames (where the local read's seek keeps what the open decoded, or
+    skips a frame), and random ones (where the low-bitrate mono stream's first frames lack their bit reservoir
+    and mpg123 synthesizes some and not others: the decode must start where the local read's does)."""
     folder, files = mp3s
-    assert stream_layout(files[name]).spf == 576
+    path, data = folder / name, files[name]
+    assert stream_layout(data).spf == 576
+    points = seek_points(data, lambda: AudioFile(path))
+    assert points is not None
+    seek = MpegSeekFile(str(path), points, size=len(data))
+    rng = np.random.default_rng(9)
+    starts = [*range(0, 20 * 576, 97), *rng.integers(0, seek.info.frames, 30).tolist(), seek.info.frames - 5]
+    for start in starts:
+        n = int(rng.integers(1, seek.info.sample_rate))
+        assert np.array_equal(seek.read(int(start), n), _local(path, int(start), n)), (name, start, n)
+
+
+@pytest.mark.parametrize("name", sorted(CRC))
+def test_crc_protected_mpeg1_streams_get_no_table(mp3s, name):
+    folder, files = mp3s
+    assert stream_layout(files[name]).spf == 1152
     assert seek_points(files[name], lambda: AudioFile(folder / name)) is None
 
 
@@ -166,10 +195,11 @@ def test_a_corrupted_offset_is_an_error_naming_the_file(mp3s, tmp_path):
         MpegSeekFile(str(path), points[::-1], size=len(data))
 
 
-def test_the_plan_holds_what_the_read_reads(mp3s):
+@pytest.mark.parametrize("name", ["ffmpeg-cover-48k-stereo.mp3", "lame-v4-16k-mono.mp3",
+                                  "ffmpeg-48k-24k-stereo.mp3"])
+def test_the_plan_holds_what_the_read_reads(mp3s, name):
     """:func:`planned_ranges` (what the read-ahead fetches) covers the bytes the read asks for."""
     folder, files = mp3s
-    name = "ffmpeg-cover-48k-stereo.mp3"
     data = files[name]
     points = seek_points(data, lambda: AudioFile(folder / name))
     seek = MpegSeekFile(str(folder / name), points, size=len(data))
@@ -177,7 +207,7 @@ def test_the_plan_holds_what_the_read_reads(mp3s):
     read = seek._read
     seek._read = lambda lo, hi: (asked.append((lo, hi)), read(lo, hi))[1]
     duration = seek.info.frames / seek.info.sample_rate
-    for start_s in (0.0, 1.3, 5.55, duration - 1.0):
+    for start_s in (0.0, 0.2, 0.33, 1.3, 5.55, duration - 1.0):
         asked.clear()
         seek.read(int(round(start_s * seek.info.sample_rate)), 3 * seek.info.sample_rate)
         plan = planned_ranges(points, start_s, 3.0, duration)
@@ -244,7 +274,7 @@ def test_items_over_http_equal_the_local_items_and_read_less(indexed):
     server, remote, local, out = indexed
     rows = {r["path"].rsplit("/", 1)[-1]: r["seek_points"]
             for r in open_index(remote, columns=["path", "seek_points"]).table.to_pylist()}
-    assert all(rows[name] is not None for name in ENCODES) and all(rows[name] is None for name in MPEG2)
+    assert all(rows[name] is not None for name in {**ENCODES, **MPEG2}) and all(rows[name] is None for name in CRC)
     ds, here = _dataset(remote), _dataset(local)
     server.reset()
     remote_items = [ds[i] for i in range(len(ds))]

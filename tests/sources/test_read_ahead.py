@@ -46,9 +46,11 @@ def _write_corpus(folder: Path) -> dict[str, bytes]:
         flac = folder / f"f{i}.flac"
         subprocess.run(["flac", "-s", "-f", "-o", str(flac), str(wav)], check=True)
         files[flac.name] = flac.read_bytes()
-        if shutil.which("lame") and i < 3:  # (16 and 22.05 kHz: MPEG-2, no seek table; 44.1 kHz: a table)
+        # (m0, 16 kHz: MPEG-2, and m1, 44.1 kHz: MPEG-1, get seek tables; m2, MPEG-1 with CRC, none)
+        if shutil.which("lame") and i < 3:
             mp3 = folder / f"m{i}.mp3"
-            subprocess.run(["lame", "--quiet", "-b", "128", str(wav), str(mp3)], check=True)
+            crc = ["-p", "--resample", "44.1"] if i == 2 else []
+            subprocess.run(["lame", "--quiet", "-b", "128", *crc, str(wav), str(mp3)], check=True)
             files[mp3.name] = mp3.read_bytes()
         if shutil.which("oggenc") and i % 2 == 1:
             ogg = folder / f"o{i}.ogg"
@@ -99,7 +101,8 @@ def _same(a, b):
 
 
 def test_the_corpus_has_mp3s_with_and_without_a_seek_table(served):
-    """So the comparisons below cover both MP3 reads: by the index's seek table (MPEG-1), and from the start."""
+    """So the comparisons below cover both MP3 reads: by the index's seek table (MPEG-1, MPEG-2), and from the
+    start (CRC-protected MPEG-1)."""
     from audiotree.index import open_index
 
     _, index = served
@@ -107,7 +110,7 @@ def test_the_corpus_has_mp3s_with_and_without_a_seek_table(served):
             for r in open_index(index, columns=["path", "seek_points"]).table.to_pylist()}
     if "m1.mp3" not in rows:
         pytest.skip("lame is not installed")
-    assert rows["m1.mp3"] is not None and rows["m0.mp3"] is None and rows["m2.mp3"] is None
+    assert rows["m1.mp3"] is not None and rows["m0.mp3"] is not None and rows["m2.mp3"] is None
 
 
 def test_the_order_shape_continues_strides_and_runs():

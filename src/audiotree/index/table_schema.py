@@ -117,8 +117,8 @@ reading a remote MP3 or a member of a remote shard reads each excerpt with one
 ranged read (:class:`audiotree.io.flac_indexed.MpegSeekFile`), to the samples a
 local read returns. Only a build with loudness writes them (it reads the whole
 file anyway), and only after excerpts read by the table equal the file's own
-reads; MPEG-2/2.5 streams (rates under 32 kHz), CRC-protected or damaged
-streams get none and are read as before, as are MP3 rows of an index built
+reads (MPEG-2/2.5 too); CRC-protected MPEG-1 or damaged streams get none and
+are read as before, as are MP3 rows of an index built
 before these tables (null).
 
 Ogg Vorbis seek points
