@@ -1,0 +1,276 @@
+"""An S3 ranged GET by a presigned URL: one plain HTTP request, at the client CPU cost of an ``https://`` read.
+
+Why: a ranged GET through s3fs (``_call_s3("get_object")``, aiobotocore) costs
+about 2 ms of client CPU per request (measured against moto, 100 KB ranges,
+16 in flight): botocore's event hooks, the user-agent string, endpoint
+resolution, SigV4 signing and parsing the answer's headers, every time. A
+training job makes about one request per item, so that was the largest CPU
+cost of reading from S3. The same GET by a presigned URL with a ``Range``
+header on a plain aiohttp session costs what an HTTP read costs (about a
+tenth); the URL is signed once per object and reused.
+
+How: :func:`ranged_get` signs ``get_object`` for the object (its version
+and the filesystem's ``RequestPayer``/``ExpectedBucketOwner`` included) with
+the filesystem's own client (``generate_presigned_url``), keeps the URL per
+process in a :class:`~audiotree.io.byte_cache.BoundedCache` keyed by the
+filesystem (its options) and the ``s3://`` URL, signed for
+:data:`SIGNED_FOR` seconds and reused for at most :data:`REUSE_FOR`, and
+makes the request on a session of its own per event loop (fsspec's IO loop).
+The answer goes back to :mod:`audiotree.io.ranged_get`, which checks it as
+any other.
+
+Never wrong, never refused: ``None`` means "make this request the usual way"
+(``_call_s3``), which reports errors as before. That is the answer for
+
+- a filesystem presigning does not fit: SSE-C keys (they must travel as
+  headers), other request parameters that would not be in the URL, custom TLS
+  verification or proxies in the client's settings;
+- any answer the signed GET cannot use: 403 (an expired URL or temporary
+  credentials), 301/307/400 (another region), anything but 2xx, 404 or 416.
+  The cached URL is dropped; a URL that never served an answer is replaced by
+  "the usual way" for this object for :data:`REUSE_FOR` seconds, so a bucket
+  where presigning fails does not pay two requests a read;
+- a client fault that is not transient (a TLS or URL error).
+
+Transient faults (a reset connection, a body cut short, a timeout) are
+raised as they are, so :func:`audiotree.io.storage.retry` classifies and
+retries them as before.
+
+No secret in messages: a signed URL's query is a credential. Nothing here
+logs it or puts it in an exception: an aiohttp error whose text names the
+request has the signed URL replaced by the ``s3://`` URL before it is raised
+(and is not raised at all, the usual way taken instead, if its text still
+holds the signature).
+
+Per process: a forked child keeps the URLs (they are strings) but never
+touches the sessions it inherited (their sockets and the loop's selector are
+shared with the parent); it opens its own. :func:`close_sessions` closes this
+process's sessions on their loop; :mod:`audiotree.io.loop_shutdown` calls it
+before it stops the IO loop at exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+import time
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from audiotree.io import loop_shutdown, storage
+from audiotree.io.byte_cache import BoundedCache
+
+__all__ = ["SIGNED_FOR", "REUSE_FOR", "ranged_get", "close_sessions", "forget", "signed_gets"]
+
+#: Seconds a presigned URL is valid for.
+SIGNED_FOR = 3600
+#: Seconds a presigned URL is reused for (at most half its validity, so a URL in use never expires mid-epoch).
+REUSE_FOR = SIGNED_FOR // 2
+
+# Parameters of GetObject a presigned URL carries in its query (in every signature version); any other
+# parameter the filesystem adds to its requests means the usual way.
+_IN_QUERY = frozenset({"VersionId", "RequestPayer", "ExpectedBucketOwner", "ResponseCacheControl",
+                       "ResponseContentDisposition", "ResponseContentEncoding", "ResponseContentLanguage",
+                       "ResponseContentType", "ResponseExpires", "PartNumber"})
+# What an unsigned URL (an anonymous filesystem) can carry: query parameters proper, no x-amz- header.
+_UNSIGNED_IN_QUERY = frozenset(p for p in _IN_QUERY if p not in ("RequestPayer", "ExpectedBucketOwner"))
+_SIGNATURE_PARAMS = ("X-Amz-Signature", "Signature")
+
+_USUAL_WAY = ""  # the cached "sign nothing for this object, use _call_s3"
+
+# (fs, s3:// url) -> [signed url or _USUAL_WAY, made at (monotonic), answers served]. Lookups stay out of the
+# byte layer's cache counts (they are not reads).
+_urls = BoundedCache("s3_signed_urls", max_entries=16_384, counted=False)
+_lock = threading.Lock()
+_sessions: dict = {}  # event loop -> aiohttp.ClientSession of this process
+_inherited: list = []  # sessions of a forked parent: kept (never closed, never collected) in the child
+_counts = {"signed": 0, "usual": 0, "fallbacks": 0}
+
+
+def signed_gets() -> dict[str, int]:
+    """This process's counts: GETs answered by a signed URL (``signed``), GETs made the usual way because
+    presigning does not fit (``usual``), signed GETs whose answer was unusable and made again the usual way
+    (``fallbacks``)."""
+    return dict(_counts)
+
+
+def forget(fs: Any = None, url: str | None = None) -> None:
+    """Drops the signed URL of ``url`` on ``fs`` (all of them when called without arguments)."""
+    if fs is None:
+        _urls.clear()
+    else:
+        _urls.pop((fs, url))
+
+
+def _request_params(fs: Any, version: str | None) -> dict | None:
+    """The GetObject parameters besides Bucket and Key the filesystem sends, or None when one cannot be in a URL."""
+    params = dict(getattr(fs, "s3_additional_kwargs", None) or {})
+    params.update(getattr(fs, "req_kw", None) or {})
+    if params.get("RequestPayer", "") is None:  # s3fs: an explicit None disables the request-wide default
+        params.pop("RequestPayer")
+    if version:
+        params["VersionId"] = version
+    if any(name.startswith("SSECustomer") for name in params):
+        return None  # SSE-C: the key must travel as a header, never in a URL
+    return params
+
+
+def _client_fits(fs: Any) -> bool:
+    """Whether a plain session reaches the bucket as the filesystem's client does (no custom TLS or proxy)."""
+    client_kwargs = getattr(fs, "client_kwargs", None) or {}
+    config_kwargs = getattr(fs, "config_kwargs", None) or {}
+    if client_kwargs.get("verify", True) is not True or os.environ.get("AWS_CA_BUNDLE"):
+        return False
+    return not (config_kwargs.get("proxies") or config_kwargs.get("client_cert") or config_kwargs.get("proxies_config"))
+
+
+async def _sign(fs: Any, bucket: str, key: str, params: dict) -> str:
+    """A presigned GetObject URL of the object, or ``_USUAL_WAY`` when the URL would need headers."""
+    await fs.set_session()
+    client = await fs.get_s3(bucket)
+    getting = frozenset(client.meta.service_model.operation_model("GetObject").input_shape.members)
+    params = {k: v for k, v in params.items() if k in getting}  # what _call_s3 would send for get_object
+    if set(params) - _IN_QUERY:
+        return _USUAL_WAY  # a parameter that travels as a header (a condition, a checksum mode)
+    signed = await client.generate_presigned_url("get_object", Params=dict(Bucket=bucket, Key=key, **params),
+                                                 ExpiresIn=SIGNED_FOR)
+    query = parse_qs(urlsplit(signed).query)
+    if any(name in query for name in _SIGNATURE_PARAMS):
+        if query.get("X-Amz-SignedHeaders", ["host"])[0].lower() != "host":
+            return _USUAL_WAY  # SigV4 signed headers the request would have to send
+        return signed
+    return signed if set(params) <= _UNSIGNED_IN_QUERY else _USUAL_WAY  # unsigned: headers would be lost
+
+
+async def _entry(fs: Any, url: str) -> list:
+    key = (fs, url)
+    entry = _urls.get(key)
+    if entry is not None and time.monotonic() - entry[1] < REUSE_FOR:
+        return entry
+    bucket, name, version = fs.split_path(url)
+    params = _request_params(fs, version) if name and _client_fits(fs) else None
+    signed = _USUAL_WAY if params is None else await _sign(fs, bucket, name, params)
+    entry = [signed, time.monotonic(), 0]
+    _urls.put(key, entry)
+    return entry
+
+
+def _session(fs: Any):
+    """This process's aiohttp session on the running loop (made on first use)."""
+    loop = asyncio.get_running_loop()
+    session = _sessions.get(loop)
+    if session is None or session.closed:
+        import aiohttp
+
+        loop_shutdown.install()  # the session is closed before the IO loop stops at exit
+        with _lock:
+            session = _sessions.get(loop)
+            if session is None or session.closed:
+                # Raw bytes as botocore gives them: no transparent decompression (a stored gzip object's
+                # range is its stored bytes), and the proxy variables honoured as botocore honours them.
+                session = aiohttp.ClientSession(auto_decompress=False, trust_env=True,
+                                                headers={"Accept-Encoding": "identity"})
+                _sessions[loop] = session
+    return session
+
+
+def _timeout(fs: Any):
+    import aiohttp
+
+    config = getattr(fs, "config_kwargs", None) or {}
+    return aiohttp.ClientTimeout(total=None, sock_connect=config.get("connect_timeout", getattr(fs, "connect_timeout", 5)),
+                                 sock_read=config.get("read_timeout", getattr(fs, "read_timeout", 15)))
+
+
+def _scrubbed(exc: BaseException, signed: str, url: str) -> bool:
+    """Replaces the signed URL by ``url`` in the texts of ``exc`` and its causes; whether none holds it now."""
+    secret = urlsplit(signed).query
+    cur: BaseException | None = exc
+    for _ in range(8):
+        if cur is None:
+            break
+        try:
+            cur.args = tuple(str(a).replace(signed, url) if secret and secret in str(a) else a for a in cur.args)
+        except (AttributeError, TypeError):
+            pass
+        if secret and secret in str(cur):
+            return False
+        cur = cur.__cause__ or cur.__context__
+    return True
+
+
+async def ranged_get(fs: Any, url: str, start: int, stop: int) -> tuple[int, str | None, bytes] | None:
+    """``(status, Content-Range, body)`` of ``GET url`` with ``Range: bytes=start-(stop-1)`` by the object's
+    presigned URL (status 200, 206 or 416, the body unchecked), or ``None``: make this request the usual way.
+
+    Raises ``FileNotFoundError`` naming ``url`` for a 404, and the client's transient faults as they are (with
+    the signed URL replaced by ``url`` in their text).
+    """
+    entry = await _entry(fs, url)
+    signed = entry[0]
+    if not signed:
+        _counts["usual"] += 1
+        return None
+    try:
+        async with _session(fs).get(signed, headers={"Range": f"bytes={start}-{stop - 1}"}, allow_redirects=False,
+                                    timeout=_timeout(fs)) as r:
+            status, content_range = r.status, r.headers.get("Content-Range")
+            data = await r.read()
+    except Exception as exc:
+        if storage.is_transient(exc) and _scrubbed(exc, signed, url):
+            raise
+        _unusable(fs, url, entry)
+        return None
+    if status == 404:
+        raise FileNotFoundError(errno.ENOENT, "No such object (HTTP 404)", url)
+    if not (200 <= status < 300 or status == 416):
+        _unusable(fs, url, entry)
+        return None
+    entry[2] += 1
+    _counts["signed"] += 1
+    return status, content_range, data
+
+
+def _unusable(fs: Any, url: str, entry: list) -> None:
+    """A signed GET's answer could not be used: an URL that served before is signed again next time (it expired,
+    or its credentials did); one that never served gives way to the usual way for this object."""
+    _counts["fallbacks"] += 1
+    if entry[2]:
+        _urls.pop((fs, url))
+    else:
+        _urls.put((fs, url), [_USUAL_WAY, time.monotonic(), 0])
+
+
+async def _close_on_loop() -> None:
+    loop = asyncio.get_running_loop()
+    with _lock:
+        session = _sessions.pop(loop, None)
+    if session is not None and not session.closed:
+        await session.close()
+
+
+def close_sessions(loop: Any, timeout: float = 5.0) -> None:
+    """Closes this process's session on ``loop`` (a running loop in another thread); nothing when it has none."""
+    if loop is None or _sessions.get(loop) is None:
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(_close_on_loop(), loop).result(timeout)
+    except Exception:  # a loop that stopped or hangs at exit: its sockets close with the process
+        pass
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a parent thread may have held it at the fork
+    with_parent = list(_sessions.values())
+    _sessions.clear()
+    _inherited.extend(with_parent)  # their sockets and selector are the parent's: never close them here
+    for name in _counts:
+        _counts[name] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+loop_shutdown.close_before_stop(close_sessions)
