@@ -23,13 +23,15 @@ Never wrong, never refused: ``None`` means "make this request the usual way"
 (``_call_s3``), which reports errors as before. That is the answer for
 
 - a filesystem presigning does not fit: SSE-C keys (they must travel as
-  headers), other request parameters that would not be in the URL, custom TLS
-  verification or proxies in the client's settings;
+  headers), other request parameters that would not be in the URL, a proxy or
+  client certificate in the client's settings (TLS verification follows
+  botocore's: ``client_kwargs["verify"]``, else ``AWS_CA_BUNDLE``);
 - any answer the signed GET cannot use: 403 (an expired URL or temporary
   credentials), 301/307/400 (another region), anything but 2xx, 404 or 416.
   The cached URL is dropped; a URL that never served an answer is replaced by
-  "the usual way" for this object for :data:`REUSE_FOR` seconds, so a bucket
-  where presigning fails does not pay two requests a read;
+  "the usual way" for this object (for its bucket after a redirect or a 400)
+  for :data:`REUSE_FOR` seconds, so a bucket where presigning fails does not
+  pay two requests a read;
 - a client fault that is not transient (a TLS or URL error).
 
 Transient faults (a reset connection, a body cut short, a timeout) are
@@ -84,6 +86,7 @@ _USUAL_WAY = ""  # the cached "sign nothing for this object, use _call_s3"
 # byte layer's cache counts (they are not reads).
 _urls = BoundedCache("s3_signed_urls", max_entries=16_384, counted=False)
 _lock = threading.Lock()
+_usual_buckets: dict = {}  # (fs, bucket) -> until when (monotonic) its GETs go the usual way
 _sessions: dict = {}  # event loop -> aiohttp.ClientSession of this process
 _inherited: list = []  # sessions of a forked parent: kept (never closed, never collected) in the child
 _counts = {"signed": 0, "usual": 0, "fallbacks": 0}
@@ -100,6 +103,7 @@ def forget(fs: Any = None, url: str | None = None) -> None:
     """Drops the signed URL of ``url`` on ``fs`` (all of them when called without arguments)."""
     if fs is None:
         _urls.clear()
+        _usual_buckets.clear()
     else:
         _urls.pop((fs, url))
 
@@ -118,12 +122,29 @@ def _request_params(fs: Any, version: str | None) -> dict | None:
 
 
 def _client_fits(fs: Any) -> bool:
-    """Whether a plain session reaches the bucket as the filesystem's client does (no custom TLS or proxy)."""
-    client_kwargs = getattr(fs, "client_kwargs", None) or {}
+    """Whether a plain session reaches the bucket as the filesystem's client does (no proxy or client certificate
+    of its own in the client's settings)."""
     config_kwargs = getattr(fs, "config_kwargs", None) or {}
-    if client_kwargs.get("verify", True) is not True or os.environ.get("AWS_CA_BUNDLE"):
-        return False
     return not (config_kwargs.get("proxies") or config_kwargs.get("client_cert") or config_kwargs.get("proxies_config"))
+
+
+_contexts: dict = {}  # CA bundle path -> ssl.SSLContext (a context costs milliseconds to make)
+
+
+def _tls(fs: Any) -> Any:
+    """The TLS verification botocore applies: ``client_kwargs["verify"]`` (False, or a CA bundle), else
+    ``AWS_CA_BUNDLE``, else the default (``True``: aiohttp's own)."""
+    verify = (getattr(fs, "client_kwargs", None) or {}).get("verify")
+    if verify is None:
+        verify = os.environ.get("AWS_CA_BUNDLE") or True
+    if verify is False or verify is True:
+        return verify
+    context = _contexts.get(verify)
+    if context is None:
+        import ssl
+
+        context = _contexts[verify] = ssl.create_default_context(cafile=str(verify))
+    return context
 
 
 async def _sign(fs: Any, bucket: str, key: str, params: dict) -> str:
@@ -150,6 +171,8 @@ async def _entry(fs: Any, url: str) -> list:
     if entry is not None and time.monotonic() - entry[1] < REUSE_FOR:
         return entry
     bucket, name, version = fs.split_path(url)
+    if _usual_buckets and _usual_buckets.get((fs, bucket), 0.0) > time.monotonic():
+        return [_USUAL_WAY, 0.0, 0]  # (not kept: the bucket's mark says until when)
     params = _request_params(fs, version) if name and _client_fits(fs) else None
     signed = _USUAL_WAY if params is None else await _sign(fs, bucket, name, params)
     entry = [signed, time.monotonic(), 0]
@@ -215,29 +238,35 @@ async def ranged_get(fs: Any, url: str, start: int, stop: int) -> tuple[int, str
         return None
     try:
         async with _session(fs).get(signed, headers={"Range": f"bytes={start}-{stop - 1}"}, allow_redirects=False,
-                                    timeout=_timeout(fs)) as r:
+                                    timeout=_timeout(fs), ssl=_tls(fs)) as r:
             status, content_range = r.status, r.headers.get("Content-Range")
             data = await r.read()
     except Exception as exc:
         if storage.is_transient(exc) and _scrubbed(exc, signed, url):
             raise
-        _unusable(fs, url, entry)
+        _unusable(fs, url, entry, 0)  # a TLS or URL fault: the bucket's, not the object's
         return None
     if status == 404:
         raise FileNotFoundError(errno.ENOENT, "No such object (HTTP 404)", url)
     if not (200 <= status < 300 or status == 416):
-        _unusable(fs, url, entry)
+        _unusable(fs, url, entry, status)
         return None
     entry[2] += 1
     _counts["signed"] += 1
     return status, content_range, data
 
 
-def _unusable(fs: Any, url: str, entry: list) -> None:
-    """A signed GET's answer could not be used: an URL that served before is signed again next time (it expired,
-    or its credentials did); one that never served gives way to the usual way for this object."""
+def _unusable(fs: Any, url: str, entry: list, status: int | None = None) -> None:
+    """A signed GET's answer could not be used. A URL that served before is signed again next time (it expired,
+    or its credentials did). One that never served gives way to the usual way for :data:`REUSE_FOR` seconds: for
+    its bucket after a redirect or a 400 (another region; SSE-KMS objects, which SigV2-signed URLs, botocore's
+    choice in the regions that take them, cannot read) or a client fault (``status`` 0: TLS), else for this
+    object."""
     _counts["fallbacks"] += 1
     if entry[2]:
+        _urls.pop((fs, url))
+    elif status in (0, 301, 307, 400):
+        _usual_buckets[(fs, fs.split_path(url)[0])] = time.monotonic() + REUSE_FOR
         _urls.pop((fs, url))
     else:
         _urls.put((fs, url), [_USUAL_WAY, time.monotonic(), 0])
