@@ -301,3 +301,20 @@ def _child_read(url: str, start: int, stop: int) -> bytes:
     from audiotree.io import storage
 
     return get_range(storage.filesystem(url), url, start, stop).data
+
+
+def test_filesystems_with_equal_options_never_share_signed_urls(s3, monkeypatch):
+    import s3fs
+
+    server, folder = s3
+    data = (folder / "w0.wav").read_bytes()
+    url = "s3://signed/c/w0.wav"
+    assert get_range(server.fs, url, 0, 100).data == data[:100]  # signed for the proxy's endpoint
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.port}")  # moto itself, same options
+    s3fs.S3FileSystem.clear_instance_cache()
+    direct = s3fs.S3FileSystem()
+    try:
+        assert get_range(direct, url, 100, 200).data == data[100:200]
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert server.proxy.counts["signed"] == 1, server.proxy.counts  # the second GET went to moto, not the proxy

@@ -13,7 +13,7 @@ How: :func:`ranged_get` signs ``get_object`` for the object (its version
 and the filesystem's ``RequestPayer``/``ExpectedBucketOwner`` included) with
 the filesystem's own client (``generate_presigned_url``), keeps the URL per
 process in a :class:`~audiotree.io.byte_cache.BoundedCache` keyed by the
-filesystem (its options) and the ``s3://`` URL, signed for
+filesystem object and the ``s3://`` URL, signed for
 :data:`SIGNED_FOR` seconds and reused for at most :data:`REUSE_FOR`, and
 makes the request on a session of its own per event loop (fsspec's IO loop).
 The answer goes back to :mod:`audiotree.io.ranged_get`, which checks it as
@@ -58,6 +58,7 @@ import errno
 import os
 import threading
 import time
+import weakref
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -82,11 +83,12 @@ _SIGNATURE_PARAMS = ("X-Amz-Signature", "Signature")
 
 _USUAL_WAY = ""  # the cached "sign nothing for this object, use _call_s3"
 
-# (fs, s3:// url) -> [signed url or _USUAL_WAY, made at (monotonic), answers served]. Lookups stay out of the
-# byte layer's cache counts (they are not reads).
+# (id(fs), s3:// url) -> [signed url or _USUAL_WAY, made at (monotonic), answers served, weakref to fs]. Keyed by
+# the filesystem object, not its options: two filesystems with equal options may reach different endpoints (the
+# AWS variables are not options). Lookups stay out of the byte layer's cache counts (they are not reads).
 _urls = BoundedCache("s3_signed_urls", max_entries=16_384, counted=False)
 _lock = threading.Lock()
-_usual_buckets: dict = {}  # (fs, bucket) -> until when (monotonic) its GETs go the usual way
+_usual_buckets: dict = {}  # (id(fs), bucket) -> (until when (monotonic) its GETs go the usual way, weakref to fs)
 _sessions: dict = {}  # event loop -> aiohttp.ClientSession of this process
 _inherited: list = []  # sessions of a forked parent: kept (never closed, never collected) in the child
 _counts = {"signed": 0, "usual": 0, "fallbacks": 0}
@@ -105,7 +107,7 @@ def forget(fs: Any = None, url: str | None = None) -> None:
         _urls.clear()
         _usual_buckets.clear()
     else:
-        _urls.pop((fs, url))
+        _urls.pop((id(fs), url))
 
 
 def _request_params(fs: Any, version: str | None) -> dict | None:
@@ -166,16 +168,17 @@ async def _sign(fs: Any, bucket: str, key: str, params: dict) -> str:
 
 
 async def _entry(fs: Any, url: str) -> list:
-    key = (fs, url)
+    key = (id(fs), url)
     entry = _urls.get(key)
-    if entry is not None and time.monotonic() - entry[1] < REUSE_FOR:
+    if entry is not None and time.monotonic() - entry[1] < REUSE_FOR and entry[3]() is fs:
         return entry
     bucket, name, version = fs.split_path(url)
-    if _usual_buckets and _usual_buckets.get((fs, bucket), 0.0) > time.monotonic():
-        return [_USUAL_WAY, 0.0, 0]  # (not kept: the bucket's mark says until when)
+    mark = _usual_buckets.get((id(fs), bucket)) if _usual_buckets else None
+    if mark is not None and mark[0] > time.monotonic() and mark[1]() is fs:
+        return [_USUAL_WAY, 0.0, 0, mark[1]]  # (not kept: the bucket's mark says until when)
     params = _request_params(fs, version) if name and _client_fits(fs) else None
     signed = _USUAL_WAY if params is None else await _sign(fs, bucket, name, params)
-    entry = [signed, time.monotonic(), 0]
+    entry = [signed, time.monotonic(), 0, weakref.ref(fs)]
     _urls.put(key, entry)
     return entry
 
@@ -263,13 +266,14 @@ def _unusable(fs: Any, url: str, entry: list, status: int | None = None) -> None
     choice in the regions that take them, cannot read) or a client fault (``status`` 0: TLS), else for this
     object."""
     _counts["fallbacks"] += 1
+    key = (id(fs), url)
     if entry[2]:
-        _urls.pop((fs, url))
+        _urls.pop(key)
     elif status in (0, 301, 307, 400):
-        _usual_buckets[(fs, fs.split_path(url)[0])] = time.monotonic() + REUSE_FOR
-        _urls.pop((fs, url))
+        _usual_buckets[(id(fs), fs.split_path(url)[0])] = (time.monotonic() + REUSE_FOR, weakref.ref(fs))
+        _urls.pop(key)
     else:
-        _urls.put((fs, url), [_USUAL_WAY, time.monotonic(), 0])
+        _urls.put(key, [_USUAL_WAY, time.monotonic(), 0, weakref.ref(fs)])
 
 
 async def _close_on_loop() -> None:
