@@ -24,8 +24,10 @@ Never wrong, never refused: ``None`` means "make this request the usual way"
 
 - a filesystem presigning does not fit: SSE-C keys (they must travel as
   headers), other request parameters that would not be in the URL, a proxy or
-  client certificate in the client's settings (TLS verification follows
-  botocore's: ``client_kwargs["verify"]``, else ``AWS_CA_BUNDLE``);
+  client certificate in the client's settings or a proxy variable
+  (``HTTPS_PROXY``, ``NO_PROXY``: read once per process) that covers the
+  endpoint (TLS verification follows botocore's: ``client_kwargs["verify"]``,
+  else ``AWS_CA_BUNDLE``);
 - any answer the signed GET cannot use: 403 (an expired URL or temporary
   credentials), 301/307/400 (another region), anything but 2xx, 404 or 416.
   The cached URL is dropped; a URL that never served an answer is replaced by
@@ -159,12 +161,31 @@ async def _sign(fs: Any, bucket: str, key: str, params: dict) -> str:
         return _USUAL_WAY  # a parameter that travels as a header (a condition, a checksum mode)
     signed = await client.generate_presigned_url("get_object", Params=dict(Bucket=bucket, Key=key, **params),
                                                  ExpiresIn=SIGNED_FOR)
+    if _through_proxy(signed):
+        return _USUAL_WAY  # botocore's proxy handling (and its settings) stays in charge
     query = parse_qs(urlsplit(signed).query)
     if any(name in query for name in _SIGNATURE_PARAMS):
         if query.get("X-Amz-SignedHeaders", ["host"])[0].lower() != "host":
             return _USUAL_WAY  # SigV4 signed headers the request would have to send
         return signed
     return signed if set(params) <= _UNSIGNED_IN_QUERY else _USUAL_WAY  # unsigned: headers would be lost
+
+
+_proxy_env: list = []  # [the proxy variables (HTTPS_PROXY, NO_PROXY, ...)], read once per process
+
+
+def _through_proxy(signed: str) -> bool:
+    """Whether the proxy variables send a request for ``signed`` through a proxy (read once: a lookup per request
+    was most of a request's CPU)."""
+    import urllib.request
+
+    if not _proxy_env:
+        _proxy_env.append(urllib.request.getproxies_environment())
+    proxies = _proxy_env[0]
+    parts = urlsplit(signed)
+    if not proxies or (parts.scheme not in proxies and "all" not in proxies):
+        return False
+    return not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies)
 
 
 async def _entry(fs: Any, url: str) -> list:
@@ -195,8 +216,8 @@ def _session(fs: Any):
             session = _sessions.get(loop)
             if session is None or session.closed:
                 # Raw bytes as botocore gives them: no transparent decompression (a stored gzip object's
-                # range is its stored bytes), and the proxy variables honoured as botocore honours them.
-                session = aiohttp.ClientSession(auto_decompress=False, trust_env=True,
+                # range is its stored bytes). No proxy (a URL a proxy variable covers goes the usual way).
+                session = aiohttp.ClientSession(auto_decompress=False, trust_env=False,
                                                 headers={"Accept-Encoding": "identity"})
                 _sessions[loop] = session
     return session
