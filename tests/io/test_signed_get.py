@@ -268,6 +268,10 @@ _EXIT_SCRIPT = textwrap.dedent("""
     from audiotree.io.ranged_get import get_range
     fs = storage.filesystem("s3://signed/c/w0.wav")
     print(len(get_range(fs, "s3://signed/c/w0.wav", 0, 4096).data))
+    from audiotree.io import loop_shutdown, signed_get
+    sessions = list(signed_get._sessions.values())
+    if sys.argv[1:] == ["stop"]:  # what the exit handler does, checked
+        print(len(sessions), loop_shutdown.stop_io_loop(), all(s.closed for s in sessions))
 """)
 
 
@@ -280,7 +284,10 @@ def test_a_process_that_read_by_signed_url_exits_cleanly(s3):
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "4096", done.stderr
     assert "Unclosed" not in done.stderr and "Signature" not in done.stderr, done.stderr
-    assert server.proxy.counts["signed"] == 1
+    stopped = subprocess.run([sys.executable, "-X", "dev", "-c", _EXIT_SCRIPT, "stop"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert stopped.stdout.split() == ["4096", "1", "True", "True"], (stopped.stdout, stopped.stderr)
+    assert server.proxy.counts["signed"] == 2
 
 
 def test_a_forked_child_reads_by_a_session_of_its_own(s3):
