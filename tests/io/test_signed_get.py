@@ -255,10 +255,15 @@ def test_a_failing_signed_get_is_retried_and_names_the_s3_url_never_the_signatur
 def test_an_aiohttp_error_naming_the_signed_url_names_the_s3_url_instead():
     import aiohttp
 
-    signed = "http://127.0.0.1:9/b/k.wav?AWSAccessKeyId=testing&Signature=abc%2Fdef&Expires=1"
-    exc = aiohttp.ConnectionTimeoutError(f"Connection timeout to host {signed}")
-    assert signed_get._scrubbed(exc, signed, "s3://b/k.wav")
-    assert str(exc) == "Connection timeout to host s3://b/k.wav"
+    import yarl
+
+    signed = "http://127.0.0.1:9/b/k.wav?AWSAccessKeyId=testing&Signature=abc%2Fdef%2Bg%3D&Expires=1"
+    for spelled in (signed, str(yarl.URL(signed))):  # aiohttp names its request by a yarl URL: re-encoded
+        exc = aiohttp.ConnectionTimeoutError(f"Connection timeout to host {spelled}")
+        assert signed_get._scrubbed(exc, signed, "s3://b/k.wav")
+        assert str(exc) == "Connection timeout to host s3://b/k.wav"
+    kept = aiohttp.ClientConnectionError("no URL in this one")
+    assert signed_get._scrubbed(kept, signed, "s3://b/k.wav") and str(kept) == "no URL in this one"
 
 
 _EXIT_SCRIPT = textwrap.dedent("""

@@ -58,11 +58,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
 import threading
 import time
 import weakref
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from audiotree.io import loop_shutdown, storage
 from audiotree.io.byte_cache import BoundedCache
@@ -231,18 +232,32 @@ def _timeout(fs: Any):
                                  sock_read=config.get("read_timeout", getattr(fs, "read_timeout", 15)))
 
 
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
+_SIGNED_MARKS = ("Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "AWSAccessKeyId=")
+
+
 def _scrubbed(exc: BaseException, signed: str, url: str) -> bool:
-    """Replaces the signed URL by ``url`` in the texts of ``exc`` and its causes; whether none holds it now."""
-    secret = urlsplit(signed).query
+    """Replaces every URL that is the signed one (in any of its spellings: a client may re-encode its query) by
+    ``url`` in the texts of ``exc`` and its causes; whether none holds a signature or credential now."""
+    query = parse_qs(urlsplit(signed).query)
+    secrets = [v for name in _SIGNATURE_PARAMS for v in query.get(name, ()) if v]
+    if not secrets:
+        return True  # an unsigned URL: nothing to hide
+
+    def signed_like(text: str) -> bool:
+        return any(mark in text for mark in _SIGNED_MARKS) or any(v in unquote(text) for v in secrets)
+
     cur: BaseException | None = exc
     for _ in range(8):
         if cur is None:
             break
-        try:
-            cur.args = tuple(str(a).replace(signed, url) if secret and secret in str(a) else a for a in cur.args)
-        except (AttributeError, TypeError):
-            pass
-        if secret and secret in str(cur):
+        if any(signed_like(str(a)) for a in cur.args):
+            try:
+                cur.args = tuple(_URL_IN_TEXT.sub(lambda m: url if signed_like(m.group(0)) else m.group(0), str(a))
+                                 if signed_like(str(a)) else a for a in cur.args)
+            except (AttributeError, TypeError):
+                pass
+        if signed_like(str(cur)):
             return False
         cur = cur.__cause__ or cur.__context__
     return True
