@@ -28,6 +28,7 @@ import soundfile
 from audiotree.errors import AudioReadError
 from audiotree.index import build_index
 from audiotree.io import read_ahead, signed_get
+from audiotree.io.byte_counters import byte_counters, reset_byte_counters
 from audiotree.io.ranged_get import get_range, read_range
 from audiotree.sources import Corpus, ReadAhead, create_audio_dataset
 from servers import LoopbackServer, forward, moto_s3, request_body, request_headers, send_head
@@ -85,7 +86,8 @@ class AuthProxy(LoopbackServer):
                 if signed and (proxy.refuse_signed or _expired(query)):
                     with proxy.lock:
                         proxy.counts["refused"] += 1
-                    self._answer(403, _EXPIRED)
+                    status = 403 if proxy.refuse_signed in (False, True) else proxy.refuse_signed
+                    self._answer(status, _EXPIRED if status == 403 else b"<Error><Code>PermanentRedirect</Code></Error>")
                     return
                 resp, data = forward(self, target_port, request_headers(self), body)
                 send_head(self, resp, data)
@@ -172,9 +174,13 @@ def test_a_range_equals_the_file_bytes_for_every_answer_kind(s3):
     server, folder = s3
     data = (folder / "w1.wav").read_bytes()
     fs, url = server.fs, "s3://signed/c/w1.wav"
+    reset_byte_counters()
     assert get_range(fs, url, 100, 5000).data == data[100:5000]
     assert get_range(fs, url, len(data) - 10, len(data) + 50).data == data[-10:]  # clipped at the end
     assert get_range(fs, url, len(data) + 10, len(data) + 20).data == b""  # 416: past the end
+    counted = byte_counters()  # counted as before: three S3 requests; the URL cache is not a read cache
+    assert counted["by_backend"]["s3"] == {"requests": 3, "bytes_fetched": 4900 + 10}, counted
+    assert counted["cache_hits"] == counted["cache_misses"] == 0, counted
     with pytest.raises(AudioReadError, match="s3://signed/c/missing.wav") as caught:
         read_range(fs, "s3://signed/c/missing.wav", 0, 10)
     assert "404" in str(caught.value)
@@ -330,3 +336,12 @@ def test_filesystems_with_equal_options_never_share_signed_urls(s3, monkeypatch)
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
     assert server.proxy.counts["signed"] == 1, server.proxy.counts  # the second GET went to moto, not the proxy
+
+
+def test_a_redirect_sends_the_whole_bucket_the_usual_way(s3):
+    server, folder = s3
+    server.proxy.refuse_signed = 301  # as S3 answers a URL signed for another region
+    for name in ("w0.wav", "w1.wav", "w2.wav"):
+        data = (folder / name).read_bytes()
+        assert get_range(server.fs, f"s3://signed/c/{name}", 0, 500).data == data[:500]
+    assert server.proxy.counts == {"signed": 1, "header": 3, "none": 0, "refused": 1}
