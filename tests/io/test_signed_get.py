@@ -345,3 +345,22 @@ def test_a_redirect_sends_the_whole_bucket_the_usual_way(s3):
         data = (folder / name).read_bytes()
         assert get_range(server.fs, f"s3://signed/c/{name}", 0, 500).data == data[:500]
     assert server.proxy.counts == {"signed": 1, "header": 3, "none": 0, "refused": 1}
+
+
+def test_a_version_and_requester_pays_travel_in_the_signed_url(s3):
+    import s3fs
+
+    server, _ = s3
+    server.fs.mkdir("versioned")
+    server.fs.call_s3("put_bucket_versioning", Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+    server.fs.pipe("versioned/a.bin", b"first version " * 100)
+    fs = s3fs.S3FileSystem(version_aware=True, requester_pays=True)
+    old = fs.info("versioned/a.bin")["VersionId"]
+    server.fs.pipe("versioned/a.bin", b"SECOND VERSION " * 100)
+    server.proxy.reset_counts()
+    assert get_range(fs, f"s3://versioned/a.bin?versionId={old}", 6, 20).data == (b"first version " * 100)[6:20]
+    assert get_range(fs, "s3://versioned/a.bin", 0, 6).data == b"SECOND"
+    assert server.proxy.counts["signed"] == 2 and server.proxy.counts["header"] == 0, server.proxy.counts
+    queries = [parse_qs(urlsplit(signed_get._urls.get(key)[0]).query) for key in signed_get._urls.keys()]
+    assert sorted(q.get("versionId", [""])[0] for q in queries) == ["", old]
+    assert all(q["x-amz-request-payer"] == ["requester"] for q in queries), queries
