@@ -113,12 +113,19 @@ def check_answer(url: str, status: int, content_range: str | None, data: bytes, 
 
 
 async def _s3(fs: Any, url: str, start: int, stop: int, size: int | None) -> Answer:
-    signed = await signed_get.ranged_get(fs, url, start, stop)  # None: presigning does not fit, or did not work
+    signed = await signed_get.signed_url(fs, url)  # the object's presigned URL; None: presigning does not fit
     if signed is not None:
-        status, content_range, data = signed
-        if status == 416:
-            return Answer(b"", start, None)
-        return check_answer(url, status, content_range, data, start, stop, size=size)
+        try:  # a plain HTTP GET: a tenth of the client CPU of _call_s3's (botocore's hooks, signing, parsing)
+            async with signed.session().get(signed.signed, headers={"Range": f"bytes={start}-{stop - 1}"},
+                                            **signed.options) as r:
+                status, content_range, data = r.status, r.headers.get("Content-Range"), await r.read()
+        except Exception as exc:
+            signed.failed(exc)  # re-raises a transient fault (naming url); else the usual way below
+        else:
+            if signed.usable(status):  # else (403, a redirect, ...) the usual way below, which reports as before
+                if status == 416:
+                    return Answer(b"", start, None)
+                return check_answer(url, status, content_range, data, start, stop, size=size)
     bucket, key, version = fs.split_path(url)
     extra = {"VersionId": version} if version else {}
     try:

@@ -9,15 +9,16 @@ cost of reading from S3. The same GET by a presigned URL with a ``Range``
 header on a plain aiohttp session costs what an HTTP read costs (about a
 tenth); the URL is signed once per object and reused.
 
-How: :func:`ranged_get` signs ``get_object`` for the object (its version
+How: :func:`signed_url` signs ``get_object`` for the object (its version
 and the filesystem's ``RequestPayer``/``ExpectedBucketOwner`` included) with
 the filesystem's own client (``generate_presigned_url``), keeps the URL per
 process in a :class:`~audiotree.io.byte_cache.BoundedCache` keyed by the
 filesystem object and the ``s3://`` URL, signed for
 :data:`SIGNED_FOR` seconds and reused for at most :data:`REUSE_FOR`, and
-makes the request on a session of its own per event loop (fsspec's IO loop).
-The answer goes back to :mod:`audiotree.io.ranged_get`, which checks it as
-any other.
+gives a session of its own per event loop (fsspec's IO loop). The GET itself
+is ``_s3`` in :mod:`audiotree.io.ranged_get` (the byte layer's one ranged GET
+per backend), which checks the answer as any other and tells the
+:class:`Signed` it got whether the answer was usable.
 
 Never wrong, never refused: ``None`` means "make this request the usual way"
 (``_call_s3``), which reports errors as before. That is the answer for
@@ -68,7 +69,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from audiotree.io import loop_shutdown, storage
 from audiotree.io.byte_cache import BoundedCache
 
-__all__ = ["SIGNED_FOR", "REUSE_FOR", "ranged_get", "close_sessions", "forget", "signed_gets"]
+__all__ = ["SIGNED_FOR", "REUSE_FOR", "Signed", "signed_url", "close_sessions", "forget", "signed_gets"]
 
 #: Seconds a presigned URL is valid for.
 SIGNED_FOR = 3600
@@ -205,7 +206,7 @@ async def _entry(fs: Any, url: str) -> list:
     return entry
 
 
-def _session(fs: Any):
+def _session():
     """This process's aiohttp session on the running loop (made on first use)."""
     loop = asyncio.get_running_loop()
     session = _sessions.get(loop)
@@ -263,36 +264,53 @@ def _scrubbed(exc: BaseException, signed: str, url: str) -> bool:
     return True
 
 
-async def ranged_get(fs: Any, url: str, start: int, stop: int) -> tuple[int, str | None, bytes] | None:
-    """``(status, Content-Range, body)`` of ``GET url`` with ``Range: bytes=start-(stop-1)`` by the object's
-    presigned URL (status 200, 206 or 416, the body unchecked), or ``None``: make this request the usual way.
+class Signed:
+    """What :func:`signed_url` gives the GET in :mod:`audiotree.io.ranged_get`: the URL to request and the
+    request options (``session``, then ``get(url, headers=..., **options)``), and what to do with its outcome."""
 
-    Raises ``FileNotFoundError`` naming ``url`` for a 404, and the client's transient faults as they are (with
-    the signed URL replaced by ``url`` in their text).
-    """
+    __slots__ = ("fs", "url", "entry", "options")
+
+    def __init__(self, fs: Any, url: str, entry: list) -> None:
+        self.fs, self.url, self.entry = fs, url, entry
+        self.options = {"allow_redirects": False, "timeout": _timeout(fs), "ssl": _tls(fs)}
+
+    @property
+    def signed(self) -> str:
+        """The presigned URL (a credential: never put it in a message)."""
+        return self.entry[0]
+
+    def session(self):
+        """This process's aiohttp session on the running loop."""
+        return _session()
+
+    def usable(self, status: int) -> bool:
+        """Whether an answer with ``status`` is the object's (2xx or 416); False: make the GET the usual way.
+        Raises ``FileNotFoundError`` naming the ``s3://`` URL for a 404."""
+        if status == 404:
+            raise FileNotFoundError(errno.ENOENT, "No such object (HTTP 404)", self.url)
+        if not (200 <= status < 300 or status == 416):
+            _unusable(self.fs, self.url, self.entry, status)
+            return False
+        self.entry[2] += 1
+        _counts["signed"] += 1
+        return True
+
+    def failed(self, exc: Exception) -> None:
+        """The signed GET raised ``exc``: re-raises a transient fault (its texts naming the ``s3://`` URL, never
+        the signed one); returns for any other (make the GET the usual way)."""
+        if storage.is_transient(exc) and _scrubbed(exc, self.signed, self.url):
+            raise exc
+        _unusable(self.fs, self.url, self.entry, 0)  # a TLS or URL fault: the bucket's, not the object's
+
+
+async def signed_url(fs: Any, url: str) -> Signed | None:
+    """The presigned GET of the S3 object ``url`` on ``fs`` (signed or taken from this process's cache), or
+    ``None``: make the GET the usual way (see the module text)."""
     entry = await _entry(fs, url)
-    signed = entry[0]
-    if not signed:
+    if not entry[0]:
         _counts["usual"] += 1
         return None
-    try:
-        async with _session(fs).get(signed, headers={"Range": f"bytes={start}-{stop - 1}"}, allow_redirects=False,
-                                    timeout=_timeout(fs), ssl=_tls(fs)) as r:
-            status, content_range = r.status, r.headers.get("Content-Range")
-            data = await r.read()
-    except Exception as exc:
-        if storage.is_transient(exc) and _scrubbed(exc, signed, url):
-            raise
-        _unusable(fs, url, entry, 0)  # a TLS or URL fault: the bucket's, not the object's
-        return None
-    if status == 404:
-        raise FileNotFoundError(errno.ENOENT, "No such object (HTTP 404)", url)
-    if not (200 <= status < 300 or status == 416):
-        _unusable(fs, url, entry, status)
-        return None
-    entry[2] += 1
-    _counts["signed"] += 1
-    return status, content_range, data
+    return Signed(fs, url, entry)
 
 
 def _unusable(fs: Any, url: str, entry: list, status: int | None = None) -> None:
