@@ -364,3 +364,22 @@ def test_a_version_and_requester_pays_travel_in_the_signed_url(s3):
     queries = [parse_qs(urlsplit(signed_get._urls.get(key)[0]).query) for key in signed_get._urls.keys()]
     assert sorted(q.get("versionId", [""])[0] for q in queries) == ["", old]
     assert all(q["x-amz-request-payer"] == ["requester"] for q in queries), queries
+
+
+def test_without_credentials_the_read_fails_as_before(s3, monkeypatch, tmp_path):
+    import s3fs
+
+    server, _ = s3
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        with pytest.raises(AudioReadError) as caught:
+            read_range(s3fs.S3FileSystem(), "s3://signed/c/w0.wav", 0, 100)
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert "s3://signed/c/w0.wav" in str(caught.value), str(caught.value)
+    assert server.proxy.counts["signed"] == 0, server.proxy.counts

@@ -1,13 +1,14 @@
 """An S3 ranged GET by a presigned URL: one plain HTTP request, at the client CPU cost of an ``https://`` read.
 
 Why: a ranged GET through s3fs (``_call_s3("get_object")``, aiobotocore) costs
-about 2 ms of client CPU per request (measured against moto, 100 KB ranges,
+1.2 to 2.4 ms of client CPU per request (measured against moto, 100 KB ranges,
 16 in flight): botocore's event hooks, the user-agent string, endpoint
-resolution, SigV4 signing and parsing the answer's headers, every time. A
-training job makes about one request per item, so that was the largest CPU
-cost of reading from S3. The same GET by a presigned URL with a ``Range``
-header on a plain aiohttp session costs what an HTTP read costs (about a
-tenth); the URL is signed once per object and reused.
+resolution, signing and parsing the answer's headers, every time. A training
+job makes about one request per item, so that was the largest CPU cost of
+reading from S3. The same GET by a presigned URL with a ``Range`` header on a
+plain aiohttp session costs what an HTTP read costs (0.28 ms there,
+``benchmarks/s3_get_cpu.py``); the URL is signed once per object (0.13 ms)
+and reused.
 
 How: :func:`signed_url` signs ``get_object`` for the object (its version
 and the filesystem's ``RequestPayer``/``ExpectedBucketOwner`` included) with
@@ -35,7 +36,8 @@ Never wrong, never refused: ``None`` means "make this request the usual way"
   "the usual way" for this object (for its bucket after a redirect or a 400)
   for :data:`REUSE_FOR` seconds, so a bucket where presigning fails does not
   pay two requests a read;
-- a client fault that is not transient (a TLS or URL error).
+- a client fault that is not transient (a TLS or URL error), or signing that
+  fails (no credentials: the usual way reports it as before).
 
 Transient faults (a reset connection, a body cut short, a timeout) are
 raised as they are, so :func:`audiotree.io.storage.retry` classifies and
@@ -200,7 +202,12 @@ async def _entry(fs: Any, url: str) -> list:
     if mark is not None and mark[0] > time.monotonic() and mark[1]() is fs:
         return [_USUAL_WAY, 0.0, 0, mark[1]]  # (not kept: the bucket's mark says until when)
     params = _request_params(fs, version) if name and _client_fits(fs) else None
-    signed = _USUAL_WAY if params is None else await _sign(fs, bucket, name, params)
+    signed = _USUAL_WAY
+    if params is not None:
+        try:
+            signed = await _sign(fs, bucket, name, params)
+        except Exception:  # no credentials, a parameter botocore refuses: the usual way says so, as before
+            signed = _USUAL_WAY
     entry = [signed, time.monotonic(), 0, weakref.ref(fs)]
     _urls.put(key, entry)
     return entry
