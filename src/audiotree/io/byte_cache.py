@@ -108,18 +108,19 @@ class BoundedCache(ProcessLocal):
     array's ``nbytes``, else 0). The last entry is never evicted, so one entry
     over ``max_bytes`` stays until the next one comes; which of the others go is
     the policy's choice (a policy by next use may drop the entry just added). ``policy`` is an
-    :class:`EvictionPolicy` class (or any callable returning one).
+    :class:`EvictionPolicy` class (or any callable returning one). ``counted=False`` keeps its lookups out of
+    :mod:`audiotree.io.byte_counters` (a cache of something other than read results; :meth:`stats` still counts).
     """
 
     process_local = {"_lock": threading.Lock, "_entries": dict, "_weights": dict}
 
     def __init__(self, name: str, *, max_entries: int | None = None, max_bytes: int | None = None,
                  policy: Callable[[], EvictionPolicy] = LeastRecentlyUsed,
-                 weigh: Callable[[Any], int] = _weight) -> None:
+                 weigh: Callable[[Any], int] = _weight, counted: bool = True) -> None:
         if max_entries is not None and max_entries < 1:
             raise ValueError(f"max_entries must be >= 1 or None, got {max_entries}.")
         self.name, self.max_entries, self.max_bytes = name, max_entries, max_bytes
-        self.policy, self.weigh = policy, weigh
+        self.policy, self.weigh, self.counted = policy, weigh, counted
         self._lock = threading.Lock()
         self._entries: dict = {}
         self._weights: dict = {}
@@ -166,7 +167,8 @@ class BoundedCache(ProcessLocal):
                 self.hits += 1
             else:
                 self.misses += 1
-        byte_counters.count_cache(self.name, hit=hit)
+        if self.counted:
+            byte_counters.count_cache(self.name, hit=hit)
         return value if hit else default
 
     def put(self, key: Hashable, value: Any) -> None:

@@ -43,11 +43,12 @@ import os
 import sys
 import threading
 
-__all__ = ["install", "stop_io_loop"]
+__all__ = ["install", "stop_io_loop", "close_before_stop"]
 
 _lock = threading.Lock()
 _registered = False
 _parent_loop = None  # the fsspec loop seen just before a fork (None when there is none)
+_closers: list = []  # closer(loop), each run before the loop stops (sessions of our own on it)
 
 #: Seconds :func:`stop_io_loop` waits for the IO thread to finish.
 JOIN_SECONDS = 5.0
@@ -71,6 +72,8 @@ def stop_io_loop(timeout: float = JOIN_SECONDS) -> bool:
         return True
     if thread is threading.current_thread():  # called from inside the loop: cannot wait for ourselves
         return False
+    for closer in list(_closers):
+        closer(loop)
     try:
         loop.call_soon_threadsafe(loop.stop)
     except RuntimeError:  # closed already
@@ -83,6 +86,13 @@ def stop_io_loop(timeout: float = JOIN_SECONDS) -> bool:
         asyn.loop[0] = None
         asyn.iothread[0] = None
     return True
+
+
+def close_before_stop(closer) -> None:
+    """Has :func:`stop_io_loop` call ``closer(loop)`` (in the stopping thread, the loop still running) before it
+    stops the loop: for a module that keeps a client session of its own on it (:mod:`audiotree.io.signed_get`)."""
+    if closer not in _closers:
+        _closers.append(closer)
 
 
 def _before_fork() -> None:

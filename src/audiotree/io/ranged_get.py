@@ -23,7 +23,9 @@ Other backends (local, ``memory://``, the rest of fsspec) are read with
 
 This module is the byte layer's one ranged GET per backend (``_s3``, ``_gcs``,
 ``_http``, ``cat_file`` for the rest) and the only code that calls a backend's
-private request method. Every request it makes is counted in
+private request method. An S3 GET goes by the object's presigned URL on a plain
+HTTP session where that fits (:mod:`audiotree.io.signed_get`: a tenth of the
+client CPU), else, and whenever the signed answer is unusable, by ``_call_s3``. Every request it makes is counted in
 :mod:`audiotree.io.byte_counters` under its backend's name, with the wall time
 the calling thread waited on it.
 
@@ -44,7 +46,7 @@ import re
 import time
 from typing import Any, NamedTuple
 
-from audiotree.io import byte_counters, storage
+from audiotree.io import byte_counters, signed_get, storage
 
 __all__ = ["HEAD_NEED", "Answer", "get_range", "get_whole", "check_answer", "read_range", "first_bytes_and_size", "fetch_range", "planned_size",
            "fetched_size", "hold_bytes_in", "stop_holding_in"]
@@ -111,6 +113,19 @@ def check_answer(url: str, status: int, content_range: str | None, data: bytes, 
 
 
 async def _s3(fs: Any, url: str, start: int, stop: int, size: int | None) -> Answer:
+    signed = await signed_get.signed_url(fs, url)  # the object's presigned URL; None: presigning does not fit
+    if signed is not None:
+        try:  # a plain HTTP GET: a tenth of the client CPU of _call_s3's (botocore's hooks, signing, parsing)
+            async with signed.session().get(signed.signed, headers={"Range": f"bytes={start}-{stop - 1}"},
+                                            **signed.options) as r:
+                status, content_range, data = r.status, r.headers.get("Content-Range"), await r.read()
+        except Exception as exc:
+            signed.failed(exc)  # re-raises a transient fault (naming url); else the usual way below
+        else:
+            if signed.usable(status):  # else (403, a redirect, ...) the usual way below, which reports as before
+                if status == 416:
+                    return Answer(b"", start, None)
+                return check_answer(url, status, content_range, data, start, stop, size=size)
     bucket, key, version = fs.split_path(url)
     extra = {"VersionId": version} if version else {}
     try:
