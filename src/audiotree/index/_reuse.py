@@ -8,6 +8,9 @@ and rows with a profile but no quality columns (written before format 1.3),
 to measure them. So are profiled FLAC, MP3 and Ogg Parquet cells whose URL
 records their range but not their format (written before cells were typed:
 ``&format=``), so they get their seek tables; a header-only row keeps its form.
+With ``retable`` (the index was built under another decoder,
+:mod:`audiotree.io.decoder_identity`), so are MP3 and Ogg rows with seek tables,
+to check their tables again.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def row_settings(loudness: bool, mono: bool, root: str | None, block_sec: float 
             "block_sec": block_sec if loudness else None}
 
 
-def reusable(table, stored_to_abs: dict, current: dict, taken: set):
+def reusable(table, stored_to_abs: dict, current: dict, taken: set, *, retable: bool = False):
     """Mask (an Arrow bool array) of the rows of ``table`` to keep.
 
     A row is kept when its stored path (a Parquet row's without its cell range) is listed now (``stored_to_abs``), its
@@ -60,6 +63,13 @@ def reusable(table, stored_to_abs: dict, current: dict, taken: set):
         if "clip_blocks" in table.column_names:  # (profiled before the per-block clipping column)
             unmeasured = pc.or_(unmeasured, pc.and_(pc.greater(blocks, 0), pc.is_null(table.column("clip_blocks"))))
         transient = [a or bool(b) for a, b in zip(transient, unmeasured.to_pylist())]
+    if retable and "seek_points" in table.column_names and "container" in table.column_names:
+        import pyarrow.compute as pc
+
+        lossy = pc.is_in(table.column("container"), value_set=pa.array(["MP3", "OGG"]))
+        tabled = pc.greater(pc.fill_null(pc.list_value_length(table.column("seek_points")), 0), 0)
+        again = pc.fill_null(pc.and_(lossy, tabled), False).to_pylist()
+        transient = [a or b for a, b in zip(transient, again)]
     from audiotree.io.members import without_cell
 
     if "container" in table.column_names and "profile" in table.column_names:

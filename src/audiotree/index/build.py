@@ -41,6 +41,7 @@ from audiotree.index._reuse import reusable, row_settings
 from audiotree.index.labels import (append_label_columns, label_source_from, match_labels, raw_label_columns,
                                    typed_label_columns)
 from audiotree.io import storage
+from audiotree.io.decoder_identity import decoder_identity, same_decoder
 from audiotree.index._rows import BASE_NAMES as _BASE_NAMES, current_table, rows_table, write_parquet
 from audiotree.index.table_schema import (BLOCK_SEC, MIN_READER_VERSION, TYPED_CELLS_MIN_READER, arrow_schema,
                                           encode_metadata, require_pyarrow)
@@ -529,6 +530,8 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
             previous_table = None  # other settings, or segments: every row is re-read
         else:
             previous_table = current_table(previous.table, before_seek_points=not previous.has_seek_points)
+        # MP3 and Ogg tables checked under another decoder are checked again (their rows are read again).
+        retable = not same_decoder(previous.meta.get("decoders"))
     parts = _Parts(out, settings, part_sink)
     taken: set[str] = set()
     kept = []
@@ -543,7 +546,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         dropped = sum(1 for p in previous.table.column("path").to_pylist()
                       if p not in stored_to_abs and without_cell(p) not in stored_to_abs)
         if previous_table is not None:
-            table = previous_table.filter(reusable(previous_table, stored_to_abs, current, taken))
+            table = previous_table.filter(reusable(previous_table, stored_to_abs, current, taken, retable=retable))
             reused = table.num_rows
             kept.append(table)  # (current_table: a format 1.0 index's float32 profiles are encoded)
 
@@ -625,6 +628,7 @@ def _build(sources: Any, out: str | os.PathLike, *, labels: Any, kinds: "LabelKi
         root=stored_root, sources=described,
         loudness={"enabled": bool(loudness), "mono": bool(mono), "block_sec": BLOCK_SEC},
         labels=label_specs, min_reader=TYPED_CELLS_MIN_READER if typed_cells else MIN_READER_VERSION,
+        decoders=decoder_identity(),
     ))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_parquet(table, out)

@@ -181,6 +181,10 @@ values have int32 ids ``0 <= id < N`` stored in the data column ``<name>#id``
 vocabulary is the data: ``vocabulary[id]`` is the string of any row with that
 id. (Indexes written before ids were stored keep ``"vocabulary": [...]`` in
 the metadata instead, where an id is a value's position; both are read.)
+Since 1.4, ``decoders`` (``{"libsndfile": "1.2.2", "soundfile": "0.14.0"}``):
+the decoder the build checked its MP3 and Ogg Vorbis seek tables with; a
+reader under another one does not use those tables
+(:mod:`audiotree.io.decoder_identity`).
 
 Versions
 --------
@@ -188,6 +192,8 @@ Versions
   "Parquet cells' formats"). A reader before 1.4 refuses such a URL, so an
   index holding one says ``min_reader_version`` 1.4
   (:data:`TYPED_CELLS_MIN_READER`); any other index stays readable by 1.1.
+  The metadata's ``decoders`` names the decoder its MP3 and Ogg Vorbis seek
+  tables were checked with (:mod:`audiotree.io.decoder_identity`).
 * 1.3: the quality columns. A 1.1 reader reads the index (it never asks for
   them), so ``min_reader_version`` stays 1.1. An index of an older version
   reads them as null; an update with loudness re-reads its files to measure them.
@@ -270,7 +276,7 @@ SEGMENT_NAMES = tuple(name for name, _, _ in SEGMENT_COLUMNS)
 OPTIONAL_COLUMNS = frozenset({"error_kind", "seek_points", *QUALITY_TYPES, "clip_blocks"})
 # Base column types an index of an older minor version holds instead (still read): 1.0's float32 profiles.
 _LEGACY_TYPES = {"profile": ("list<float32>",)}
-META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels")
+META_KEYS = (*_format.HEADER_KEYS, "root", "sources", "loudness", "labels", "decoders")
 
 
 def ids_column(label: str) -> str:
@@ -324,15 +330,17 @@ def accepted_types(name: str) -> list:
 
 
 def encode_metadata(*, root: str | None, sources: Any, loudness: Mapping[str, Any],
-                    labels: Mapping[str, Any], min_reader: tuple[int, int] = MIN_READER_VERSION) -> dict[bytes, bytes]:
+                    labels: Mapping[str, Any], min_reader: tuple[int, int] = MIN_READER_VERSION,
+                    decoders: Mapping[str, str] | None = None) -> dict[bytes, bytes]:
     """The Parquet key-value metadata of a new index (deterministic JSON); ``min_reader``: the oldest reader that
-    can read its rows (see "Versions")."""
+    can read its rows (see "Versions"); ``decoders``: what its lossy seek tables were checked with."""
     meta = {
         **_format.header(_format.INDEX, version=FORMAT_VERSION, min_reader=min_reader),
         "root": root,
         "sources": sources,
         "loudness": dict(loudness),
         "labels": {name: dict(spec) for name, spec in labels.items()},
+        **({} if decoders is None else {"decoders": dict(decoders)}),
     }
     return {METADATA_KEY: json.dumps(meta, sort_keys=True, ensure_ascii=False).encode("utf-8")}
 
@@ -360,6 +368,10 @@ def decode_metadata(raw: Mapping[bytes, bytes] | None, where: str | os.PathLike)
     loudness = meta.get("loudness")
     if not isinstance(loudness, dict) or not isinstance(loudness.get("enabled"), bool):
         raise ValueError(f"{where}: the index metadata's 'loudness' entry is missing or malformed; rebuild the index.")
+    decoders = meta.get("decoders")
+    if decoders is not None and (not isinstance(decoders, dict)
+                                 or not all(isinstance(v, str) for v in decoders.values())):
+        raise ValueError(f"{where}: the index metadata's 'decoders' entry is malformed; rebuild the index.")
     labels = meta.get("labels")
     if not isinstance(labels, dict):
         raise ValueError(f"{where}: the index metadata's 'labels' entry is missing or malformed; rebuild the index.")

@@ -73,6 +73,9 @@ class IndexRows:
     loudest: tuple | None = None
     #: The ``mono`` setting the index's loudness profiles were measured with; ``None`` without profiles.
     profile_mono: bool | None = None
+    #: Whether the index's MP3 and Ogg Vorbis seek tables hold under this process's decoder
+    #: (:mod:`audiotree.io.decoder_identity`); without, those files read as without a table.
+    lossy_seek_tables: bool = True
 
     # ------------------------------------------------------------ rows
     def __len__(self) -> int:
@@ -154,9 +157,9 @@ class IndexRows:
 
         Only where it saves requests (:func:`~audiotree.io.flac_indexed.uses_seek_points`): remote files.
         """
-        from audiotree.io.flac_indexed import seek_hint, uses_seek_points
+        from audiotree.io.flac_indexed import seek_hint
 
-        if not uses_seek_points(path):
+        if not self._uses_table(path):
             return None
         from audiotree.index.seek_column import seek_table
 
@@ -170,16 +173,27 @@ class IndexRows:
         size = int(self.store.value("size", r)) if span is None else span[2]
         return seek_hint(path, points, size, int(self.store.value("mtime_ns", r)))
 
+    def _uses_table(self, path: str) -> bool:
+        """Whether ``path`` is read by its row's seek table (when it has one)."""
+        from audiotree.io.flac_indexed import uses_seek_points
+
+        if not uses_seek_points(path):
+            return False
+        if self.lossy_seek_tables:
+            return True
+        from audiotree.index.seek_build import is_flac
+
+        return is_flac(path)
+
     # ------------------------------------------------------------ loudest
     def planned_reads(self, r: int, path: str, rng: np.random.Generator, loader: Any, *,
                       trust_size: bool) -> list:
         """What reading row ``r`` with ``loader`` and ``rng`` will fetch, for the read-ahead
         (:func:`audiotree.sources.read_plans.row_reads`, from the row's size, duration, segment and seek points)."""
         from audiotree.index.seek_column import seek_table
-        from audiotree.io.flac_indexed import uses_seek_points
         from audiotree.sources.read_plans import RowFacts, row_reads
 
-        points = seek_table(self.store, r) if uses_seek_points(path) else None
+        points = seek_table(self.store, r) if self._uses_table(path) else None
         facts = RowFacts(path=path, size=int(self.store.value("size", r)), duration=self.store.value("duration", r),
                          window=self._window_of(r), seek_bytes=None if points is None else points[:, 1],
                          seek_points=points)
@@ -479,6 +493,7 @@ def rows_from_index(
     does not grow with the rows beyond the filters' one vectorised pass.
     """
     from audiotree.index.quality import is_quality, require_quality
+    from audiotree.io.decoder_identity import tables_hold
     from audiotree.sources.item_labels import label_request, plan_labels
 
     _check_filters(min_duration, max_duration)
@@ -502,7 +517,8 @@ def rows_from_index(
                       UserWarning, stacklevel=3)
     rows = IndexRows(index_path=ix.path, refresh=ix.refresh_command(), store=store,
                      labels=plan_labels(store, request, ix.path),
-                     profile_mono=ix.mono if ix.has_profile else None)
+                     profile_mono=ix.mono if ix.has_profile else None,
+                     lossy_seek_tables=tables_hold(ix.meta.get("decoders"), ix.path, ix.refresh_command()))
     if selected.size != len(store):
         rows = rows.take(selected)
     if loudest is not None:
