@@ -31,7 +31,11 @@ import numpy as np
 
 from audiotree.io.byte_reads import read_span
 
-__all__ = ["wav_data_chunk", "aiff_sound_chunk", "sample_bytes", "data_table"]
+__all__ = ["wav_data_chunk", "aiff_sound_chunk", "sample_bytes", "data_table", "planned_ranges", "MARGIN_FRAMES"]
+
+#: Frames planned on each side of an excerpt: the reader rounds its start to a frame (a segment's start and the
+#: offset in it separately) and reads one frame more when it resamples.
+MARGIN_FRAMES = 8
 
 #: Chunks followed before giving up on finding the samples.
 MAX_CHUNKS = 256
@@ -129,3 +133,37 @@ def data_table(head: bytes, source: Any = None, *, frames: int, channels: int, s
     if nbytes != int(frames) * block_align or (size is not None and offset + nbytes > int(size)):
         return None
     return np.array([[0, offset], [int(frames), offset + nbytes]], dtype=np.int64)
+
+
+def planned_ranges(points: Any, start: float, length: float | None, duration: float, size: int,
+                   head: int) -> list[tuple[int, int]] | None:
+    """The byte ranges reading ``length`` s (``None``: to the end) at ``start`` s of a file of ``size`` bytes
+    reads, by its two-row table ``points`` (:func:`data_table`; ``None`` for any other table): the first ``head``
+    bytes and the chunks before the samples (libsndfile's open), the excerpt's frames and :data:`MARGIN_FRAMES`
+    on each side, and the chunks after the samples (libsndfile's open parses them too), up to ``head`` bytes.
+
+    >>> planned_ranges([[0, 44], [16000, 32044]], 0.5, 0.25, 1.0, 32044, 8192)
+    [(0, 8192), (16028, 24062)]
+    >>> planned_ranges([[0, 44], [16000, 32044]], 0.5, 0.25, 1.0, 40000, 8192)[-1]  # (a LIST chunk after the data)
+    (32044, 40000)
+    """
+    table = np.asarray(points, dtype=np.int64)
+    if table.shape != (2, 2) or table[0, 0] != 0 or not duration or duration <= 0:
+        return None
+    frames, first, end = int(table[1, 0]), int(table[0, 1]), int(table[1, 1])
+    if frames <= 0 or end <= first or (end - first) % frames or end > size:
+        return None
+    block_align, rate = (end - first) // frames, round(frames / float(duration))
+    lo = max(0, int(round(max(0.0, start) * rate)) - MARGIN_FRAMES)
+    hi = frames if length is None else min(frames, int(round(start * rate)) + int(np.ceil(length * rate)) + 1
+                                           + MARGIN_FRAMES)
+    ranges = [(0, min(size, max(head, first))), (first + lo * block_align, first + max(lo, hi) * block_align)]
+    if end < size:
+        ranges.append((end, min(size, end + head)))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(r for r in ranges if r[1] > r[0]):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
