@@ -142,10 +142,13 @@ def test_plain_pyarrow_and_pandas_see_the_documented_schema(built):
     bad = df[~df.readable]
     assert len(bad) == 1 and bad.path.iloc[0].endswith("broken.wav") and "broken.wav" in bad.error.iloc[0]
     assert bad.error_kind.iloc[0] == "permanent" and df[df.readable].error_kind.isna().all()
-    # FLAC and Ogg Vorbis files have seek points (pairs, from sample 0), the others none.
-    assert (df.seek_points.notna() == df.container.isin(["FLAC", "OGG"])).all()
+    # FLAC and Ogg Vorbis files have seek points (pairs, from sample 0), WAV files the two rows of where their
+    # samples are; an unreadable file none.
+    assert (df.seek_points.notna() == (df.readable & df.container.isin(["FLAC", "OGG", "WAV"]))).all()
     assert all(len(p) >= 2 and p[0] == 0 and len(p) % 2 == 0
                for p in df.seek_points[df.container.isin(["FLAC", "OGG"])])
+    wav = df[df.readable & (df.container == "WAV")]
+    assert all(len(p) == 4 and p[2] == frames for p, frames in zip(wav.seek_points, wav.frames))
     assert df.groupby("group").size().to_dict() == {"music": 3, "speech": 3}
     row = df[df.path.str.endswith("m1.wav")].iloc[0]
     assert (row.sample_rate, row.channels, row.frames, row.profile_step) == (RATE, 2, 4 * RATE, RATE // 10)

@@ -77,6 +77,8 @@ def index_file(path: str, group: str | None, *, loudness: bool, mono: bool,
                 container=info.format, codec=info.subtype, sample_rate=int(info.sample_rate),
                 channels=int(info.channels), frames=int(info.frames), duration=float(info.duration),
             )
+            if row["seek_points"] is None:  # a WAV or AIFF file: where its samples are (for planning reads)
+                row["seek_points"] = seek_build.pcm_points(path, info, row["size"], storage_options, data)
             if loudness and (mono or info.channels <= 5):
                 row["profile"], quality = _stored_profile(f, mono)
                 row.update(quality)

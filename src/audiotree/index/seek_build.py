@@ -15,7 +15,12 @@ What the index's ``seek_points`` column holds and how readers use it is in
   bytes and kept only when excerpts read by them equal the file's own reads;
 * a headers-only build (``loudness=False``) reads no audio, so
   :func:`header_points` takes the SEEKTABLE block's points from the header's
-  first 64 KiB (one ranged read), or none; an MP3 or Ogg file gets none.
+  first 64 KiB (one ranged read), or none; an MP3 or Ogg file gets none;
+* a WAV or AIFF file, in either build, gets the two-row table of where its
+  samples start and end (:func:`pcm_points`,
+  :func:`audiotree.io.pcm_layout.data_table`) from its first 64 KiB (one
+  ranged read) and, past them, its chunks' 8-byte headers; the read-ahead
+  plans an excerpt's bytes by it, libsndfile reads the file as usual.
 
 A table is only kept when the bytes read are as many as the file's size when
 it was stat'ed for its row: a file that changed in between is stale anyway.
@@ -35,8 +40,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["is_flac", "is_mp3", "is_ogg", "open_for_build", "header_points", "sniff_format", "typed_cell",
-           "HEADER_BYTES"]
+__all__ = ["is_flac", "is_mp3", "is_ogg", "open_for_build", "header_points", "pcm_points", "sniff_format",
+           "typed_cell", "HEADER_BYTES"]
 
 #: Bytes a headers-only build reads for a SEEKTABLE (the metadata blocks sit at the start; cover art may push
 #: them further, and then the file gets no table).
@@ -192,5 +197,29 @@ def header_points(path: str, storage_options: dict | None = None, head: bytes | 
         if head is None:
             head = read_item_bytes(path, 0, HEADER_BYTES, storage_options=storage_options)
         return header_seek_points(head)
+    except (OSError, ValueError):
+        return None
+
+
+def pcm_points(path: str, info: Any, size: int, storage_options: dict | None = None,
+               head: bytes | None = None) -> np.ndarray | None:
+    """A WAV or AIFF file's two-row table (:func:`audiotree.io.pcm_layout.data_table`) checked against ``info``
+    (the open file's), from its first :data:`HEADER_BYTES` (read here, or ``head``) and its chunk headers past
+    them, or ``None`` (any other format, a tar member or Parquet cell, bytes and frames that disagree)."""
+    from audiotree.io.item_bytes import read_item_bytes
+    from audiotree.io.members import is_member
+    from audiotree.io.pcm_layout import data_table
+
+    if info.format not in ("WAV", "WAVEX", "AIFF") or is_member(path):
+        return None
+
+    def more(offset: int, count: int) -> bytes:
+        return read_item_bytes(path, offset, offset + count, storage_options=storage_options)
+
+    try:
+        if head is None:
+            head = more(0, HEADER_BYTES)
+        return data_table(head, more, frames=int(info.frames), channels=int(info.channels),
+                          subtype=str(info.subtype), container=str(info.format), size=int(size))
     except (OSError, ValueError):
         return None

@@ -26,9 +26,9 @@ column          type             meaning
                                  readable
 ``profile_step``int32 (null)     samples per profile block, ``round(0.1 * rate)``
 ``profile``     list<int16>      the loudness profile (below); null without one
-``seek_points`` list<int64>      a FLAC, MP3 or Ogg Vorbis file's seek table
-                                 (below); null for other formats and files
-                                 without one
+``seek_points`` list<int64>      a FLAC, MP3 or Ogg Vorbis file's seek table,
+                                 a WAV or AIFF file's sample data (below);
+                                 null for other formats and files without one
 *quality*       float64 / int64  ``bandwidth_hz``, ``clip_share``, ``clip_longest``
                                  (int64), ``dc_offset``, ``channel_corr``,
                                  ``silence_share``, ``snr_db`` (below); null
@@ -138,6 +138,18 @@ table equal the file's own reads at its start, middle and end; chained or
 multiplexed files, Opus, damaged files and streams whose granule positions
 disagree with their packets (cut by copying packets) get none and are read as
 before, as are Ogg rows of an index built before these tables (null).
+
+WAV and AIFF sample data
+------------------------
+A WAV or AIFF file's ``seek_points`` (same column, same pairs) are two:
+``[0, first sample byte, frames, end of the samples]``, from its ``data`` (or
+``SSND``) chunk, kept only when those bytes are exactly ``frames`` times the
+frame's size (:func:`audiotree.io.pcm_layout.data_table`). Any build writes it
+(a header-only one from the file's first 64 KiB and, past them, its chunk
+headers). It only places an excerpt's bytes for the read-ahead: the file is
+read by libsndfile as before. Rows without it (an index built before, tar
+members, Parquet cells, RF64, W64, CAF, AU, compressed subtypes) are planned
+by the mean byte rate as before.
 
 Parquet cells' formats
 ----------------------

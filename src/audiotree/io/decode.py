@@ -70,6 +70,7 @@ from audiotree.io.read_errors import (
     read_error,
 )
 from audiotree.io.byte_reads import file_size, read_span
+from audiotree.io.pcm_layout import wav_data_chunk
 from audiotree.io.item_bytes import item_size
 from audiotree.io.info import AudioInfo
 from audiotree.io.ogg_chain import reopen_if_chained
@@ -243,33 +244,6 @@ def _close_source(source: Any) -> None:
         source.close()
 
 
-# Chunks walked before the ``data`` chunk (fmt, fact, LIST, bext, iXML, ...): real files have a few.
-_MAX_WAV_CHUNKS = 256
-
-
-def _wav_data_chunk(head: bytes, source: Any = None) -> tuple[int, int] | None:
-    """(offset, declared size) of a RIFF/WAVE file's ``data`` chunk, else None.
-
-    ``head`` holds the file's first bytes. With ``source`` (the path or open
-    file) a chunk list that runs past ``head`` (a ``data`` chunk after a
-    LIST or bext chunk of more than ``len(head)`` bytes) is followed by
-    reading just each chunk's 8-byte header, never the chunks themselves.
-    """
-    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-        return None
-    pos = 12
-    for _ in range(_MAX_WAV_CHUNKS):
-        header = head[pos : pos + 8]
-        if len(header) < 8 and source is not None:
-            header = read_span(source, pos, 8)
-        if len(header) < 8:
-            return None
-        chunk_id, chunk_size = header[:4], struct.unpack_from("<I", header, 4)[0]
-        if chunk_id == b"data":
-            return pos + 8, chunk_size
-        pos += 8 + chunk_size + (chunk_size & 1)  # chunks are word-aligned
-    return None
-
 
 def _refuse_truncated_wav(path: str, size: int | None, reader: SoundfileReader) -> None:
     """Raises AudioReadError when a WAV file ends before its ``data`` chunk does.
@@ -282,7 +256,7 @@ def _refuse_truncated_wav(path: str, size: int | None, reader: SoundfileReader) 
     if size is None or reader.info.format not in ("WAV", "WAVEX"):
         return
     try:
-        chunk = _wav_data_chunk(read_span(reader.source, 0, 4096), reader.source)
+        chunk = wav_data_chunk(read_span(reader.source, 0, 4096), reader.source)
     except OSError:
         return
     if chunk is None:
@@ -357,7 +331,7 @@ def _check_length_claim(path: str, size: int | None, reader: SoundfileReader | P
         if problem:
             raise bad_file(path, problem)
     if info.frames == 0:
-        wav_data = _wav_data_chunk(head, reader.source) if fmt in ("WAV", "WAVEX") else None
+        wav_data = wav_data_chunk(head, reader.source) if fmt in ("WAV", "WAVEX") else None
         # PyAV containers that report no frames are refused like the PyAV
         # fallback's (see _open_reader): their length metadata is all we have.
         if isinstance(reader, PyAVReader) or integrity.holds_audio(fmt, subtype, head, size, wav_data):

@@ -191,11 +191,13 @@ class IndexRows:
         """What reading row ``r`` with ``loader`` and ``rng`` will fetch, for the read-ahead
         (:func:`audiotree.sources.read_plans.row_reads`, from the row's size, duration, segment and seek points)."""
         from audiotree.index.seek_column import seek_table
-        from audiotree.sources.read_plans import RowFacts, row_reads
+        from audiotree.sources.read_plans import UNCOMPRESSED, RowFacts, row_reads
 
-        points = seek_table(self.store, r) if self._uses_table(path) else None
+        used = self._uses_table(path)
+        # (a WAV or AIFF file's table places its samples for the plan only: libsndfile reads it as usual)
+        points = seek_table(self.store, r) if used or path.lower().endswith(UNCOMPRESSED) else None
         facts = RowFacts(path=path, size=int(self.store.value("size", r)), duration=self.store.value("duration", r),
-                         window=self._window_of(r), seek_bytes=None if points is None else points[:, 1],
+                         window=self._window_of(r), seek_bytes=None if points is None or not used else points[:, 1],
                          seek_points=points)
         return row_reads(facts, rng, loader, trust_size=trust_size)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from audiotree.io import members, storage
+from audiotree.io import members, ranged_get, storage
 from audiotree.io.byte_range import span_reads
 from audiotree.io.read_ahead import PlannedRange, excerpt_ranges
 
@@ -88,6 +88,13 @@ def row_reads(facts: RowFacts, rng: np.random.Generator, loader: Any, *, trust_s
 
         ranges = ogg_seek_points.planned_ranges(facts.seek_points, start, length, float(facts.duration))
     else:
+        ranges = None
+        if span is None and facts.seek_points is not None and name.lower().endswith(UNCOMPRESSED):
+            from audiotree.io import pcm_layout  # (a WAV or AIFF file's two-row table: where its samples are)
+
+            ranges = pcm_layout.planned_ranges(facts.seek_points, start, length, float(facts.duration), int(size),
+                                               ranged_get.HEAD_NEED)
+    if ranges is None:
         ranges = excerpt_ranges(size=size, duration=float(facts.duration), start=start, length=length,
                                 uncompressed=name.lower().endswith(UNCOMPRESSED), seek_bytes=facts.seek_bytes)
     if span is not None and not (facts.seek_points is not None or facts.seek_bytes is not None):
