@@ -154,3 +154,18 @@ def member_after_junk(shard: Path, name: str, body: bytes) -> str:
     with tarfile.open(shard) as tar:
         found = tar.getmember(name)
     return tar_url(str(shard), name, found.offset_data, found.size)
+
+
+def read_ahead_counts(ds, *, warm: int, upto: int) -> dict:
+    """Reads ``ds[0:warm]`` (the order's shape is known after the first few), then ``ds[warm:upto]`` with the
+    byte counters reset: the read-ahead's ``{"hits", "misses"}`` over the latter. Closes the stores after."""
+    from audiotree.io import byte_counters, read_ahead
+
+    for i in range(warm):
+        ds[i]
+    byte_counters.reset_byte_counters()
+    for i in range(warm, upto):
+        ds[i]
+    counts = byte_counters.byte_counters()["by_cache"]["read_ahead"]
+    read_ahead.close_stores()
+    return counts

@@ -24,16 +24,11 @@ from audiotree.io.decoder_identity import decoder_identity
 from audiotree.io.flac_indexed import clear_header_cache
 from audiotree.sources import Corpus, create_audio_dataset
 from counted_http import CountedHttp
+from factories import chirp
 
 pytestmark = pytest.mark.skipif(not (shutil.which("lame") and shutil.which("oggenc") and shutil.which("flac")),
                                 reason="lame, oggenc and flac are needed")
 RATE = 44100
-
-
-def _music(seconds: float, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * RATE)) / RATE
-    return (0.3 * np.sin(2 * np.pi * (200 + 60 * seed) * t) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +37,7 @@ def served(tmp_path_factory):
     names = []
     for seed, (tool, ext) in enumerate((("lame", "mp3"), ("oggenc", "ogg"), ("flac", "flac"))):
         wav = folder / f"s{seed}.wav"
-        soundfile.write(wav, _music(12.0, seed), RATE, subtype="PCM_16")
+        soundfile.write(wav, chirp(12 * RATE, RATE, 1, seed=seed), RATE, subtype="PCM_16")
         out = folder / f"s{seed}.{ext}"
         args = {"lame": ["lame", "--quiet", "-b", "128", str(wav), str(out)],
                 "oggenc": ["oggenc", "-Q", "-q", "4", "-o", str(out), str(wav)],

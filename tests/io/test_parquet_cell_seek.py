@@ -35,6 +35,7 @@ from audiotree.io.members import (absolute, format_name, order_key, parse, recor
                                   without_cell)
 from audiotree.sources import Corpus, ReadAhead, create_audio_dataset
 from counted_http import CountedHttp
+from helpers import read_ahead_counts
 
 pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("flac", "lame", "oggenc")),
                                 reason="needs flac, lame and oggenc")
@@ -244,7 +245,7 @@ def test_the_plan_of_a_cell_is_a_tar_members_and_holds_what_its_seek_file_reads(
     and the seek file asks for nothing outside the plan; a dataset with read-ahead then reads every item from it."""
     import tarfile
 
-    from audiotree.io import byte_counters, read_ahead
+    from audiotree.io import read_ahead
     from audiotree.sources.read_plans import RowFacts, row_reads
     from container_factories import add_member
 
@@ -291,13 +292,7 @@ def test_the_plan_of_a_cell_is_a_tar_members_and_holds_what_its_seek_file_reads(
             assert asked and all(any(a <= lo and hi <= b for a, b in plan) for lo, hi in asked), (r, at, asked, plan)
     read_ahead.close_stores()
     ds = _dataset(corpus.remote_index, read_ahead=ReadAhead(items=8), num_epochs=None)
-    for i in range(6):  # the order's shape is known after the first few
-        ds[i]
-    byte_counters.reset_byte_counters()
-    for i in range(6, 24):
-        ds[i]
-    counts = byte_counters.byte_counters()["by_cache"]["read_ahead"]
-    read_ahead.close_stores()
+    counts = read_ahead_counts(ds, warm=6, upto=24)
     assert counts["hits"] > 0 and counts["misses"] == 0, counts
 
 

@@ -7,6 +7,7 @@ from test_read_ahead import _dataset, _items, _server_port, served  # noqa: F401
 
 from audiotree.io import read_ahead, read_stats, reset_read_stats
 from audiotree.sources import ReadAhead
+from helpers import read_ahead_counts
 
 
 def test_read_ahead_requests_hits_and_waits_are_in_read_stats(served):  # noqa: F811
@@ -51,7 +52,6 @@ def test_members_of_a_remote_tar_shard_are_read_from_their_plans(served, tmp_pat
     import tarfile
 
     from audiotree.index import build_index
-    from audiotree.io import byte_counters
 
     state, remote_index = served
     shard = io.BytesIO()
@@ -66,12 +66,5 @@ def test_members_of_a_remote_tar_shard_are_read_from_their_plans(served, tmp_pat
     index = str(tmp_path / "shard.parquet")
     build_index([f"http://127.0.0.1:{port}/shards/wav.tar"], index, executor="serial", show_progress=False)
     read_ahead.close_stores()
-    ds = _dataset(index, ReadAhead(items=16))
-    for i in range(8):  # the order's shape is known after the first few
-        ds[i]
-    byte_counters.reset_byte_counters()
-    for i in range(8, 40):
-        ds[i]
-    counts = byte_counters.byte_counters()["by_cache"]["read_ahead"]
-    read_ahead.close_stores()
+    counts = read_ahead_counts(_dataset(index, ReadAhead(items=16)), warm=8, upto=40)
     assert counts["hits"] > 0 and counts["misses"] == 0, counts

@@ -25,7 +25,7 @@ True
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -56,6 +56,19 @@ def _chunk(head: bytes, source: Any, pos: int) -> bytes:
     return header
 
 
+def _walk(head: bytes, source: Any, endian: str) -> Iterator[tuple[int, bytes, int]]:
+    """``(offset, id, size)`` of each chunk of a RIFF or IFF file after its 12-byte form header (chunks are
+    word-aligned in both), at most :data:`MAX_CHUNKS`, until the bytes end."""
+    pos = 12
+    for _ in range(MAX_CHUNKS):
+        header = _chunk(head, source, pos)
+        if len(header) < 8:
+            return
+        size = struct.unpack_from(endian + "I", header, 4)[0]
+        yield pos, header[:4], size
+        pos += 8 + size + (size & 1)
+
+
 def wav_data_chunk(head: bytes, source: Any = None) -> tuple[int, int] | None:
     """(offset, declared size) of a RIFF/WAVE file's ``data`` chunk, else None.
 
@@ -64,16 +77,7 @@ def wav_data_chunk(head: bytes, source: Any = None) -> tuple[int, int] | None:
     """
     if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
         return None
-    pos = 12
-    for _ in range(MAX_CHUNKS):
-        header = _chunk(head, source, pos)
-        if len(header) < 8:
-            return None
-        chunk_id, chunk_size = header[:4], struct.unpack_from("<I", header, 4)[0]
-        if chunk_id == b"data":
-            return pos + 8, chunk_size
-        pos += 8 + chunk_size + (chunk_size & 1)  # chunks are word-aligned
-    return None
+    return next(((pos + 8, size) for pos, kind, size in _walk(head, source, "<") if kind == b"data"), None)
 
 
 def aiff_sound_chunk(head: bytes, source: Any = None) -> tuple[int, int] | None:
@@ -83,23 +87,18 @@ def aiff_sound_chunk(head: bytes, source: Any = None) -> tuple[int, int] | None:
     """
     if len(head) < 12 or head[:4] != b"FORM" or head[8:12] not in (b"AIFF", b"AIFC"):
         return None
-    pos = 12
-    for _ in range(MAX_CHUNKS):
-        header = _chunk(head, source, pos)
-        if len(header) < 8:
+    for pos, kind, chunk_size in _walk(head, source, ">"):
+        if kind != b"SSND":
+            continue
+        fields = head[pos + 8 : pos + 16]
+        if len(fields) < 8 and source is not None:
+            fields = _read(source, pos + 8, 8)
+        if len(fields) < 8:
             return None
-        chunk_id, chunk_size = header[:4], struct.unpack_from(">I", header, 4)[0]
-        if chunk_id == b"SSND":
-            fields = head[pos + 8 : pos + 16]
-            if len(fields) < 8 and source is not None:
-                fields = _read(source, pos + 8, 8)
-            if len(fields) < 8:
-                return None
-            skip = struct.unpack_from(">I", fields, 0)[0]
-            if chunk_size < 8 + skip:
-                return None
-            return pos + 16 + skip, chunk_size - 8 - skip
-        pos += 8 + chunk_size + (chunk_size & 1)
+        skip = struct.unpack_from(">I", fields, 0)[0]
+        if chunk_size < 8 + skip:
+            return None
+        return pos + 16 + skip, chunk_size - 8 - skip
     return None
 
 
