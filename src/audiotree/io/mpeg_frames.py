@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["frame_header", "count_frames", "first_frame", "chain_start", "read_tag", "Tag", "concealed_span", "MAX_KBPS"]
+__all__ = ["frame_header", "frame_chain", "count_frames", "first_frame", "chain_start", "read_tag", "Tag", "concealed_span", "MAX_KBPS"]
 
 _RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}  # by version id
 _KBPS = {  # (MPEG-1?, layer id) -> bitrate index table (kbit/s)
@@ -84,6 +84,36 @@ def frame_header(header: bytes) -> tuple[int, int, int] | None:
     size, spf, rate = found
     padding = (header[2] >> 1) & 1
     return size + padding * (4 if spf == 384 else 1), spf, rate
+
+
+def frame_chain(data: bytes) -> list[int]:
+    """Offsets of the whole frames chained from byte 0 of ``data`` that share the first one's version, layer,
+    protection, sample rate and channel count (mono or not), then the byte after the last of them.
+
+    One pass over the headers alone (a read's check that its bytes are the frames its table names).
+
+    >>> frame = bytes([0xFF, 0xFB, 0x90, 0x64]) + bytes(413)
+    >>> frame_chain(frame * 3 + b"TAG")
+    [0, 417, 834, 1251]
+    >>> frame_chain(b"junk")
+    [0]
+    """
+    if frame_header(data[:4]) is None:
+        return [0]
+    key, mono = data[1] << 8 | (data[2] & 0x0C), data[3] >= 0xC0
+    table, out, i, end = _TABLE, [], 0, len(data)
+    while i + 4 <= end and data[i] == 0xFF:
+        b1, b2 = data[i + 1], data[i + 2]
+        found = table.get(b1 << 8 | (b2 & 0xFD))
+        if found is None or (b1 << 8 | (b2 & 0x0C)) != key or (data[i + 3] >= 0xC0) != mono:
+            break
+        size = found[0] + ((b2 >> 1) & 1) * (4 if found[1] == 384 else 1)
+        if i + size > end:
+            break
+        out.append(i)
+        i += size
+    out.append(i)
+    return out
 
 
 # What may sit between MPEG frames without being damage: tags (ID3v2 of a concatenated file, ID3v1, APE, Lyrics3).

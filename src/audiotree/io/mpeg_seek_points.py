@@ -189,14 +189,9 @@ def decode_frames(body: bytes, count: int) -> np.ndarray:
 
 def _chain(body: bytes, fmt: tuple[int, int, int, int]) -> list[int]:
     """Offsets of the frames (all of format ``fmt``) chained from byte 0 of ``body``, then the byte after them."""
-    out, i = [], 0
-    while i + 4 <= len(body):
-        found = mpeg_frames.frame_header(body[i:i + 4])
-        if found is None or frame_format(body[i:i + 4]) != fmt or i + found[0] > len(body):
-            break
-        out.append(i)
-        i += found[0]
-    return out + [i]
+    if frame_format(body[:4]) != fmt:
+        return [0]
+    return mpeg_frames.frame_chain(body)
 
 
 def decode_start(start: int, delay: int, spf: int) -> int:

@@ -30,6 +30,7 @@ import threading
 from typing import Any, Sequence
 
 import grain
+import numpy as np
 
 from audiotree.io.read_ahead import PlannedRange, ReadAhead, process_store
 from audiotree.process_local import ProcessLocal
@@ -104,10 +105,15 @@ class OrderShape:
         """
         x = self.seen[:len(self.seen) - lag] if lag else self.seen
         n = len(x)
+        kept = None
         for p in range(1, min(self.max_period, n // 2) + 1 if n >= 3 else 1):
             step = x[-1] - x[-1 - p]
-            if step > 0 and all(x[m] - x[m - p] == step for m in range(p, n)):
-                return p, step
+            if step <= 0 or x[-2] - x[-2 - p] != step:  # (most periods fail here, before the whole check)
+                continue
+            if kept is None:
+                kept = np.asarray(x, dtype=np.int64)
+            if (kept[p:] - kept[:-p] == step).all():
+                return p, int(step)
         if n >= 32:
             del self.seen[:n // 2]
         return None
