@@ -15,11 +15,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from audiotree import AudioTree
 from counted_http import CountedHttp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +84,6 @@ WORKERS = {"main": 0, "grain": 2, "torch-fork": 2, "torch-spawn": 2}
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A 5-item ArrayRecord dataset of 3 shards, served at ``base/ar``."""
-    from audiotree import AudioTree
     from audiotree.writers import ArrayRecordWriter
 
     folder = tmp_path_factory.mktemp("served") / "ar"
@@ -176,3 +178,84 @@ def test_a_killed_process_folder_is_removed_by_the_next_one(tmp_path):
     assert after.stdout.strip().startswith("audiotree-swept-")
     assert not left.exists() and other.is_dir()
     assert sorted(p.name for p in tmp.iterdir()) == ["audiotree-swept-not-ours"]
+
+
+# ------------------------------------------------------------------ writers' staging folders (audiotree-out-*)
+WRITER_SCRIPT = '''
+import os, sys
+import numpy as np
+from audiotree import AudioTree
+from audiotree.writers import ArrayRecordWriter, AudioWriter
+
+
+def staging():
+    return sorted(n for n in os.listdir(os.environ["TMPDIR"]) if n.startswith("audiotree-out-"))
+
+
+if sys.argv[1] == "unclosed":  # written, never closed: the process ends with the writer open
+    writer = ArrayRecordWriter("memory://bucket/ar", records_per_shard=2)
+    writer.write(AudioTree.create(np.zeros((3, 1, 4), np.float32), 8_000))
+    print(len(staging()))
+else:  # a refused argument, found after the staging folder was made
+    try:
+        AudioWriter("memory://bucket/audio", manifest_every=-1)
+    except ValueError:
+        pass
+    import gc
+    gc.collect()
+    print(len(staging()))
+'''
+
+
+@pytest.mark.parametrize("how, during", [("unclosed", 1), ("refused", 0)])
+def test_a_writer_to_a_url_leaves_no_staging_folder(tmp_path, how, during):
+    result = _run(WRITER_SCRIPT, tmp_path, how)
+    assert result.stdout.split() == [str(during)]  # refused: gone with the half-made writer, before the exit
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+class _RefusingPuts(BaseHTTPRequestHandler):
+    """Nothing to read (404) and every upload refused (403)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _answer(self, status: int) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self._answer(404)
+
+    do_HEAD = do_GET
+
+    def do_PUT(self) -> None:
+        self._answer(403)
+
+    do_POST = do_PUT
+
+
+def test_a_failed_upload_removes_the_staging_folder(tmp_path, monkeypatch):
+    from audiotree.writers import ArrayRecordWriter
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RefusingPuts)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        writer = ArrayRecordWriter(f"http://127.0.0.1:{server.server_address[1]}/ar", records_per_shard=2)
+        writer.write(AudioTree.create(np.zeros((3, 1, 4), np.float32), 8_000))
+        assert [p.name[:14] for p in tmp_path.iterdir()] == ["audiotree-out-"]
+        with pytest.raises(Exception, match="127.0.0.1"):
+            writer.close()
+        assert list(tmp_path.iterdir()) == []  # now, while the writer is still referenced
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
