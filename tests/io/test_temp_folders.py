@@ -67,6 +67,7 @@ import torch
 
 if __name__ == "__main__":
     source = ArrayRecordAudioSource(URL)
+    offset(source[4])  # the main process stages a shard before the workers start (and fork its reader)
     loader = torch.utils.data.DataLoader(source, batch_size=None, num_workers=2, collate_fn=offset,
                                          multiprocessing_context="fork")
     it = iter(loader)
@@ -79,6 +80,8 @@ SCRIPTS["torch-spawn"] = SCRIPTS["torch-fork"].replace('"fork"', '"spawn"')
 
 #: How many worker processes stage shards in each script.
 WORKERS = {"main": 0, "grain": 2, "torch-fork": 2, "torch-spawn": 2}
+#: Whether the main process stages a shard too.
+MAIN_STAGES = {"main", "torch-fork", "torch-spawn"}
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +126,8 @@ def test_shard_staging_folders_are_gone_when_the_readers_exit(served, tmp_path, 
     pids = [int(name.split("-")[3]) for name in seen["during"]]
     assert len(set(pids)) == len(pids), seen
     assert len(set(pids) - {seen["main"]}) == WORKERS[how], seen
+    if how in MAIN_STAGES:
+        assert seen["main"] in pids, seen
 
 
 def test_a_folder_is_removed_with_its_owner(tmp_path, monkeypatch):
