@@ -77,9 +77,19 @@ if __name__ == "__main__":
 ''',
 }
 SCRIPTS["torch-spawn"] = SCRIPTS["torch-fork"].replace('"fork"', '"spawn"')
+# Our loader keeps its workers (persistent_workers): the script ends with them alive, and tensors went back
+# through pymp-* folders.
+SCRIPTS["audio-loader-fork"] = '''
+from audiotree.torch import AudioDataLoader
+
+if __name__ == "__main__":
+    loader = AudioDataLoader(open_arrayrecord(URL), batch_size=2, num_workers=2, multiprocessing_context="fork")
+    report([float(x) for batch in loader for x in batch.offset])
+'''
+SCRIPTS["audio-loader-spawn"] = SCRIPTS["audio-loader-fork"].replace('"fork"', '"spawn"')
 
 #: How many worker processes stage shards in each script.
-WORKERS = {"main": 0, "grain": 2, "torch-fork": 2, "torch-spawn": 2}
+WORKERS = {"main": 0, "grain": 2, "torch-fork": 2, "torch-spawn": 2, "audio-loader-fork": 2, "audio-loader-spawn": 2}
 #: Whether the main process stages a shard too.
 MAIN_STAGES = {"main", "torch-fork", "torch-spawn"}
 
@@ -114,12 +124,12 @@ def _run(script: str, tmp_path: Path, *args: str, returncode: int = 0) -> subpro
 @pytest.mark.slow
 @pytest.mark.parametrize("how", list(SCRIPTS))
 def test_shard_staging_folders_are_gone_when_the_readers_exit(served, tmp_path, how):
-    if how.startswith("torch"):
+    if how.startswith(("torch", "audio-loader")):
         pytest.importorskip("torch")
     result = _run(textwrap.dedent(PRELUDE) + textwrap.dedent(SCRIPTS[how]), tmp_path, served)
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["during"], "nothing was staged"
-    assert sorted(p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("audiotree-")) == []
+    assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == []  # nor the workers' pymp-* folders
     assert seen["values"] == [0.0, 1.0, 2.0, 3.0, 4.0]
     # While reading, each staging process had its own folder, named with its pid (Grain's main process may read
     # one item too).
