@@ -188,11 +188,14 @@ def test_a_killed_process_folder_is_removed_by_the_next_one(tmp_path):
     left = tmp / killed.stdout.strip()
     other = tmp / "audiotree-swept-not-ours"  # a name of another shape is never touched
     other.mkdir()
+    host = left.name.split("-")[2]
+    live = tmp / f"audiotree-swept-{host}-{os.getpid()}-live"  # a live process's folder (this one's) stays
+    live.mkdir()
     assert (left / "shard").is_file()
     after = _run(script, tmp_path, "exit")
     assert after.stdout.strip().startswith("audiotree-swept-")
-    assert not left.exists() and other.is_dir()
-    assert sorted(p.name for p in tmp.iterdir()) == ["audiotree-swept-not-ours"]
+    assert not left.exists() and other.is_dir() and live.is_dir()
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([other.name, live.name])
 
 
 # ------------------------------------------------------------------ writers' staging folders (audiotree-out-*)
