@@ -7,6 +7,8 @@
   file in the same folder, ``fsync`` it, ``os.replace`` it over the target and
   ``fsync`` the folder, so a reader sees either the old or the new content,
   even after a crash or power loss.
+* :func:`private_temp_folder` makes a scratch folder that the process that
+  made it removes when it exits (also a Grain or torch worker).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import errno
 import json
 import ntpath
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -31,6 +34,7 @@ __all__ = [
     "read_limited",
     "npz_problem",
     "naming_os_errors",
+    "private_temp_folder",
 ]
 
 
@@ -208,3 +212,87 @@ def close_keeping_error(writer: Any, exc: BaseException | None) -> None:
         writer.close()
     except Exception as close_error:
         exc.add_note(f"{type(writer).__name__}.close() failed too: {close_error}; the last committed manifest is kept.")
+
+
+def _host_tag() -> str:
+    """Eight hex digits naming this host and pid namespace (a pid means one process only within them)."""
+    import hashlib
+    import socket
+
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}\x00{namespace}".encode()).hexdigest()[:8]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _remove_own_folder(path: str, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child inherits the finaliser, not the folder
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_SWEPT: set[str] = set()
+
+
+def _sweep_dead(prefix: str, tag: str) -> None:
+    """Removes this host's ``prefix`` folders whose process is gone (killed before it could remove them)."""
+    import shutil
+
+    base = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(f"{prefix}{tag}-")]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix) + len(tag) + 1:].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        path = os.path.join(base, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not _pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def private_temp_folder(prefix: str, owner: Any = None) -> Path:
+    """A new folder in the system temp folder, removed with its files when the process that made it exits.
+
+    It is removed at the normal exit of the main process and of a
+    multiprocessing child (Grain's ``mp_prefetch`` and torch ``DataLoader``
+    workers, fork or spawn), by ``multiprocessing.util.Finalize`` (``atexit``
+    does not run in forked children), and as soon as ``owner`` (when given)
+    is garbage collected. Only the making process removes it.
+
+    The name is ``{prefix}{host}-{pid}-{random}``. A process killed by
+    SIGKILL cannot remove its folder; the first call with the same prefix in
+    a later process of the same host and pid namespace removes the folders
+    of that prefix whose process is gone.
+
+    >>> folder = private_temp_folder("audiotree-doc-")
+    >>> folder.is_dir(), folder.name.startswith("audiotree-doc-")
+    (True, True)
+    """
+    from multiprocessing import util
+
+    tag = _host_tag()
+    if prefix not in _SWEPT:
+        _SWEPT.add(prefix)
+        _sweep_dead(prefix, tag)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{tag}-{os.getpid()}-")
+    # Runs when owner is collected and at exit (after the process's own children are joined).
+    util.Finalize(owner, _remove_own_folder, args=(path, os.getpid()), exitpriority=-10)
+    return Path(path)

@@ -9,6 +9,7 @@ is gone within a bounded time, and that no shared-memory block it made is left.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -101,8 +102,12 @@ def _mapped_blocks(pids) -> set[str]:
 def _kill_and_watch(code: str, tmp_path: Path, *, workers: int, timeout: float = 120) -> None:
     script = tmp_path / "parent.py"
     script.write_text(code)
+    # What the killed processes cannot remove (multiprocessing's pymp-* folders, ours) stays in this test's folder.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, TMPDIR=str(tmp)))
     children: list = []
     try:
         parent = psutil.Process(proc.pid)
@@ -142,6 +147,10 @@ def _kill_and_watch(code: str, tmp_path: Path, *, workers: int, timeout: float =
                 child.kill()
             except psutil.Error:
                 pass
+        # A board owner killed by a signal leaves its read board (audiotree.io.read_board: the next board made
+        # removes it); this test removes it at once.
+        for board in Path("/dev/shm").glob(f"audiotree-reads-{proc.pid}-*"):
+            board.unlink(missing_ok=True)
         proc.stdout.close()
         proc.stderr.close()
 

@@ -5,8 +5,12 @@ See :mod:`audiotree.torch` and ``docs/torch.md`` for the design.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
+import os
 import sys
+import weakref
 from typing import Any, Callable, Iterator
 
 import torch
@@ -37,6 +41,34 @@ from audiotree.torch.tensors import collate, to_torch
 from audiotree.validation import renamed_keywords
 
 __all__ = ["AudioDataLoader", "create_dataloader", "as_torch_dataset", "merge_state_dicts"]
+
+#: Loaders that started persistent workers, and the process that registered their stop at exit.
+_LIVE_LOADERS: weakref.WeakSet = weakref.WeakSet()
+_EXIT_HOOK_PID: list[int] = []
+
+
+def _stop_workers_at_exit() -> None:
+    """Stops the persistent workers still alive at exit as a finished loader would, letting them end normally.
+
+    Left running, they are daemon processes that multiprocessing ends at exit
+    with SIGTERM, so their exit handlers never run and their temporary
+    folders stay (the staged shards of a remote ArrayRecord dataset, the
+    ``pymp-*`` folders through which tensors were sent). Registered after
+    torch's own exit hook, this runs before it, while torch still stops
+    workers.
+    """
+    if _EXIT_HOOK_PID != [os.getpid()]:  # a forked copy of the registering process
+        return
+    for loader in list(_LIVE_LOADERS):
+        with contextlib.suppress(Exception):  # a loader half torn down already: multiprocessing ends its workers
+            loader._stop_workers()
+
+
+def _stop_at_exit(loader: "AudioDataLoader") -> None:
+    if _EXIT_HOOK_PID != [os.getpid()]:
+        _EXIT_HOOK_PID[:] = [os.getpid()]
+        atexit.register(_stop_workers_at_exit)
+    _LIVE_LOADERS.add(loader)
 
 
 def as_torch_dataset(dataset: Any, *, epoch_size: int | None = None, epoch: int = 0,
@@ -229,6 +261,8 @@ class AudioDataLoader(_tud.DataLoader):
         # Workers start here, in this thread: they exit with this process (WorkerInit).
         if isinstance(self.worker_init_fn, WorkerInit):
             self.worker_init_fn.before_start()
+        if self.num_workers > 0 and self.persistent_workers:
+            _stop_at_exit(self)
         return super()._get_iterator()
 
     def __iter__(self) -> Iterator[Any]:

@@ -22,10 +22,10 @@ import contextlib
 import hashlib
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
+from audiotree.fs import private_temp_folder
 from audiotree.io import storage
 from audiotree.io.ranges import default_cache_dir
 from audiotree.writers.writer_options import refuse_existing
@@ -53,7 +53,8 @@ class RemoteOutput:
             raise ValueError(f"RemoteOutput needs a URL (s3://, gs://, ...), got {url!r}.")
         self.url = url.rstrip("/")
         self.storage_options = dict(storage_options or {})
-        self.local = Path(tempfile.mkdtemp(prefix="audiotree-out-"))
+        # Removed by close(), else when this object is collected or the process exits (a writer never closed).
+        self.local = private_temp_folder("audiotree-out-", owner=self)
 
     def remote(self, name: str) -> str:
         return f"{self.url}/{name}"
@@ -113,14 +114,16 @@ class RemoteOutput:
         index): uploaded after the data they describe. Remote files the new
         output does not have (a replaced dataset's leftovers) are deleted.
         """
-        names = upload_folder(self.local, self.url, last=last, storage_options=self.storage_options)
-        storage.forget_listings(self.url, storage_options=self.storage_options)
-        if storage.exists(self.url, storage_options=self.storage_options):
-            fs = storage.filesystem(self.url, self.storage_options)
-            for remote in storage.list_files(self.url, storage_options=self.storage_options):
-                if remote.startswith(self.url + "/") and remote[len(self.url) + 1:] not in names:
-                    fs.rm(remote)
-        self.close()
+        try:
+            names = upload_folder(self.local, self.url, last=last, storage_options=self.storage_options)
+            storage.forget_listings(self.url, storage_options=self.storage_options)
+            if storage.exists(self.url, storage_options=self.storage_options):
+                fs = storage.filesystem(self.url, self.storage_options)
+                for remote in storage.list_files(self.url, storage_options=self.storage_options):
+                    if remote.startswith(self.url + "/") and remote[len(self.url) + 1:] not in names:
+                        fs.rm(remote)
+        finally:  # a failed upload cannot be resumed from here: the staged files go either way
+            self.close()
 
     def remove(self, name: str) -> None:
         """Deletes ``url/name`` (recursively) if it exists."""

@@ -18,7 +18,7 @@ file layer takes no URLs), so records are not read by ranged requests: for a
 URL the indexes are read in place (one request each) and each shard file is
 *staged* when one of its records is first read: downloaded into the read cache
 (``cache_limit=``, least recently used evicted; without one, a private folder
-holding one shard at a time), then opened locally. A render's record lists
+holding one shard at a time, removed when the process exits), then opened locally. A render's record lists
 each part's shards with size and SHA-256: staging one is then a single GET,
 checked against them, and the cache entry is named by content (no version
 request). A host with ``shard_options`` downloads its own shards only.
@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 from audiotree.core import AudioTree
 from audiotree.process_local import ExitsWithPickler, ProcessLocal
-from audiotree.fs import read_limited
+from audiotree.fs import private_temp_folder, read_limited
 from audiotree.errors import AudioReadError
 from audiotree.discovery.sharding import check_shard_options
 from audiotree.io import storage
@@ -314,7 +314,8 @@ class _StagedShards(ProcessLocal):
     OPEN_SHARDS = 2
 
     #: Rebuilt fresh in every process this object is unpickled in (see audiotree.process_local).
-    process_local = {"_lock": threading.Lock, "_cache": lambda: None, "_open": lambda: _open_shards()}
+    process_local = {"_lock": threading.Lock, "_cache": lambda: None, "_cache_pid": lambda: None,
+                     "_open": lambda: _open_shards()}
 
     def __init__(self, urls: list[str], counts: list[int], *, storage_options, cache_limit, cache_dir,
                  indexes: list[str | None] | None = None, contents: list[tuple | None] | None = None) -> None:
@@ -331,6 +332,7 @@ class _StagedShards(ProcessLocal):
             total += n
             self._ends.append(total)
         self._cache = None
+        self._cache_pid = None  # the process that made the private folder (a forked worker makes its own)
         self._open = _open_shards()
         self._lock = threading.Lock()
         if cache_limit is not None:
@@ -346,10 +348,11 @@ class _StagedShards(ProcessLocal):
             if self.cache_limit is not None:
                 folder = self.cache_dir if self.cache_dir is not None else default_cache_dir() / "ranges"
                 self._cache = RangeCache(folder, self.cache_limit)
-            else:
-                import tempfile
-
-                self._cache = RangeCache(tempfile.mkdtemp(prefix="audiotree-shards-"), 0)
+        if self.cache_limit is None and self._cache_pid != os.getpid():
+            # This process's own folder (not a forking parent's, whose evictions would remove the shard this one
+            # is about to open), removed when this object goes or the process exits.
+            self._cache = RangeCache(private_temp_folder("audiotree-shards-", owner=self), 0)
+            self._cache_pid = os.getpid()
         return self._cache
 
     def _shard(self, k: int):
