@@ -362,7 +362,7 @@ class RangeStore:
         need = stop if need is None else min(int(need), int(stop))
         with self._lock:
             blocks = self._blocks.get(url, ())
-            chain = _chain(blocks, start, need)
+            chain = _chain(blocks, start, need, stop)
             if chain is None and blocks:
                 self._note_miss(url, start, blocks)
         if chain is None:
@@ -454,15 +454,20 @@ def _start_of(block: _Block) -> int:
     return block.start
 
 
-def _chain(blocks: Iterable[_Block], start: int, need: int) -> list[_Block] | None:
+def _chain(blocks: Iterable[_Block], start: int, need: int, stop: int) -> list[_Block] | None:
     """Blocks that together hold ``[start, need)``, each beginning where the one before ends (or earlier), then
-    any that continue them; ``None`` when there is a hole before ``need``."""
+    those that continue them towards ``stop`` and have arrived; ``None`` when there is a hole before ``need``.
+
+    Why not more: a render's rows are planned as one block after another, so the blocks of a part form one
+    contiguous run up to the newest request in flight. A read that waited for every block continuing its own (or
+    past ``stop``) would wait for that newest request, a round trip per read, and join megabytes it never uses.
+    """
     chain: list[_Block] = []
     at = start
     for block in blocks:  # kept sorted by start (RangeStore.plan)
         if block.stop <= start or block.failed:
             continue
-        if block.start > at:
+        if block.start > at or at >= stop or at >= need and not block.done:
             break
         if block.stop > at:
             chain.append(block)

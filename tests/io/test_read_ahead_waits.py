@@ -1,0 +1,83 @@
+"""A read takes the blocks it needs from the read-ahead's store and waits for no other request in flight.
+
+A render's rows are planned block after block, so a part's blocks form one contiguous run up to the newest request;
+a read of one row must not wait for the rows planned after it (it did: every read waited a round trip for the
+newest block, and the render read at a tenth of its local rate over HTTP).
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import fsspec
+import pytest
+
+from audiotree.io.read_ahead import PlannedRange, RangeStore, ReadAhead
+from counted_http import answer_range
+
+DATA = bytes(range(256)) * 64  # 16 KiB
+HELD_FROM = 8192  # a GET starting here is answered only once the test releases it
+
+
+@pytest.fixture()
+def held_server():
+    release, answered = threading.Event(), threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if self.headers.get("Range", "").startswith(f"bytes={HELD_FROM}-"):
+                release.wait(15)
+                answered.set()
+            answer_range(self, DATA, body=True, ranges=True)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/part.bin", release, answered
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_read_does_not_wait_for_the_next_block_in_flight(held_server):
+    url, release, answered = held_server
+    fs = fsspec.filesystem("http", skip_instance_cache=True)
+    store = RangeStore(ReadAhead(merge_gap=0))
+    try:
+        # Two contiguous blocks, as a render's consecutive items are planned: the second stays in flight.
+        store.plan([PlannedRange(url, 0, HELD_FROM, len(DATA), fs)], use=0)
+        store.plan([PlannedRange(url, HELD_FROM, len(DATA), len(DATA), fs)], use=1)
+        assert store.stats()["blocks"] == 2
+        got = store.take(url, 100, 4196)  # inside the first block: it needs nothing of the second
+        assert got == DATA[100:4196]
+        assert not answered.is_set(), "the read waited for the next block's request"
+        # A read across both blocks waits for the second and joins them.
+        release.set()
+        assert store.take(url, 8000, 9000) == DATA[8000:9000]
+    finally:
+        release.set()
+        store.close()
+
+
+def test_past_what_it_needs_a_read_takes_only_blocks_that_arrived(held_server):
+    url, release, answered = held_server
+    fs = fsspec.filesystem("http", skip_instance_cache=True)
+    store = RangeStore(ReadAhead(merge_gap=0))
+    try:
+        store.plan([PlannedRange(url, 0, HELD_FROM, len(DATA), fs)], use=0)
+        store.plan([PlannedRange(url, HELD_FROM, len(DATA), len(DATA), fs)], use=1)
+        got = store.take(url, 4000, 12000, need=5000)
+        assert got == DATA[4000:HELD_FROM]  # the first block's bytes, without waiting for the second
+        assert not answered.is_set()
+    finally:
+        release.set()
+        store.close()
