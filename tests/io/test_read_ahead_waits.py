@@ -1,4 +1,5 @@
-"""A read takes the blocks it needs from the read-ahead's store and waits for no other request in flight.
+"""A read takes the blocks it needs from the read-ahead's store and waits for no other request in flight; reads of
+an array's rows outside the plans never widen its plans to the object's start.
 
 A render's rows are planned block after block, so a part's blocks form one contiguous run up to the newest request;
 a read of one row must not wait for the rows planned after it (it did: every read waited a round trip for the
@@ -16,7 +17,7 @@ import pytest
 from audiotree.io.read_ahead import PlannedRange, RangeStore, ReadAhead
 from counted_http import answer_range
 
-DATA = bytes(range(256)) * 64  # 16 KiB
+DATA = bytes(range(256)) * 2048  # 512 KiB
 HELD_FROM = 8192  # a GET starting here is answered only once the test releases it
 
 
@@ -80,4 +81,26 @@ def test_past_what_it_needs_a_read_takes_only_blocks_that_arrived(held_server):
         assert not answered.is_set()
     finally:
         release.set()
+        store.close()
+
+
+@pytest.mark.parametrize("rows", [True, False])
+def test_reads_outside_the_plans_widen_a_decoded_object_only(held_server, rows):
+    """Two reads before every planned block of an object, past its header: for an audio file, a decoder reading on
+    from its start (its later plans start at byte 0: an MP3 without a seek table); for an array read by rows (a
+    render's part, ``rows=True``), only items planned too late, and its plans stay as asked."""
+    url, release, _ = held_server
+    release.set()
+    fs = fsspec.filesystem("http", skip_instance_cache=True)
+    store = RangeStore(ReadAhead(merge_gap=0))
+    size = len(DATA)
+    try:
+        store.plan([PlannedRange(url, 400_000, 450_000, size, fs, rows=rows)], use=10)
+        for start in (100_000, 200_000):
+            assert store.take(url, start, start + 1000) is None  # not held: the caller's own request
+        store.plan([PlannedRange(url, 450_000, 500_000, size, fs, rows=rows)], use=11)
+        held = store.stats()["bytes"]
+        assert held == (100_000 if rows else 50_000 + 500_000 + size // 20 - 50_000)
+        assert store.take(url, 460_000, 470_000) == DATA[460_000:470_000]
+    finally:
         store.close()

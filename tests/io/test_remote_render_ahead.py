@@ -140,3 +140,19 @@ def test_bad_read_ahead_is_refused_by_name(render):
         open_render(render["url"], read_ahead=64)
     local = open_render(render["local"], read_ahead=ReadAhead(items=4))  # a local render reads as always
     assert np.asarray(local[0].waveform).shape == (1, 1, 4000)
+
+
+def test_a_read_ahead_short_of_room_fetches_each_row_once(render):
+    """With a cache_limit of a few rows, the plans stop at the limit and some rows are read without one (their own
+    GET). Those reads are not a decoder reading on from the object's start: the part's later plans must not be
+    widened to start at byte 0 (they were: each plan then fetched the part from its first row, twice the bytes and
+    more)."""
+    proxy = render["proxy"]
+    read_ahead.close_stores()
+    proxy.reset()
+    options = ReadAhead(items=16, cache_limit=40_000)  # two and a half rows of 16,000 bytes
+    ahead = _read(open_render(render["url"], read_ahead=options), grain.ReadOptions(num_threads=4))
+    rows = [e for e in proxy.seen() if e[0] == "GET" and e[1].endswith("waveform.bin")]
+    read_ahead.close_stores()
+    _all_same(ahead, _read(open_render(render["local"])))
+    assert sum(e[3] for e in rows) <= 1.25 * ITEMS * 16000, " ".join(f"{e[1][-17:-13]}:{e[2][6:]}" for e in rows)

@@ -130,13 +130,19 @@ class ReadAhead:
 
 @dataclasses.dataclass(frozen=True)
 class PlannedRange:
-    """Bytes ``[start, stop)`` of the object ``url`` (of ``size`` bytes when known), read through ``fs``."""
+    """Bytes ``[start, stop)`` of the object ``url`` (of ``size`` bytes when known), read through ``fs``.
+
+    ``rows``: the object is an array read by exact rows (a render's part), never by a decoder that may read on
+    from its start: a read of it outside the plans is only an item planned too late (the store was full), so its
+    plans are never widened to start at byte 0 (see :meth:`RangeStore.take`).
+    """
 
     url: str
     start: int
     stop: int
     size: int | None = None
     fs: Any = dataclasses.field(default=None, compare=False, repr=False)
+    rows: bool = False
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]], *, gap: int) -> list[tuple[int, int]]:
@@ -249,6 +255,7 @@ class RangeStore:
         self._gates: dict[int, tuple[asyncio.Semaphore, _Budget | None]] = {}  # per event loop
         self._prefix_misses: dict[str, int] = {}
         self._from_start: set[str] = set()  # objects whose decoder reads from byte 0 (see _note_miss)
+        self._rows: set[str] = set()  # objects read by exact rows: no decoder reads them from byte 0
         self._running = 0  # fetches started on the IO loop and not yet ended (see close)
         self._settled = threading.Condition()
         self._loops: set[Any] = set()  # the IO loops fetches ran on
@@ -282,6 +289,8 @@ class RangeStore:
                 first = parts[0]
                 if first.size is not None:
                     self._sizes[url] = int(first.size)
+                if first.rows:
+                    self._rows.add(url)
                 blocks = self._blocks.setdefault(url, [])
                 asked = [(p.start, p.stop) for p in parts]
                 if url in self._from_start:  # its decoder reads from the start up to the excerpt (seen below);
@@ -391,7 +400,8 @@ class RangeStore:
         """A read of ``url`` no block holds: past the header but before every planned excerpt of the object, it is
         a decoder reading on from the start (an MP3 without a seek table is decoded from its first frame). After
         :data:`FROM_START_AFTER` such reads, this object's plans start at byte 0."""
-        if url in self._from_start or start < HEADER_BYTES or any(b.start <= start for b in blocks if b.start > 0):
+        if url in self._from_start or url in self._rows or start < HEADER_BYTES or any(
+                b.start <= start for b in blocks if b.start > 0):
             return
         seen = self._prefix_misses.get(url, 0) + 1
         self._prefix_misses[url] = seen
