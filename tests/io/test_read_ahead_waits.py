@@ -104,3 +104,20 @@ def test_reads_outside_the_plans_widen_a_decoded_object_only(held_server, rows):
         assert store.take(url, 460_000, 470_000) == DATA[460_000:470_000]
     finally:
         store.close()
+
+
+def test_a_view_of_a_held_block_is_its_bytes_uncopied(held_server):
+    """``take(view=True)`` (a render's rows, copied once into the item's array by its reader) hands out the block's
+    bytes as a read-only memoryview; without ``view`` they are bytes of their own, as before."""
+    url, release, _ = held_server
+    release.set()
+    fs = fsspec.filesystem("http", skip_instance_cache=True)
+    store = RangeStore(ReadAhead(merge_gap=0))
+    try:
+        store.plan([PlannedRange(url, 0, 100_000, len(DATA), fs, rows=True)], use=0)
+        got = store.take(url, 1000, 50_000, view=True)
+        assert isinstance(got, memoryview) and got.readonly and got == DATA[1000:50_000]
+        copied = store.take(url, 1000, 50_000)
+        assert isinstance(copied, bytes) and copied == DATA[1000:50_000]
+    finally:
+        store.close()

@@ -155,4 +155,7 @@ def test_a_read_ahead_short_of_room_fetches_each_row_once(render):
     rows = [e for e in proxy.seen() if e[0] == "GET" and e[1].endswith("waveform.bin")]
     read_ahead.close_stores()
     _all_same(ahead, _read(open_render(render["local"])))
+    # Rows taken as views of the fetched blocks are copied into each item: its arrays are its own, writable.
+    waveform = np.asarray(ahead[0].waveform)
+    assert waveform.flags.writeable and waveform.flags.owndata
     assert sum(e[3] for e in rows) <= 1.25 * ITEMS * 16000, " ".join(f"{e[1][-17:-13]}:{e[2][6:]}" for e in rows)

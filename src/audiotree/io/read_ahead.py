@@ -364,10 +364,15 @@ class RangeStore:
         return gate
 
     # -- reading --------------------------------------------------------------------------------------------
-    def take(self, url: str, start: int, stop: int, need: int | None = None) -> bytes | None:
+    def take(self, url: str, start: int, stop: int, need: int | None = None, *,
+             view: bool = False) -> bytes | memoryview | None:
         """Bytes ``[start, stop)`` of ``url`` from blocks (joined where one ends and the next begins), or as far as
         they hold them past ``need`` (default ``stop``); ``None`` when they do not hold ``[start, need)`` (then the
-        caller makes its request)."""
+        caller makes its request).
+
+        ``view``: bytes one block holds come as a read-only ``memoryview`` of it, not copied (a render's row is
+        copied once, into its item's array, instead of twice); the view keeps the block's bytes alive.
+        """
         need = stop if need is None else min(int(need), int(stop))
         with self._lock:
             blocks = self._blocks.get(url, ())
@@ -386,7 +391,8 @@ class RangeStore:
                     self._drop(block)
                     return None
                 lo = max(start, block.start) - block.start
-                parts.append(data[lo:min(stop, block.stop) - block.start])
+                hi = min(stop, block.stop) - block.start
+                parts.append(memoryview(data)[lo:hi] if view and len(chain) == 1 else data[lo:hi])
         finally:
             waited = time.monotonic() - began
             self.wait_seconds += waited
