@@ -159,3 +159,19 @@ def test_a_read_ahead_short_of_room_fetches_each_row_once(render):
     waveform = np.asarray(ahead[0].waveform)
     assert waveform.flags.writeable and waveform.flags.owndata
     assert sum(e[3] for e in rows) <= 1.25 * ITEMS * 16000, " ".join(f"{e[1][-17:-13]}:{e[2][6:]}" for e in rows)
+
+
+def test_open_render_reads_further_ahead_than_a_corpus(render):
+    """A render's default read-ahead plans 128 items with 64 requests in flight (a corpus's: 64 and 32): rows are
+    whole items, so fewer come per second and, shuffled, each is a request (measured: +30 % items/s at +50 ms)."""
+    import inspect
+
+    default = inspect.signature(open_render).parameters["read_ahead"].default
+    assert (default.items, default.max_in_flight) == (128, 64)
+    assert default.cache_limit == ReadAhead().cache_limit
+    read_ahead.close_stores()
+    ds = open_render(render["url"])
+    items = _read(ds, count=3)
+    assert [store.options for store in read_ahead.active_stores()] == [default]
+    _all_same(items, _read(open_render(render["local"]), count=3))
+    read_ahead.close_stores()
