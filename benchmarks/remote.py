@@ -38,11 +38,23 @@
    (sampled), and requests and bytes per item made (proxy counts over the
    whole cell / items made in every process, start-up included).
 
+6. With ``--render ITEMS`` (default off), a render cell: a ``tree`` render of
+   ITEMS items of 3 s 44.1 kHz mono float32 (529 KB each) written by
+   ``audiotree.render`` (cached like the corpus), its folder served by its own
+   nginx behind its own delay proxy, read as a training job reads it:
+   ``open_render(path or url)`` (its default read-ahead), in item order and
+   ``.shuffle(0)``-ed, repeated, ``ReadOptions(num_threads=8,
+   prefetch_buffer_size=16)``, batch 32, in one process and with 2
+   ``mp_prefetch`` workers, locally and at ``--render-delays`` (default +50
+   ms); the same figures as the other cells. ``--render-only`` skips every
+   other cell (and the corpus).
+
 Every server and proxy it starts is stopped on the way out (``finally`` and
 ``atexit``).
 
     python benchmarks/remote.py            # full: ~90 s files, 20 batches per cell
     python benchmarks/remote.py --quick    # a few seconds per cell
+    python benchmarks/remote.py --render 2000 --render-only   # the render cells alone
 """
 
 from __future__ import annotations
@@ -460,6 +472,13 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
     it = it.batch(32, batch_fn=AudioTree.batch)
     if workers:
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+    return _window(it, t_start, stamps, batches, workers, min_window, peak, sampling)
+
+
+def _window(it, t_start: float, stamps: str, batches: int, workers: int, min_window: float, peak: list,
+            sampling: threading.Event, count_paths: bool = True) -> dict:
+    """Takes batches of ``it`` (its first, one more from each worker, then ``batches`` and at least ``min_window``
+    s) and measures the window after the first ones: items made, CPU, reads, peak RSS."""
     it = iter(it)
     next(it)
     first = time.perf_counter() - t_start
@@ -476,9 +495,10 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
     paths: dict[str, int] = {}  # the items taken, by file: the excerpts' encoded bytes (see cell)
     while taken < batches or time.perf_counter() - t0 < min_window:
         batch = next(it)
-        for p in batch.filepath:
-            paths[str(p)] = paths.get(str(p), 0) + 1
-        items += len(batch.filepath)
+        if count_paths:
+            for p in batch.filepath:
+                paths[str(p)] = paths.get(str(p), 0) + 1
+        items += int(np.shape(batch.waveform)[0])
         taken += 1
     made, elapsed = os.path.getsize(stamps) - made0, time.perf_counter() - t0
     cpu = _tree_cpu_and_rss()[0] - cpu0
@@ -497,8 +517,102 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
             "window_requests_per_item": reads.requests / max(made, 1)}
 
 
+def run_render_cell(where: str, batches: int, workers: int, stamps: str, min_window: float, order: str) -> dict:
+    """A render read as a training job reads it: ``open_render(where)`` (its default read-ahead), ``.shuffle(0)``
+    when ``order`` is ``shuffled``, repeated, 8 reader threads, batch 32, ``workers`` mp_prefetch workers."""
+    import grain
+
+    from audiotree import AudioTree
+    from audiotree.sources import open_render
+
+    peak = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.2):
+            peak[0] = max(peak[0], _tree_cpu_and_rss()[1])
+
+    threading.Thread(target=sample, daemon=True).start()
+    t_start = time.perf_counter()
+    ds = open_render(where)
+    ds = (ds.shuffle(seed=0) if order == "shuffled" else ds).repeat()
+    it = ds.map(ItemStamp(stamps)).to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16))
+    it = it.batch(32, batch_fn=AudioTree.batch)
+    if workers:
+        it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+    return _window(it, t_start, stamps, batches, workers, min_window, peak, sampling, count_paths=False)
+
+
+def _render_item(i: int, frames: int):
+    from audiotree import AudioTree
+
+    rng = np.random.default_rng(i)
+    return AudioTree.create((rng.standard_normal((1, 1, frames)) * 0.1).astype(np.float32), 44100,
+                            offset=np.asarray([float(i)]))
+
+
+def write_render(folder: Path, items: int, seconds: float = 3.0) -> int:
+    """A ``tree`` render of ``items`` items of ``seconds`` s 44.1 kHz mono float32 noise in ``folder / "render"``
+    (reused when a finished one of that many items is there); returns its bytes."""
+    import functools
+
+    import grain
+
+    import audiotree
+    from audiotree.sources import open_render
+
+    out = folder / "render"
+    try:
+        reusable = len(open_render(out)) == items
+    except (FileNotFoundError, RuntimeError, ValueError):
+        reusable = False
+    if not reusable:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        frames = int(round(seconds * 44100))
+        audiotree.render(grain.MapDataset.range(items).map(functools.partial(_render_item, frames=frames)), out,
+                         items, batch_size=50)
+    os.chmod(folder, 0o755)
+    for p in out.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    os.chmod(out, 0o755)
+    return sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+
+
+def render_cell(where: str, order: str, workers: int, args, proxy: "DelayProxy | None") -> dict:
+    """Runs one render cell in a fresh process; adds requests and bytes per item made (the proxy's counts)."""
+    fd, stamps = tempfile.mkstemp(prefix="remote-bench-", suffix=".stamps")
+    os.close(fd)
+    before = proxy.counts() if proxy else (0, 0)
+    rig0 = rig_cpu()
+    try:
+        env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        done = subprocess.run([sys.executable, __file__, "--render-cell", where, "--order", order, "--batches",
+                               str(args.batches), "--workers", str(workers), "--stamps", stamps, "--min-window",
+                               str(args.min_window)], capture_output=True, text=True, timeout=1800, env=env)
+        line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
+        if line is None:
+            raise RuntimeError(f"render cell {where} failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
+        result = json.loads(line[len(RESULT):])
+        made = os.path.getsize(stamps)
+    finally:
+        os.unlink(stamps)
+    time.sleep(0.2)
+    after = proxy.counts() if proxy else (0, 0)
+    result.pop("paths")
+    result["rig_cpu_ms_per_item"] = (rig_cpu() - rig0) * 1e3 / made
+    result["made"] = made
+    result["requests_per_item"] = (after[0] - before[0]) / made
+    result["kb_per_item"] = (after[1] - before[1]) / made / 1e3
+    return result
+
+
 def _cell_main(args) -> int:
-    result = run_cell(args.cell, args.batches, args.workers, args.stamps, args.min_window, not args.no_read_ahead)
+    if args.render_cell:
+        result = run_render_cell(args.render_cell, args.batches, args.workers, args.stamps, args.min_window,
+                                 args.order)
+    else:
+        result = run_cell(args.cell, args.batches, args.workers, args.stamps, args.min_window, not args.no_read_ahead)
     print(RESULT, json.dumps(result), flush=True)
     import multiprocessing
 
@@ -574,6 +688,64 @@ def cell(index: Path, args, proxy: DelayProxy | None, read_ahead: bool = True) -
     return result
 
 
+def render_section(args, work: Path) -> list[str]:
+    """The render cells (``--render``): writes or reuses the render, serves it (its own server and delay proxy),
+    runs each cell, and returns the section's Markdown lines."""
+    folder = Path(args.render_dir or Path(tempfile.gettempdir()) / f"audiotree-remote-render-{args.render}")
+    t0 = time.perf_counter()
+    nbytes = write_render(folder, args.render)
+    out = folder / "render"
+    print(f"render: {args.render} items, {nbytes / 1e6:.0f} MB, in {out} ({time.perf_counter() - t0:.0f} s)",
+          flush=True)
+    (work / "render-server").mkdir()
+    server, port = start_server(args.server, folder, work / "render-server")
+    proxy = DelayProxy(port, work, "renderproxy", processes=args.proxy_processes)
+    print(f"render server: {server} on 127.0.0.1:{port}; delay proxy on :{proxy.port}", flush=True)
+    files = sorted(p for p in out.rglob("*") if p.is_file() and p.stat().st_size > (1 << 20))
+    names = [str(p.relative_to(folder)) for p in files]
+    sizes = [p.stat().st_size for p in files]
+    seconds = args.ceiling_seconds or (1.0 if args.quick else 5.0)
+    ceilings = {label: ceiling(target, names, sizes, args.ceiling_clients, seconds, 1 << 20)["mb_per_s"]
+                for label, target in (("server", port), ("proxy +0 ms", proxy.port))}
+    print("render ceilings, MB/s (1 MiB ranges):", ceilings, flush=True)
+    workers = [int(x) for x in args.render_workers.split(",") if x.strip()]
+    delays = [float(x) for x in args.render_delays.split(",") if x.strip()]
+    rows: list[tuple[str, str, int, dict]] = []
+    for order in ("item order", "shuffled"):
+        kind = "shuffled" if order == "shuffled" else "item"
+        for w in workers:
+            rows.append(("local", order, w, render_cell(str(out), kind, w, args, None)))
+            print("render", rows[-1][:3], rows[-1][3], flush=True)
+            for ms in delays:
+                proxy.set_delay(ms)
+                rows.append((f"http +{ms:g} ms", order, w,
+                             render_cell(f"http://127.0.0.1:{proxy.port}/render", kind, w, args, proxy)))
+                print("render", rows[-1][:3], rows[-1][3], flush=True)
+    item_kb = nbytes / args.render / 1e3
+    lines = [f"A `tree` render of {args.render:,} items of 3 s 44.1 kHz mono float32 ({nbytes / 1e6:.0f} MB, "
+             f"{item_kb:.0f} KB per item), served by {server}; read as a training job reads it: `open_render(...)` "
+             "(its default read-ahead), in item order or `.shuffle(0)`-ed, repeated, ReadOptions(num_threads=8, "
+             f"prefetch_buffer_size=16), batch 32; items made while {args.batches} batches are taken and at least "
+             f"{args.min_window:g} s pass. The rig serves {ceilings['server']:.0f} MB/s straight and "
+             f"{ceilings['proxy +0 ms']:.0f} MB/s through the proxy (1 MiB ranges, {args.ceiling_clients} "
+             "concurrent): "
+             f"{ceilings['proxy +0 ms'] / item_kb * 1e3:.0f} items/s at most over HTTP.",
+             "",
+             "| render cell | order | mp_prefetch workers | items/s | × local | MB/s | items/CPU-s | rig CPU ms/item | "
+             "first batch s | requests/item | KB/item (× item) | reader wait ms/item | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    local = {(o, w): r for label, o, w, r in rows if label == "local"}
+    for label, order, w, r in rows:
+        remote = label != "local"
+        lines.append(f"| {label} | {order} | {w} | {r['items_per_s']:.0f} | "
+                     f"{r['items_per_s'] / local[order, w]['items_per_s']:.2f} | {r['items_per_s'] * item_kb / 1e3:.0f} | "
+                     f"{r['items_per_cpu_s']:.0f} | {r['rig_cpu_ms_per_item']:.2f} | {r['first_batch_s']:.1f} | "
+                     + (f"{r['requests_per_item']:.3f} | {r['kb_per_item']:.0f} ({r['kb_per_item'] / item_kb:.2f}) | "
+                        if remote else " |  | ")
+                     + f"{r['wait_ms_per_item']:.1f} | {r['peak_rss_mb']:.0f} |")
+    return lines
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -602,11 +774,19 @@ def main(argv=None) -> int:
     ap.add_argument("--no-containers", dest="containers", action="store_false",
                     help="skip the tar shard and Parquet cells (the corpus packed, local and at +50 ms)")
     ap.add_argument("--off-delays", default="50", help="ms per request of the HTTP cells also run without read-ahead")
+    ap.add_argument("--render", type=int, default=0, metavar="ITEMS",
+                    help="also the render cells: a tree render of ITEMS items of 3 s (0: none)")
+    ap.add_argument("--render-only", action="store_true", help="only the render cells (no corpus, no other cell)")
+    ap.add_argument("--render-delays", default="50", help="ms per request of the render's HTTP cells")
+    ap.add_argument("--render-workers", default="0,2", help="mp_prefetch workers of the render cells")
+    ap.add_argument("--render-dir", default=None, help="where the render is written (reused when it matches)")
+    ap.add_argument("--render-cell", help=argparse.SUPPRESS)
+    ap.add_argument("--order", default="item", help=argparse.SUPPRESS)
     ap.add_argument("--no-read-ahead", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cell", help=argparse.SUPPRESS)
     ap.add_argument("--stamps", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.cell:
+    if args.cell or args.render_cell:
         return _cell_main(args)
     flags = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
                     if v != ap.get_default(k))
@@ -620,6 +800,23 @@ def main(argv=None) -> int:
         print("nginx is not installed (apt-get install -y nginx-light): using the aiohttp server instead; its "
               "ceiling below is the rig's.", file=sys.stderr)
         args.server = "aiohttp"
+    if args.render_only:
+        if not args.render:
+            ap.error("--render-only needs --render ITEMS")
+        work = Path(tempfile.mkdtemp(prefix="remote-bench-"))
+        os.chmod(work, 0o755)
+        try:
+            lines = render_section(args, work)
+            load = os.getloadavg()[0]
+        finally:
+            _stop_all()
+            shutil.rmtree(work, ignore_errors=True)
+        print()
+        print(f"## A render over HTTP against local (`python benchmarks/remote.py{flags}`, "
+              f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 2 shared cores, load average {load:.1f})")
+        print()
+        print("\n".join(lines))
+        return 0
 
     tag = f"{args.files}-{args.min_seconds:g}-{args.max_seconds:g}"
     corpus = Path(args.corpus_dir or Path(tempfile.gettempdir()) / f"audiotree-remote-corpus-{tag}")
@@ -691,6 +888,7 @@ def main(argv=None) -> int:
                 s3_proxy.set_delay(ms)
                 rows.append((f"s3 (moto) +{ms:g} ms", cell(s3_index, args, s3_proxy)))
                 print(rows[-1][0], rows[-1][1], flush=True)
+        render_lines = render_section(args, work) if args.render else []
         load = os.getloadavg()[0]
     finally:
         _stop_all()
@@ -726,6 +924,9 @@ def main(argv=None) -> int:
         print(f"| {label} | {r['items_per_s']:.1f} | {r['items_per_s'] / base['items_per_s']:.2f} | "
               f"{r['items_per_cpu_s']:.1f} | {r['rig_cpu_ms_per_item']:.2f} | {r['first_batch_s']:.1f} | {reqs} | {kb} | "
               f"{vs_excerpt} | {window} | {r['wait_ms_per_item']:.1f} | {r['peak_rss_mb']:.0f} |")
+    if render_lines:
+        print()
+        print("\n".join(render_lines))
     return 0
 
 

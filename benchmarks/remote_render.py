@@ -14,7 +14,7 @@ request, bytes counted on the server side, HTTP headers included).
    then ``to_iter_dataset(grain.ReadOptions(num_threads=8))``, in item order (a
    render is already a random draw) and after ``.shuffle(seed)``, from the local
    render, from S3 with the read-ahead (``open_render``'s default
-   ``read_ahead=ReadAhead()``: the rows of the next 64 items in flight, 8 items
+   ``read_ahead=RENDER_READ_AHEAD``: the rows of the next 128 items in flight, 8 items
    planned at a time, neighbouring rows merged into one request) and from S3
    without it (``read_ahead=None``: one GET per item, 8 at a time); interleaved,
    median of ``--repeats`` runs of ``--throughput-items`` items after the first
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
         f"| latency ceiling of one GET per item: 8 threads / {args.latency_ms:g} ms | {ceiling:.0f} |",
         "",
         f"**Render goal (S3 ≥ 0.8× local in both orders, with read-ahead): {verdict}.** "
-        "With read-ahead the rows of the next 64 items are in flight (up to 32 requests) while the current ones "
+        "With read-ahead the rows of the next 128 items are in flight (up to 64 requests) while the current ones "
         "are read, so the added latency is paid once per window, not once per item; in item order, 8 items are "
         "planned together and their neighbouring rows come in one request. Without it each item is one GET and "
         "8 threads are at most 8 requests in flight. What is left is the server: the local figure reads a "

@@ -51,3 +51,27 @@ def test_remote_benchmark_quick(tmp_path):
     ports = [int(p) for p in re.findall(r"(?:127\.0\.0\.1:|proxy on :)(\d+)", out)]
     assert len(ports) == 4, out
     assert [p for p in ports if _listening(p)] == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin") is None and not os.environ.get("CI"),
+                    reason="nginx is not installed (apt-get install -y nginx-light); under CI=true this fails instead")
+def test_remote_benchmark_render_cells(tmp_path):
+    """``--render ITEMS --render-only``: a small render, read locally and over HTTP in both orders; every cell in
+    the report, the HTTP ones counted at their proxy; nothing left listening."""
+    proc = run_benchmark("remote.py", "--quick", "--render", "40", "--render-only", "--render-workers", "0",
+                         "--batches", "1", "--min-window", "0.5", "--ceiling-seconds", "0.3", "--render-dir",
+                         str(tmp_path / "render"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    cells = re.findall(r"^\| (local|http \+50 ms) \| (item order|shuffled) \| 0 \|(.*)$", out, re.M)
+    assert sorted((label, order) for label, order, _ in cells) == [
+        ("http +50 ms", "item order"), ("http +50 ms", "shuffled"), ("local", "item order"), ("local", "shuffled")], out
+    for label, _, rest in cells:
+        fields = [f.strip() for f in rest.split("|")]
+        assert float(fields[0]) > 0 and float(fields[3]) > 0  # items/s, items per CPU-s
+        if label != "local":
+            assert float(fields[6]) > 0 and float(fields[7].split()[0]) > 0, fields  # requests, KB per item
+    ports = [int(p) for p in re.findall(r"(?:127\.0\.0\.1:|proxy on :)(\d+)", out)]
+    assert len(ports) == 2, out
+    assert [p for p in ports if _listening(p)] == []

@@ -216,10 +216,10 @@ def stop_holding_in(holder: Any) -> None:
         _holders.remove(holder)
 
 
-def _held(url: str, start: int, stop: int, need: int | None) -> bytes | None:
+def _held(url: str, start: int, stop: int, need: int | None, view: bool = False) -> bytes | memoryview | None:
     holders = list(_holders)
     for holder in holders:
-        data = holder.take(url, start, stop, need)
+        data = holder.take(url, start, stop, need, view=True) if view else holder.take(url, start, stop, need)
         if data is not None:
             byte_counters.count_cache("read_ahead", hit=True)
             return data
@@ -247,17 +247,19 @@ def _first_size(lookup: str, url: str) -> int | None:
     return None
 
 
-def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = None, need: int | None = None) -> Answer:
+def get_range(fs: Any, url: str, start: int, stop: int, *, size: int | None = None, need: int | None = None,
+              view: bool = False) -> Answer:
     """One GET of bytes ``[start, stop)`` of ``url`` on ``fs``, checked (see the module text); not retried.
 
     ``size``, the object's length when the caller knows it, is what a ``200``
     answer must hold. Bytes the read-ahead holds are taken from it instead
     (no request): all of ``[start, stop)``, or, for a caller that asks for more
-    than it needs, as far as a block holds them past ``need``.
+    than it needs, as far as a block holds them past ``need``. With ``view``, held bytes may come as a read-only
+    ``memoryview`` of the read-ahead's block (no copy: for a caller that copies them anyway).
     """
     if stop <= start:
         return Answer(b"", start, None)
-    held = _held(url, start, stop, need)
+    held = _held(url, start, stop, need, view)
     if held is not None:
         return Answer(held, start, size)
     backend = _backend(fs)

@@ -324,8 +324,9 @@ class RemoteFolder:
         return self.cache is not None and self.cache.holds(f"{self.object_url(name)}\x00{tag}\x00{start}\x00{stop}")
 
     def read(self, name: str, start: int, stop: int, *, size: int | None = None, min_size: int | None = None,
-             tag: str = "") -> bytes:
-        """Bytes ``[start, stop)`` of ``url/name`` (from the cache when it holds them)."""
+             tag: str = "", view: bool = False) -> bytes | memoryview:
+        """Bytes ``[start, stop)`` of ``url/name`` (from the cache when it holds them); ``view``: bytes the
+        read-ahead holds may come as a read-only ``memoryview`` (see :func:`audiotree.io.ranged_get.get_range`)."""
         if stop <= start:
             return b""
         url = self.object_url(name)
@@ -335,7 +336,7 @@ class RemoteFolder:
             if data is not None and len(data) == stop - start:
                 return data
         fs = self._fs()
-        answer = self._call(url, "read", lambda: ranged_get.get_range(fs, url, start, stop))
+        answer = self._call(url, "read", lambda: ranged_get.get_range(fs, url, start, stop, view=view))
         data, total = answer.part(start, stop), answer.total
         self.requests += 1
         self.bytes_read += len(data)
@@ -417,9 +418,9 @@ class RemoteArray:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def _read(self, start: int, stop: int) -> bytes:
+    def _read(self, start: int, stop: int, view: bool = False) -> bytes | memoryview:
         bounds = {"size": self.nbytes} if self._exact else {"min_size": self.nbytes}
-        return self.folder.read(self.name, start, stop, tag=self.tag, **bounds)
+        return self.folder.read(self.name, start, stop, tag=self.tag, view=view, **bounds)
 
     @property
     def url(self) -> str:
@@ -462,7 +463,8 @@ class RemoteArray:
         stop = max(start, stop)
         if self._whole is not None or self.small:
             return self._all()[start:stop]
-        return self._rows(self._read(start * self._row, stop * self._row), stop - start)
+        # (read-only rows; a view of bytes the read-ahead holds where it holds them: callers copy what they keep)
+        return self._rows(self._read(start * self._row, stop * self._row, view=True), stop - start)
 
     def __array__(self, dtype: Any = None, copy: Any = None):
         import numpy as np

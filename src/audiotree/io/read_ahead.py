@@ -130,13 +130,19 @@ class ReadAhead:
 
 @dataclasses.dataclass(frozen=True)
 class PlannedRange:
-    """Bytes ``[start, stop)`` of the object ``url`` (of ``size`` bytes when known), read through ``fs``."""
+    """Bytes ``[start, stop)`` of the object ``url`` (of ``size`` bytes when known), read through ``fs``.
+
+    ``rows``: the object is an array read by exact rows (a render's part), never by a decoder that may read on
+    from its start: a read of it outside the plans is only an item planned too late (the store was full), so its
+    plans are never widened to start at byte 0 (see :meth:`RangeStore.take`).
+    """
 
     url: str
     start: int
     stop: int
     size: int | None = None
     fs: Any = dataclasses.field(default=None, compare=False, repr=False)
+    rows: bool = False
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]], *, gap: int) -> list[tuple[int, int]]:
@@ -249,6 +255,7 @@ class RangeStore:
         self._gates: dict[int, tuple[asyncio.Semaphore, _Budget | None]] = {}  # per event loop
         self._prefix_misses: dict[str, int] = {}
         self._from_start: set[str] = set()  # objects whose decoder reads from byte 0 (see _note_miss)
+        self._rows: set[str] = set()  # objects read by exact rows: no decoder reads them from byte 0
         self._running = 0  # fetches started on the IO loop and not yet ended (see close)
         self._settled = threading.Condition()
         self._loops: set[Any] = set()  # the IO loops fetches ran on
@@ -282,6 +289,8 @@ class RangeStore:
                 first = parts[0]
                 if first.size is not None:
                     self._sizes[url] = int(first.size)
+                if first.rows:
+                    self._rows.add(url)
                 blocks = self._blocks.setdefault(url, [])
                 asked = [(p.start, p.stop) for p in parts]
                 if url in self._from_start:  # its decoder reads from the start up to the excerpt (seen below);
@@ -355,14 +364,19 @@ class RangeStore:
         return gate
 
     # -- reading --------------------------------------------------------------------------------------------
-    def take(self, url: str, start: int, stop: int, need: int | None = None) -> bytes | None:
+    def take(self, url: str, start: int, stop: int, need: int | None = None, *,
+             view: bool = False) -> bytes | memoryview | None:
         """Bytes ``[start, stop)`` of ``url`` from blocks (joined where one ends and the next begins), or as far as
         they hold them past ``need`` (default ``stop``); ``None`` when they do not hold ``[start, need)`` (then the
-        caller makes its request)."""
+        caller makes its request).
+
+        ``view``: bytes one block holds come as a read-only ``memoryview`` of it, not copied (a render's row is
+        copied once, into its item's array, instead of twice); the view keeps the block's bytes alive.
+        """
         need = stop if need is None else min(int(need), int(stop))
         with self._lock:
             blocks = self._blocks.get(url, ())
-            chain = _chain(blocks, start, need)
+            chain = _chain(blocks, start, need, stop)
             if chain is None and blocks:
                 self._note_miss(url, start, blocks)
         if chain is None:
@@ -377,7 +391,8 @@ class RangeStore:
                     self._drop(block)
                     return None
                 lo = max(start, block.start) - block.start
-                parts.append(data[lo:min(stop, block.stop) - block.start])
+                hi = min(stop, block.stop) - block.start
+                parts.append(memoryview(data)[lo:hi] if view and len(chain) == 1 else data[lo:hi])
         finally:
             waited = time.monotonic() - began
             self.wait_seconds += waited
@@ -391,7 +406,8 @@ class RangeStore:
         """A read of ``url`` no block holds: past the header but before every planned excerpt of the object, it is
         a decoder reading on from the start (an MP3 without a seek table is decoded from its first frame). After
         :data:`FROM_START_AFTER` such reads, this object's plans start at byte 0."""
-        if url in self._from_start or start < HEADER_BYTES or any(b.start <= start for b in blocks if b.start > 0):
+        if url in self._from_start or url in self._rows or start < HEADER_BYTES or any(
+                b.start <= start for b in blocks if b.start > 0):
             return
         seen = self._prefix_misses.get(url, 0) + 1
         self._prefix_misses[url] = seen
@@ -454,15 +470,20 @@ def _start_of(block: _Block) -> int:
     return block.start
 
 
-def _chain(blocks: Iterable[_Block], start: int, need: int) -> list[_Block] | None:
+def _chain(blocks: Iterable[_Block], start: int, need: int, stop: int) -> list[_Block] | None:
     """Blocks that together hold ``[start, need)``, each beginning where the one before ends (or earlier), then
-    any that continue them; ``None`` when there is a hole before ``need``."""
+    those that continue them towards ``stop`` and have arrived; ``None`` when there is a hole before ``need``.
+
+    Why not more: a render's rows are planned as one block after another, so the blocks of a part form one
+    contiguous run up to the newest request in flight. A read that waited for every block continuing its own (or
+    past ``stop``) would wait for that newest request, a round trip per read, and join megabytes it never uses.
+    """
     chain: list[_Block] = []
     at = start
     for block in blocks:  # kept sorted by start (RangeStore.plan)
         if block.stop <= start or block.failed:
             continue
-        if block.start > at:
+        if block.start > at or at >= stop or at >= need and not block.done:
             break
         if block.stop > at:
             chain.append(block)

@@ -95,6 +95,11 @@ class OrderShape:
         if len(self.seen) > keep:
             del self.seen[:len(self.seen) - keep]
 
+    def has(self, index: int) -> bool:
+        """Whether ``index`` is among the indices kept (read, or being read)."""
+        pos = bisect.bisect_left(self.seen, index)
+        return pos < len(self.seen) and self.seen[pos] == index
+
     def period(self, lag: int = 0) -> tuple[int, int] | None:
         """``(p, D)``, the smallest ``p`` with ``x[m + p] = x[m] + D`` over the indices kept but the last ``lag``
         (at least ``2p`` of them, and 3).
@@ -200,7 +205,10 @@ class ReadAheadMapDataset(grain.MapDataset):
             ahead.shape.note(index)
             # The items being read now may leave holes among the latest indices: the shape is read below them.
             lag = min(len(ahead.reading), len(ahead.shape.seen) // 2)
-            upcoming = [j for j in ahead.shape.upcoming(self.options.items, lag) if j not in ahead.planned]
+            # Items noted already are being read or were read (by their own requests where no plan held them):
+            # a plan for them now would fetch their bytes a second time.
+            upcoming = [j for j in ahead.shape.upcoming(self.options.items, lag)
+                        if j not in ahead.planned and not ahead.shape.has(j)]
             if len(upcoming) < self.group:
                 return
             done_below = min(ahead.reading) if ahead.reading else index

@@ -363,7 +363,8 @@ class TreeDataSource(ExitsWithPickler, ProcessLocal):
                 if 0 <= start < end <= self._text_lengths[name]:
                     wanted.append((data_map, data_map.planned_rows(start, end)))
         fs = self._remote.filesystem()
-        return [PlannedRange(leaf.url, lo, hi, leaf.expected_size, fs) for leaf, ranges in wanted for lo, hi in ranges]
+        return [PlannedRange(leaf.url, lo, hi, leaf.expected_size, fs, rows=True) for leaf, ranges in wanted
+                for lo, hi in ranges]
 
     def __getitem__(self, index: int) -> Any:
         """Sample ``index`` (0 <= index < len) rebuilt with the written structure."""
