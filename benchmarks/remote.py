@@ -450,12 +450,8 @@ def _tree_cpu_and_rss() -> tuple[float, int]:
     return cpu, rss
 
 
-def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: float, read_ahead: bool = True) -> dict:
-    import grain
-
-    from audiotree import AudioTree
-    from audiotree.sources import Corpus, create_audio_dataset
-
+def _sample_peak_rss() -> tuple[list, threading.Event]:
+    """``(peak, stop)``: a thread samples the process tree's RSS into ``peak[0]`` every 0.2 s until ``stop`` is set."""
     peak = [0]
     sampling = threading.Event()
 
@@ -464,15 +460,31 @@ def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: fl
             peak[0] = max(peak[0], _tree_cpu_and_rss()[1])
 
     threading.Thread(target=sample, daemon=True).start()
-    t_start = time.perf_counter()
-    corpus = Corpus(index=index, on_stale="trust") if read_ahead else Corpus(index=index, on_stale="trust",
-                                                                              read_ahead=None)
-    ds = create_audio_dataset(corpus=corpus, duration=3.0, sample_rate=16000, num_epochs=None)
+    return peak, sampling
+
+
+def _pipeline(ds, stamps: str, workers: int):
+    """``ds`` as every cell reads it: stamped, 8 reader threads, batch 32, ``workers`` mp_prefetch workers."""
+    import grain
+
+    from audiotree import AudioTree
+
     it = ds.map(ItemStamp(stamps)).to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16))
     it = it.batch(32, batch_fn=AudioTree.batch)
     if workers:
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
-    return _window(it, t_start, stamps, batches, workers, min_window, peak, sampling)
+    return it
+
+
+def run_cell(index: str, batches: int, workers: int, stamps: str, min_window: float, read_ahead: bool = True) -> dict:
+    from audiotree.sources import Corpus, create_audio_dataset
+
+    peak, sampling = _sample_peak_rss()
+    t_start = time.perf_counter()
+    corpus = Corpus(index=index, on_stale="trust") if read_ahead else Corpus(index=index, on_stale="trust",
+                                                                              read_ahead=None)
+    ds = create_audio_dataset(corpus=corpus, duration=3.0, sample_rate=16000, num_epochs=None)
+    return _window(_pipeline(ds, stamps, workers), t_start, stamps, batches, workers, min_window, peak, sampling)
 
 
 def _window(it, t_start: float, stamps: str, batches: int, workers: int, min_window: float, peak: list,
@@ -520,27 +532,14 @@ def _window(it, t_start: float, stamps: str, batches: int, workers: int, min_win
 def run_render_cell(where: str, batches: int, workers: int, stamps: str, min_window: float, order: str) -> dict:
     """A render read as a training job reads it: ``open_render(where)`` (its default read-ahead), ``.shuffle(0)``
     when ``order`` is ``shuffled``, repeated, 8 reader threads, batch 32, ``workers`` mp_prefetch workers."""
-    import grain
-
-    from audiotree import AudioTree
     from audiotree.sources import open_render
 
-    peak = [0]
-    sampling = threading.Event()
-
-    def sample() -> None:
-        while not sampling.wait(0.2):
-            peak[0] = max(peak[0], _tree_cpu_and_rss()[1])
-
-    threading.Thread(target=sample, daemon=True).start()
+    peak, sampling = _sample_peak_rss()
     t_start = time.perf_counter()
     ds = open_render(where)
     ds = (ds.shuffle(seed=0) if order == "shuffled" else ds).repeat()
-    it = ds.map(ItemStamp(stamps)).to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16))
-    it = it.batch(32, batch_fn=AudioTree.batch)
-    if workers:
-        it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
-    return _window(it, t_start, stamps, batches, workers, min_window, peak, sampling, count_paths=False)
+    return _window(_pipeline(ds, stamps, workers), t_start, stamps, batches, workers, min_window, peak, sampling,
+                   count_paths=False)
 
 
 def _render_item(i: int, frames: int):
@@ -580,26 +579,33 @@ def write_render(folder: Path, items: int, seconds: float = 3.0) -> int:
 
 
 def render_cell(where: str, order: str, workers: int, args, proxy: "DelayProxy | None") -> dict:
-    """Runs one render cell in a fresh process; adds requests and bytes per item made (the proxy's counts)."""
+    """Runs one render cell in a fresh process (see :func:`_counted_run`)."""
+    result = _counted_run(["--render-cell", where, "--order", order, "--batches", str(args.batches), "--workers",
+                           str(workers), "--min-window", str(args.min_window)], f"render cell {where}", proxy)
+    result.pop("paths")
+    return result
+
+
+def _counted_run(argv: list[str], what: str, proxy: "DelayProxy | None") -> dict:
+    """Runs this script with ``argv`` (a cell) in a fresh process and returns its result with the rig's CPU, and
+    the requests and bytes counted at the proxy, per item made."""
     fd, stamps = tempfile.mkstemp(prefix="remote-bench-", suffix=".stamps")
     os.close(fd)
     before = proxy.counts() if proxy else (0, 0)
     rig0 = rig_cpu()
     try:
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        done = subprocess.run([sys.executable, __file__, "--render-cell", where, "--order", order, "--batches",
-                               str(args.batches), "--workers", str(workers), "--stamps", stamps, "--min-window",
-                               str(args.min_window)], capture_output=True, text=True, timeout=1800, env=env)
+        done = subprocess.run([sys.executable, __file__, *argv, "--stamps", stamps], capture_output=True, text=True,
+                              timeout=1800, env=env)
         line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
         if line is None:
-            raise RuntimeError(f"render cell {where} failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
+            raise RuntimeError(f"{what} failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
         result = json.loads(line[len(RESULT):])
         made = os.path.getsize(stamps)
     finally:
         os.unlink(stamps)
     time.sleep(0.2)
     after = proxy.counts() if proxy else (0, 0)
-    result.pop("paths")
     result["rig_cpu_ms_per_item"] = (rig_cpu() - rig0) * 1e3 / made
     result["made"] = made
     result["requests_per_item"] = (after[0] - before[0]) / made
@@ -659,32 +665,11 @@ def excerpt_bytes(index: Path, paths: dict[str, int], seconds: float = 3.0) -> f
 
 
 def cell(index: Path, args, proxy: DelayProxy | None, read_ahead: bool = True) -> dict:
-    """Runs one cell in a fresh process; adds requests and bytes per item made (from the proxy's counts), the
-    excerpts' own encoded bytes, and the rig's CPU per item."""
-    fd, stamps = tempfile.mkstemp(prefix="remote-bench-", suffix=".stamps")
-    os.close(fd)
-    before = proxy.counts() if proxy else (0, 0)
-    rig0 = rig_cpu()
-    try:
-        env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        done = subprocess.run([sys.executable, __file__, "--cell", str(index), "--batches", str(args.batches),
-                               "--workers", str(args.workers), "--stamps", stamps, "--min-window", str(args.min_window)]
-                              + ([] if read_ahead else ["--no-read-ahead"]),
-                              capture_output=True, text=True, timeout=1800, env=env)
-        line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
-        if line is None:
-            raise RuntimeError(f"cell {index} failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
-        result = json.loads(line[len(RESULT):])
-        made = os.path.getsize(stamps)
-    finally:
-        os.unlink(stamps)
-    time.sleep(0.2)
-    after = proxy.counts() if proxy else (0, 0)
-    result["rig_cpu_ms_per_item"] = (rig_cpu() - rig0) * 1e3 / made
+    """Runs one cell in a fresh process (see :func:`_counted_run`), with the excerpts' own encoded bytes."""
+    result = _counted_run(["--cell", str(index), "--batches", str(args.batches), "--workers", str(args.workers),
+                           "--min-window", str(args.min_window)] + ([] if read_ahead else ["--no-read-ahead"]),
+                          f"cell {index}", proxy)
     result["excerpt_kb"] = excerpt_bytes(index, result.pop("paths")) / 1e3
-    result["made"] = made
-    result["requests_per_item"] = (after[0] - before[0]) / made
-    result["kb_per_item"] = (after[1] - before[1]) / made / 1e3
     return result
 
 

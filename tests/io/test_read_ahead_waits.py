@@ -49,14 +49,20 @@ def held_server():
         thread.join(timeout=10)
 
 
-def test_a_read_does_not_wait_for_the_next_block_in_flight(held_server):
-    url, release, answered = held_server
+def _two_blocks(url: str) -> RangeStore:
+    """A store holding two contiguous blocks of ``url``, as a render's consecutive items are planned: the second
+    stays in flight until the server is released."""
     fs = fsspec.filesystem("http", skip_instance_cache=True)
     store = RangeStore(ReadAhead(merge_gap=0))
+    store.plan([PlannedRange(url, 0, HELD_FROM, len(DATA), fs)], use=0)
+    store.plan([PlannedRange(url, HELD_FROM, len(DATA), len(DATA), fs)], use=1)
+    return store
+
+
+def test_a_read_does_not_wait_for_the_next_block_in_flight(held_server):
+    url, release, answered = held_server
+    store = _two_blocks(url)
     try:
-        # Two contiguous blocks, as a render's consecutive items are planned: the second stays in flight.
-        store.plan([PlannedRange(url, 0, HELD_FROM, len(DATA), fs)], use=0)
-        store.plan([PlannedRange(url, HELD_FROM, len(DATA), len(DATA), fs)], use=1)
         assert store.stats()["blocks"] == 2
         got = store.take(url, 100, 4196)  # inside the first block: it needs nothing of the second
         assert got == DATA[100:4196]
@@ -71,11 +77,8 @@ def test_a_read_does_not_wait_for_the_next_block_in_flight(held_server):
 
 def test_past_what_it_needs_a_read_takes_only_blocks_that_arrived(held_server):
     url, release, answered = held_server
-    fs = fsspec.filesystem("http", skip_instance_cache=True)
-    store = RangeStore(ReadAhead(merge_gap=0))
+    store = _two_blocks(url)
     try:
-        store.plan([PlannedRange(url, 0, HELD_FROM, len(DATA), fs)], use=0)
-        store.plan([PlannedRange(url, HELD_FROM, len(DATA), len(DATA), fs)], use=1)
         got = store.take(url, 4000, 12000, need=5000)
         assert got == DATA[4000:HELD_FROM]  # the first block's bytes, without waiting for the second
         assert not answered.is_set()
