@@ -161,13 +161,18 @@ def test_items_from_s3_equal_local_items_with_and_without_read_ahead_and_go_by_s
     before = signed_get.signed_gets()["signed"]
     plain = _items(str(folder / "s3.parquet"), None)
     _same(plain, local)
+    # Read on demand, every GET the server saw is one the client counted as answered by its signed URL.
+    on_demand = dict(server.proxy.counts)
+    assert on_demand["signed"] > 0 and signed_get.signed_gets()["signed"] - before == on_demand["signed"], on_demand
     read_ahead.close_stores()
     ahead = _items(str(folder / "s3.parquet"), ReadAhead(items=8))
     read_ahead.close_stores()
     _same(ahead, local)
     counts = server.proxy.counts
-    assert counts["signed"] > 0 and counts["header"] == 0 and counts["refused"] == 0, counts
-    assert signed_get.signed_gets()["signed"] - before == counts["signed"]
+    assert counts["signed"] > on_demand["signed"] and counts["header"] == 0 and counts["refused"] == 0, counts
+    # Fetches still in flight when the store closed reached the server but were cancelled before their answer,
+    # which is when the client counts them: the client's count lies between the two.
+    assert on_demand["signed"] < signed_get.signed_gets()["signed"] - before <= counts["signed"]
 
 
 def test_a_range_equals_the_file_bytes_for_every_answer_kind(s3):
