@@ -219,7 +219,7 @@ def stop_holding_in(holder: Any) -> None:
 def _held(url: str, start: int, stop: int, need: int | None, view: bool = False) -> bytes | memoryview | None:
     holders = list(_holders)
     for holder in holders:
-        data = holder.take(url, start, stop, need, view=True) if view else holder.take(url, start, stop, need)
+        data = holder.take(url, start, stop, need, view=view)
         if data is not None:
             byte_counters.count_cache("read_ahead", hit=True)
             return data
