@@ -508,10 +508,12 @@ KNOWN_PRIVATE_ATTRIBUTES = {
         "finalizers pick how to close a session by loop.is_running()",
     "audiotree.parallel.parent_death: os._exit":
         "a documented stdlib function (exit without cleanup, from a forked child)",
-    "audiotree.sources.workers.lifecycle: SharedMemoryArray._del_thread_pool":
-        "Grain has no public way to stop the shared-memory unlink pool before a fork",
-    "audiotree.sources.workers.lifecycle: SharedMemoryArray._outstanding_del_requests":
-        "Grain has no public way to stop the shared-memory unlink pool before a fork",
+    "audiotree.sources.workers.grain_shm_deletes: SharedMemoryArray._del_thread_pool":
+        "Grain has no public way to drain its shared-memory unlink pool at exit or to give it a safe task",
+    "audiotree.sources.workers.grain_shm_deletes: SharedMemoryArray._outstanding_del_requests":
+        "Grain's unlink pool counts its queued requests in it; the task that replaces Grain's must release it",
+    "audiotree.sources.workers.grain_shm_deletes: SharedMemoryArray._lock":
+        "Grain creates its unlink pool under this lock; the executor takes the pool's place under it too",
     "audiotree.sources.workers.lifecycle: array._unlink_on_del":
         "Grain's SharedMemoryArray has no public switch for unlink-on-delete",
     "audiotree.sources.workers.lifecycle: leaf._unlink_on_del":

@@ -6,7 +6,9 @@ readers (``TreeDataSource``, ``AudioDataSource``) are used the Grain way,
 involved; ``open_render``/``open_arrayrecord`` and the builders return
 audiotree datasets. One script runs them one after the other and checks
 before each that no earlier source left Grain's flag prepared (absl's flags
-are process-wide). Its stderr must hold no shared-memory leak warning.
+are process-wide), and after each that it left no shared-memory segment in
+``/dev/shm`` (named with the source, where the resource tracker's warning at
+exit only counts them). Its stderr must hold no shared-memory leak warning.
 """
 
 from __future__ import annotations
@@ -37,12 +39,31 @@ SOURCES = {{
         {music!r}, window=WindowConfig(duration=0.2), sample_rate=8000, num_epochs=1),
 }}
 
+def shared_segments():
+    import os
+    return {{n for n in os.listdir("/dev/shm") if n.startswith(("psm_", "audiotree_"))}}
+
+
+def left_behind(before):
+    # Segments that appeared while a source ran and outlive it; Grain unlinks the last few on a
+    # background thread, so a bounded wait first. Named, so that a leak says which source left it.
+    import gc, time
+    for _ in range(100):
+        gc.collect()
+        left = shared_segments() - before
+        if not left:
+            return left
+        time.sleep(0.1)
+    return left
+
+
 def main():
     import gc
     from absl import flags
     for name, make in SOURCES.items():
         # Each source on its own: nothing an earlier one prepared is still in place.
         gc.collect()
+        before = shared_segments()
         assert not flags.FLAGS.is_parsed() and not flags.FLAGS[{flag!r}].present, name
         ds = make()
         it = ds.to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
@@ -51,8 +72,10 @@ def main():
         except Exception as exc:
             print("FAIL", name, type(exc).__name__, exc, flush=True)
             continue
-        print("OK", name, n, flush=True)
         del ds, it
+        for segment in sorted(left_behind(before)):
+            print("LEFT", name, segment, flush=True)
+        print("OK", name, n, flush=True)
 
 if __name__ == "__main__":
     main()
@@ -83,6 +106,7 @@ def test_every_source_runs_in_mp_prefetch_from_a_plain_script(corpus, renders, t
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("LEFT")], result.stdout
     assert [line.split()[1] for line in lines if line.startswith("OK")] == NAMES, result.stdout
     for noise in ("leaked shared_memory", "Exception ignored", "Traceback"):
         assert noise not in result.stderr, result.stderr[-3000:]

@@ -17,9 +17,11 @@ which runs while everything is still importable:
    and the program still holds, and tells each block it no longer owns the
    name (the mapping stays valid until the process ends, so nothing is freed
    under the user's feet);
-3. waits for the blocks Grain is still unlinking on its background thread
-   (its threads are daemons, so an exit right after the loop lost the last
-   few, and the resource tracker warned about them). The data sources
+3. waits for the blocks still being unlinked on the background thread
+   (:mod:`audiotree.sources.workers.grain_shm_deletes`, which also keeps those
+   unlinks from racing the garbage collector; the thread is a daemon, so an
+   exit right after the loop lost the last few, and the resource tracker
+   warned about them). The data sources
    (``TreeDataSource``, ``AudioDataSource``, ArrayRecord) register this hook
    too, for pipelines built with ``grain.MapDataset.source`` directly.
 
@@ -45,6 +47,7 @@ import grain
 import jax
 from grain.multiprocessing import SharedMemoryArray
 
+from audiotree.sources.workers import grain_shm_deletes
 from audiotree.sources.workers.start import disarm_this_thread, hold_grain_flag
 
 __all__ = ["ClosingIterDataset", "hold_grain_flag_while_alive"]
@@ -128,26 +131,6 @@ def _close_quietly(root: grain.DatasetIterator) -> None:
             pass
 
 
-def _drain_async_deletes() -> None:
-    """Waits for the shared-memory blocks Grain is still closing in the background.
-
-    Grain's ``SharedMemoryArray`` hands the unlink of a dropped block to a
-    thread pool whose threads are daemons: a script that exits right after its
-    loop leaves the last few blocks unlinked, and the resource tracker warns
-    about "leaked shared_memory objects". Later finalisers unlink synchronously.
-    """
-    pool = getattr(SharedMemoryArray, "_del_thread_pool", None)
-    if pool is None:
-        return
-    SharedMemoryArray._del_thread_pool = None  # pylint: disable=protected-access
-    SharedMemoryArray._outstanding_del_requests = None  # pylint: disable=protected-access
-    try:
-        pool.close()
-        pool.join()
-    except Exception:  # noqa: BLE001 - at exit there is no one to report to
-        pass
-
-
 def _release_at_exit() -> None:
     global _exiting
     _exiting = True
@@ -165,15 +148,17 @@ def _release_at_exit() -> None:
             array._unlink_on_del = False  # pylint: disable=protected-access
         except Exception:  # noqa: BLE001 - already unlinked elsewhere
             pass
-    _drain_async_deletes()
+    grain_shm_deletes.drain()
 
 
 def _register_exit_hook() -> None:
+    """Registers the exit hook once, and makes Grain's background unlinks safe (see grain_shm_deletes)."""
     global _hook_registered
     with _lock:
         if not _hook_registered:
             atexit.register(_release_at_exit)
             _hook_registered = True
+    grain_shm_deletes.install()
 
 
 def hold_grain_flag_while_alive(owner: object) -> None:
