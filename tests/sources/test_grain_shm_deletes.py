@@ -113,3 +113,39 @@ def test_installed_when_an_audiotree_source_is_made_and_drained_at_exit(tmp_path
     assert "leaked" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
     # The exit hook waited for every queued unlink.
     assert not [n for n in result.stdout.split() if os.path.exists("/dev/shm/" + n.lstrip("/"))]
+
+
+def test_a_forked_child_unlinks_on_a_thread_of_its_own_even_if_the_parent_held_the_lock():
+    import signal
+    import threading
+
+    grain_shm_deletes.install()
+    executor = SharedMemoryArray._del_thread_pool
+    _wait_for_queue()  # the parent's thread exists before the fork
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with executor._lock:  # a parent thread inside the executor at the moment of the fork
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: its deletions must run, on a thread of its own
+        code = 1
+        try:
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # blocked on the parent's lock: die, never hang
+            signal.alarm(20)
+            array = _received((8,))
+            name = array.shm.name
+            del array
+            SharedMemoryArray._del_thread_pool.apply_async(lambda: None).get(timeout=15)
+            code = 0 if not os.path.exists("/dev/shm/" + name.lstrip("/")) else 2
+        finally:
+            os._exit(code)
+    release.set()
+    thread.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

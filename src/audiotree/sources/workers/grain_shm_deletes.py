@@ -68,6 +68,12 @@ class _UnlinkingExecutor:
         self._pool: ThreadPool | None = None
         self._pid = -1
         self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            # A thread of the parent may hold the lock at the fork; the child must not wait for it.
+            os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
 
     def _threads(self) -> ThreadPool:
         with self._lock:
