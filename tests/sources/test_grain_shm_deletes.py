@@ -22,8 +22,8 @@ from grain.multiprocessing import SharedMemoryArray
 from audiotree.sources.workers import grain_shm_deletes
 
 
-def _segment_exists(shm) -> bool:
-    return os.path.exists("/dev/shm/" + shm.name.lstrip("/"))
+def _segment_exists(name: str) -> bool:
+    return os.path.exists("/dev/shm/" + name.lstrip("/"))
 
 
 def _received(shape=(4, 1000)) -> SharedMemoryArray:
@@ -46,7 +46,7 @@ def test_the_background_task_unlinks_the_name_and_leaves_the_descriptor_alone():
     fd = shm._fd
     del array
     _wait_for_queue()
-    assert not _segment_exists(shm)  # unlinked on the background thread
+    assert not _segment_exists(shm.name)  # unlinked on the background thread
     assert shm._fd == fd >= 0  # Grain's own pool would have closed it there (-1)
     os.fstat(fd)  # and it is still this process's open descriptor
     del shm
@@ -86,7 +86,7 @@ def test_a_block_in_cyclic_garbage_is_unlinked_and_closed_once():
         gc.enable()
     assert not errors
     assert sorted(closes) == sorted(fds)  # each descriptor closed once
-    assert not [n for n in names if os.path.exists("/dev/shm/" + n.lstrip("/"))]
+    assert not [n for n in names if _segment_exists(n)]
 
 
 def test_installed_when_an_audiotree_source_is_made_and_drained_at_exit(tmp_path):
@@ -112,7 +112,7 @@ def test_installed_when_an_audiotree_source_is_made_and_drained_at_exit(tmp_path
     assert result.returncode == 0, result.stderr
     assert "leaked" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
     # The exit hook waited for every queued unlink.
-    assert not [n for n in result.stdout.split() if os.path.exists("/dev/shm/" + n.lstrip("/"))]
+    assert not [n for n in result.stdout.split() if _segment_exists(n)]
 
 
 def test_a_forked_child_unlinks_on_a_thread_of_its_own_even_if_the_parent_held_the_lock():
@@ -142,7 +142,7 @@ def test_a_forked_child_unlinks_on_a_thread_of_its_own_even_if_the_parent_held_t
             name = array.shm.name
             del array
             SharedMemoryArray._del_thread_pool.apply_async(lambda: None).get(timeout=15)
-            code = 0 if not os.path.exists("/dev/shm/" + name.lstrip("/")) else 2
+            code = 0 if not _segment_exists(name) else 2
         finally:
             os._exit(code)
     release.set()

@@ -155,9 +155,10 @@ def _register_exit_hook() -> None:
     """Registers the exit hook once, and makes Grain's background unlinks safe (see grain_shm_deletes)."""
     global _hook_registered
     with _lock:
-        if not _hook_registered:
-            atexit.register(_release_at_exit)
-            _hook_registered = True
+        if _hook_registered:
+            return
+        atexit.register(_release_at_exit)
+        _hook_registered = True
     grain_shm_deletes.install()
 
 
